@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs every Debian package fusetune needs to build, test and benchmark.
+# Idempotent: does nothing when all packages are already present.
+set -euo pipefail
+pkgs=(
+  cmake ninja-build g++ clang pkg-config   # build
+  libopenblas-openmp-dev                   # GEMM (OpenMP build: shares our thread pool)
+  nlohmann-json3-dev                       # JSON: config.json, safetensors header, tokenizer.json
+  libyaml-cpp-dev                          # YAML recipe configs
+  libpcre2-dev                             # Unicode regex for tokenizer pre-tokenizers
+  libsentencepiece-dev                     # SentencePiece tokenizer.model files
+  libgtest-dev googletest                  # unit tests
+  libbenchmark-dev                         # micro-benchmarks
+  nodejs npm                               # reference tokenizer for conformance tests
+)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  echo "installing: ${missing[*]}" >&2
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi

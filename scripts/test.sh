@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The README's test command: installs dependencies, builds (release), runs every test with CTest.
+# Conformance tests use ../shared/assets (override with FUSETUNE_ASSETS) and skip without it.
+# Then the unit tests again under ASan+UBSan (preset asan). FUSETUNE_TEST_PRESETS=release skips that.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install_deps.sh
+scripts/prepare_reference_tokenizer.sh || echo "note: reference tokenizer unavailable; its conformance tests will skip" >&2
+for preset in ${FUSETUNE_TEST_PRESETS:-release asan}; do
+  scripts/build.sh "$preset"
+  if [ "$preset" = release ]; then
+    ctest --preset "$preset" -j "$(nproc)"
+  else
+    ctest --preset "$preset" -j "$(nproc)" -L unit
+  fi
+done

@@ -1,0 +1,5 @@
+#pragma once
+// Subcommand dispatch: fusetune run | ls | cp | validate | plan | bench | generate ...
+namespace fusetune::cli {
+int dispatch(int argc, char** argv);
+}

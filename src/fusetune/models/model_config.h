@@ -1,0 +1,42 @@
+#pragma once
+// The architecture of a decoder-only Llama-family model, as read from a Hugging Face
+// config.json (model_type llama, mistral or qwen2). `raw` keeps the original JSON so a saved
+// checkpoint's config.json carries every field the user's tools expect, not only ours.
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace fusetune {
+
+struct RopeScaling {
+  std::string rope_type;  // "" (none), "llama3", "linear"
+  double factor = 1.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  int64_t original_max_position_embeddings = 8192;
+};
+
+struct ModelConfig {
+  std::string model_type = "llama";
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int64_t num_hidden_layers = 0;
+  int64_t num_attention_heads = 0;
+  int64_t num_key_value_heads = 0;  // = num_attention_heads when absent (no GQA)
+  int64_t head_dim = 0;             // = hidden_size / num_attention_heads when absent
+  int64_t max_position_embeddings = 2048;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  RopeScaling rope_scaling;
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;  // q/k/v projections have biases (Qwen2)
+  bool mlp_bias = false;
+  std::string hidden_act = "silu";
+  int64_t bos_token_id = -1;
+  int64_t eos_token_id = -1;
+  nlohmann::json raw;  // the config.json as read (or as built for a new model)
+};
+
+}  // namespace fusetune

@@ -1,0 +1,33 @@
+#pragma once
+// Element types. Compute happens in F32 (training) or F64 (gradient checks); BF16/F16 appear
+// only in checkpoints and frozen weights; I32 carries token ids, labels and positions.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace fusetune {
+
+enum class DType : uint8_t { F32, F64, BF16, F16, I32, I64 };
+
+size_t dtype_size(DType t);
+const char* dtype_name(DType t);  // safetensors spelling: "F32", "BF16", ...
+bool dtype_from_name(const std::string& name, DType* out);
+
+// bf16 / fp16 <-> fp32 conversions (round-to-nearest-even on the way down).
+float bf16_to_f32(uint16_t v);
+uint16_t f32_to_bf16(float v);
+float f16_to_f32(uint16_t v);
+uint16_t f32_to_f16(float v);
+
+template <class T>
+constexpr DType dtype_of();
+template <>
+constexpr DType dtype_of<float>() { return DType::F32; }
+template <>
+constexpr DType dtype_of<double>() { return DType::F64; }
+template <>
+constexpr DType dtype_of<int32_t>() { return DType::I32; }
+template <>
+constexpr DType dtype_of<int64_t>() { return DType::I64; }
+
+}  // namespace fusetune
