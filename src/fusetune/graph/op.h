@@ -1,0 +1,57 @@
+#pragma once
+// The operations of the graph IR. Forward ops are what models and losses are written with;
+// *Backward ops are emitted by autodiff's VJP rules; Fused* ops are produced by compile passes.
+#include <cstdint>
+
+namespace fusetune {
+
+enum class Op : uint8_t {
+  // leaves
+  Input,     // fed per step (tokens, labels, positions, scalars)
+  Param,     // a named parameter (trainable or frozen), bound by name at run time
+  Constant,  // a tensor owned by the graph (RoPE tables)
+  Fill,      // a tensor filled with attrs.scalar
+  // linear algebra
+  MatMul,  // [.., M, K] x [.., K, N] with transpose flags; batch dims must match
+  // elementwise (b may be a suffix-broadcast of a)
+  Add,
+  Mul,
+  Scale,  // a * attrs.scalar
+  Silu,
+  SiluBackward,  // (x, dy) -> dx
+  // reductions and broadcasts
+  SumAll,      // -> scalar []
+  Expand,      // scalar [] -> attrs.shape
+  SumToShape,  // reduce leading dims down to attrs.shape (a suffix of the input shape)
+  // normalization and position
+  RMSNorm,          // (x, w) -> y                 attrs.eps
+  RMSNormBackward,  // (x, w, dy) -> (dx, dw)      attrs.eps
+  Rope,             // (x [B,T,H,Dh], cos, sin, positions [B,T]) attrs.inverse
+  // softmax family, over the last dim
+  Softmax,
+  SoftmaxBackward,  // (y, dy)
+  LogSoftmax,
+  LogSoftmaxBackward,  // (y, dy)
+  // loss
+  Nll,          // (logp [N,V], labels [N] I32) -> scalar sum of -logp over labels != -100
+  NllBackward,  // (dloss [], labels) -> dense [N, V]
+  // embeddings and attention helpers
+  Embedding,          // (table [V,D], ids [...] I32) -> [..., D]
+  EmbeddingBackward,  // (dy, ids) -> [V, D]   attrs.dim0 = V
+  CausalMask,         // (scores [B,H,T,T] [, doc_ids [B,T]]) -> masked scores
+  CausalMaskBackward,
+  RepeatHeads,          // [B, KV, T, D] -> [B, KV*groups, T, D]   attrs.groups
+  RepeatHeadsBackward,  // sum over groups
+  // layout
+  Reshape,    // a view: no data movement
+  Transpose,  // swap attrs.dim0 and attrs.dim1 (materialized in eager)
+  Slice,      // along attrs.dim0: [start, start + len)
+  SliceBackward,
+  // fused ops created by compile passes
+  FusedLinearCrossEntropy,  // (h [N,D], W [V,D], labels [N], scale []) -> (loss [], dh, dW)
+  kCount
+};
+
+const char* op_name(Op op);
+
+}  // namespace fusetune

@@ -1,0 +1,86 @@
+#include "fusetune/kernels/cpu/fused_linear_cross_entropy.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "fusetune/kernels/cpu/kernels.h"
+#include "fusetune/runtime/tensor.h"
+#include "fusetune/util/error.h"
+
+namespace fusetune::kernels {
+
+int64_t fused_ce_chunk_rows(int64_t N, int64_t V, int64_t elem_bytes, int64_t budget_bytes) {
+  int64_t rows = budget_bytes / std::max<int64_t>(1, V * elem_bytes);
+  rows = std::max<int64_t>(16, rows / 16 * 16);
+  return std::min(rows, std::max<int64_t>(1, N));
+}
+
+template <class T>
+double fused_linear_cross_entropy(const T* h, const T* W, const int32_t* labels, T scale, int64_t N,
+                                  int64_t D, int64_t V, int64_t chunk_rows, T* dh, T* dW) {
+  const int64_t C = std::max<int64_t>(1, std::min(chunk_rows, N));
+  // Scratch: logits/grad of one chunk, its gathered hidden rows and their gradient. Counted
+  // memory, so the planner's and the run's peak both see it.
+  Tensor z_buf = Tensor::empty({C, V}, dtype_of<T>());
+  Tensor hc_buf = Tensor::empty({C, D}, dtype_of<T>());
+  Tensor dhc_buf = Tensor::empty({C, D}, dtype_of<T>());
+  T* z = z_buf.data<T>();
+  T* hc = hc_buf.data<T>();
+  T* dhc = dhc_buf.data<T>();
+  std::vector<int64_t> rows;
+  std::vector<double> row_loss(size_t(C), 0.0);
+  rows.reserve(size_t(C));
+
+  std::memset(dh, 0, sizeof(T) * size_t(N * D));
+  std::memset(dW, 0, sizeof(T) * size_t(V * D));
+  double total = 0.0;
+
+  for (int64_t r0 = 0; r0 < N; r0 += C) {
+    const int64_t r1 = std::min(N, r0 + C);
+    rows.clear();
+    for (int64_t r = r0; r < r1; ++r) {
+      const int32_t y = labels[r];
+      if (y == -100) continue;
+      FT_CHECK(y >= 0 && y < V, "label " + std::to_string(y) + " at token " + std::to_string(r) +
+                                    " is outside the vocabulary [0, " + std::to_string(V) + ")");
+      rows.push_back(r);
+    }
+    const int64_t c = int64_t(rows.size());
+    if (c == 0) continue;
+    for (int64_t i = 0; i < c; ++i) std::memcpy(hc + i * D, h + rows[i] * D, sizeof(T) * size_t(D));
+
+    gemm<T>(false, true, c, V, D, T(1), hc, D, W, D, T(0), z, V);
+
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < c; ++i) {
+      T* zi = z + i * V;
+      const int32_t y = labels[rows[i]];
+      T mx = zi[0];
+      for (int64_t j = 1; j < V; ++j) mx = std::max(mx, zi[j]);
+      double s = 0.0;
+      for (int64_t j = 0; j < V; ++j) s += std::exp(double(zi[j] - mx));
+      const double lse = double(mx) + std::log(s);
+      row_loss[size_t(i)] = lse - double(zi[y]);
+      const T m = T(mx), inv_s = T(1.0 / s);
+      for (int64_t j = 0; j < V; ++j) zi[j] = std::exp(zi[j] - m) * inv_s * scale;
+      zi[y] -= scale;
+    }
+    for (int64_t i = 0; i < c; ++i) total += row_loss[size_t(i)];
+
+    gemm<T>(false, false, c, D, V, T(1), z, V, W, D, T(0), dhc, D);
+    for (int64_t i = 0; i < c; ++i) std::memcpy(dh + rows[i] * D, dhc + i * D, sizeof(T) * size_t(D));
+    gemm<T>(true, false, V, D, c, T(1), z, V, hc, D, T(1), dW, D);
+  }
+  return total * double(scale);
+}
+
+template double fused_linear_cross_entropy<float>(const float*, const float*, const int32_t*, float,
+                                                  int64_t, int64_t, int64_t, int64_t, float*, float*);
+template double fused_linear_cross_entropy<double>(const double*, const double*, const int32_t*,
+                                                   double, int64_t, int64_t, int64_t, int64_t,
+                                                   double*, double*);
+
+}  // namespace fusetune::kernels

@@ -1,0 +1,79 @@
+#include "fusetune/models/llama.h"
+
+#include <cmath>
+
+#include "fusetune/models/rope_tables.h"
+
+namespace fusetune {
+namespace {
+
+struct Layer {
+  Builder& b;
+  const ModelConfig& cfg;
+  const TrainablePredicate& trainable;
+  std::string prefix;
+
+  Value param(const std::string& name, Shape shape) {
+    std::string full = prefix + name;
+    return b.graph().param(full, std::move(shape), trainable(full));
+  }
+};
+
+Value attention(Layer& L, Value x, const LlamaInputs& in, Value cos, Value sin, int64_t B, int64_t T) {
+  Builder& b = L.b;
+  const ModelConfig& c = L.cfg;
+  const int64_t H = c.num_attention_heads, KV = c.num_key_value_heads, hd = c.head_dim, D = c.hidden_size;
+  auto proj = [&](const std::string& name, int64_t heads) {
+    Value w = L.param("self_attn." + name + ".weight", {heads * hd, D});
+    Value bias = c.attention_bias ? L.param("self_attn." + name + ".bias", {heads * hd}) : Value{};
+    return b.reshape(b.linear(x, w, bias), {B, T, heads, hd});
+  };
+  Value q = b.rope(proj("q_proj", H), cos, sin, in.positions);
+  Value k = b.rope(proj("k_proj", KV), cos, sin, in.positions);
+  Value v = proj("v_proj", KV);
+  q = b.transpose(q, 1, 2);                              // [B, H, T, hd]
+  k = b.repeat_heads(b.transpose(k, 1, 2), H / KV);      // [B, H, T, hd]
+  v = b.repeat_heads(b.transpose(v, 1, 2), H / KV);
+  Value scores = b.scale(b.matmul(q, k, false, true), 1.0 / std::sqrt(double(hd)));  // [B, H, T, T]
+  Value probs = b.softmax(b.causal_mask(scores, in.doc_ids));
+  Value ctx = b.transpose(b.matmul(probs, v), 1, 2);     // [B, T, H, hd]
+  ctx = b.reshape(ctx, {B, T, H * hd});
+  return b.linear(ctx, L.param("self_attn.o_proj.weight", {D, H * hd}));
+}
+
+Value mlp(Layer& L, Value x) {
+  Builder& b = L.b;
+  const int64_t D = L.cfg.hidden_size, F = L.cfg.intermediate_size;
+  Value gate = b.linear(x, L.param("mlp.gate_proj.weight", {F, D}));
+  Value up = b.linear(x, L.param("mlp.up_proj.weight", {F, D}));
+  return b.linear(b.mul(b.silu(gate), up), L.param("mlp.down_proj.weight", {D, F}));
+}
+
+}  // namespace
+
+LlamaOutputs build_llama(Builder& b, const ModelConfig& cfg, const LlamaInputs& in,
+                         const TrainablePredicate& trainable) {
+  Graph& g = b.graph();
+  const Shape& ts = g.shape(in.tokens);
+  const int64_t B = ts[0], T = ts[1], D = cfg.hidden_size, V = cfg.vocab_size;
+
+  auto [cos_t, sin_t] = rope_tables(cfg, T, g.float_dtype());
+  Value cos = g.constant(cos_t, "rope.cos");
+  Value sin = g.constant(sin_t, "rope.sin");
+
+  Value embed = g.param("model.embed_tokens.weight", {V, D}, trainable("model.embed_tokens.weight"));
+  Value h = b.embedding(embed, in.tokens);  // [B, T, D]
+  for (int64_t i = 0; i < cfg.num_hidden_layers; ++i) {
+    Layer L{b, cfg, trainable, "model.layers." + std::to_string(i) + "."};
+    Value attn_in = b.rmsnorm(h, L.param("input_layernorm.weight", {D}), cfg.rms_norm_eps);
+    h = b.add(h, attention(L, attn_in, in, cos, sin, B, T));
+    Value mlp_in = b.rmsnorm(h, L.param("post_attention_layernorm.weight", {D}), cfg.rms_norm_eps);
+    h = b.add(h, mlp(L, mlp_in));
+  }
+  Value norm_w = g.param("model.norm.weight", {D}, trainable("model.norm.weight"));
+  Value hidden = b.reshape(b.rmsnorm(h, norm_w, cfg.rms_norm_eps), {B * T, D});
+  Value head = cfg.tie_word_embeddings ? embed : g.param("lm_head.weight", {V, D}, trainable("lm_head.weight"));
+  return {hidden, head};
+}
+
+}  // namespace fusetune

@@ -1,0 +1,31 @@
+#pragma once
+// The eager executor: the honest PyTorch-eager baseline. One kernel per node, in graph order,
+// every output materialized in its own allocation and released right after its last use
+// (as reference counting does). Peak memory is what the counters in memory.h see.
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "fusetune/graph/graph.h"
+
+namespace fusetune {
+
+using TensorMap = std::unordered_map<std::string, Tensor>;
+
+class EagerExecutor {
+ public:
+  explicit EagerExecutor(const Graph& g);
+
+  // Runs the graph. `inputs` binds Op::Input nodes by name, `params` binds Op::Param nodes by
+  // name (dtype must equal the graph's float dtype). Returns the graph outputs, in order.
+  std::vector<Tensor> run(const TensorMap& inputs, const TensorMap& params) const;
+
+ private:
+  const Graph& g_;
+  std::vector<int> last_use_;  // per node: index of the last node reading it (or INT_MAX if an output)
+};
+
+// Looks up a bound tensor and checks shape and dtype against the graph, naming it on mismatch.
+const Tensor& bind_leaf(const Node& n, const TensorMap& inputs, const TensorMap& params);
+
+}  // namespace fusetune

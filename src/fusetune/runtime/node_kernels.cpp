@@ -1,0 +1,160 @@
+#include "fusetune/runtime/node_kernels.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "fusetune/kernels/cpu/fused_linear_cross_entropy.h"
+#include "fusetune/kernels/cpu/kernels.h"
+#include "fusetune/util/error.h"
+
+namespace fusetune {
+namespace {
+
+int64_t prod(const Shape& s, size_t from, size_t to) {
+  int64_t p = 1;
+  for (size_t i = from; i < to; ++i) p *= s[i];
+  return p;
+}
+
+template <class T>
+void run_typed(const Node& n, const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+  namespace k = kernels;
+  auto X = [&](size_t i) { return in[i].data<T>(); };
+  auto I = [&](size_t i) { return in[i].data<int32_t>(); };
+  T* Y = out[0].data<T>();
+  const Attrs& a = n.attrs;
+  switch (n.op) {
+    case Op::Fill:
+      std::fill(Y, Y + out[0].numel(), T(a.scalar));
+      break;
+    case Op::MatMul: {
+      const Shape& sa = in[0].shape();
+      const Shape& sb = in[1].shape();
+      const size_t r = sa.size();
+      int64_t batch = prod(sa, 0, r - 2);
+      int64_t M = a.trans_a ? sa[r - 1] : sa[r - 2];
+      int64_t K = a.trans_a ? sa[r - 2] : sa[r - 1];
+      int64_t N = a.trans_b ? sb[r - 2] : sb[r - 1];
+      if (batch == 1)
+        k::gemm<T>(a.trans_a, a.trans_b, M, N, K, T(1), X(0), sa[r - 1], X(1), sb[r - 1], T(0), Y, N);
+      else
+        k::gemm_batched<T>(batch, a.trans_a, a.trans_b, M, N, K, T(1), X(0), M * K, X(1), K * N, T(0), Y, M * N);
+      break;
+    }
+    case Op::Add: k::add<T>(X(0), X(1), Y, in[0].numel(), in[1].numel()); break;
+    case Op::Mul: k::mul<T>(X(0), X(1), Y, in[0].numel(), in[1].numel()); break;
+    case Op::Scale: k::scale<T>(X(0), T(a.scalar), Y, in[0].numel()); break;
+    case Op::Silu: k::silu<T>(X(0), Y, in[0].numel()); break;
+    case Op::SiluBackward: k::silu_backward<T>(X(0), X(1), Y, in[0].numel()); break;
+    case Op::SumAll: Y[0] = T(k::sum_all<T>(X(0), in[0].numel())); break;
+    case Op::Expand: std::fill(Y, Y + out[0].numel(), X(0)[0]); break;
+    case Op::SumToShape: k::sum_to_suffix<T>(X(0), Y, in[0].numel(), out[0].numel()); break;
+    case Op::RMSNorm: {
+      int64_t D = in[0].shape().back();
+      k::rmsnorm_forward<T>(X(0), X(1), Y, in[0].numel() / D, D, a.eps);
+      break;
+    }
+    case Op::RMSNormBackward: {
+      int64_t D = in[0].shape().back();
+      k::rmsnorm_backward<T>(X(0), X(1), X(2), Y, out[1].data<T>(), in[0].numel() / D, D, a.eps);
+      break;
+    }
+    case Op::Rope: {
+      const Shape& s = in[0].shape();
+      k::rope<T>(X(0), X(1), X(2), I(3), Y, s[0], s[1], s[2], s[3], a.inverse);
+      break;
+    }
+    case Op::Softmax: {
+      int64_t C = in[0].shape().back();
+      k::softmax_rows<T>(X(0), Y, in[0].numel() / C, C);
+      break;
+    }
+    case Op::SoftmaxBackward: {
+      int64_t C = in[0].shape().back();
+      k::softmax_backward<T>(X(0), X(1), Y, in[0].numel() / C, C);
+      break;
+    }
+    case Op::LogSoftmax: {
+      int64_t C = in[0].shape().back();
+      k::log_softmax_rows<T>(X(0), Y, in[0].numel() / C, C);
+      break;
+    }
+    case Op::LogSoftmaxBackward: {
+      int64_t C = in[0].shape().back();
+      k::log_softmax_backward<T>(X(0), X(1), Y, in[0].numel() / C, C);
+      break;
+    }
+    case Op::Nll:
+      Y[0] = T(k::nll_sum<T>(X(0), I(1), in[0].dim(0), in[0].dim(1)));
+      break;
+    case Op::NllBackward:
+      k::nll_backward<T>(X(0)[0], I(1), Y, out[0].dim(0), out[0].dim(1));
+      break;
+    case Op::Embedding:
+      k::embedding_forward<T>(X(0), I(1), Y, in[1].numel(), in[0].dim(1), in[0].dim(0));
+      break;
+    case Op::EmbeddingBackward:
+      k::embedding_backward<T>(X(0), I(1), Y, in[1].numel(), out[0].dim(1), out[0].dim(0));
+      break;
+    case Op::CausalMask:
+    case Op::CausalMaskBackward: {
+      const Shape& s = in[0].shape();
+      const int32_t* docs = in.size() > 1 ? I(1) : nullptr;
+      if (n.op == Op::CausalMask) k::causal_mask<T>(X(0), docs, Y, s[0], s[1], s[2]);
+      else k::causal_mask_backward<T>(X(0), docs, Y, s[0], s[1], s[2]);
+      break;
+    }
+    case Op::RepeatHeads: {
+      const Shape& s = in[0].shape();
+      k::repeat_heads<T>(X(0), Y, s[0], s[1], a.groups, s[2] * s[3]);
+      break;
+    }
+    case Op::RepeatHeadsBackward: {
+      const Shape& s = out[0].shape();
+      k::repeat_heads_backward<T>(X(0), Y, s[0], s[1], a.groups, s[2] * s[3]);
+      break;
+    }
+    case Op::Transpose: {
+      const Shape& s = in[0].shape();
+      size_t r = s.size();
+      size_t d0 = size_t(a.dim0 < 0 ? a.dim0 + int(r) : a.dim0);
+      size_t d1 = size_t(a.dim1 < 0 ? a.dim1 + int(r) : a.dim1);
+      if (d0 > d1) std::swap(d0, d1);
+      if (d0 == d1) {
+        std::memcpy(Y, X(0), in[0].nbytes());
+        break;
+      }
+      k::transpose<T>(X(0), Y, prod(s, 0, d0), s[d0], prod(s, d0 + 1, d1), s[d1], prod(s, d1 + 1, r));
+      break;
+    }
+    case Op::Slice:
+    case Op::SliceBackward: {
+      const Shape& full = n.op == Op::Slice ? in[0].shape() : out[0].shape();
+      size_t r = full.size();
+      size_t d = size_t(a.dim0 < 0 ? a.dim0 + int(r) : a.dim0);
+      if (n.op == Op::Slice) k::slice<T>(X(0), Y, prod(full, 0, d), full[d], prod(full, d + 1, r), a.start, a.len);
+      else k::slice_backward<T>(X(0), Y, prod(full, 0, d), full[d], prod(full, d + 1, r), a.start, a.len);
+      break;
+    }
+    case Op::FusedLinearCrossEntropy: {
+      const int64_t N = in[0].dim(0), D = in[0].dim(1), V = in[1].dim(0);
+      Y[0] = T(k::fused_linear_cross_entropy<T>(X(0), X(1), I(2), X(3)[0], N, D, V, a.chunk_rows,
+                                                out[1].data<T>(), out[2].data<T>()));
+      break;
+    }
+    default:
+      throw Error(std::string("no kernel bound for op ") + op_name(n.op));
+  }
+}
+
+}  // namespace
+
+bool is_view_op(Op op) { return op == Op::Reshape; }
+
+void run_node_kernel(const Graph& g, const Node& n, const std::vector<Tensor>& inputs,
+                     std::vector<Tensor>& outputs) {
+  if (g.float_dtype() == DType::F64) run_typed<double>(n, inputs, outputs);
+  else run_typed<float>(n, inputs, outputs);
+}
+
+}  // namespace fusetune

@@ -1,0 +1,180 @@
+// Every op's VJP against central finite differences in float64.
+#include <gtest/gtest.h>
+
+#include "fusetune/graph/builder.h"
+#include "fusetune/graph/verifier.h"
+#include "gradcheck.h"
+
+using namespace fusetune;
+using fusetune::testing::check_gradients;
+using fusetune::testing::random_tensor;
+
+namespace {
+
+// Builds loss = sum(f(params...) * R) for a fixed random R, so every output element matters.
+struct OpCase {
+  Graph g{DType::F64};
+  Builder b{g};
+  TensorMap params, inputs;
+  uint64_t seed = 1;
+
+  Value param(const std::string& name, Shape s, double lo = -1, double hi = 1) {
+    params[name] = random_tensor(s, seed++, lo, hi);
+    return g.param(name, s, true);
+  }
+  Value ids(const std::string& name, Shape s, std::vector<int32_t> v) {
+    Tensor t = Tensor::empty(s, DType::I32);
+    for (size_t i = 0; i < v.size(); ++i) t.data<int32_t>()[i] = v[i];
+    inputs[name] = t;
+    return g.input(name, s, DType::I32);
+  }
+  void check(Value y, double tol = 1e-6) {
+    Value r = g.constant(random_tensor(g.shape(y), 999), "R");
+    Value loss = b.sum(b.mul(y, r));
+    g.mark_output("loss", loss);
+    verify_graph(g);
+    check_gradients(g, loss, params, inputs, 12, tol);
+    verify_graph(g);
+  }
+};
+
+}  // namespace
+
+TEST(Vjp, MatMulAllTransposeFlags) {
+  for (int ta = 0; ta < 2; ++ta)
+    for (int tb = 0; tb < 2; ++tb) {
+      OpCase c;
+      Value a = c.param("a", ta ? Shape{4, 3} : Shape{3, 4});
+      Value b = c.param("b", tb ? Shape{5, 4} : Shape{4, 5});
+      c.check(c.b.matmul(a, b, ta, tb));
+    }
+}
+
+TEST(Vjp, BatchedMatMul) {
+  OpCase c;
+  Value a = c.param("a", {2, 3, 4, 5});
+  Value b = c.param("b", {2, 3, 6, 5});
+  c.check(c.b.matmul(a, b, false, true));
+}
+
+TEST(Vjp, LinearWithBiasOn3dInput) {
+  OpCase c;
+  Value x = c.param("x", {2, 3, 4});
+  Value w = c.param("w", {5, 4});
+  Value bias = c.param("bias", {5});
+  c.check(c.b.linear(x, w, bias));
+}
+
+TEST(Vjp, AddMulScaleWithBroadcast) {
+  OpCase c;
+  Value a = c.param("a", {3, 4});
+  Value b = c.param("b", {4});
+  Value s = c.param("s", {});
+  c.check(c.b.scale(c.b.mul(c.b.add(a, b), c.b.mul(a, s)), 0.5));
+}
+
+TEST(Vjp, Silu) {
+  OpCase c;
+  c.check(c.b.silu(c.param("x", {5, 7}, -4, 4)));
+}
+
+TEST(Vjp, RMSNormInputAndWeight) {
+  OpCase c;
+  Value x = c.param("x", {3, 2, 8});
+  Value w = c.param("w", {8});
+  c.check(c.b.rmsnorm(x, w, 1e-5));
+}
+
+TEST(Vjp, RopeWithPositions) {
+  OpCase c;
+  Value x = c.param("x", {2, 3, 2, 6});
+  Tensor cos = random_tensor({5, 3}, 7), sin = random_tensor({5, 3}, 8);
+  // A real rotation: cos^2 + sin^2 = 1.
+  for (int64_t i = 0; i < cos.numel(); ++i) {
+    double ang = cos.data<double>()[i] * 3;
+    cos.data<double>()[i] = std::cos(ang);
+    sin.data<double>()[i] = std::sin(ang);
+  }
+  Value vc = c.g.constant(cos, "cos"), vs = c.g.constant(sin, "sin");
+  Value pos = c.ids("pos", {2, 3}, {0, 1, 2, 4, 0, 3});
+  c.check(c.b.rope(x, vc, vs, pos));
+}
+
+TEST(Vjp, SoftmaxAndLogSoftmax) {
+  OpCase c;
+  Value x = c.param("x", {4, 6}, -3, 3);
+  c.check(c.b.add(c.b.softmax(x), c.b.log_softmax(x)));
+}
+
+TEST(Vjp, NllWithIgnoredRows) {
+  OpCase c;
+  Value x = c.param("x", {4, 5}, -3, 3);
+  Value labels = c.ids("labels", {4}, {2, -100, 0, 4});
+  Value loss = c.b.nll_sum(c.b.log_softmax(x), labels);
+  c.g.mark_output("loss", loss);
+  check_gradients(c.g, loss, c.params, c.inputs);
+}
+
+TEST(Vjp, EmbeddingWithRepeatedIds) {
+  OpCase c;
+  Value table = c.param("table", {6, 3});
+  Value ids = c.ids("ids", {2, 3}, {1, 4, 1, 0, 5, 1});
+  c.check(c.b.embedding(table, ids));
+}
+
+TEST(Vjp, CausalMaskAndDocumentMask) {
+  OpCase c;
+  Value s = c.param("s", {2, 2, 4, 4}, -2, 2);
+  Value docs = c.ids("docs", {2, 4}, {0, 0, 1, 1, 0, 0, 0, 0});
+  c.check(c.b.softmax(c.b.causal_mask(s, docs)));
+}
+
+TEST(Vjp, RepeatHeadsTransposeReshapeSlice) {
+  OpCase c;
+  Value x = c.param("x", {2, 2, 3, 4});
+  Value y = c.b.transpose(c.b.repeat_heads(x, 3), 1, 2);  // [2, 3, 6, 4]
+  y = c.b.slice(c.b.reshape(y, {2, 3, 24}), 2, 5, 10);
+  c.check(y);
+}
+
+TEST(Vjp, SumToShapeAndExpand) {
+  OpCase c;
+  Value x = c.param("x", {3, 4});
+  Attrs at;
+  at.shape = {4};
+  Value r = c.g.add1(Op::SumToShape, {x}, at);
+  Attrs ex;
+  ex.shape = {2, 2};
+  Value e = c.g.add1(Op::Expand, {c.b.sum(c.b.mul(r, r))}, ex);
+  c.check(c.b.add(c.b.reshape(e, {4}), r));
+}
+
+TEST(Vjp, FrozenParamsGetNoGradient) {
+  Graph g(DType::F64);
+  Builder b(g);
+  Value w = g.param("frozen", {3, 3}, false);
+  Value x = g.param("x", {2, 3}, true);
+  Value loss = b.sum(b.matmul(x, w));
+  g.mark_output("loss", loss);
+  auto grads = append_backward(g, loss);
+  ASSERT_EQ(grads.size(), 1u);
+  EXPECT_EQ(grads[0].first, "x");
+  for (const Node& n : g.nodes())
+    if (n.op == Op::MatMul && n.inputs.size() == 2) {
+      // No matmul may produce a [3, 3] gradient for the frozen weight.
+      EXPECT_NE(n.outputs[0].shape, (Shape{3, 3}));
+    }
+}
+
+TEST(Graph, ShapeErrorsNameTheOp) {
+  Graph g;
+  Builder b(g);
+  Value a = g.param("a", {3, 4}, true);
+  Value c = g.param("c", {5, 6}, true);
+  try {
+    b.matmul(a, c);
+    FAIL() << "expected a shape error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("matmul"), std::string::npos) << e.what();
+  }
+}
