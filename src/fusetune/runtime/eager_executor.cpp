@@ -25,7 +25,7 @@ EagerExecutor::EagerExecutor(const Graph& g) : g_(g), last_use_(g.nodes().size()
   for (const auto& [name, v] : g.outputs()) last_use_[v.node] = INT_MAX;
 }
 
-std::vector<Tensor> EagerExecutor::run(const TensorMap& inputs, const TensorMap& params) const {
+std::vector<Tensor> EagerExecutor::run(const TensorMap& inputs, const TensorMap& params) {
   const auto& nodes = g_.nodes();
   std::vector<std::vector<Tensor>> values(nodes.size());
   std::vector<Tensor> in;

@@ -7,21 +7,20 @@
 #include <vector>
 
 #include "fusetune/graph/graph.h"
+#include "fusetune/runtime/executor.h"
 
 namespace fusetune {
 
-using TensorMap = std::unordered_map<std::string, Tensor>;
-
-class EagerExecutor {
+class EagerExecutor : public Executor {
  public:
   explicit EagerExecutor(const Graph& g);
 
   // Runs the graph. `inputs` binds Op::Input nodes by name, `params` binds Op::Param nodes by
   // name (dtype must equal the graph's float dtype). Returns the graph outputs, in order.
-  std::vector<Tensor> run(const TensorMap& inputs, const TensorMap& params) const;
+  std::vector<Tensor> run(const TensorMap& inputs, const TensorMap& params) override;
 
  private:
-  const Graph& g_;
+  Graph g_;  // a copy: cheap (constants share storage) and the executor cannot dangle
   std::vector<int> last_use_;  // per node: index of the last node reading it (or INT_MAX if an output)
 };
 

@@ -1,0 +1,63 @@
+#include "fusetune/compile/compiler.h"
+
+#include <chrono>
+
+#include "fusetune/compile/dead_code.h"
+#include "fusetune/compile/fuse_linear_cross_entropy.h"
+#include "fusetune/compile/memory_plan.h"
+#include "fusetune/graph/verifier.h"
+#include "fusetune/runtime/eager_executor.h"
+#include "fusetune/runtime/node_kernels.h"
+#include "fusetune/runtime/plan_executor.h"
+#include "fusetune/util/error.h"
+#include "fusetune/util/strings.h"
+
+namespace fusetune {
+
+CompileMode parse_compile_mode(const std::string& v) {
+  if (v == "false" || v == "False" || v == "none") return CompileMode::None;
+  if (v == "true" || v == "True" || v == "model+loss") return CompileMode::Full;
+  if (v == "model") return CompileMode::Model;
+  throw Error("compile must be one of false, model, true (alias model+loss); got '" + v + "'");
+}
+
+const char* compile_mode_name(CompileMode m) {
+  switch (m) {
+    case CompileMode::None: return "false";
+    case CompileMode::Model: return "model";
+    case CompileMode::Full: return "true";
+  }
+  return "?";
+}
+
+Graph run_passes(const Graph& g, const PassOptions& opts, std::vector<std::string>* report) {
+  Graph out = g;
+  auto note = [&](std::string line) {
+    if (report) report->push_back(std::move(line));
+  };
+  if (opts.mode == CompileMode::None) return out;
+  note(passes::dead_code::run(out, opts));
+  note(passes::fuse_linear_cross_entropy::run(out, opts));
+  verify_graph(out);
+  return out;
+}
+
+CompiledStep compile_graph(const Graph& g, const PassOptions& opts) {
+  auto t0 = std::chrono::steady_clock::now();
+  CompiledStep step;
+  if (opts.mode == CompileMode::None) {
+    step.executor = std::make_unique<EagerExecutor>(g);
+  } else {
+    Graph compiled = run_passes(g, opts, &step.report);
+    MemoryPlan plan = plan_memory(compiled, opts.mode == CompileMode::Model ? 1 : -1);
+    step.arena_bytes = plan.arena_bytes;
+    step.report.push_back("memory_plan: " + std::to_string(plan.buffers) + " buffers, " +
+                          format_gib(double(plan.placed_bytes)) + " GiB placed in a " +
+                          format_gib(double(plan.arena_bytes)) + " GiB arena");
+    step.executor = std::make_unique<PlanExecutor>(std::move(compiled), std::move(plan));
+  }
+  step.compile_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return step;
+}
+
+}  // namespace fusetune

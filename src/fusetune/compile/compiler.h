@@ -1,0 +1,32 @@
+#pragma once
+// The three ways to run the joint graph (DESIGN.md §1):
+//   compile: false        -> eager executor
+//   compile: model        -> passes on the model region; the loss region stays eager
+//   compile: true         -> passes on the whole joint graph (alias: model+loss)
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fusetune/compile/pass.h"
+#include "fusetune/runtime/executor.h"
+
+namespace fusetune {
+
+CompileMode parse_compile_mode(const std::string& value);  // false|true|model|model+loss
+const char* compile_mode_name(CompileMode mode);           // "false", "model", "true"
+
+struct CompiledStep {
+  std::unique_ptr<Executor> executor;
+  std::vector<std::string> report;  // one line per pass, then the memory plan
+  double compile_seconds = 0.0;
+  int64_t arena_bytes = 0;
+  int64_t kernels = 0;  // nodes that launch a kernel
+};
+
+// Runs the passes for `opts.mode` on a copy of `g` and returns an executor for the result.
+CompiledStep compile_graph(const Graph& g, const PassOptions& opts);
+
+// The pass pipeline alone (for tests and `fusetune plan`): returns the rewritten graph.
+Graph run_passes(const Graph& g, const PassOptions& opts, std::vector<std::string>* report);
+
+}  // namespace fusetune

@@ -1,0 +1,111 @@
+#include "fusetune/compile/fuse_linear_cross_entropy.h"
+
+#include <optional>
+
+#include "fusetune/compile/rewrite.h"
+#include "fusetune/kernels/cpu/fused_linear_cross_entropy.h"
+
+namespace fusetune::passes::fuse_linear_cross_entropy {
+namespace {
+
+struct Match {
+  int matmul, log_softmax, nll, loss;  // forward nodes
+  int dh = -1, dw = -1;                // backward matmuls reading dlogits (either may be absent)
+};
+
+// Readers of each node, in order.
+std::vector<std::vector<int>> readers_of(const Graph& g) {
+  std::vector<std::vector<int>> r(g.nodes().size());
+  for (size_t i = 0; i < g.nodes().size(); ++i)
+    for (const Value& v : g.nodes()[i].inputs) r[v.node].push_back(int(i));
+  return r;
+}
+
+bool is_graph_output(const Graph& g, int node) {
+  for (const auto& [name, v] : g.outputs())
+    if (v.node == node) return true;
+  return false;
+}
+
+std::optional<Match> match_at(const Graph& g, const std::vector<std::vector<int>>& readers, int nll) {
+  const auto& N = g.nodes();
+  const Node& nn = N[nll];
+  if (nn.op != Op::Nll) return std::nullopt;
+  Match m{};
+  m.nll = nll;
+  m.log_softmax = nn.inputs[0].node;
+  const Node& ls = N[m.log_softmax];
+  if (ls.op != Op::LogSoftmax) return std::nullopt;
+  m.matmul = ls.inputs[0].node;
+  const Node& mm = N[m.matmul];
+  if (mm.op != Op::MatMul || mm.attrs.trans_a || !mm.attrs.trans_b || mm.outputs[0].shape.size() != 2) return std::nullopt;
+  // The logits feed only the log_softmax, and are not a graph output.
+  if (readers[m.matmul].size() != 1 || is_graph_output(g, m.matmul)) return std::nullopt;
+  // The nll feeds exactly one Mul by a scalar: the loss.
+  if (readers[nll].size() != 1 || is_graph_output(g, nll)) return std::nullopt;
+  m.loss = readers[nll][0];
+  const Node& ln = N[m.loss];
+  if (ln.op != Op::Mul || !(ln.inputs[0] == Value{nll, 0}) || !g.shape(ln.inputs[1]).empty()) return std::nullopt;
+  const Value scale = ln.inputs[1];
+  // Backward: log_softmax's other reader is its VJP, fed by NllBackward(Mul(seed 1, scale)).
+  int lsb = -1;
+  for (int r : readers[m.log_softmax])
+    if (r != nll) {
+      if (lsb >= 0 || N[r].op != Op::LogSoftmaxBackward) return std::nullopt;
+      lsb = r;
+    }
+  if (lsb < 0) return std::nullopt;  // forward-only graph: nothing to fuse the backward with
+  const Node& nb = N[N[lsb].inputs[1].node];
+  if (nb.op != Op::NllBackward || !(nb.inputs[1] == nn.inputs[1])) return std::nullopt;
+  const Node& dl = N[nb.inputs[0].node];
+  if (dl.op != Op::Mul || !(dl.inputs[1] == scale)) return std::nullopt;
+  const Node& seed = N[dl.inputs[0].node];
+  if (seed.op != Op::Fill || seed.attrs.scalar != 1.0 || !seed.outputs[0].shape.empty()) return std::nullopt;
+  // The loss's own gradient must be that seed: the loss is the graph's differentiated output.
+  if (!is_graph_output(g, m.loss)) return std::nullopt;
+  if (readers[N[lsb].inputs[1].node].size() != 1) return std::nullopt;
+  for (int r : readers[lsb]) {
+    const Node& bm = N[r];
+    if (bm.op != Op::MatMul) return std::nullopt;
+    if (!bm.attrs.trans_a && !bm.attrs.trans_b && bm.inputs[0] == Value{lsb, 0} && bm.inputs[1] == mm.inputs[1]) m.dh = r;
+    else if (bm.attrs.trans_a && !bm.attrs.trans_b && bm.inputs[0] == Value{lsb, 0} && bm.inputs[1] == mm.inputs[0]) m.dw = r;
+    else return std::nullopt;
+  }
+  return m;
+}
+
+}  // namespace
+
+std::string run(Graph& g, const PassOptions& opts) {
+  if (opts.max_region() < 1) return "fuse_linear_cross_entropy: skipped (the loss region is not compiled)";
+  int fused = 0;
+  int64_t chunk = 0, vocab = 0;
+  for (int i = 0; i < int(g.nodes().size()); ++i) {
+    auto readers = readers_of(g);
+    auto m = match_at(g, readers, i);
+    if (!m) continue;
+    const Node mm = g.nodes()[m->matmul];
+    const Value h = mm.inputs[0], W = mm.inputs[1];
+    const Value labels = g.nodes()[m->nll].inputs[1];
+    const Value scale = g.nodes()[m->loss].inputs[1];
+    const int64_t N = g.shape(h)[0];
+    vocab = g.shape(W)[0];
+    Attrs at;
+    at.chunk_rows = chunk = kernels::fused_ce_chunk_rows(N, vocab, int64_t(dtype_size(g.float_dtype())),
+                                                         opts.ce_chunk_budget_bytes);
+    g.set_region(1);
+    auto f = g.add(Op::FusedLinearCrossEntropy, {h, W, labels, scale}, at, "fused_linear_ce");
+    g.set_region(0);
+    replace_all_uses(g, {m->loss, 0}, f[0]);
+    if (m->dh >= 0) replace_all_uses(g, {m->dh, 0}, f[1]);
+    if (m->dw >= 0) replace_all_uses(g, {m->dw, 0}, f[2]);
+    compact(g, {{f[0].node, double(m->nll)}});
+    ++fused;
+    i = -1;  // indices changed: rescan
+  }
+  if (!fused) return "fuse_linear_cross_entropy: no match";
+  return "fuse_linear_cross_entropy: fused " + std::to_string(fused) + " (chunk " + std::to_string(chunk) +
+         " tokens x vocab " + std::to_string(vocab) + ")";
+}
+
+}  // namespace fusetune::passes::fuse_linear_cross_entropy

@@ -1,0 +1,12 @@
+#pragma once
+// The heart of `compile: true` (DESIGN.md §3): finds
+//   logits = h W^T -> log_softmax -> nll -> * scale        and its backward
+//   NllBackward -> LogSoftmaxBackward -> (dlogits W, dlogits^T h)
+// and replaces all of it by one FusedLinearCrossEntropy node that yields the loss, dh and dW
+// chunk by chunk. The [tokens, vocab] logits, log-probs and their gradients never exist.
+// Needs the loss region, so it does nothing under `compile: model`.
+#include "fusetune/compile/pass.h"
+
+namespace fusetune::passes::fuse_linear_cross_entropy {
+std::string run(Graph& g, const PassOptions& opts);
+}

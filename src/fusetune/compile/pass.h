@@ -1,0 +1,21 @@
+#pragma once
+// What every pass sees. A pass is one file with one entry point `run(Graph&, const PassOptions&)`
+// returning a one-line summary for the compile report.
+#include <cstdint>
+#include <string>
+
+#include "fusetune/graph/graph.h"
+
+namespace fusetune {
+
+enum class CompileMode { None, Model, Full };  // compile: false | model | true (model+loss)
+
+struct PassOptions {
+  CompileMode mode = CompileMode::Full;
+  int64_t ce_chunk_budget_bytes = 32ll << 20;  // scratch for one [chunk, vocab] logits block
+  // Nodes of this region or lower may be rewritten (model-only compilation leaves the loss
+  // region as it is).
+  int max_region() const { return mode == CompileMode::Full ? 1 : 0; }
+};
+
+}  // namespace fusetune

@@ -1,0 +1,109 @@
+// Every compile mode computes what eager computes: the loss and every gradient, over several
+// small configurations (GQA, tied/untied head, qkv bias, packed documents, ignored labels).
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "fusetune/compile/compiler.h"
+#include "fusetune/models/parameters.h"
+#include "fusetune/models/training_graph.h"
+#include "fusetune/runtime/eager_executor.h"
+#include "tiny_models.h"
+
+using namespace fusetune;
+using namespace fusetune::testing;
+
+namespace {
+
+struct Case {
+  const char* name;
+  bool tied, bias, packed;
+  int64_t kv;
+};
+
+double max_rel_diff(const Tensor& a, const Tensor& b) {
+  double worst = 0, scale = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) scale = std::max(scale, std::abs(element_as_double(a, i)));
+  for (int64_t i = 0; i < a.numel(); ++i)
+    worst = std::max(worst, std::abs(element_as_double(a, i) - element_as_double(b, i)) / std::max(scale, 1e-12));
+  return worst;
+}
+
+void check_modes(const Case& c, DType dt, double loss_tol, double grad_tol) {
+  ModelConfig cfg = tiny_config(c.tied, c.bias, c.kv);
+  cfg.vocab_size = 37;
+  TrainingGraphOptions o;
+  o.batch_size = 2;
+  o.seq_len = 8;
+  o.packed = c.packed;
+  o.dtype = dt;
+  TrainingGraph tg = build_training_graph(cfg, o);
+  TensorMap params = init_parameters(graph_parameters(tg.graph), 11, dt, 0.2);
+  Batch batch = random_batch(2, 8, cfg.vocab_size, 5, c.packed);
+  TensorMap inputs = batch_inputs(batch, dt, 1.0 / double(batch.num_valid_labels()));
+
+  EagerExecutor eager(tg.graph);
+  auto ref = eager.run(inputs, params);
+  for (CompileMode mode : {CompileMode::Model, CompileMode::Full}) {
+    PassOptions po;
+    po.mode = mode;
+    po.ce_chunk_budget_bytes = 5 * cfg.vocab_size * int64_t(dtype_size(dt));  // several chunks
+    CompiledStep step = compile_graph(tg.graph, po);
+    auto out = step.executor->run(inputs, params);
+    ASSERT_EQ(out.size(), ref.size());
+    EXPECT_LE(max_rel_diff(out[0], ref[0]), loss_tol) << c.name << " mode " << compile_mode_name(mode) << " loss";
+    for (size_t k = 1; k < out.size(); ++k)
+      EXPECT_LE(max_rel_diff(out[k], ref[k]), grad_tol)
+          << c.name << " mode " << compile_mode_name(mode) << " " << tg.graph.outputs()[k].first;
+  }
+}
+
+const Case kCases[] = {
+    {"gqa_untied", false, false, false, 2},
+    {"gqa_tied_bias", true, true, false, 2},
+    {"mha_packed", false, false, true, 4},
+    {"mqa_tied_packed", true, false, true, 1},
+};
+
+}  // namespace
+
+TEST(CompileModes, MatchEagerInFloat64) {
+  for (const Case& c : kCases) check_modes(c, DType::F64, 1e-12, 1e-10);
+}
+
+TEST(CompileModes, MatchEagerInFloat32) {
+  for (const Case& c : kCases) check_modes(c, DType::F32, 1e-5, 1e-4);
+}
+
+TEST(CompileModes, FullModeRemovesTheLogitsAndModelModeKeepsThem) {
+  ModelConfig cfg = tiny_config(false, false);
+  TrainingGraphOptions o;
+  o.batch_size = 2;
+  o.seq_len = 4;
+  TrainingGraph tg = build_training_graph(cfg, o);
+  auto count = [](const Graph& g, Op op) {
+    int n = 0;
+    for (const Node& node : g.nodes()) n += node.op == op;
+    return n;
+  };
+  PassOptions full;
+  Graph gf = run_passes(tg.graph, full, nullptr);
+  EXPECT_EQ(count(gf, Op::FusedLinearCrossEntropy), 1);
+  EXPECT_EQ(count(gf, Op::LogSoftmax), 0);
+  EXPECT_EQ(count(gf, Op::NllBackward), 0);
+  for (const Node& n : gf.nodes())
+    for (const auto& t : n.outputs) EXPECT_NE(t.shape, (Shape{8, cfg.vocab_size})) << op_name(n.op);
+  PassOptions model;
+  model.mode = CompileMode::Model;
+  Graph gm = run_passes(tg.graph, model, nullptr);
+  EXPECT_EQ(count(gm, Op::FusedLinearCrossEntropy), 0);
+  EXPECT_EQ(count(gm, Op::LogSoftmax), 1);
+}
+
+TEST(CompileModes, ParseModeNames) {
+  EXPECT_EQ(parse_compile_mode("false"), CompileMode::None);
+  EXPECT_EQ(parse_compile_mode("model"), CompileMode::Model);
+  EXPECT_EQ(parse_compile_mode("true"), CompileMode::Full);
+  EXPECT_EQ(parse_compile_mode("model+loss"), CompileMode::Full);
+  EXPECT_THROW(parse_compile_mode("yes"), Error);
+}
