@@ -8,6 +8,7 @@
 #include "fusetune/models/parameters.h"
 #include "fusetune/models/training_graph.h"
 #include "fusetune/runtime/eager_executor.h"
+#include "fusetune/util/error.h"
 #include "tiny_models.h"
 
 using namespace fusetune;

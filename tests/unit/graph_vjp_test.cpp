@@ -3,6 +3,7 @@
 
 #include "fusetune/graph/builder.h"
 #include "fusetune/graph/verifier.h"
+#include "fusetune/util/error.h"
 #include "gradcheck.h"
 
 using namespace fusetune;
