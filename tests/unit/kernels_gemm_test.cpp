@@ -4,7 +4,7 @@
 #include <tuple>
 #include <vector>
 
-#include "fusetune/kernels/cpu/blas_setup.h"
+#include "fusetune/kernels/cpu/blas_info.h"
 #include "fusetune/kernels/cpu/gemm_peak.h"
 #include "fusetune/kernels/cpu/kernels.h"
 #include "fusetune/util/error.h"
@@ -167,19 +167,8 @@ TEST(KernelsGemm, DeterministicAcrossRuns) {
   EXPECT_TRUE(bitwise_equal(run(), run()));
 }
 
-TEST(KernelsGemm, ConfigureBlasKeepsResultsCorrect) {
-  // May switch OpenBLAS to AVX-512 kernels; the results must stay right either way.
-  const std::string what = kernels::configure_blas();
-  EXPECT_NE(what.find("OpenBLAS core"), std::string::npos) << what;
+TEST(KernelsGemm, BlasDescriptionNamesTheCore) {
   EXPECT_NE(kernels::blas_description().find("core="), std::string::npos);
-  for (bool ta : {false, true}) {
-    for (bool tb : {false, true}) {
-      check_gemm<float>(ta, tb, 67, 33, 17, 0, 1.0, 0.0, 1e-5);
-      check_gemm<float>(ta, tb, 300, 257, 190, 2, 1.0, 1.0, 1e-5);
-      check_gemm<double>(ta, tb, 130, 67, 129, 1, -1.0, 0.5, 1e-12);
-      check_batched<float>(9, ta, tb, 33, 17, 67, false, 1e-5);
-    }
-  }
 }
 
 TEST(KernelsGemm, PeakMeasurementIsPositive) {
