@@ -51,6 +51,10 @@ void rmsnorm_backward(const T* x, const T* w, const T* dy, T* dx, T* dw, int64_t
 template <class T>
 void rope(const T* x, const T* cos, const T* sin, const int32_t* positions, T* out, int64_t B,
           int64_t Tn, int64_t H, int64_t Dh, bool inverse);
+// rope() is not given the table length, so it only rejects negative positions. Callers that
+// know max_pos call this first: throws fusetune::Error naming the first position outside
+// [0, max_pos) and its index.
+void check_rope_positions(const int32_t* positions, int64_t n, int64_t max_pos);
 
 // ---- softmax family over rows of length cols ------------------------------------------------
 template <class T> void softmax_rows(const T* x, T* y, int64_t rows, int64_t cols);

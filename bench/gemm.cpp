@@ -1,0 +1,175 @@
+// GEMM throughput on this machine: sgemm GFLOP/s for square and training-like shapes at 1 and
+// 2 OpenMP threads, plus the batched-GEMM strategy comparison behind kernels::gemm_batched.
+// Prints tables; asserts nothing. Timings are the best of repeated calls (least disturbed by
+// other processes), each config running for about --seconds.
+//
+//   bench_gemm [--seconds S] [--threads 1,2] [--big]
+//
+// --big adds N=128256 (Llama 3 vocabulary; ~0.8 GB of buffers). OpenBLAS picks its kernels
+// from the CPU unless OPENBLAS_CORETYPE forces them; the header line says which ran.
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "fusetune/kernels/cpu/blas_info.h"
+#include "fusetune/kernels/cpu/gemm_peak.h"
+#include "fusetune/kernels/cpu/kernels.h"
+#include "fusetune/util/strings.h"
+
+namespace k = fusetune::kernels;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double g_seconds = 0.3;
+
+// Best wall time of fn in ms: one warm-up call, then calls until g_seconds (at least 3).
+double best_ms(const std::function<void()>& fn) {
+  fn();
+  double best = 1e300;
+  const auto start = Clock::now();
+  for (int i = 0;; ++i) {
+    const auto t0 = Clock::now();
+    fn();
+    best = std::min(best, std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    if (i >= 2 && std::chrono::duration<double>(Clock::now() - start).count() >= g_seconds) break;
+  }
+  return best;
+}
+
+std::vector<float> filled(size_t n, float scale) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = scale * static_cast<float>(static_cast<int>(i % 13) - 6);
+  return v;
+}
+
+struct Shape {
+  const char* what;
+  int64_t M, N, K;
+  bool ta, tb;
+};
+
+void gemm_table(const std::vector<Shape>& shapes, const std::vector<int>& threads) {
+  std::printf("%-28s %6s %6s %6s %3s %7s %10s %9s\n", "shape", "M", "N", "K", "op", "threads", "ms",
+              "GFLOP/s");
+  for (const Shape& s : shapes) {
+    const auto A = filled(static_cast<size_t>(s.M * s.K), 1e-2f);
+    const auto B = filled(static_cast<size_t>(s.K * s.N), 1e-2f);
+    std::vector<float> C(static_cast<size_t>(s.M * s.N));
+    const int64_t lda = s.ta ? s.M : s.K, ldb = s.tb ? s.K : s.N;
+    for (int th : threads) {
+      omp_set_num_threads(th);
+      const double ms = best_ms([&] {
+        k::gemm<float>(s.ta, s.tb, s.M, s.N, s.K, 1.0f, A.data(), lda, B.data(), ldb, 0.0f,
+                       C.data(), s.N);
+      });
+      const double gflops = 2.0 * s.M * s.N * s.K / (ms * 1e-3) * 1e-9;
+      const std::string op = std::string(s.ta ? "T" : "N") + (s.tb ? "T" : "N");
+      std::printf("%-28s %6lld %6lld %6lld %3s %7d %10.3f %9.1f\n", s.what,
+                  static_cast<long long>(s.M), static_cast<long long>(s.N),
+                  static_cast<long long>(s.K), op.c_str(), th, ms, gflops);
+      std::fflush(stdout);
+    }
+  }
+}
+
+// Attention-like batches: per head scores = Q K^T ([T,Dh]x[Dh,T]) and out = P V ([T,T]x[T,Dh]).
+void batched_table(const std::vector<int>& threads) {
+  std::printf("\nbatched sgemm, %s\n",
+              "loop = one BLAS call per matrix (BLAS threads), by-batch = OpenMP over matrices "
+              "(BLAS single-threaded inside); chosen = what kernels::gemm_batched does");
+  std::printf("%-8s %5s %5s %5s %5s %7s %12s %12s %12s %9s\n", "what", "batch", "M", "N", "K",
+              "threads", "loop GF/s", "by-batch GF/s", "chosen GF/s", "MFLOP/mat");
+  const int64_t Dh = 64, heads = 32;
+  for (int64_t T : {128, 256, 512, 1024}) {
+    for (int which = 0; which < 2; ++which) {
+      const bool qk = which == 0;
+      const int64_t M = T, N = qk ? T : Dh, K = qk ? Dh : T;
+      const auto A = filled(static_cast<size_t>(heads * M * K), 1e-2f);
+      const auto B = filled(static_cast<size_t>(heads * K * N), 1e-2f);
+      std::vector<float> C(static_cast<size_t>(heads * M * N));
+      const int64_t lda = K, ldb = qk ? K : N;  // QK^T: B is K stored [T,Dh], transposed
+      const double flops = 2.0 * M * N * K * heads;
+      for (int th : threads) {
+        omp_set_num_threads(th);
+        const double loop = best_ms([&] {
+          for (int64_t b = 0; b < heads; ++b) {
+            k::gemm<float>(false, qk, M, N, K, 1.0f, A.data() + b * M * K, lda,
+                           B.data() + b * K * N, ldb, 0.0f, C.data() + b * M * N, N);
+          }
+        });
+        const double by_batch = best_ms([&] {
+#pragma omp parallel for schedule(static)
+          for (int64_t b = 0; b < heads; ++b) {
+            k::gemm<float>(false, qk, M, N, K, 1.0f, A.data() + b * M * K, lda,
+                           B.data() + b * K * N, ldb, 0.0f, C.data() + b * M * N, N);
+          }
+        });
+        const double chosen = best_ms([&] {
+          k::gemm_batched<float>(heads, false, qk, M, N, K, 1.0f, A.data(), M * K, B.data(), K * N,
+                                 0.0f, C.data(), M * N);
+        });
+        auto gf = [&](double ms) { return flops / (ms * 1e-3) * 1e-9; };
+        std::printf("%-8s %5lld %5lld %5lld %5lld %7d %12.1f %12.1f %12.1f %9.1f\n",
+                    qk ? "QK^T" : "PV", static_cast<long long>(heads), static_cast<long long>(M),
+                    static_cast<long long>(N), static_cast<long long>(K), th, gf(loop),
+                    gf(by_batch), gf(chosen), 2.0 * M * N * K * 1e-6);
+        std::fflush(stdout);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<int> threads = {1, 2};
+  bool big = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--seconds" && i + 1 < argc) {
+      g_seconds = std::atof(argv[++i]);
+    } else if (a == "--threads" && i + 1 < argc) {
+      threads.clear();
+      for (const std::string& t : fusetune::split(argv[++i], ',')) threads.push_back(std::stoi(t));
+    } else if (a == "--big") {
+      big = true;
+    } else {
+      std::fprintf(stderr, "usage: bench_gemm [--seconds S] [--threads 1,2] [--big]\n");
+      return 2;
+    }
+  }
+  std::printf("%s, OpenMP max threads %d\n\n", k::blas_description().c_str(),
+              omp_get_max_threads());
+
+  std::vector<Shape> shapes;
+  for (int64_t n : {256, 512, 1024, 2048}) shapes.push_back({"square", n, n, n, false, false});
+  // Training-like: 1024 tokens through a linear layer y = x W^T (W stored [N,K]).
+  for (int64_t K : {256, 512}) {
+    for (int64_t N : {768, 1408, 32000})
+      shapes.push_back({"linear fwd x W^T", 1024, N, K, false, true});
+    if (big) shapes.push_back({"linear fwd x W^T", 1024, 128256, K, false, true});
+  }
+  // The backward GEMMs of one layer: dX = dY W and dW = dY^T X.
+  shapes.push_back({"linear bwd dX = dY W", 1024, 512, 1408, false, false});
+  shapes.push_back({"linear bwd dW = dY^T X", 1408, 512, 1024, true, false});
+  shapes.push_back({"lm head bwd dX = dY W", 1024, 512, 32000, false, false});
+  shapes.push_back({"lm head bwd dW = dY^T X", 32000, 512, 1024, true, false});
+  gemm_table(shapes, threads);
+  batched_table(threads);
+
+  std::printf("\nmeasure_peak_gemm_gflops(1024):");
+  for (int th : threads) {
+    omp_set_num_threads(th);
+    std::printf("  %d thread(s) %.1f GFLOP/s", th, k::measure_peak_gemm_gflops(1024));
+  }
+  std::printf("\n");
+  return 0;
+}

@@ -1,0 +1,83 @@
+// RMSNorm (Llama): y = x / sqrt(mean(x^2) + eps) * w over rows of length D. The mean of squares
+// and the backward's row dot product accumulate in double.
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "fusetune/kernels/cpu/kernels.h"
+#include "fusetune/kernels/cpu/parallel.h"
+#include "fusetune/util/error.h"
+
+namespace fusetune::kernels {
+namespace {
+
+void check_sizes(const char* op, int64_t rows, int64_t D, double eps) {
+  FT_CHECK(rows >= 0 && D >= 1, std::string(op) + ": bad shape rows=" + std::to_string(rows) +
+                                    " D=" + std::to_string(D));
+  FT_CHECK(eps >= 0.0, std::string(op) + ": eps must be >= 0, got " + std::to_string(eps));
+}
+
+// 1 / sqrt(mean(x^2) + eps) for one row.
+template <class T>
+double inv_rms(const T* x, int64_t D, double eps) {
+  double ss = 0.0;
+#pragma omp simd reduction(+ : ss)
+  for (int64_t j = 0; j < D; ++j) ss += static_cast<double>(x[j]) * static_cast<double>(x[j]);
+  return 1.0 / std::sqrt(ss / static_cast<double>(D) + eps);
+}
+
+}  // namespace
+
+template <class T>
+void rmsnorm_forward(const T* x, const T* w, T* y, int64_t rows, int64_t D, double eps) {
+  check_sizes("rmsnorm_forward", rows, D, eps);
+#pragma omp parallel for schedule(static) if (rows * D >= detail::kParallelMin)
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* xr = x + r * D;
+    T* yr = y + r * D;
+    const T rstd = static_cast<T>(inv_rms(xr, D, eps));
+    // (x * rstd) * w, the order of Hugging Face's LlamaRMSNorm.
+#pragma omp simd
+    for (int64_t j = 0; j < D; ++j) yr[j] = (xr[j] * rstd) * w[j];
+  }
+}
+
+// With r = rstd: dx_k = r w_k dy_k - (r^3 / D) x_k sum_j(dy_j w_j x_j); dw_j = sum_rows dy_j x_j r.
+template <class T>
+void rmsnorm_backward(const T* x, const T* w, const T* dy, T* dx, T* dw, int64_t rows, int64_t D,
+                      double eps) {
+  check_sizes("rmsnorm_backward", rows, D, eps);
+  std::vector<double> rstd(dw != nullptr ? static_cast<size_t>(rows) : 0);
+#pragma omp parallel for schedule(static) if (rows * D >= detail::kParallelMin)
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* xr = x + r * D;
+    const T* dyr = dy + r * D;
+    T* dxr = dx + r * D;
+    const double rs = inv_rms(xr, D, eps);
+    if (dw != nullptr) rstd[r] = rs;
+    double dot = 0.0;
+#pragma omp simd reduction(+ : dot)
+    for (int64_t j = 0; j < D; ++j) {
+      dot += static_cast<double>(dyr[j]) * static_cast<double>(w[j]) * static_cast<double>(xr[j]);
+    }
+    const T a = static_cast<T>(rs);
+    const T b = static_cast<T>(rs * rs * rs * dot / static_cast<double>(D));
+#pragma omp simd
+    for (int64_t j = 0; j < D; ++j) dxr[j] = a * w[j] * dyr[j] - b * xr[j];
+  }
+  if (dw != nullptr) {
+    detail::column_sum(rows, D, dw, [&](int64_t r, int64_t j) {
+      return static_cast<double>(dy[r * D + j]) * static_cast<double>(x[r * D + j]) * rstd[r];
+    });
+  }
+}
+
+template void rmsnorm_forward<float>(const float*, const float*, float*, int64_t, int64_t, double);
+template void rmsnorm_forward<double>(const double*, const double*, double*, int64_t, int64_t,
+                                      double);
+template void rmsnorm_backward<float>(const float*, const float*, const float*, float*, float*,
+                                      int64_t, int64_t, double);
+template void rmsnorm_backward<double>(const double*, const double*, const double*, double*,
+                                       double*, int64_t, int64_t, double);
+
+}  // namespace fusetune::kernels
