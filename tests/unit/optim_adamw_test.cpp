@@ -27,9 +27,8 @@ void set(Tensor& t, const std::vector<double>& v) {
 }
 
 const std::vector<double> kP0 = {0.5, -1.25, 2.0, 0.0, -0.1};
-const std::vector<std::vector<double>> kGrads = {{0.3, -0.2, 0.0, 1.5, -0.01},
-                                                 {-0.1, -0.4, 0.25, 1.0, 0.02},
-                                                 {0.05, 0.6, -0.3, -2.0, 0.0}};
+const std::vector<std::vector<double>> kGrads = {
+    {0.3, -0.2, 0.0, 1.5, -0.01}, {-0.1, -0.4, 0.25, 1.0, 0.02}, {0.05, 0.6, -0.3, -2.0, 0.0}};
 const std::vector<double> kLrs = {0.1, 0.05, 0.02};  // a schedule: lr differs per step
 
 // The textbook AdamW (decoupled decay, bias-corrected moments), written independently of the

@@ -72,8 +72,9 @@ TEST(OptimLRSchedule, RejectsBadArguments) {
 }
 
 TEST(OptimLRSchedule, ParseKind) {
-  EXPECT_EQ(parse_lr_schedule_kind("torchtune.training.lr_schedulers.get_cosine_schedule_with_warmup"),
-            LRScheduleKind::CosineWithWarmup);
+  EXPECT_EQ(
+      parse_lr_schedule_kind("torchtune.training.lr_schedulers.get_cosine_schedule_with_warmup"),
+      LRScheduleKind::CosineWithWarmup);
   EXPECT_EQ(parse_lr_schedule_kind("torchtune.modules.get_cosine_schedule_with_warmup"),
             LRScheduleKind::CosineWithWarmup);
   EXPECT_EQ(parse_lr_schedule_kind("transformers.get_linear_schedule_with_warmup"),

@@ -116,9 +116,9 @@ TEST(OptimState, AdamWSavedNamesAndSteps) {
   opt.save_state(saved);
   std::vector<std::string> names;
   for (const auto& kv : saved) names.push_back(kv.first);
-  EXPECT_EQ(names, (std::vector<std::string>{"layer.a.exp_avg", "layer.a.exp_avg_sq", "layer.a.step",
-                                             "layer.b.exp_avg", "layer.b.exp_avg_sq",
-                                             "layer.b.step"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"layer.a.exp_avg", "layer.a.exp_avg_sq", "layer.a.step",
+                                      "layer.b.exp_avg", "layer.b.exp_avg_sq", "layer.b.step"}));
   EXPECT_EQ(saved[0].second.shape(), (Shape{3, 4}));
   EXPECT_EQ(saved[2].second.dtype(), DType::I64);
   EXPECT_EQ(saved[2].second.data<int64_t>()[0], 2);

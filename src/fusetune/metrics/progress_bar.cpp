@@ -12,8 +12,7 @@ namespace fusetune {
 namespace {
 
 double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 // tqdm's bar glyphs: eighth blocks, then the full block.
@@ -33,8 +32,8 @@ std::string format_interval(double seconds) {
   return buf;
 }
 
-std::string format_progress_bar(const std::string& desc, int64_t n, int64_t total,
-                                double elapsed_s, int width) {
+std::string format_progress_bar(const std::string& desc, int64_t n, int64_t total, double elapsed_s,
+                                int width) {
   const double rate = elapsed_s > 0 ? double(n) / elapsed_s : 0;
   char rate_buf[48];
   if (rate <= 0)
@@ -45,8 +44,7 @@ std::string format_progress_bar(const std::string& desc, int64_t n, int64_t tota
     std::snprintf(rate_buf, sizeof rate_buf, "%5.2fs/it", 1 / rate);
   const std::string prefix = desc.empty() ? "" : desc + ": ";
   if (total <= 0)
-    return prefix + std::to_string(n) + "it [" + format_interval(elapsed_s) + ", " + rate_buf +
-           "]";
+    return prefix + std::to_string(n) + "it [" + format_interval(elapsed_s) + ", " + rate_buf + "]";
 
   const double frac = std::clamp(double(n) / double(total), 0.0, 1.0);
   char pct[16];
@@ -61,8 +59,8 @@ std::string format_progress_bar(const std::string& desc, int64_t n, int64_t tota
     bar += std::string(size_t(width - full - 1), ' ');
   }
   const std::string remaining = rate > 0 ? format_interval(double(total - n) / rate) : "?";
-  return prefix + pct + "|" + bar + "| " + std::to_string(n) + "/" + std::to_string(total) +
-         " [" + format_interval(elapsed_s) + "<" + remaining + ", " + rate_buf + "]";
+  return prefix + pct + "|" + bar + "| " + std::to_string(n) + "/" + std::to_string(total) + " [" +
+         format_interval(elapsed_s) + "<" + remaining + ", " + rate_buf + "]";
 }
 
 ProgressBar::ProgressBar(int64_t total, int fd, Mode mode)

@@ -10,8 +10,8 @@ namespace fusetune {
 
 // One rendering of the bar (no \r, no newline). total <= 0: unknown, shows "n it [...]".
 // elapsed_s <= 0: rate and remaining time are shown as "?".
-std::string format_progress_bar(const std::string& desc, int64_t n, int64_t total,
-                                double elapsed_s, int width = 10);
+std::string format_progress_bar(const std::string& desc, int64_t n, int64_t total, double elapsed_s,
+                                int width = 10);
 
 // tqdm's format_interval: "MM:SS", or "H:MM:SS" from one hour on.
 std::string format_interval(double seconds);

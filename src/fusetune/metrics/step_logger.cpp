@@ -17,13 +17,11 @@ namespace fs = std::filesystem;
 namespace {
 
 double unix_now_s() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 double steady_now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 // 1234567 -> "1.23M": the size of a parameter count at a glance.
@@ -51,7 +49,8 @@ std::string format_step_line(const StepMetrics& m) {
   if (m.peak_memory_alloc_bytes)
     line += " peak_memory_alloc:" + format_gib(double(*m.peak_memory_alloc_bytes));
   if (m.grad_norm) line += " grad_norm:" + format_fixed(*m.grad_norm, 4);
-  for (const MetricField& f : m.extra) line += " " + f.name + ":" + format_fixed(f.value, f.decimals);
+  for (const MetricField& f : m.extra)
+    line += " " + f.name + ":" + format_fixed(f.value, f.decimals);
   return line;
 }
 
@@ -60,11 +59,10 @@ std::string format_run_header(const RunHeader& h) {
   if (!h.recipe.empty()) rows.emplace_back("recipe", h.recipe);
   if (!h.model.empty()) rows.emplace_back("model", h.model);
   if (h.params_total > 0) {
-    std::string p = std::to_string(h.params_total) + " (" + short_count(h.params_total) +
-                    "), trainable " + std::to_string(h.params_trainable) + " (" +
-                    short_count(h.params_trainable) + ", " +
-                    format_fixed(100.0 * double(h.params_trainable) / double(h.params_total), 2) +
-                    "%)";
+    std::string p =
+        std::to_string(h.params_total) + " (" + short_count(h.params_total) + "), trainable " +
+        std::to_string(h.params_trainable) + " (" + short_count(h.params_trainable) + ", " +
+        format_fixed(100.0 * double(h.params_trainable) / double(h.params_total), 2) + "%)";
     rows.emplace_back("params", p);
   }
   if (h.threads > 0) rows.emplace_back("threads", std::to_string(h.threads));
@@ -112,8 +110,8 @@ StepLogger::StepLogger(StepLoggerOptions options)
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec || !fs::is_directory(dir))
-    throw Error("cannot create log directory '" + dir.string() + "': " +
-                (ec ? ec.message() : std::string("a file of that name is in the way")) +
+    throw Error("cannot create log directory '" + dir.string() +
+                "': " + (ec ? ec.message() : std::string("a file of that name is in the way")) +
                 " (check that output_dir is writable)");
   // torchtune's DiskLogger names the file after the unix time the run started.
   log_path_ = dir / ("log_" + std::to_string(int64_t(unix_now_s())) + ".txt");
@@ -137,8 +135,8 @@ StepLogger::~StepLogger() {
 void StepLogger::append(File& f, const fs::path& path, const std::string& text) {
   if (!f) return;
   errno = 0;
-  const bool ok = std::fwrite(text.data(), 1, text.size(), f.get()) == text.size() &&
-                  std::fflush(f.get()) == 0;
+  const bool ok =
+      std::fwrite(text.data(), 1, text.size(), f.get()) == text.size() && std::fflush(f.get()) == 0;
   if (!ok) {
     const std::string reason = errno ? std::strerror(errno) : "write failed";
     f.reset();  // report once, not on every later step
@@ -168,8 +166,8 @@ void StepLogger::log(const StepMetrics& m) {
 
 void StepLogger::progress(int64_t epoch, int64_t step, double loss) {
   if (!bar_.enabled()) return;
-  bar_.update(step, std::to_string(epoch) + "|" + std::to_string(step) +
-                        "|Loss: " + format_fixed(loss, 4));
+  bar_.update(
+      step, std::to_string(epoch) + "|" + std::to_string(step) + "|Loss: " + format_fixed(loss, 4));
 }
 
 void StepLogger::close() {

@@ -29,10 +29,10 @@ struct StepMetrics {
   int64_t epoch = 1;  // 1-based, as the progress bar shows it
   double loss = 0;    // printed with 4 decimals
   double lr = 0;      // printed as Python's repr: 2e-05, 3.6e-05, 0.0001
-  double tokens_per_second_per_gpu = 0;              // 2 decimals
-  std::optional<int64_t> peak_memory_alloc_bytes;    // printed in GiB, 2 decimals, when set
-  std::optional<double> grad_norm;                   // 4 decimals, when set (clip_grad_norm)
-  std::vector<MetricField> extra;                    // printed last, in order
+  double tokens_per_second_per_gpu = 0;            // 2 decimals
+  std::optional<int64_t> peak_memory_alloc_bytes;  // printed in GiB, 2 decimals, when set
+  std::optional<double> grad_norm;                 // 4 decimals, when set (clip_grad_norm)
+  std::vector<MetricField> extra;                  // printed last, in order
 };
 
 struct RunHeader {
@@ -41,8 +41,8 @@ struct RunHeader {
   int64_t params_total = 0;
   int64_t params_trainable = 0;
   int threads = 0;
-  std::string dtype;         // "fp32", "bf16"
-  std::string compile_mode;  // "false", "model", "true"
+  std::string dtype;                                       // "fp32", "bf16"
+  std::string compile_mode;                                // "false", "model", "true"
   std::vector<std::pair<std::string, std::string>> extra;  // more "key: value" lines
 };
 

@@ -11,7 +11,7 @@ namespace {
 constexpr int64_t kParallelMin = 1 << 15;
 
 struct Coefficients {
-  double decay;      // 1 - lr * weight_decay
+  double decay;  // 1 - lr * weight_decay
   double beta1, beta2;
   double step_size;  // lr / bias_correction1
   double bc2_sqrt;   // sqrt(bias_correction2)
@@ -49,9 +49,12 @@ void adamw_update(T* p, const T* g, T* m, T* v, int64_t n, const Coefficients& c
 
 AdamW::AdamW(AdamWOptions options) : options_(options) {
   const auto& o = options_;
-  FT_CHECK(o.beta1 >= 0 && o.beta1 < 1, "AdamW: beta1 must be in [0, 1), got " + std::to_string(o.beta1));
-  FT_CHECK(o.beta2 >= 0 && o.beta2 < 1, "AdamW: beta2 must be in [0, 1), got " + std::to_string(o.beta2));
-  FT_CHECK(o.eps >= 0 && std::isfinite(o.eps), "AdamW: eps must be >= 0, got " + std::to_string(o.eps));
+  FT_CHECK(o.beta1 >= 0 && o.beta1 < 1,
+           "AdamW: beta1 must be in [0, 1), got " + std::to_string(o.beta1));
+  FT_CHECK(o.beta2 >= 0 && o.beta2 < 1,
+           "AdamW: beta2 must be in [0, 1), got " + std::to_string(o.beta2));
+  FT_CHECK(o.eps >= 0 && std::isfinite(o.eps),
+           "AdamW: eps must be >= 0, got " + std::to_string(o.eps));
   FT_CHECK(o.weight_decay >= 0 && std::isfinite(o.weight_decay),
            "AdamW: weight_decay must be >= 0, got " + std::to_string(o.weight_decay));
 }
@@ -81,8 +84,12 @@ void AdamW::step(const std::vector<ParamRef>& params, double lr) {
     const double step = double(s.step);
     const double bc1 = 1 - std::pow(options_.beta1, step);
     const double bc2 = 1 - std::pow(options_.beta2, step);
-    const Coefficients c{1 - lr * options_.weight_decay, options_.beta1, options_.beta2, lr / bc1,
-                         std::sqrt(bc2), options_.eps};
+    const Coefficients c{1 - lr * options_.weight_decay,
+                         options_.beta1,
+                         options_.beta2,
+                         lr / bc1,
+                         std::sqrt(bc2),
+                         options_.eps};
     if (value.dtype() == DType::F32)
       adamw_update(value.data<float>(), p.grad->data<float>(), s.exp_avg.data<float>(),
                    s.exp_avg_sq.data<float>(), value.numel(), c);

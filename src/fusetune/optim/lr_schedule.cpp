@@ -12,10 +12,15 @@ namespace fusetune {
 
 LRSchedule::LRSchedule(LRScheduleKind kind, double base_lr, int64_t warmup, int64_t training,
                        double num_cycles)
-    : kind_(kind), base_lr_(base_lr), warmup_(warmup), training_(training), num_cycles_(num_cycles) {
+    : kind_(kind),
+      base_lr_(base_lr),
+      warmup_(warmup),
+      training_(training),
+      num_cycles_(num_cycles) {
   FT_CHECK(std::isfinite(base_lr) && base_lr >= 0,
            "lr schedule: base lr must be finite and >= 0, got " + std::to_string(base_lr));
-  FT_CHECK(warmup >= 0, "lr schedule: num_warmup_steps must be >= 0, got " + std::to_string(warmup));
+  FT_CHECK(warmup >= 0,
+           "lr schedule: num_warmup_steps must be >= 0, got " + std::to_string(warmup));
   FT_CHECK(training >= 0,
            "lr schedule: num_training_steps must be >= 0, got " + std::to_string(training));
   FT_CHECK(std::isfinite(num_cycles), "lr schedule: num_cycles must be finite");
@@ -29,13 +34,13 @@ LRSchedule LRSchedule::constant_with_warmup(double base_lr, int64_t num_warmup_s
 }
 LRSchedule LRSchedule::cosine_with_warmup(double base_lr, int64_t num_warmup_steps,
                                           int64_t num_training_steps, double num_cycles) {
-  return LRSchedule(LRScheduleKind::CosineWithWarmup, base_lr, num_warmup_steps,
-                    num_training_steps, num_cycles);
+  return LRSchedule(LRScheduleKind::CosineWithWarmup, base_lr, num_warmup_steps, num_training_steps,
+                    num_cycles);
 }
 LRSchedule LRSchedule::linear_with_warmup(double base_lr, int64_t num_warmup_steps,
                                           int64_t num_training_steps) {
-  return LRSchedule(LRScheduleKind::LinearWithWarmup, base_lr, num_warmup_steps,
-                    num_training_steps, 0.5);
+  return LRSchedule(LRScheduleKind::LinearWithWarmup, base_lr, num_warmup_steps, num_training_steps,
+                    0.5);
 }
 
 double LRSchedule::multiplier(int64_t step) const {
@@ -58,8 +63,8 @@ double LRSchedule::multiplier(int64_t step) const {
     }
     case LRScheduleKind::LinearWithWarmup:
       if (step < warmup_) return warmup_lambda();
-      return std::max(0.0, double(training_ - step) /
-                               double(std::max<int64_t>(1, training_ - warmup_)));
+      return std::max(0.0,
+                      double(training_ - step) / double(std::max<int64_t>(1, training_ - warmup_)));
   }
   return 1.0;
 }

@@ -10,10 +10,10 @@
 namespace fusetune {
 
 enum class LRScheduleKind {
-  Constant,              // lambda = 1
-  ConstantWithWarmup,    // transformers.get_constant_schedule_with_warmup
-  CosineWithWarmup,      // torchtune get_cosine_schedule_with_warmup
-  LinearWithWarmup,      // transformers.get_linear_schedule_with_warmup
+  Constant,            // lambda = 1
+  ConstantWithWarmup,  // transformers.get_constant_schedule_with_warmup
+  CosineWithWarmup,    // torchtune get_cosine_schedule_with_warmup
+  LinearWithWarmup,    // transformers.get_linear_schedule_with_warmup
 };
 
 class LRSchedule {

@@ -18,8 +18,8 @@ OptimizerKind parse_optimizer_kind(const std::string& component) {
   const std::vector<std::string> known = {"torch.optim.AdamW", "torch.optim.SGD", "AdamW", "SGD"};
   std::string hint = closest_match(component, known);
   throw Error("unknown optimizer '" + component + "'" +
-              (hint.empty() ? "" : " (did you mean '" + hint + "'?)") + "; supported: " +
-              join(known, ", "));
+              (hint.empty() ? "" : " (did you mean '" + hint + "'?)") +
+              "; supported: " + join(known, ", "));
 }
 
 namespace optim_detail {
@@ -51,9 +51,9 @@ Tensor StateReader::tensor(const std::string& key, const Shape& like, DType dtyp
 
 int64_t StateReader::step(const std::string& key) {
   const Tensor& t = find(key);
-  FT_CHECK(t.defined() && t.numel() == 1,
-           std::string(who_) + " state: entry '" + key + "' must hold one step count, has shape " +
-               shape_str(t.shape()));
+  FT_CHECK(t.defined() && t.numel() == 1, std::string(who_) + " state: entry '" + key +
+                                              "' must hold one step count, has shape " +
+                                              shape_str(t.shape()));
   // Accept integer and float encodings (torch stores steps as float32 tensors).
   const double v = element_as_double(t, 0);
   FT_CHECK(std::isfinite(v) && v >= 0 && v == std::floor(v) && v < 9.0e15,

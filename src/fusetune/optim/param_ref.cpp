@@ -19,9 +19,9 @@ void check_params(const std::vector<ParamRef>& params, const char* who) {
     if (!has_grad(p)) continue;
     FT_CHECK(p.grad->dtype() == dt, at + " has a " + dtype_name(p.grad->dtype()) +
                                         " gradient for a " + dtype_name(dt) + " value");
-    FT_CHECK(p.grad->shape() == p.value->shape(),
-             at + " has gradient shape " + shape_str(p.grad->shape()) + ", expected " +
-                 shape_str(p.value->shape()));
+    FT_CHECK(p.grad->shape() == p.value->shape(), at + " has gradient shape " +
+                                                      shape_str(p.grad->shape()) + ", expected " +
+                                                      shape_str(p.value->shape()));
   }
 }
 

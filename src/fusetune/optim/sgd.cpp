@@ -77,8 +77,8 @@ void SGD::step(const std::vector<ParamRef>& params, double lr) {
       sgd_update(value.data<float>(), p.grad->data<float>(), buf ? buf->data<float>() : nullptr,
                  first, value.numel(), c);
     else
-      sgd_update(value.data<double>(), p.grad->data<double>(),
-                 buf ? buf->data<double>() : nullptr, first, value.numel(), c);
+      sgd_update(value.data<double>(), p.grad->data<double>(), buf ? buf->data<double>() : nullptr,
+                 first, value.numel(), c);
   }
 }
 
@@ -93,8 +93,8 @@ void SGD::load_state(const TensorMap& state, const std::vector<ParamRef>& params
     optim_detail::StateReader reader(state, "SGD");
     if (options_.momentum != 0)
       for (const ParamRef& p : params)
-        loaded.emplace(p.name, reader.tensor(p.name + ".momentum_buffer", p.value->shape(),
-                                             p.value->dtype()));
+        loaded.emplace(
+            p.name, reader.tensor(p.name + ".momentum_buffer", p.value->shape(), p.value->dtype()));
     reader.expect_all_consumed();
   }
   momentum_buffer_ = std::move(loaded);
