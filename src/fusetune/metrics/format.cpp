@@ -25,7 +25,10 @@ std::string python_float_repr(double x) {
   std::string out = x < 0 ? "-" : "";
   if (decpt <= -4 || decpt > 16) {
     out += digits[0];
-    if (nd > 1) out += "." + digits.substr(1);
+    if (nd > 1) {
+      out += '.';
+      out.append(digits, 1);
+    }
     char ebuf[16];
     std::snprintf(ebuf, sizeof ebuf, "e%c%02d", exp10 < 0 ? '-' : '+', std::abs(exp10));
     return out + ebuf;

@@ -92,7 +92,11 @@ void ProgressBar::update(int64_t n, const std::string& desc) {
 void ProgressBar::redraw() {
   if (!enabled_ || !updated_) return;
   // \r to the line start, draw, then erase whatever a longer previous line left behind.
-  write_all("\r" + format_progress_bar(desc_, n_, total_, now_s() - start_s_) + "\033[K");
+  // (Appended piecewise: GCC 12 warns falsely (-Wrestrict) on "literal" + std::string.)
+  std::string line = "\r";
+  line += format_progress_bar(desc_, n_, total_, now_s() - start_s_);
+  line += "\033[K";
+  write_all(line);
   drawn_ = true;
 }
 
