@@ -243,3 +243,31 @@ TEST(MetricsProgressBar, DrawnOnlyWhenForcedOrATerminal) {
   EXPECT_NE(s.find("\r\033[K\r1|3|Loss"), std::string::npos) << s;  // cleared, then redrawn
   EXPECT_EQ(s.back(), '\n');
 }
+
+TEST(MetricsProgressBar, AutoModeDrawsOnATerminal) {
+  const int master = ::posix_openpt(O_RDWR | O_NOCTTY);
+  if (master < 0 || ::grantpt(master) != 0 || ::unlockpt(master) != 0) {
+    if (master >= 0) ::close(master);
+    GTEST_SKIP() << "no pseudo-terminal available";
+  }
+  const int slave = ::open(::ptsname(master), O_RDWR | O_NOCTTY);
+  ASSERT_GE(slave, 0);
+  std::ostringstream out;
+  {
+    StepLoggerOptions o;
+    o.out = &out;
+    o.total_steps = 4;
+    o.progress_fd = slave;
+    StepLogger log(o);
+    EXPECT_TRUE(log.progress_enabled());
+    log.progress(1, 1, 2.5);
+    log.close();
+  }
+  ::close(slave);
+  std::string s;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(master, buf, sizeof buf)) > 0;) s.append(buf, size_t(n));
+  ::close(master);
+  EXPECT_NE(s.find("1|1|Loss: 2.5000:  25%|"), std::string::npos) << s;
+  EXPECT_EQ(out.str(), "");  // the bar never goes to the step-line stream
+}
