@@ -75,7 +75,9 @@ class StepLogger {
   StepLogger& operator=(const StepLogger&) = delete;
 
   void header(const RunHeader& h);  // stdout and the log file
-  void log(const StepMetrics& m);   // the step line (stdout, log file) and the JSONL object
+  // The step line (stdout, log file) and the JSONL object. A failed file write (disk full)
+  // throws fusetune::Error naming the file, once; later writes to that file are skipped.
+  void log(const StepMetrics& m);
   // Any other line (a warning, "saved checkpoint to ..."): stdout and the log file, with the
   // progress bar moved out of the way.
   void message(const std::string& line);
