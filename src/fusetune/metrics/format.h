@@ -1,0 +1,17 @@
+#pragma once
+// Number formatting for log lines, matching what the same values look like in torchtune's
+// (Python) logs.
+#include <string>
+
+namespace fusetune {
+
+// Python's repr(float): the shortest digits that round-trip, in fixed notation when the
+// decimal exponent is in [-4, 16), else scientific with a signed, at least two-digit exponent.
+// 2e-05 -> "2e-05", 3.6e-05 -> "3.6e-05", 0.0001 -> "0.0001", 1.0 -> "1.0", 0 -> "0.0",
+// 1e16 -> "1e+16", nan -> "nan", inf -> "inf".
+std::string python_float_repr(double x);
+
+// Python's f"{x:.{decimals}f}" (printf "%.Nf": correctly rounded, "nan"/"inf" spelled so).
+std::string format_fixed(double x, int decimals);
+
+}  // namespace fusetune

@@ -1,0 +1,24 @@
+#pragma once
+// Gradient-norm clipping as torch.nn.utils.clip_grad_norm_ (norm_type 2, foreach off):
+//   total_norm = sqrt(sum of g^2 over every gradient element)   (accumulated in double)
+//   clip_coef  = max_norm / (total_norm + 1e-6)
+//   if clip_coef < 1: every gradient *= clip_coef              (in the gradient's dtype)
+// The sum is taken over fixed-size blocks combined in a fixed order, so the result is
+// bitwise the same for any thread count. Parameters without a gradient are skipped.
+//
+// A non-finite total norm (inf/nan gradients) is returned as is and the gradients are left
+// untouched: the recipe decides what to do (report it, skip the step). torch would instead
+// multiply every gradient by nan (or 0 for inf), destroying the evidence.
+#include <vector>
+
+#include "fusetune/optim/param_ref.h"
+
+namespace fusetune {
+
+// The L2 norm of all gradients together, without clipping.
+double grad_norm(const std::vector<ParamRef>& params);
+
+// Clips in place and returns the total norm before clipping. max_norm must be > 0.
+double clip_grad_norm(const std::vector<ParamRef>& params, double max_norm);
+
+}  // namespace fusetune
