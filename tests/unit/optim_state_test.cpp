@@ -40,8 +40,8 @@ bool same_bits(const Tensor& x, const Tensor& y) {
 }
 
 // Copies saved state into a map, as writing it to a file and reading it back would.
-TensorMap through_file(const NamedTensors& saved) {
-  TensorMap m;
+StateMap through_file(const NamedTensors& saved) {
+  StateMap m;
   for (const auto& [name, t] : saved) m[name] = t.clone();
   return m;
 }
@@ -69,7 +69,7 @@ void check_resume_is_bitwise(const Options& options, size_t expected_entries) {
   NamedTensors saved;
   resumed_state->save_state(saved);
   EXPECT_EQ(saved.size(), expected_entries);
-  TensorMap file = through_file(saved);
+  StateMap file = through_file(saved);
   resumed_state.reset();  // the first process is gone
 
   Model second(first);
@@ -143,7 +143,7 @@ TEST(OptimState, StepStoredAsFloatIsAccepted) {
   opt.step(p, 1e-3);
   NamedTensors saved;
   opt.save_state(saved);
-  TensorMap file = through_file(saved);
+  StateMap file = through_file(saved);
   Tensor f = Tensor::empty({}, DType::F32);  // torch's encoding: a float32 scalar
   f.data<float>()[0] = 5.0f;
   file["layer.a.step"] = f;
@@ -155,7 +155,7 @@ TEST(OptimState, StepStoredAsFloatIsAccepted) {
 
 namespace {
 
-std::string load_error(Optimizer& opt, const TensorMap& state, const std::vector<ParamRef>& p) {
+std::string load_error(Optimizer& opt, const StateMap& state, const std::vector<ParamRef>& p) {
   try {
     opt.load_state(state, p);
   } catch (const Error& e) {
@@ -174,35 +174,35 @@ TEST(OptimState, BadStateIsRejectedAndLeavesStateUnchanged) {
   opt.step(p, 1e-3);
   NamedTensors saved;
   opt.save_state(saved);
-  const TensorMap good = through_file(saved);
+  const StateMap good = through_file(saved);
 
   AdamW target;
   target.step(p, 1e-3);
   target.step(p, 1e-3);
   ASSERT_EQ(target.step_count("layer.a"), 2);
 
-  TensorMap missing = good;
+  StateMap missing = good;
   missing.erase("layer.b.exp_avg_sq");
   std::string err = load_error(target, missing, p);
   EXPECT_NE(err.find("missing entry 'layer.b.exp_avg_sq'"), std::string::npos) << err;
 
-  TensorMap wrong_shape = good;
+  StateMap wrong_shape = good;
   wrong_shape["layer.a.exp_avg"] = Tensor::zeros({4, 3}, DType::F32);
   err = load_error(target, wrong_shape, p);
   EXPECT_NE(err.find("'layer.a.exp_avg' has shape [4, 3], expected [3, 4]"), std::string::npos)
       << err;
 
-  TensorMap wrong_dtype = good;
+  StateMap wrong_dtype = good;
   wrong_dtype["layer.a.exp_avg"] = Tensor::zeros({3, 4}, DType::F64);
   err = load_error(target, wrong_dtype, p);
   EXPECT_NE(err.find("is F64, expected F32"), std::string::npos) << err;
 
-  TensorMap extra = good;
+  StateMap extra = good;
   extra["layer.c.exp_avg"] = Tensor::zeros({1}, DType::F32);
   err = load_error(target, extra, p);
   EXPECT_NE(err.find("unexpected entry 'layer.c.exp_avg'"), std::string::npos) << err;
 
-  TensorMap bad_step = good;
+  StateMap bad_step = good;
   Tensor neg = Tensor::empty({1}, DType::I64);
   neg.data<int64_t>()[0] = -3;
   bad_step["layer.a.step"] = neg;

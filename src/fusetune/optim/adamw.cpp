@@ -107,7 +107,7 @@ void AdamW::save_state(NamedTensors& out) const {
   }
 }
 
-void AdamW::load_state(const TensorMap& state, const std::vector<ParamRef>& params) {
+void AdamW::load_state(const StateMap& state, const std::vector<ParamRef>& params) {
   check_params(params, "AdamW");
   std::map<std::string, State> loaded;
   if (!state.empty()) {

@@ -33,7 +33,7 @@ class AdamW : public Optimizer {
   // Entries per parameter: "<param>.exp_avg", "<param>.exp_avg_sq" (the parameter's dtype
   // and shape) and "<param>.step" (I64, shape [1]).
   void save_state(NamedTensors& out) const override;
-  void load_state(const TensorMap& state, const std::vector<ParamRef>& params) override;
+  void load_state(const StateMap& state, const std::vector<ParamRef>& params) override;
   int64_t state_bytes() const override;
 
   const AdamWOptions& options() const { return options_; }

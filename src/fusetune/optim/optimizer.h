@@ -17,7 +17,8 @@
 namespace fusetune {
 
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
-using TensorMap = std::map<std::string, Tensor>;
+// Optimizer state by entry name ("<param>.exp_avg", ...), ordered for reproducible files.
+using StateMap = std::map<std::string, Tensor>;
 
 class Optimizer {
  public:
@@ -38,7 +39,7 @@ class Optimizer {
   // with matching shape and dtype, and no entry may be left over. An empty map means "no step
   // taken yet". Throws fusetune::Error naming the entry at fault; on error the current state
   // is unchanged. The tensors are copied (they may be read-only mapped file contents).
-  virtual void load_state(const TensorMap& state, const std::vector<ParamRef>& params) = 0;
+  virtual void load_state(const StateMap& state, const std::vector<ParamRef>& params) = 0;
 
   // Bytes held by the optimizer state (for memory breakdowns).
   virtual int64_t state_bytes() const = 0;
@@ -56,7 +57,7 @@ namespace optim_detail {
 // leftovers can be reported.
 class StateReader {
  public:
-  StateReader(const TensorMap& state, const char* who) : state_(state), who_(who) {}
+  StateReader(const StateMap& state, const char* who) : state_(state), who_(who) {}
   // A copy of state[key], which must have the shape of `like` and dtype `dtype`.
   Tensor tensor(const std::string& key, const Shape& like, DType dtype);
   // The step count stored in state[key]: one element, a non-negative integer.
@@ -66,7 +67,7 @@ class StateReader {
 
  private:
   const Tensor& find(const std::string& key);
-  const TensorMap& state_;
+  const StateMap& state_;
   const char* who_;
   std::set<std::string> consumed_;
 };

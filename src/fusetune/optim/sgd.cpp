@@ -86,7 +86,7 @@ void SGD::save_state(NamedTensors& out) const {
   for (const auto& [name, buf] : momentum_buffer_) out.emplace_back(name + ".momentum_buffer", buf);
 }
 
-void SGD::load_state(const TensorMap& state, const std::vector<ParamRef>& params) {
+void SGD::load_state(const StateMap& state, const std::vector<ParamRef>& params) {
   check_params(params, "SGD");
   std::map<std::string, Tensor> loaded;
   if (!state.empty()) {

@@ -29,7 +29,7 @@ class SGD : public Optimizer {
   void step(const std::vector<ParamRef>& params, double lr) override;
   // Entries per parameter (momentum != 0 only): "<param>.momentum_buffer".
   void save_state(NamedTensors& out) const override;
-  void load_state(const TensorMap& state, const std::vector<ParamRef>& params) override;
+  void load_state(const StateMap& state, const std::vector<ParamRef>& params) override;
   int64_t state_bytes() const override;
 
   const SGDOptions& options() const { return options_; }
