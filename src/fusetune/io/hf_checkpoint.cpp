@@ -22,7 +22,8 @@ bool is_floating(DType t) {
 }
 
 bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 // A shard name from an index must be a plain file name inside the checkpoint directory.
@@ -62,10 +63,14 @@ void write_text(const fs::path& p, const std::string& text) {
 
 const char* torch_dtype_name(DType t) {
   switch (t) {
-    case DType::BF16: return "bfloat16";
-    case DType::F16: return "float16";
-    case DType::F64: return "float64";
-    default: return "float32";
+    case DType::BF16:
+      return "bfloat16";
+    case DType::F16:
+      return "float16";
+    case DType::F64:
+      return "float64";
+    default:
+      return "float32";
   }
 }
 
@@ -105,8 +110,8 @@ const std::vector<std::string>& hf_side_files() {
 
 HFCheckpoint load_hf_checkpoint(const fs::path& dir, const std::vector<std::string>& files,
                                 DType target) {
-  FT_CHECK(is_floating(target),
-           std::string("cannot load a checkpoint as ") + dtype_name(target) + " (not a float type)");
+  FT_CHECK(is_floating(target), std::string("cannot load a checkpoint as ") + dtype_name(target) +
+                                    " (not a float type)");
   std::error_code ec;
   FT_CHECK(fs::is_directory(dir, ec),
            "checkpoint directory '" + dir.string() + "' does not exist or is not a directory");
@@ -147,9 +152,9 @@ HFCheckpoint load_hf_checkpoint(const fs::path& dir, const std::vector<std::stri
       shard_names.insert(name);
     }
     for (const auto& name : shard_names)
-      FT_CHECK(fs::is_regular_file(dir / name, ec),
-               idx + ": weight_map names shard '" + name + "', but " + (dir / name).string() +
-                   " does not exist");
+      FT_CHECK(fs::is_regular_file(dir / name, ec), idx + ": weight_map names shard '" + name +
+                                                        "', but " + (dir / name).string() +
+                                                        " does not exist");
     for (const auto& name : shard_names) add_file(dir / name);
     for (const auto& [tensor, file] : claims) {
       auto it = where.find(tensor);
@@ -166,8 +171,9 @@ HFCheckpoint load_hf_checkpoint(const fs::path& dir, const std::vector<std::stri
     std::string hint;
     if (fs::exists(dir / "pytorch_model.bin", ec) ||
         fs::exists(dir / "pytorch_model.bin.index.json", ec))
-      hint = " (pytorch_model.bin found: fusetune never loads pickle files; convert the "
-             "checkpoint to safetensors)";
+      hint =
+          " (pytorch_model.bin found: fusetune never loads pickle files; convert the "
+          "checkpoint to safetensors)";
     throw Error("checkpoint directory '" + dir.string() +
                 "' has neither model.safetensors nor model.safetensors.index.json" + hint);
   }
@@ -211,8 +217,8 @@ HFCheckpoint load_hf_checkpoint(const fs::path& dir, const std::vector<std::stri
   return ck;
 }
 
-void save_hf_checkpoint(const fs::path& dir, const ModelConfig& config,
-                        const NamedTensors& tensors, const SaveOptions& opt) {
+void save_hf_checkpoint(const fs::path& dir, const ModelConfig& config, const NamedTensors& tensors,
+                        const SaveOptions& opt) {
   const std::string out = dir.string();
   validate_model_config(config, out + "/config.json");
   FT_CHECK(is_floating(opt.dtype), std::string("cannot save a checkpoint as ") +
@@ -227,9 +233,8 @@ void save_hf_checkpoint(const fs::path& dir, const ModelConfig& config,
     FT_CHECK(seen.insert(name).second, "save " + out + ": tensor '" + name + "' given twice");
     FT_CHECK(t.defined(), "save " + out + ": tensor '" + name + "' is undefined");
     auto w = want.find(name);
-    FT_CHECK(w != want.end(),
-             "save " + out + ": '" + name + "' is not a parameter of this " + config.model_type +
-                 " model");
+    FT_CHECK(w != want.end(), "save " + out + ": '" + name + "' is not a parameter of this " +
+                                  config.model_type + " model");
     FT_CHECK(t.shape() == w->second, "save " + out + ": tensor '" + name + "' has shape " +
                                          shape_str(t.shape()) + " but the config implies " +
                                          shape_str(w->second));

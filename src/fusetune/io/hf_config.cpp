@@ -31,8 +31,7 @@ class Reader {
   }
   double number(const char* key, double def) const {
     if (!present(key)) return def;
-    FT_CHECK(j_[key].is_number(),
-             src_ + ": '" + key + "' must be a number, got " + j_[key].dump());
+    FT_CHECK(j_[key].is_number(), src_ + ": '" + key + "' must be a number, got " + j_[key].dump());
     return j_[key].get<double>();
   }
   bool boolean(const char* key, bool def) const {
@@ -43,13 +42,11 @@ class Reader {
   }
   std::string string(const char* key, const std::string& def) const {
     if (!present(key)) return def;
-    FT_CHECK(j_[key].is_string(),
-             src_ + ": '" + key + "' must be a string, got " + j_[key].dump());
+    FT_CHECK(j_[key].is_string(), src_ + ": '" + key + "' must be a string, got " + j_[key].dump());
     return j_[key].get<std::string>();
   }
   int64_t as_int(const json& v, const std::string& key) const {
-    FT_CHECK(v.is_number_integer(),
-             src_ + ": '" + key + "' must be an integer, got " + v.dump());
+    FT_CHECK(v.is_number_integer(), src_ + ": '" + key + "' must be an integer, got " + v.dump());
     if (v.is_number_unsigned())
       FT_CHECK(v.get<uint64_t>() <= uint64_t(std::numeric_limits<int64_t>::max()),
                src_ + ": '" + key + "' is too large: " + v.dump());
@@ -78,8 +75,7 @@ RopeScaling parse_rope_scaling(const json& rs, const std::string& src) {
   FT_CHECK(!type.empty(), src + ": 'rope_scaling' has neither 'rope_type' nor 'type'");
   if (type == "default") return out;  // plain RoPE spelled out
   auto need = [&](const char* key) {
-    FT_CHECK(r.present(key),
-             src + ": rope_scaling of type '" + type + "' needs '" + key + "'");
+    FT_CHECK(r.present(key), src + ": rope_scaling of type '" + type + "' needs '" + key + "'");
   };
   if (type == "linear") {
     need("factor");
@@ -119,15 +115,16 @@ void validate_model_config(const ModelConfig& c, const std::string& src) {
   FT_CHECK(c.num_attention_heads % c.num_key_value_heads == 0,
            src + ": num_key_value_heads (" + std::to_string(c.num_key_value_heads) +
                ") must divide num_attention_heads (" + std::to_string(c.num_attention_heads) + ")");
-  FT_CHECK(c.head_dim % 2 == 0,
-           src + ": head_dim must be even for rotary embeddings, got " + std::to_string(c.head_dim));
+  FT_CHECK(c.head_dim % 2 == 0, src + ": head_dim must be even for rotary embeddings, got " +
+                                    std::to_string(c.head_dim));
   FT_CHECK(c.rms_norm_eps > 0, src + ": 'rms_norm_eps' must be positive");
   FT_CHECK(c.rope_theta > 0, src + ": 'rope_theta' must be positive");
   FT_CHECK(c.sliding_window >= 0, src + ": 'sliding_window' must be positive or null");
   FT_CHECK(c.hidden_act == "silu" || c.hidden_act == "swish",
            src + ": hidden_act '" + c.hidden_act + "' is not supported (supported: silu)");
-  FT_CHECK(!c.mlp_bias, src + ": mlp_bias: true is not supported (no Llama-family "
-                              "checkpoint uses MLP biases)");
+  FT_CHECK(!c.mlp_bias, src +
+                            ": mlp_bias: true is not supported (no Llama-family "
+                            "checkpoint uses MLP biases)");
   // HF's llama/mistral `attention_bias` also puts a bias on o_proj; only Qwen2's q/k/v-only
   // biases are modelled here.
   FT_CHECK(!c.attention_bias || c.model_type == "qwen2",
@@ -149,7 +146,8 @@ void validate_model_config(const ModelConfig& c, const std::string& src) {
 }
 
 ModelConfig parse_model_config(const json& j, const std::string& src) {
-  FT_CHECK(j.is_object(), src + ": expected a JSON object, got a " + j.type_name());
+  FT_CHECK(j.is_object(),
+           src + ": expected a JSON object, got a JSON " + std::string(j.type_name()));
   Reader r(j, src);
   ModelConfig c;
   FT_CHECK(r.present("model_type"),
@@ -175,8 +173,9 @@ ModelConfig parse_model_config(const json& j, const std::string& src) {
     c.head_dim = c.hidden_size / c.num_attention_heads;
   }
   // transformers' per-architecture defaults.
-  c.max_position_embeddings =
-      r.integer("max_position_embeddings", qwen2 ? 32768 : mistral ? 4096 * 32 : 2048);
+  c.max_position_embeddings = r.integer("max_position_embeddings", qwen2     ? 32768
+                                                                   : mistral ? 4096 * 32
+                                                                             : 2048);
   c.rms_norm_eps = r.number("rms_norm_eps", 1e-6);
   c.rope_theta = r.number("rope_theta", 10000.0);
   c.tie_word_embeddings = r.boolean("tie_word_embeddings", false);
@@ -239,7 +238,7 @@ json model_config_to_json(const ModelConfig& c) {
     if (j.contains("rope_scaling") || c.model_type == "llama") j["rope_scaling"] = nullptr;
   } else {
     json o = j.contains("rope_scaling") && j["rope_scaling"].is_object() ? j["rope_scaling"]
-                                                                          : json::object();
+                                                                         : json::object();
     o.erase("type");
     o["rope_type"] = rs.rope_type;
     o["factor"] = rs.factor;
@@ -250,13 +249,15 @@ json model_config_to_json(const ModelConfig& c) {
     }
     j["rope_scaling"] = o;
   }
-  if (c.bos_token_id >= 0) j["bos_token_id"] = c.bos_token_id;
-  else if (j.contains("bos_token_id")) j["bos_token_id"] = nullptr;
+  if (c.bos_token_id >= 0)
+    j["bos_token_id"] = c.bos_token_id;
+  else if (j.contains("bos_token_id"))
+    j["bos_token_id"] = nullptr;
   std::vector<int64_t> eos = c.eos_token_ids;
   if (eos.empty() || eos.front() != c.eos_token_id)
     eos = c.eos_token_id >= 0 ? std::vector<int64_t>{c.eos_token_id} : std::vector<int64_t>{};
-  if (eos.size() > 1 || (eos.size() == 1 && j.contains("eos_token_id") &&
-                         j["eos_token_id"].is_array()))
+  if (eos.size() > 1 ||
+      (eos.size() == 1 && j.contains("eos_token_id") && j["eos_token_id"].is_array()))
     j["eos_token_id"] = eos;
   else if (eos.size() == 1)
     j["eos_token_id"] = eos.front();

@@ -9,7 +9,6 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
-#include <set>
 #include <tuple>
 
 #include <nlohmann/json.hpp>
@@ -53,8 +52,8 @@ TensorInfo parse_entry(const std::string& file, const std::string& name,
   const auto& dt = e["dtype"];
   if (!dt.is_string()) throw fail("'dtype' is a JSON " + json_kind(dt) + ", expected a string");
   if (!dtype_from_name(dt.get<std::string>(), &info.dtype))
-    throw fail("dtype '" + dt.get<std::string>() + "' is not supported (supported: " +
-               kSupportedDtypes + ")");
+    throw fail("dtype '" + dt.get<std::string>() +
+               "' is not supported (supported: " + kSupportedDtypes + ")");
   const auto& sh = e["shape"];
   if (!sh.is_array()) throw fail("'shape' is a JSON " + json_kind(sh) + ", expected an array");
   // numel * element size must fit in an int64 (so numel() and nbytes() cannot overflow).
@@ -76,8 +75,7 @@ TensorInfo parse_entry(const std::string& file, const std::string& name,
     throw fail("'data_offsets' " + off.dump() + " is not [begin, end] with non-negative integers");
   info.begin = off[0].get<uint64_t>();
   info.end = off[1].get<uint64_t>();
-  if (info.end < info.begin)
-    throw fail("data_offsets " + off.dump() + " end before they begin");
+  if (info.end < info.begin) throw fail("data_offsets " + off.dump() + " end before they begin");
   if (bytes != info.end - info.begin)
     throw fail("data_offsets " + off.dump() + " span " + std::to_string(info.end - info.begin) +
                " bytes but dtype " + dtype_name(info.dtype) + " and shape " +
@@ -108,9 +106,8 @@ SafetensorsFile SafetensorsFile::open(const fs::path& path) {
   int err = errno;
   ::close(fd);
   FT_CHECK(addr != MAP_FAILED, file + ": cannot mmap: " + std::strerror(err));
-  std::shared_ptr<const void> owner(addr, [size](const void* p) {
-    ::munmap(const_cast<void*>(p), size);
-  });
+  std::shared_ptr<const void> owner(
+      addr, [size](const void* p) { ::munmap(const_cast<void*>(p), size); });
   SafetensorsFile f = from_memory(addr, size, std::move(owner), file);
   f.writable_ = true;
   return f;
@@ -127,10 +124,11 @@ SafetensorsFile SafetensorsFile::from_memory(const void* data, size_t size,
                           " bytes; the 8-byte header length alone needs 8)");
   const uint64_t n = read_u64_le(bytes);
   FT_CHECK(n <= kMaxHeaderBytes, file + ": header length " + std::to_string(n) +
-                                     " is implausible (limit " +
-                                     std::to_string(kMaxHeaderBytes) + "); not a safetensors file?");
-  FT_CHECK(n <= size - 8, file + ": header length " + std::to_string(n) + " runs past the end of the " +
-                              std::to_string(size) + "-byte file; file truncated?");
+                                     " is implausible (limit " + std::to_string(kMaxHeaderBytes) +
+                                     "); not a safetensors file?");
+  FT_CHECK(n <= size - 8, file + ": header length " + std::to_string(n) +
+                              " runs past the end of the " + std::to_string(size) +
+                              "-byte file; file truncated?");
   FT_CHECK(n >= 2 && bytes[8] == '{',
            file + ": header does not start with '{'; not a safetensors file?");
   nlohmann::ordered_json header;
@@ -139,8 +137,8 @@ SafetensorsFile SafetensorsFile::from_memory(const void* data, size_t size,
   } catch (const nlohmann::json::exception& e) {
     throw Error(file + ": header is not valid JSON (" + e.what() + ")");
   }
-  FT_CHECK(header.is_object(), file + ": header is a JSON " + header.type_name() +
-                                   ", expected an object");
+  FT_CHECK(header.is_object(),
+           file + ": header is a JSON " + header.type_name() + ", expected an object");
   const uint64_t data_size = size - 8 - n;
   f.data_ = bytes + 8 + n;
 
@@ -177,7 +175,8 @@ SafetensorsFile SafetensorsFile::from_memory(const void* data, size_t size,
     FT_CHECK(b >= pos, file + ": tensor '" + *tname + "' (bytes " + std::to_string(b) + ".." +
                            std::to_string(e) + ") overlaps tensor '" + (prev ? *prev : "") + "'");
     FT_CHECK(b == pos, file + ": gap in the data section before tensor '" + *tname + "' (bytes " +
-                           std::to_string(pos) + ".." + std::to_string(b) + " belong to no tensor)");
+                           std::to_string(pos) + ".." + std::to_string(b) +
+                           " belong to no tensor)");
     pos = e;
     prev = tname;
   }
@@ -266,9 +265,9 @@ void save_safetensors(const fs::path& path, const NamedTensors& tensors,
   const fs::path tmp = unique_sibling(path, ".tmp");
   try {
     detail::write_safetensors(tmp, tensors, metadata, std::nullopt);
-    FT_CHECK(::rename(tmp.c_str(), path.c_str()) == 0,
-             "cannot rename '" + tmp.string() + "' to '" + path.string() + "': " +
-                 std::strerror(errno));
+    FT_CHECK(
+        ::rename(tmp.c_str(), path.c_str()) == 0,
+        "cannot rename '" + tmp.string() + "' to '" + path.string() + "': " + std::strerror(errno));
   } catch (...) {
     ::unlink(tmp.c_str());
     throw;

@@ -138,7 +138,7 @@ void write_file_atomic(const fs::path& path, std::string_view bytes) {
 // --- AtomicDirectory ---
 
 AtomicDirectory::AtomicDirectory(fs::path final_dir) : final_(strip_trailing_slash(final_dir)) {
-  FT_CHECK(!final_.empty() && final_.filename() != "." && final_.filename() != "..",
+  FT_CHECK(final_.has_filename() && final_.filename() != "." && final_.filename() != "..",
            "invalid output directory " + quoted(final_dir));
   std::error_code ec;
   if (final_.has_parent_path()) fs::create_directories(final_.parent_path(), ec);
