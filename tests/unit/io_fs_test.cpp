@@ -83,6 +83,20 @@ TEST(IoFs, AtomicDirectoryPublishesOnCommitOnly) {
   EXPECT_EQ(entries(tmp.path()), std::vector<std::string>{"ckpt"});
 }
 
+TEST(IoFs, AtomicDirectoryFallbackWithoutRenameExchange) {
+  TempDir tmp;
+  detail::set_rename_exchange_enabled(false);
+  const fs::path final_dir = tmp / "ckpt";
+  for (const char* v : {"one", "two", "three"}) {
+    AtomicDirectory d(final_dir);
+    write_file_atomic(d.path() / (std::string(v) + ".txt"), v);
+    d.commit();
+    EXPECT_EQ(entries(final_dir), std::vector<std::string>{std::string(v) + ".txt"});
+    EXPECT_EQ(entries(tmp.path()), std::vector<std::string>{"ckpt"});  // old removed
+  }
+  detail::set_rename_exchange_enabled(true);
+}
+
 TEST(IoFs, AtomicDirectoryWithoutCommitRemovesTempAndKeepsOld) {
   TempDir tmp;
   const fs::path final_dir = tmp / "out" / "ckpt";  // parent created on demand

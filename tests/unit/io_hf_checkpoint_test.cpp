@@ -363,6 +363,19 @@ TEST(IoHfCheckpoint, SaveReplacesOldCheckpointWholly) {
   EXPECT_EQ(entries(tmp / "ck"), (std::vector<std::string>{"config.json", "model.safetensors"}));
   expect_same_values(load_hf_checkpoint(tmp / "ck"), t2);
   EXPECT_EQ(entries(tmp.path()), std::vector<std::string>{"ck"});
+
+  // Save over the directory the tensors are still mapped from (load, edit, save in place).
+  HFCheckpoint ck = load_hf_checkpoint(tmp / "ck");
+  NamedTensors again;
+  for (const auto& [name, shape] : expected_parameters(c))
+    again.push_back({name, ck.tensors.at(name)});
+  again[0].second.data<float>()[0] = 7.0f;  // copy-on-write: the file on disk is not touched
+  save_hf_checkpoint(tmp / "ck", c, again, with_shard_limit(1024));
+  NamedTensors expect = t2;
+  expect[0].second = expect[0].second.clone();
+  expect[0].second.data<float>()[0] = 7.0f;
+  expect_same_values(load_hf_checkpoint(tmp / "ck"), expect);
+  expect_same_values(ck, expect);  // the old mapping stays valid after the swap
 }
 
 // A shard write fails midway (file size limit -> EFBIG). The previous checkpoint must stay

@@ -158,6 +158,13 @@ TEST(IoHfConfig, BadConfigsNameTheKey) {
   expect_error(j, {"attention_bias"});
 
   expect_error(json::array({1}), {"expected a JSON object"});
+
+  // A qwen2 config built in code without biases could not round-trip through config.json.
+  json q = llama();
+  q["model_type"] = "qwen2";
+  ModelConfig qc = parse_model_config(q);
+  qc.attention_bias = false;
+  EXPECT_THROW(validate_model_config(qc), Error);
 }
 
 TEST(IoHfConfig, ToJsonRoundTripsAndKeepsUnknownKeys) {

@@ -215,6 +215,10 @@ TEST(IoSafetensors, RejectsBadEntries) {
                              R"("data_offsets":[0,8]}})",
                              kGoodData),
                     {"tensor 'w'", "too large"});
+  // Names with control characters are escaped: the message stays one line.
+  expect_open_error(
+      raw_file(R"({"a\nb":{"dtype":"U8","shape":[8],"data_offsets":[0,8]}})", kGoodData),
+      {"tensor 'a\\x0ab'", "dtype 'U8'"});
   expect_open_error(raw_file(R"({"__metadata__":{"format":1}})", ""), {"__metadata__", "format"});
   expect_open_error(raw_file(R"({"__metadata__":[1]})", ""), {"__metadata__"});
 }

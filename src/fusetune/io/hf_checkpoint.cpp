@@ -125,8 +125,8 @@ HFCheckpoint load_hf_checkpoint(const fs::path& dir, const std::vector<std::stri
     opened.push_back(SafetensorsFile::open(p));
     for (const auto& name : opened.back().names()) {
       auto [it, fresh] = where.emplace(name, opened.size() - 1);
-      FT_CHECK(fresh, "tensor '" + name + "' is in both " + opened[it->second].path() + " and " +
-                          p.string());
+      FT_CHECK(fresh, "tensor '" + printable(name) + "' is in both " + opened[it->second].path() +
+                          " and " + p.string());
     }
   };
   const fs::path index_path = dir / "model.safetensors.index.json";
@@ -188,8 +188,9 @@ HFCheckpoint load_hf_checkpoint(const fs::path& dir, const std::vector<std::stri
     if (ends_with(name, ".rotary_emb.inv_freq")) continue;  // a buffer old exports include
     if (name == "lm_head.weight" && ck.config.tie_word_embeddings) continue;  // tied: unused
     auto w = want.find(name);
-    FT_CHECK(w != want.end(), "unexpected tensor '" + name + "' in " + f.path() + ": not a " +
-                                  ck.config.model_type + " parameter for this config.json" +
+    FT_CHECK(w != want.end(), "unexpected tensor '" + printable(name) + "' in " + f.path() +
+                                  ": not a " + ck.config.model_type +
+                                  " parameter for this config.json" +
                                   unexpected_hint(name, ck.config, expected_names));
     const TensorInfo& info = f.info(name);
     FT_CHECK(info.shape == w->second, "tensor '" + name + "' in " + f.path() + " has shape " +
@@ -289,6 +290,7 @@ void save_hf_checkpoint(const fs::path& dir, const ModelConfig& config, const Na
   }
   json cfg = model_config_to_json(config);
   cfg["torch_dtype"] = torch_dtype_name(opt.dtype);
+  if (cfg.contains("dtype")) cfg["dtype"] = torch_dtype_name(opt.dtype);  // newer transformers
   write_text(staging.path() / "config.json", cfg.dump(2) + "\n");
   if (!opt.copy_files_from.empty()) {
     for (const auto& name : hf_side_files()) {

@@ -1,5 +1,6 @@
 #include "fusetune/io/hf_config.h"
 
+#include <cmath>
 #include <limits>
 #include <vector>
 
@@ -100,25 +101,30 @@ RopeScaling parse_rope_scaling(const json& rs, const std::string& src) {
 }  // namespace
 
 void validate_model_config(const ModelConfig& c, const std::string& src) {
-  auto positive = [&](const char* key, int64_t v) {
+  // Upper bounds far above any real model keep shape arithmetic (V * D, ...) from overflowing.
+  auto positive = [&](const char* key, int64_t v, int64_t limit = int64_t(1) << 24) {
     FT_CHECK(v > 0, src + ": '" + key + "' must be positive, got " + std::to_string(v));
+    FT_CHECK(v <= limit, src + ": '" + key + "' = " + std::to_string(v) +
+                             " is implausibly large (limit " + std::to_string(limit) + ")");
   };
   check_model_type(c.model_type, src);
   positive("vocab_size", c.vocab_size);
   positive("hidden_size", c.hidden_size);
   positive("intermediate_size", c.intermediate_size);
-  positive("num_hidden_layers", c.num_hidden_layers);
+  positive("num_hidden_layers", c.num_hidden_layers, 100000);
   positive("num_attention_heads", c.num_attention_heads);
   positive("num_key_value_heads", c.num_key_value_heads);
   positive("head_dim", c.head_dim);
-  positive("max_position_embeddings", c.max_position_embeddings);
+  positive("max_position_embeddings", c.max_position_embeddings, int64_t(1) << 40);
   FT_CHECK(c.num_attention_heads % c.num_key_value_heads == 0,
            src + ": num_key_value_heads (" + std::to_string(c.num_key_value_heads) +
                ") must divide num_attention_heads (" + std::to_string(c.num_attention_heads) + ")");
   FT_CHECK(c.head_dim % 2 == 0, src + ": head_dim must be even for rotary embeddings, got " +
                                     std::to_string(c.head_dim));
-  FT_CHECK(c.rms_norm_eps > 0, src + ": 'rms_norm_eps' must be positive");
-  FT_CHECK(c.rope_theta > 0, src + ": 'rope_theta' must be positive");
+  FT_CHECK(c.rms_norm_eps > 0 && std::isfinite(c.rms_norm_eps),
+           src + ": 'rms_norm_eps' must be positive and finite");
+  FT_CHECK(c.rope_theta > 0 && std::isfinite(c.rope_theta),
+           src + ": 'rope_theta' must be positive and finite");
   FT_CHECK(c.sliding_window >= 0, src + ": 'sliding_window' must be positive or null");
   FT_CHECK(c.hidden_act == "silu" || c.hidden_act == "swish",
            src + ": hidden_act '" + c.hidden_act + "' is not supported (supported: silu)");
@@ -127,6 +133,10 @@ void validate_model_config(const ModelConfig& c, const std::string& src) {
                             "checkpoint uses MLP biases)");
   // HF's llama/mistral `attention_bias` also puts a bias on o_proj; only Qwen2's q/k/v-only
   // biases are modelled here.
+  // Qwen2's config.json has no attention_bias key (the biases are always there), so a qwen2
+  // config without them could not be saved and loaded back as the same model.
+  FT_CHECK(c.attention_bias || c.model_type != "qwen2",
+           src + ": model_type 'qwen2' always has q/k/v biases (attention_bias must be true)");
   FT_CHECK(!c.attention_bias || c.model_type == "qwen2",
            src + ": attention_bias: true is not supported for model_type '" + c.model_type +
                "' (only qwen2's q/k/v biases are)");
@@ -135,9 +145,11 @@ void validate_model_config(const ModelConfig& c, const std::string& src) {
     FT_CHECK(rs.rope_type == "llama3" || rs.rope_type == "linear",
              src + ": rope_scaling type '" + rs.rope_type +
                  "' is not supported (supported: llama3, linear)");
-    FT_CHECK(rs.factor > 0, src + ": rope_scaling 'factor' must be positive");
+    FT_CHECK(rs.factor > 0 && std::isfinite(rs.factor),
+             src + ": rope_scaling 'factor' must be positive and finite");
     if (rs.rope_type == "llama3") {
-      FT_CHECK(rs.low_freq_factor > 0 && rs.low_freq_factor < rs.high_freq_factor,
+      FT_CHECK(rs.low_freq_factor > 0 && rs.low_freq_factor < rs.high_freq_factor &&
+                   std::isfinite(rs.high_freq_factor),
                src + ": rope_scaling needs 0 < low_freq_factor < high_freq_factor");
       FT_CHECK(rs.original_max_position_embeddings > 0,
                src + ": rope_scaling 'original_max_position_embeddings' must be positive");

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <tuple>
@@ -43,7 +44,7 @@ std::string json_kind(const nlohmann::ordered_json& j) { return j.type_name(); }
 TensorInfo parse_entry(const std::string& file, const std::string& name,
                        const nlohmann::ordered_json& e) {
   auto fail = [&](const std::string& what) {
-    return Error(file + ": tensor '" + name + "': " + what);
+    return Error(file + ": tensor '" + printable(name) + "': " + what);
   };
   if (!e.is_object()) throw fail("header entry is a JSON " + json_kind(e) + ", expected an object");
   for (const char* key : {"dtype", "shape", "data_offsets"})
@@ -52,7 +53,7 @@ TensorInfo parse_entry(const std::string& file, const std::string& name,
   const auto& dt = e["dtype"];
   if (!dt.is_string()) throw fail("'dtype' is a JSON " + json_kind(dt) + ", expected a string");
   if (!dtype_from_name(dt.get<std::string>(), &info.dtype))
-    throw fail("dtype '" + dt.get<std::string>() +
+    throw fail("dtype '" + printable(dt.get<std::string>()) +
                "' is not supported (supported: " + kSupportedDtypes + ")");
   const auto& sh = e["shape"];
   if (!sh.is_array()) throw fail("'shape' is a JSON " + json_kind(sh) + ", expected an array");
@@ -84,6 +85,20 @@ TensorInfo parse_entry(const std::string& file, const std::string& name,
 }
 
 }  // namespace
+
+std::string printable(std::string_view s) {
+  std::string out;
+  for (unsigned char ch : s) {
+    if (ch < 0x20 || ch == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", ch);
+      out += buf;
+    } else {
+      out += char(ch);
+    }
+  }
+  return out;
+}
 
 SafetensorsFile SafetensorsFile::open(const fs::path& path) {
   const std::string file = path.string();
@@ -147,18 +162,20 @@ SafetensorsFile SafetensorsFile::from_memory(const void* data, size_t size,
       FT_CHECK(value.is_object(), file + ": '__metadata__' is a JSON " + value.type_name() +
                                       ", expected an object of strings");
       for (const auto& [mk, mv] : value.items()) {
-        FT_CHECK(mv.is_string(), file + ": '__metadata__' entry '" + mk + "' is a JSON " +
-                                     mv.type_name() + ", expected a string");
+        FT_CHECK(mv.is_string(), file + ": '__metadata__' entry '" + printable(mk) +
+                                     "' is a JSON " + mv.type_name() + ", expected a string");
         f.metadata_[mk] = mv.get<std::string>();
       }
       continue;
     }
     TensorInfo info = parse_entry(file, key, value);
-    FT_CHECK(info.end <= data_size,
-             file + ": tensor '" + key + "': data_offsets [" + std::to_string(info.begin) + ", " +
-                 std::to_string(info.end) + "] run past the end of the " +
-                 std::to_string(data_size) + "-byte data section; file truncated?");
-    FT_CHECK(f.infos_.emplace(key, info).second, file + ": tensor '" + key + "' appears twice");
+    FT_CHECK(info.end <= data_size, file + ": tensor '" + printable(key) + "': data_offsets [" +
+                                        std::to_string(info.begin) + ", " +
+                                        std::to_string(info.end) + "] run past the end of the " +
+                                        std::to_string(data_size) +
+                                        "-byte data section; file truncated?");
+    FT_CHECK(f.infos_.emplace(key, info).second,
+             file + ": tensor '" + printable(key) + "' appears twice");
     f.names_.push_back(key);
   }
 
@@ -172,10 +189,11 @@ SafetensorsFile SafetensorsFile::from_memory(const void* data, size_t size,
   uint64_t pos = 0;
   const std::string* prev = nullptr;
   for (const auto& [b, e, tname] : spans) {
-    FT_CHECK(b >= pos, file + ": tensor '" + *tname + "' (bytes " + std::to_string(b) + ".." +
-                           std::to_string(e) + ") overlaps tensor '" + (prev ? *prev : "") + "'");
-    FT_CHECK(b == pos, file + ": gap in the data section before tensor '" + *tname + "' (bytes " +
-                           std::to_string(pos) + ".." + std::to_string(b) +
+    FT_CHECK(b >= pos, file + ": tensor '" + printable(*tname) + "' (bytes " + std::to_string(b) +
+                           ".." + std::to_string(e) + ") overlaps tensor '" +
+                           printable(prev ? *prev : "") + "'");
+    FT_CHECK(b == pos, file + ": gap in the data section before tensor '" + printable(*tname) +
+                           "' (bytes " + std::to_string(pos) + ".." + std::to_string(b) +
                            " belong to no tensor)");
     pos = e;
     prev = tname;
@@ -188,7 +206,7 @@ SafetensorsFile SafetensorsFile::from_memory(const void* data, size_t size,
 
 const TensorInfo& SafetensorsFile::info(const std::string& name) const {
   auto it = infos_.find(name);
-  FT_CHECK(it != infos_.end(), name_ + ": no tensor '" + name + "'");
+  FT_CHECK(it != infos_.end(), name_ + ": no tensor '" + printable(name) + "'");
   return it->second;
 }
 

@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -52,6 +53,9 @@ class SafetensorsFile {
   std::map<std::string, TensorInfo> infos_;
   std::map<std::string, std::string> metadata_;
 };
+
+// `s` with control characters escaped (\x0a), so names read from a file keep errors one line.
+std::string printable(std::string_view s);
 
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 

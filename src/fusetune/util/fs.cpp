@@ -17,6 +17,8 @@ namespace fs = std::filesystem;
 namespace fusetune {
 namespace {
 
+std::atomic<bool> g_rename_exchange{true};
+
 std::string errno_str() { return std::strerror(errno); }
 
 std::string quoted(const fs::path& p) { return "'" + p.string() + "'"; }
@@ -29,6 +31,8 @@ fs::path strip_trailing_slash(fs::path p) {
 }
 
 }  // namespace
+
+void detail::set_rename_exchange_enabled(bool enabled) { g_rename_exchange = enabled; }
 
 fs::path unique_sibling(const fs::path& path, std::string_view tag) {
   static std::atomic<uint64_t> counter{0};
@@ -169,14 +173,16 @@ void AtomicDirectory::commit() {
     return;
   }
   // Atomic swap: `<final>` is the old or the new directory at every instant.
-  if (::renameat2(AT_FDCWD, tmp_.c_str(), AT_FDCWD, final_.c_str(), RENAME_EXCHANGE) == 0) {
-    committed_ = true;
-    fsync_directory(parent);
-    fs::remove_all(tmp_, ec);  // now holds the old directory
-    return;
+  if (g_rename_exchange) {
+    if (::renameat2(AT_FDCWD, tmp_.c_str(), AT_FDCWD, final_.c_str(), RENAME_EXCHANGE) == 0) {
+      committed_ = true;
+      fsync_directory(parent);
+      fs::remove_all(tmp_, ec);  // now holds the old directory
+      return;
+    }
+    FT_CHECK(errno == EINVAL || errno == ENOSYS || errno == ENOTSUP,
+             "cannot replace " + quoted(final_) + ": " + errno_str());
   }
-  FT_CHECK(errno == EINVAL || errno == ENOSYS || errno == ENOTSUP,
-           "cannot replace " + quoted(final_) + ": " + errno_str());
   // No exchange on this filesystem: old aside, new in, old removed. A crash in between leaves
   // no `<final>` at all (the old one survives under `.old-`), never a partial one.
   const fs::path old = unique_sibling(final_, ".old");

@@ -62,6 +62,11 @@ class AtomicDirectory {
   bool committed_ = false;
 };
 
+namespace detail {
+// Tests: force AtomicDirectory::commit onto its fallback path (no RENAME_EXCHANGE).
+void set_rename_exchange_enabled(bool enabled);
+}  // namespace detail
+
 // A name for a temp sibling of `path`: `<path><tag>-<pid>-<n>`, unique within this process.
 std::filesystem::path unique_sibling(const std::filesystem::path& path, std::string_view tag);
 
