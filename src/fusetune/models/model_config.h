@@ -4,6 +4,7 @@
 // checkpoint's config.json carries every field the user's tools expect, not only ours.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -35,8 +36,10 @@ struct ModelConfig {
   bool mlp_bias = false;
   std::string hidden_act = "silu";
   int64_t bos_token_id = -1;
-  int64_t eos_token_id = -1;
-  nlohmann::json raw;  // the config.json as read (or as built for a new model)
+  int64_t eos_token_id = -1;           // the first of eos_token_ids
+  std::vector<int64_t> eos_token_ids;  // config.json may list several (Llama 3.1)
+  int64_t sliding_window = 0;          // Mistral/Qwen2 window; 0 = none (stored, not applied)
+  nlohmann::json raw;                  // the config.json as read (or as built for a new model)
 };
 
 }  // namespace fusetune

@@ -1,0 +1,307 @@
+#include "fusetune/io/hf_checkpoint.h"
+
+#include <cstdio>
+#include <regex>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "fusetune/io/hf_config.h"
+#include "fusetune/util/error.h"
+#include "fusetune/util/fs.h"
+#include "fusetune/util/strings.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace fusetune {
+namespace {
+
+bool is_floating(DType t) {
+  return t == DType::F32 || t == DType::F64 || t == DType::BF16 || t == DType::F16;
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// A shard name from an index must be a plain file name inside the checkpoint directory.
+void check_plain_name(const std::string& name, const std::string& where) {
+  FT_CHECK(!name.empty() && name.find('/') == std::string::npos && name != "." && name != "..",
+           where + ": '" + name + "' is not a plain file name in the checkpoint directory");
+}
+
+// Why a tensor name is not expected, when we can tell.
+std::string unexpected_hint(const std::string& name, const ModelConfig& c,
+                            const std::vector<std::string>& expected) {
+  static const std::regex layer_re(R"(^model\.layers\.(\d+)\.)");
+  std::smatch m;
+  if (std::regex_search(name, m, layer_re) && m[1].str().size() < 10 &&
+      std::stoll(m[1].str()) >= c.num_hidden_layers)
+    return " (config.json has num_hidden_layers = " + std::to_string(c.num_hidden_layers) + ")";
+  if (ends_with(name, ".bias") && !c.attention_bias)
+    return " (config.json implies no attention biases)";
+  const std::string close = closest_match(name, expected);
+  return close.empty() ? "" : " (did you mean '" + close + "'?)";
+}
+
+json read_json(const fs::path& p) {
+  const std::string text = read_file(p);
+  try {
+    return json::parse(text);
+  } catch (const json::exception& e) {
+    throw Error(p.string() + ": not valid JSON (" + e.what() + ")");
+  }
+}
+
+void write_text(const fs::path& p, const std::string& text) {
+  FileWriter w(p);
+  w.write(text);
+  w.close();
+}
+
+const char* torch_dtype_name(DType t) {
+  switch (t) {
+    case DType::BF16:
+      return "bfloat16";
+    case DType::F16:
+      return "float16";
+    case DType::F64:
+      return "float64";
+    default:
+      return "float32";
+  }
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, Shape>> expected_parameters(const ModelConfig& c) {
+  const int64_t D = c.hidden_size, V = c.vocab_size, F = c.intermediate_size;
+  const int64_t q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
+  std::vector<std::pair<std::string, Shape>> out;
+  out.push_back({"model.embed_tokens.weight", {V, D}});
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    out.push_back({p + "input_layernorm.weight", {D}});
+    out.push_back({p + "self_attn.q_proj.weight", {q, D}});
+    if (c.attention_bias) out.push_back({p + "self_attn.q_proj.bias", {q}});
+    out.push_back({p + "self_attn.k_proj.weight", {kv, D}});
+    if (c.attention_bias) out.push_back({p + "self_attn.k_proj.bias", {kv}});
+    out.push_back({p + "self_attn.v_proj.weight", {kv, D}});
+    if (c.attention_bias) out.push_back({p + "self_attn.v_proj.bias", {kv}});
+    out.push_back({p + "self_attn.o_proj.weight", {D, q}});
+    out.push_back({p + "post_attention_layernorm.weight", {D}});
+    out.push_back({p + "mlp.gate_proj.weight", {F, D}});
+    out.push_back({p + "mlp.up_proj.weight", {F, D}});
+    out.push_back({p + "mlp.down_proj.weight", {D, F}});
+  }
+  out.push_back({"model.norm.weight", {D}});
+  if (!c.tie_word_embeddings) out.push_back({"lm_head.weight", {V, D}});
+  return out;
+}
+
+const std::vector<std::string>& hf_side_files() {
+  static const std::vector<std::string> files = {"tokenizer.json", "tokenizer_config.json",
+                                                 "special_tokens_map.json", "tokenizer.model",
+                                                 "generation_config.json"};
+  return files;
+}
+
+HFCheckpoint load_hf_checkpoint(const fs::path& dir, const std::vector<std::string>& files,
+                                DType target) {
+  FT_CHECK(is_floating(target), std::string("cannot load a checkpoint as ") + dtype_name(target) +
+                                    " (not a float type)");
+  std::error_code ec;
+  FT_CHECK(fs::is_directory(dir, ec),
+           "checkpoint directory '" + dir.string() + "' does not exist or is not a directory");
+  HFCheckpoint ck;
+  ck.config = load_model_config(dir);
+
+  // Which file holds which tensor.
+  std::vector<SafetensorsFile> opened;
+  std::map<std::string, size_t> where;  // tensor -> index into `opened`
+  auto add_file = [&](const fs::path& p) {
+    opened.push_back(SafetensorsFile::open(p));
+    for (const auto& name : opened.back().names()) {
+      auto [it, fresh] = where.emplace(name, opened.size() - 1);
+      FT_CHECK(fresh, "tensor '" + printable(name) + "' is in both " + opened[it->second].path() +
+                          " and " + p.string());
+    }
+  };
+  const fs::path index_path = dir / "model.safetensors.index.json";
+  if (!files.empty()) {
+    for (const auto& f : files) {
+      fs::path p = fs::path(f).is_absolute() ? fs::path(f) : dir / f;
+      FT_CHECK(fs::is_regular_file(p, ec), "checkpoint file '" + p.string() + "' does not exist");
+      add_file(p);
+    }
+  } else if (fs::exists(index_path, ec)) {
+    const std::string idx = index_path.string();
+    json index = read_json(index_path);
+    FT_CHECK(index.is_object() && index.contains("weight_map") && index["weight_map"].is_object(),
+             idx + ": expected an object with a 'weight_map' object");
+    std::map<std::string, std::string> claims;  // tensor -> file name
+    std::set<std::string> shard_names;
+    for (const auto& [tensor, file] : index["weight_map"].items()) {
+      FT_CHECK(file.is_string(), idx + ": weight_map entry for '" + tensor + "' is a JSON " +
+                                     file.type_name() + ", expected a file name");
+      const std::string name = file.get<std::string>();
+      check_plain_name(name, idx);
+      claims[tensor] = name;
+      shard_names.insert(name);
+    }
+    for (const auto& name : shard_names)
+      FT_CHECK(fs::is_regular_file(dir / name, ec), idx + ": weight_map names shard '" + name +
+                                                        "', but " + (dir / name).string() +
+                                                        " does not exist");
+    for (const auto& name : shard_names) add_file(dir / name);
+    for (const auto& [tensor, file] : claims) {
+      auto it = where.find(tensor);
+      FT_CHECK(it != where.end() && opened[it->second].path() == (dir / file).string(),
+               idx + ": weight_map says tensor '" + tensor + "' is in '" + file +
+                   "', but that file has no such tensor");
+    }
+    for (const auto& [tensor, i] : where)
+      FT_CHECK(claims.count(tensor), idx + ": tensor '" + tensor + "' in " + opened[i].path() +
+                                         " is not listed in weight_map");
+  } else if (fs::exists(dir / "model.safetensors", ec)) {
+    add_file(dir / "model.safetensors");
+  } else {
+    std::string hint;
+    if (fs::exists(dir / "pytorch_model.bin", ec) ||
+        fs::exists(dir / "pytorch_model.bin.index.json", ec))
+      hint =
+          " (pytorch_model.bin found: fusetune never loads pickle files; convert the "
+          "checkpoint to safetensors)";
+    throw Error("checkpoint directory '" + dir.string() +
+                "' has neither model.safetensors nor model.safetensors.index.json" + hint);
+  }
+
+  // Check every tensor against what config.json implies.
+  const auto expected = expected_parameters(ck.config);
+  std::map<std::string, Shape> want(expected.begin(), expected.end());
+  std::vector<std::string> expected_names;
+  for (const auto& e : expected) expected_names.push_back(e.first);
+  for (const auto& [name, i] : where) {
+    const SafetensorsFile& f = opened[i];
+    if (ends_with(name, ".rotary_emb.inv_freq")) continue;  // a buffer old exports include
+    if (name == "lm_head.weight" && ck.config.tie_word_embeddings) continue;  // tied: unused
+    auto w = want.find(name);
+    FT_CHECK(w != want.end(), "unexpected tensor '" + printable(name) + "' in " + f.path() +
+                                  ": not a " + ck.config.model_type +
+                                  " parameter for this config.json" +
+                                  unexpected_hint(name, ck.config, expected_names));
+    const TensorInfo& info = f.info(name);
+    FT_CHECK(info.shape == w->second, "tensor '" + name + "' in " + f.path() + " has shape " +
+                                          shape_str(info.shape) + " but config.json implies " +
+                                          shape_str(w->second));
+    FT_CHECK(is_floating(info.dtype), "tensor '" + name + "' in " + f.path() + " has dtype " +
+                                          dtype_name(info.dtype) + ", expected a float type");
+  }
+  std::vector<std::string> missing;
+  for (const auto& [name, shape] : expected)
+    if (!where.count(name)) missing.push_back(name);
+  if (!missing.empty()) {
+    const std::string more =
+        missing.size() > 1 ? " and " + std::to_string(missing.size() - 1) + " more" : "";
+    throw Error("checkpoint '" + dir.string() + "' is missing tensor '" + missing.front() +
+                "' (config.json implies shape " + shape_str(want[missing.front()]) + ")" + more);
+  }
+
+  for (const auto& [name, shape] : expected) {
+    const SafetensorsFile& f = opened[where.at(name)];
+    Tensor t = f.tensor(name);
+    ck.tensors[name] = t.dtype() == target ? t : t.to(target);
+    ck.source_file[name] = f.path();
+  }
+  return ck;
+}
+
+void save_hf_checkpoint(const fs::path& dir, const ModelConfig& config, const NamedTensors& tensors,
+                        const SaveOptions& opt) {
+  const std::string out = dir.string();
+  validate_model_config(config, out + "/config.json");
+  FT_CHECK(is_floating(opt.dtype), std::string("cannot save a checkpoint as ") +
+                                       dtype_name(opt.dtype) + " (not a float type)");
+  FT_CHECK(opt.max_shard_bytes > 0, "max_shard_bytes must be positive");
+
+  // The tensors must be exactly the model's parameters, so the result loads again.
+  const auto expected = expected_parameters(config);
+  std::map<std::string, Shape> want(expected.begin(), expected.end());
+  std::set<std::string> seen;
+  for (const auto& [name, t] : tensors) {
+    FT_CHECK(seen.insert(name).second, "save " + out + ": tensor '" + name + "' given twice");
+    FT_CHECK(t.defined(), "save " + out + ": tensor '" + name + "' is undefined");
+    auto w = want.find(name);
+    FT_CHECK(w != want.end(), "save " + out + ": '" + name + "' is not a parameter of this " +
+                                  config.model_type + " model");
+    FT_CHECK(t.shape() == w->second, "save " + out + ": tensor '" + name + "' has shape " +
+                                         shape_str(t.shape()) + " but the config implies " +
+                                         shape_str(w->second));
+    FT_CHECK(is_floating(t.dtype()), "save " + out + ": tensor '" + name + "' has dtype " +
+                                         dtype_name(t.dtype()) + ", expected a float type");
+  }
+  for (const auto& [name, shape] : expected)
+    FT_CHECK(seen.count(name), "save " + out + ": tensor '" + name + "' is missing");
+
+  // Replacing a directory drops everything in it: only ever replace a checkpoint.
+  std::error_code ec;
+  if (fs::exists(dir, ec)) {
+    FT_CHECK(fs::is_directory(dir, ec), "cannot save checkpoint: '" + out + "' is not a directory");
+    FT_CHECK(fs::is_empty(dir, ec) || fs::exists(dir / "config.json", ec),
+             "refusing to replace '" + out +
+                 "': it is not empty and holds no config.json, so it is not a checkpoint");
+  }
+  if (!opt.copy_files_from.empty())
+    FT_CHECK(fs::is_directory(opt.copy_files_from, ec),
+             "copy_files_from '" + opt.copy_files_from.string() + "' is not a directory");
+
+  // Shards: greedy in the given order; a tensor larger than the limit gets a shard of its own.
+  std::vector<NamedTensors> shards(1);
+  int64_t shard_bytes = 0, total = 0;
+  for (const auto& nt : tensors) {
+    const int64_t bytes = nt.second.numel() * int64_t(dtype_size(opt.dtype));
+    if (!shards.back().empty() && shard_bytes + bytes > opt.max_shard_bytes) {
+      shards.emplace_back();
+      shard_bytes = 0;
+    }
+    shards.back().push_back(nt);
+    shard_bytes += bytes;
+    total += bytes;
+  }
+
+  AtomicDirectory staging(dir);
+  const std::map<std::string, std::string> meta = {{"format", "pt"}};
+  json weight_map = json::object();
+  for (size_t s = 0; s < shards.size(); ++s) {
+    std::string name = "model.safetensors";
+    if (shards.size() > 1) {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "model-%05zu-of-%05zu.safetensors", s + 1, shards.size());
+      name = buf;
+    }
+    detail::write_safetensors(staging.path() / name, shards[s], meta, opt.dtype);
+    for (const auto& nt : shards[s]) weight_map[nt.first] = name;
+  }
+  if (shards.size() > 1) {
+    json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
+    write_text(staging.path() / "model.safetensors.index.json", index.dump(2) + "\n");
+  }
+  json cfg = model_config_to_json(config);
+  cfg["torch_dtype"] = torch_dtype_name(opt.dtype);
+  if (cfg.contains("dtype")) cfg["dtype"] = torch_dtype_name(opt.dtype);  // newer transformers
+  write_text(staging.path() / "config.json", cfg.dump(2) + "\n");
+  if (!opt.copy_files_from.empty()) {
+    for (const auto& name : hf_side_files()) {
+      const fs::path src = opt.copy_files_from / name;
+      if (!fs::exists(src, ec)) continue;
+      FT_CHECK(fs::is_regular_file(src, ec),
+               "cannot copy '" + src.string() + "' into the checkpoint: not a regular file");
+      write_text(staging.path() / name, read_file(src));
+    }
+  }
+  staging.commit();
+}
+
+}  // namespace fusetune

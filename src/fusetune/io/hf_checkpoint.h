@@ -1,0 +1,54 @@
+#pragma once
+// Hugging Face checkpoint directories for the Llama family: config.json plus one
+// model.safetensors or shards listed by model.safetensors.index.json. Loading checks every
+// tensor against the names and shapes config.json implies; saving writes the same layout,
+// published atomically (a crash never leaves a complete-looking partial directory).
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "fusetune/io/safetensors.h"
+#include "fusetune/models/model_config.h"
+#include "fusetune/runtime/tensor.h"
+
+namespace fusetune {
+
+// HF parameter names and shapes for `c`, in HF's module order.
+std::vector<std::pair<std::string, Shape>> expected_parameters(const ModelConfig& c);
+
+struct HFCheckpoint {
+  ModelConfig config;
+  // Tensors already in the target dtype borrow the mmap'd file (copy-on-write, not counted
+  // by runtime/memory.h); converted ones are counted copies. Each keeps its file mapped.
+  std::map<std::string, Tensor> tensors;
+  std::map<std::string, std::string> source_file;  // tensor name -> file it came from
+};
+
+// Loads `dir`: config.json, then `checkpoint_files` (relative to dir) when given, else
+// model.safetensors.index.json, else model.safetensors. Floating tensors are converted to
+// `target` (a float type). Throws fusetune::Error on a missing, unexpected or misshapen tensor.
+HFCheckpoint load_hf_checkpoint(const std::filesystem::path& dir,
+                                const std::vector<std::string>& checkpoint_files = {},
+                                DType target = DType::F32);
+
+struct SaveOptions {
+  DType dtype = DType::F32;  // or BF16 / F16: floating tensors are converted on the way out
+  int64_t max_shard_bytes = int64_t(5) << 30;
+  // Copied when present there: tokenizer.json, tokenizer_config.json, special_tokens_map.json,
+  // tokenizer.model, generation_config.json.
+  std::filesystem::path copy_files_from;
+};
+
+// The files copied by SaveOptions::copy_files_from.
+const std::vector<std::string>& hf_side_files();
+
+// Writes config.json + model.safetensors (or model-0000i-of-0000n.safetensors shards and
+// model.safetensors.index.json) into `dir`, replacing an existing checkpoint there. Refuses
+// to replace a non-empty directory that holds no config.json (it is not a checkpoint).
+void save_hf_checkpoint(const std::filesystem::path& dir, const ModelConfig& config,
+                        const NamedTensors& tensors, const SaveOptions& options = {});
+
+}  // namespace fusetune

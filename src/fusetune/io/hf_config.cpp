@@ -1,0 +1,299 @@
+#include "fusetune/io/hf_config.h"
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "fusetune/util/error.h"
+#include "fusetune/util/fs.h"
+#include "fusetune/util/strings.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace fusetune {
+namespace {
+
+const std::vector<std::string> kModelTypes = {"llama", "mistral", "qwen2"};
+
+// Reads typed keys from config.json; absent and null both mean "use the default".
+class Reader {
+ public:
+  Reader(const json& j, const std::string& source) : j_(j), src_(source) {}
+
+  bool present(const char* key) const { return j_.contains(key) && !j_[key].is_null(); }
+
+  int64_t integer(const char* key, int64_t def, bool required = false) const {
+    if (!present(key)) {
+      FT_CHECK(!required, src_ + ": missing required key '" + key + "'");
+      return def;
+    }
+    return as_int(j_[key], key);
+  }
+  double number(const char* key, double def) const {
+    if (!present(key)) return def;
+    FT_CHECK(j_[key].is_number(), src_ + ": '" + key + "' must be a number, got " + j_[key].dump());
+    return j_[key].get<double>();
+  }
+  bool boolean(const char* key, bool def) const {
+    if (!present(key)) return def;
+    FT_CHECK(j_[key].is_boolean(),
+             src_ + ": '" + key + "' must be true or false, got " + j_[key].dump());
+    return j_[key].get<bool>();
+  }
+  std::string string(const char* key, const std::string& def) const {
+    if (!present(key)) return def;
+    FT_CHECK(j_[key].is_string(), src_ + ": '" + key + "' must be a string, got " + j_[key].dump());
+    return j_[key].get<std::string>();
+  }
+  int64_t as_int(const json& v, const std::string& key) const {
+    FT_CHECK(v.is_number_integer(), src_ + ": '" + key + "' must be an integer, got " + v.dump());
+    if (v.is_number_unsigned())
+      FT_CHECK(v.get<uint64_t>() <= uint64_t(std::numeric_limits<int64_t>::max()),
+               src_ + ": '" + key + "' is too large: " + v.dump());
+    return v.get<int64_t>();
+  }
+
+ private:
+  const json& j_;
+  const std::string& src_;
+};
+
+void check_model_type(const std::string& t, const std::string& src) {
+  if (t == "llama" || t == "mistral" || t == "qwen2") return;
+  const std::string hint = closest_match(t, kModelTypes);
+  throw Error(src + ": model_type '" + t + "' is not supported (supported: llama, mistral, qwen2" +
+              (hint.empty() ? "" : "; did you mean '" + hint + "'?") + ")");
+}
+
+RopeScaling parse_rope_scaling(const json& rs, const std::string& src) {
+  RopeScaling out;
+  if (rs.is_null()) return out;
+  FT_CHECK(rs.is_object(), src + ": 'rope_scaling' must be null or an object, got " + rs.dump());
+  Reader r(rs, src);
+  // transformers reads "rope_type" and falls back to the legacy "type".
+  std::string type = r.string("rope_type", r.string("type", ""));
+  FT_CHECK(!type.empty(), src + ": 'rope_scaling' has neither 'rope_type' nor 'type'");
+  if (type == "default") return out;  // plain RoPE spelled out
+  auto need = [&](const char* key) {
+    FT_CHECK(r.present(key), src + ": rope_scaling of type '" + type + "' needs '" + key + "'");
+  };
+  if (type == "linear") {
+    need("factor");
+    out.rope_type = type;
+    out.factor = r.number("factor", 1.0);
+  } else if (type == "llama3") {
+    for (const char* k :
+         {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"})
+      need(k);
+    out.rope_type = type;
+    out.factor = r.number("factor", 1.0);
+    out.low_freq_factor = r.number("low_freq_factor", 1.0);
+    out.high_freq_factor = r.number("high_freq_factor", 4.0);
+    out.original_max_position_embeddings = r.integer("original_max_position_embeddings", 8192);
+  } else {
+    throw Error(src + ": rope_scaling type '" + type +
+                "' is not supported (supported: llama3, linear)");
+  }
+  return out;
+}
+
+}  // namespace
+
+void validate_model_config(const ModelConfig& c, const std::string& src) {
+  // Upper bounds far above any real model keep shape arithmetic (V * D, ...) from overflowing.
+  auto positive = [&](const char* key, int64_t v, int64_t limit = int64_t(1) << 24) {
+    FT_CHECK(v > 0, src + ": '" + key + "' must be positive, got " + std::to_string(v));
+    FT_CHECK(v <= limit, src + ": '" + key + "' = " + std::to_string(v) +
+                             " is implausibly large (limit " + std::to_string(limit) + ")");
+  };
+  check_model_type(c.model_type, src);
+  positive("vocab_size", c.vocab_size);
+  positive("hidden_size", c.hidden_size);
+  positive("intermediate_size", c.intermediate_size);
+  positive("num_hidden_layers", c.num_hidden_layers, 100000);
+  positive("num_attention_heads", c.num_attention_heads);
+  positive("num_key_value_heads", c.num_key_value_heads);
+  positive("head_dim", c.head_dim);
+  positive("max_position_embeddings", c.max_position_embeddings, int64_t(1) << 40);
+  FT_CHECK(c.num_attention_heads % c.num_key_value_heads == 0,
+           src + ": num_key_value_heads (" + std::to_string(c.num_key_value_heads) +
+               ") must divide num_attention_heads (" + std::to_string(c.num_attention_heads) + ")");
+  FT_CHECK(c.head_dim % 2 == 0, src + ": head_dim must be even for rotary embeddings, got " +
+                                    std::to_string(c.head_dim));
+  FT_CHECK(c.rms_norm_eps > 0 && std::isfinite(c.rms_norm_eps),
+           src + ": 'rms_norm_eps' must be positive and finite");
+  FT_CHECK(c.rope_theta > 0 && std::isfinite(c.rope_theta),
+           src + ": 'rope_theta' must be positive and finite");
+  FT_CHECK(c.sliding_window >= 0, src + ": 'sliding_window' must be positive or null");
+  FT_CHECK(c.hidden_act == "silu" || c.hidden_act == "swish",
+           src + ": hidden_act '" + c.hidden_act + "' is not supported (supported: silu)");
+  FT_CHECK(!c.mlp_bias, src +
+                            ": mlp_bias: true is not supported (no Llama-family "
+                            "checkpoint uses MLP biases)");
+  // HF's llama/mistral `attention_bias` also puts a bias on o_proj; only Qwen2's q/k/v-only
+  // biases are modelled here.
+  // Qwen2's config.json has no attention_bias key (the biases are always there), so a qwen2
+  // config without them could not be saved and loaded back as the same model.
+  FT_CHECK(c.attention_bias || c.model_type != "qwen2",
+           src + ": model_type 'qwen2' always has q/k/v biases (attention_bias must be true)");
+  FT_CHECK(!c.attention_bias || c.model_type == "qwen2",
+           src + ": attention_bias: true is not supported for model_type '" + c.model_type +
+               "' (only qwen2's q/k/v biases are)");
+  const auto& rs = c.rope_scaling;
+  if (!rs.rope_type.empty()) {
+    FT_CHECK(rs.rope_type == "llama3" || rs.rope_type == "linear",
+             src + ": rope_scaling type '" + rs.rope_type +
+                 "' is not supported (supported: llama3, linear)");
+    FT_CHECK(rs.factor > 0 && std::isfinite(rs.factor),
+             src + ": rope_scaling 'factor' must be positive and finite");
+    if (rs.rope_type == "llama3") {
+      FT_CHECK(rs.low_freq_factor > 0 && rs.low_freq_factor < rs.high_freq_factor &&
+                   std::isfinite(rs.high_freq_factor),
+               src + ": rope_scaling needs 0 < low_freq_factor < high_freq_factor");
+      FT_CHECK(rs.original_max_position_embeddings > 0,
+               src + ": rope_scaling 'original_max_position_embeddings' must be positive");
+    }
+  }
+}
+
+ModelConfig parse_model_config(const json& j, const std::string& src) {
+  FT_CHECK(j.is_object(),
+           src + ": expected a JSON object, got a JSON " + std::string(j.type_name()));
+  Reader r(j, src);
+  ModelConfig c;
+  FT_CHECK(r.present("model_type"),
+           src + ": missing required key 'model_type' (supported: llama, mistral, qwen2)");
+  c.model_type = r.string("model_type", "");
+  check_model_type(c.model_type, src);
+  const bool qwen2 = c.model_type == "qwen2", mistral = c.model_type == "mistral";
+  c.vocab_size = r.integer("vocab_size", 0, true);
+  c.hidden_size = r.integer("hidden_size", 0, true);
+  c.intermediate_size = r.integer("intermediate_size", 0, true);
+  c.num_hidden_layers = r.integer("num_hidden_layers", 0, true);
+  c.num_attention_heads = r.integer("num_attention_heads", 0, true);
+  FT_CHECK(c.num_attention_heads > 0, src + ": 'num_attention_heads' must be positive, got " +
+                                          std::to_string(c.num_attention_heads));
+  c.num_key_value_heads = r.integer("num_key_value_heads", c.num_attention_heads);
+  if (r.present("head_dim")) {
+    c.head_dim = r.integer("head_dim", 0);
+  } else {
+    FT_CHECK(c.hidden_size % c.num_attention_heads == 0,
+             src + ": num_attention_heads (" + std::to_string(c.num_attention_heads) +
+                 ") must divide hidden_size (" + std::to_string(c.hidden_size) +
+                 ") when head_dim is not given");
+    c.head_dim = c.hidden_size / c.num_attention_heads;
+  }
+  // transformers' per-architecture defaults.
+  c.max_position_embeddings = r.integer("max_position_embeddings", qwen2     ? 32768
+                                                                   : mistral ? 4096 * 32
+                                                                             : 2048);
+  c.rms_norm_eps = r.number("rms_norm_eps", 1e-6);
+  c.rope_theta = r.number("rope_theta", 10000.0);
+  c.tie_word_embeddings = r.boolean("tie_word_embeddings", false);
+  c.hidden_act = r.string("hidden_act", "silu");
+  // Qwen2 always has q/k/v biases and its config has no attention_bias key.
+  c.attention_bias = qwen2 ? true : r.boolean("attention_bias", false);
+  c.mlp_bias = r.boolean("mlp_bias", false);
+  if (j.contains("rope_scaling")) c.rope_scaling = parse_rope_scaling(j["rope_scaling"], src);
+  c.bos_token_id = r.integer("bos_token_id", qwen2 ? -1 : 1);
+  if (r.present("eos_token_id")) {
+    const json& e = j["eos_token_id"];
+    if (e.is_array()) {
+      FT_CHECK(!e.empty(), src + ": 'eos_token_id' is an empty list");
+      for (const auto& v : e) c.eos_token_ids.push_back(r.as_int(v, "eos_token_id"));
+    } else {
+      c.eos_token_ids.push_back(r.as_int(e, "eos_token_id"));
+    }
+    c.eos_token_id = c.eos_token_ids.front();
+  } else if (!qwen2 && !j.contains("eos_token_id")) {
+    c.eos_token_id = 2;
+    c.eos_token_ids = {2};
+  }
+  // The window only matters past its length; stored so that the model can refuse longer
+  // sequences. Qwen2 applies it only with use_sliding_window.
+  if (mistral || (qwen2 && r.boolean("use_sliding_window", false)))
+    c.sliding_window = r.integer("sliding_window", 0);
+  c.raw = j;
+  validate_model_config(c, src);
+  return c;
+}
+
+json model_config_to_json(const ModelConfig& c) {
+  json j = c.raw.is_object() ? c.raw : json::object();
+  if (!j.contains("architectures")) {
+    const char* arch = c.model_type == "qwen2"     ? "Qwen2ForCausalLM"
+                       : c.model_type == "mistral" ? "MistralForCausalLM"
+                                                   : "LlamaForCausalLM";
+    j["architectures"] = json::array({arch});
+  }
+  j["model_type"] = c.model_type;
+  j["vocab_size"] = c.vocab_size;
+  j["hidden_size"] = c.hidden_size;
+  j["intermediate_size"] = c.intermediate_size;
+  j["num_hidden_layers"] = c.num_hidden_layers;
+  j["num_attention_heads"] = c.num_attention_heads;
+  j["num_key_value_heads"] = c.num_key_value_heads;
+  if (j.contains("head_dim") || c.head_dim * c.num_attention_heads != c.hidden_size)
+    j["head_dim"] = c.head_dim;
+  j["max_position_embeddings"] = c.max_position_embeddings;
+  j["rms_norm_eps"] = c.rms_norm_eps;
+  j["rope_theta"] = c.rope_theta;
+  j["tie_word_embeddings"] = c.tie_word_embeddings;
+  j["hidden_act"] = c.hidden_act;
+  if (c.model_type == "llama") {  // the only one of the three whose config has these keys
+    j["attention_bias"] = c.attention_bias;
+    j["mlp_bias"] = c.mlp_bias;
+  }
+  const auto& rs = c.rope_scaling;
+  if (rs.rope_type.empty()) {
+    if (j.contains("rope_scaling") || c.model_type == "llama") j["rope_scaling"] = nullptr;
+  } else {
+    json o = j.contains("rope_scaling") && j["rope_scaling"].is_object() ? j["rope_scaling"]
+                                                                         : json::object();
+    o.erase("type");
+    o["rope_type"] = rs.rope_type;
+    o["factor"] = rs.factor;
+    if (rs.rope_type == "llama3") {
+      o["low_freq_factor"] = rs.low_freq_factor;
+      o["high_freq_factor"] = rs.high_freq_factor;
+      o["original_max_position_embeddings"] = rs.original_max_position_embeddings;
+    }
+    j["rope_scaling"] = o;
+  }
+  if (c.bos_token_id >= 0)
+    j["bos_token_id"] = c.bos_token_id;
+  else if (j.contains("bos_token_id"))
+    j["bos_token_id"] = nullptr;
+  std::vector<int64_t> eos = c.eos_token_ids;
+  if (eos.empty() || eos.front() != c.eos_token_id)
+    eos = c.eos_token_id >= 0 ? std::vector<int64_t>{c.eos_token_id} : std::vector<int64_t>{};
+  if (eos.size() > 1 ||
+      (eos.size() == 1 && j.contains("eos_token_id") && j["eos_token_id"].is_array()))
+    j["eos_token_id"] = eos;
+  else if (eos.size() == 1)
+    j["eos_token_id"] = eos.front();
+  else if (j.contains("eos_token_id"))
+    j["eos_token_id"] = nullptr;
+  if (c.sliding_window > 0) j["sliding_window"] = c.sliding_window;
+  return j;
+}
+
+ModelConfig load_model_config(const fs::path& dir_or_file) {
+  fs::path file = dir_or_file;
+  std::error_code ec;
+  if (fs::is_directory(dir_or_file, ec)) {
+    file = dir_or_file / "config.json";
+    FT_CHECK(fs::exists(file, ec), "no config.json in '" + dir_or_file.string() + "'");
+  }
+  const std::string text = read_file(file);
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    throw Error(file.string() + ": not valid JSON (" + e.what() + ")");
+  }
+  return parse_model_config(j, file.string());
+}
+
+}  // namespace fusetune
