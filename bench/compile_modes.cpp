@@ -1,0 +1,87 @@
+// The experiment fusetune exists for, side by side in one run: compile nothing, compile the
+// model only, compile model + loss. Same init, same data, same seed for every mode.
+//   bench_compile_modes --shape L3-micro --steps 6 [--modes false,model,true] [--threads 2]
+//   bench_compile_modes --config path/config.json --batch 4 --seq 256
+// Prints a table, then the same results as one JSON line. Nothing here asserts a timing.
+#include <cmath>
+#include <iostream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "fusetune/io/hf_config.h"
+#include "fusetune/kernels/cpu/gemm_peak.h"
+#include "fusetune/models/flops.h"
+#include "fusetune/util/strings.h"
+#include "step_runner.h"
+
+using namespace fusetune;
+using namespace fusetune::bench;
+
+int main(int argc, char** argv) try {
+  std::string shape_name = "L3-micro", config_path, modes_arg = "false,model,true";
+  int steps = 6;
+  int64_t batch = 4, seq = 256;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      FT_CHECK(i + 1 < argc, "missing value after " + a);
+      return argv[++i];
+    };
+    if (a == "--shape") shape_name = next();
+    else if (a == "--steps") steps = std::stoi(next());
+    else if (a == "--modes") modes_arg = next();
+    else if (a == "--config") config_path = next();
+    else if (a == "--batch") batch = std::stoll(next());
+    else if (a == "--seq") seq = std::stoll(next());
+    else if (a == "--threads") omp_set_num_threads(std::stoi(next()));
+    else throw Error("unknown argument '" + a + "' (use --shape, --steps, --modes, --config, --batch, --seq, --threads)");
+  }
+  FT_CHECK(steps >= 2, "--steps must be >= 2 (the first step is not timed)");
+  BenchShape shape = config_path.empty() ? find_shape(shape_name) : BenchShape{config_path, load_model_config(config_path), batch, seq};
+
+  const double peak = kernels::measure_peak_gemm_gflops(1024);
+  const double fpt = training_flops_per_token(shape.config, shape.seq, [](const std::string&) { return true; });
+  std::printf("shape %s: vocab %lld, dim %lld, layers %lld, heads %lld/%lld kv, ffn %lld, batch %lld x %lld; %d threads\n",
+              shape.name.c_str(), (long long)shape.config.vocab_size, (long long)shape.config.hidden_size,
+              (long long)shape.config.num_hidden_layers, (long long)shape.config.num_attention_heads,
+              (long long)shape.config.num_key_value_heads, (long long)shape.config.intermediate_size,
+              (long long)shape.batch, (long long)shape.seq, omp_get_max_threads());
+  std::printf("measured BLAS sgemm peak: %.1f GFLOP/s; training FLOPs per token: %.3g\n\n", peak, fpt);
+
+  std::vector<RunResult> results;
+  for (const std::string& m : split(modes_arg, ',')) {
+    results.push_back(run_mode(shape, parse_compile_mode(m), steps, fpt));
+    std::fflush(stdout);
+  }
+  const double eager_tps = results.front().tokens_per_s;
+  std::printf("%-8s %12s %9s %10s %10s %7s\n", "compile", "tokens/s", "vs first", "peak GiB", "compile s", "MFU");
+  for (const RunResult& r : results)
+    std::printf("%-8s %12.1f %8.2fx %10.3f %10.3f %6.1f%%\n", r.mode.c_str(), r.tokens_per_s, r.tokens_per_s / eager_tps,
+                double(r.peak_bytes) / (1 << 30), r.compile_s, 100.0 * fpt * r.tokens_per_s / (peak * 1e9));
+  std::printf("\nloss per step:\n");
+  double max_diff = 0;
+  for (int s = 0; s < steps; ++s) {
+    std::printf("  step %2d:", s + 1);
+    for (const RunResult& r : results) {
+      std::printf("  %s %.6f", r.mode.c_str(), r.losses[size_t(s)]);
+      max_diff = std::max(max_diff, std::abs(r.losses[size_t(s)] - results[0].losses[size_t(s)]) /
+                                        std::max(1e-12, std::abs(results[0].losses[size_t(s)])));
+    }
+    std::printf("\n");
+  }
+  std::printf("largest relative loss difference between modes: %.3g\n", max_diff);
+
+  nlohmann::json j;
+  j["shape"] = shape.name;
+  j["blas_gflops"] = peak;
+  j["max_rel_loss_diff"] = max_diff;
+  for (const RunResult& r : results)
+    j["modes"][r.mode] = {{"tokens_per_s", r.tokens_per_s}, {"peak_bytes", r.peak_bytes}, {"compile_s", r.compile_s},
+                          {"losses", r.losses}, {"mfu", fpt * r.tokens_per_s / (peak * 1e9)}};
+  std::printf("%s\n", j.dump().c_str());
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "bench_compile_modes: error: %s\n", e.what());
+  return 1;
+}

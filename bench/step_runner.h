@@ -1,0 +1,144 @@
+#pragma once
+// Shared by the step benchmarks: named model shapes, and one training run (forward + loss +
+// backward + AdamW) of N steps in a given compile mode, measured the way the recipe logs it.
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "fusetune/compile/compiler.h"
+#include "fusetune/data/batch.h"
+#include "fusetune/models/parameters.h"
+#include "fusetune/models/training_graph.h"
+#include "fusetune/optim/adamw.h"
+#include "fusetune/runtime/memory.h"
+#include "fusetune/util/error.h"
+
+namespace fusetune::bench {
+
+struct BenchShape {
+  std::string name;
+  ModelConfig config;
+  int64_t batch, seq;
+};
+
+inline ModelConfig llama_shape(int64_t vocab, int64_t dim, int64_t layers, int64_t heads, int64_t kv, int64_t ffn,
+                               bool tied) {
+  ModelConfig c;
+  c.vocab_size = vocab;
+  c.hidden_size = dim;
+  c.num_hidden_layers = layers;
+  c.num_attention_heads = heads;
+  c.num_key_value_heads = kv;
+  c.head_dim = dim / heads;
+  c.intermediate_size = ffn;
+  c.rope_theta = 500000;
+  c.rms_norm_eps = 1e-5;
+  c.tie_word_embeddings = tied;
+  c.max_position_embeddings = 8192;
+  return c;
+}
+
+inline const std::vector<BenchShape>& shapes() {
+  static const std::vector<BenchShape> all = {
+      {"L3-micro", llama_shape(128256, 256, 4, 4, 2, 768, false), 4, 256},
+      {"mid", llama_shape(32000, 512, 8, 8, 4, 1408, false), 4, 256},
+      {"smollm2-135m", llama_shape(49152, 576, 30, 9, 3, 1536, true), 4, 256},
+      {"tiny", llama_shape(4096, 128, 2, 4, 2, 384, false), 2, 128},
+  };
+  return all;
+}
+
+inline const BenchShape& find_shape(const std::string& name) {
+  std::string names;
+  for (const BenchShape& s : shapes()) {
+    if (s.name == name) return s;
+    names += (names.empty() ? "" : ", ") + s.name;
+  }
+  throw Error("unknown shape '" + name + "' (known: " + names + ")");
+}
+
+struct RunResult {
+  std::string mode;
+  std::vector<double> losses;
+  std::vector<double> step_s;
+  double tokens_per_s = 0;  // all B*T positions per second, median of steps 2..N
+  int64_t peak_bytes = 0;   // params + grads + optimizer state + activations/arena
+  double compile_s = 0;
+  double flops_per_step = 0;
+};
+
+inline Batch synthetic_batch(const BenchShape& s, uint64_t seed) {
+  Batch b;
+  b.batch_size = s.batch;
+  b.seq_len = s.seq;
+  std::mt19937_64 rng(seed);
+  for (int64_t i = 0; i < s.batch * s.seq; ++i) b.tokens.push_back(int32_t(rng() % uint64_t(s.config.vocab_size)));
+  for (int64_t r = 0; r < s.batch; ++r)
+    for (int64_t t = 0; t < s.seq; ++t) {
+      b.positions.push_back(int32_t(t));
+      b.labels.push_back(t + 1 < s.seq ? b.tokens[size_t(r * s.seq + t + 1)] : kIgnoreIndex);
+    }
+  return b;
+}
+
+inline Tensor ids(const std::vector<int32_t>& v, int64_t B, int64_t T) {
+  Tensor t = Tensor::empty({B, T}, DType::I32);
+  std::copy(v.begin(), v.end(), t.data<int32_t>());
+  return t;
+}
+
+// Runs `steps` optimizer steps of `shape` in `mode` from the same init and data as every other
+// mode (seeded), returning per-step losses and times.
+inline RunResult run_mode(const BenchShape& shape, CompileMode mode, int steps, double flops_per_token) {
+  RunResult r;
+  r.mode = compile_mode_name(mode);
+  const int64_t base = memory::current_bytes();
+  {
+    TrainingGraphOptions o;
+    o.batch_size = shape.batch;
+    o.seq_len = shape.seq;
+    TrainingGraph tg = build_training_graph(shape.config, o);
+    TensorMap params = init_parameters(graph_parameters(tg.graph), 1234, DType::F32);
+    AdamW opt(AdamWOptions{});
+    memory::reset_peak();
+    auto t0 = std::chrono::steady_clock::now();
+    PassOptions po;
+    po.mode = mode;
+    CompiledStep step = compile_graph(tg.graph, po);
+    r.compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    for (int s = 0; s < steps; ++s) {
+      Batch b = synthetic_batch(shape, 99 + uint64_t(s));
+      TensorMap in;
+      in["tokens"] = ids(b.tokens, b.batch_size, b.seq_len);
+      in["labels"] = ids(b.labels, b.batch_size, b.seq_len);
+      in["positions"] = ids(b.positions, b.batch_size, b.seq_len);
+      Tensor scale = Tensor::empty({}, DType::F32);
+      scale.data<float>()[0] = float(1.0 / double(b.num_valid_labels()));
+      in["loss_scale"] = scale;
+      auto ts = std::chrono::steady_clock::now();
+      std::vector<Tensor> out = step.executor->run(in, params);
+      std::vector<ParamRef> refs;
+      for (size_t i = 0; i < tg.trainable_params.size(); ++i)
+        refs.push_back({tg.trainable_params[i], &params[tg.trainable_params[i]], &out[1 + i]});
+      opt.step(refs, 1e-4);
+      r.step_s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - ts).count());
+      r.losses.push_back(out[0].data<float>()[0]);
+    }
+    r.peak_bytes = memory::peak_bytes() - base;
+  }
+  std::vector<double> tail(r.step_s.begin() + std::min<size_t>(1, r.step_s.size() - 1), r.step_s.end());
+  std::sort(tail.begin(), tail.end());
+  const double median = tail[tail.size() / 2];
+  r.tokens_per_s = double(shape.batch * shape.seq) / median;
+  r.flops_per_step = flops_per_token * double(shape.batch * shape.seq);
+  return r;
+}
+
+}  // namespace fusetune::bench
