@@ -150,6 +150,8 @@ TEST(ConfigAccess, FromFileReadsAndNamesMissingFile) {
   std::string msg = error_of([&] { Config::from_file((dir / "nope.yaml").string()); });
   EXPECT_NE(msg.find("cannot open config file"), std::string::npos);
   EXPECT_NE(msg.find("nope.yaml"), std::string::npos);
+  msg = error_of([&] { Config::from_file(dir.path().string()); });
+  EXPECT_NE(msg.find("is a directory"), std::string::npos) << msg;
 }
 
 TEST(ConfigAccess, CopiesAreIndependent) {

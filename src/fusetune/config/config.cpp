@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -110,6 +111,9 @@ Config::Config(std::shared_ptr<Doc> doc, std::string prefix)
     : doc_(std::move(doc)), prefix_(std::move(prefix)) {}
 
 Config Config::from_file(const std::string& path) {
+  std::error_code ec;
+  FT_CHECK(!std::filesystem::is_directory(path, ec),
+           "config '" + path + "' is a directory, not a YAML file");
   std::ifstream in(path, std::ios::binary);
   FT_CHECK(in, "cannot open config file '" + path + "'");
   std::stringstream ss;
