@@ -1,0 +1,63 @@
+#include "fusetune/cli/args.h"
+
+#include "fusetune/util/error.h"
+#include "fusetune/util/strings.h"
+
+namespace fusetune::cli {
+
+std::string Args::option(const std::string& name) const {
+  auto it = options.find(name);
+  return it == options.end() ? "" : it->second;
+}
+
+namespace {
+bool contains(const std::vector<std::string>& v, const std::string& s) {
+  for (const auto& x : v)
+    if (x == s) return true;
+  return false;
+}
+}  // namespace
+
+Args parse_args(const std::vector<std::string>& args, const ArgSpec& spec) {
+  Args out;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "-h" || a == "--help") {
+      out.help = true;
+    } else if (starts_with(a, "--") && a.size() > 2) {
+      std::string name = a.substr(2), value;
+      size_t eq = name.find('=');
+      bool inline_value = eq != std::string::npos;
+      if (inline_value) {
+        value = name.substr(eq + 1);
+        name.resize(eq);
+      }
+      if (contains(spec.options, name)) {
+        if (!inline_value) {
+          FT_CHECK(i + 1 < args.size(), "option --" + name + " needs a value");
+          value = args[++i];
+        }
+        FT_CHECK(!out.options.count(name), "option --" + name + " given twice");
+        out.options[name] = value;
+      } else if (contains(spec.flags, name)) {
+        FT_CHECK(!inline_value, "option --" + name + " takes no value");
+        out.flags.insert(name);
+      } else {
+        std::vector<std::string> known = spec.options;
+        known.insert(known.end(), spec.flags.begin(), spec.flags.end());
+        known.push_back("help");
+        std::string msg = "unknown option '--" + name + "'";
+        std::string near = closest_match(name, known);
+        if (!near.empty()) msg += " (did you mean '--" + near + "'?)";
+        throw Error(msg);
+      }
+    } else if (spec.overrides && (a.find('=') != std::string::npos || starts_with(a, "~"))) {
+      out.overrides.push_back(a);
+    } else {
+      out.positional.push_back(a);
+    }
+  }
+  return out;
+}
+
+}  // namespace fusetune::cli

@@ -1,0 +1,47 @@
+// fusetune run RECIPE --config CONFIG [key=value | ~key ...]
+#include <cstdio>
+
+#include "fusetune/cli/args.h"
+#include "fusetune/cli/command.h"
+#include "fusetune/config/builtin_configs.h"
+#include "fusetune/config/schema.h"
+#include "fusetune/recipes/registry.h"
+#include "fusetune/util/error.h"
+
+namespace fusetune::cli {
+
+const char* const kRunHelp =
+    "usage: fusetune run RECIPE --config CONFIG [key=value | ~key ...]\n"
+    "\n"
+    "Runs RECIPE (see `fusetune ls`) with CONFIG: a YAML file, or the name of a built-in\n"
+    "config such as llama3_2/1B_full_single_device.\n"
+    "\n"
+    "  key=value   overrides a config key; keys are dotted (optimizer.lr=1e-4) and values\n"
+    "              are YAML (lora_attn_modules=[q_proj,v_proj], clip_grad_norm=null)\n"
+    "  ~key        deletes a key\n"
+    "\n"
+    "${key} references in the config resolve after the overrides. The config is validated\n"
+    "against the recipe's schema before anything runs (see `fusetune validate`). Relative\n"
+    "paths in a config are relative to the current directory.\n";
+
+int cmd_run(const std::vector<std::string>& argv) {
+  Args a = parse_args(argv, {{"config"}, {}, true});
+  FT_CHECK(!a.positional.empty(),
+           "missing RECIPE; usage: fusetune run RECIPE --config CONFIG [key=value ...]");
+  FT_CHECK(a.positional.size() == 1, "unexpected argument '" + a.positional[1] +
+                                         "': overrides are key=value, deletions ~key");
+  const RecipeInfo& recipe = find_recipe(a.positional[0]);
+  FT_CHECK(a.options.count("config"),
+           "missing --config CONFIG (a YAML file or a built-in config; `fusetune ls` lists them)");
+  Config cfg = load_config(a.option("config"));
+  cfg.apply_overrides(a.overrides);
+  cfg.resolve();
+  std::vector<std::string> warnings;
+  validate(cfg, *recipe.schema, &warnings);
+  print_warnings(warnings);
+  Config final_cfg = with_defaults(cfg, *recipe.schema);
+  std::fflush(stdout);
+  return recipe.run(final_cfg);
+}
+
+}  // namespace fusetune::cli

@@ -1,0 +1,31 @@
+#pragma once
+// The subcommand table. To add one (plan, bench, merge, generate ...): write
+// cli/cmd_<name>.cpp defining `int cmd_<name>(const std::vector<std::string>& args)` and its
+// help text, declare both here, and add a row to commands() in commands.cpp.
+#include <string>
+#include <vector>
+
+namespace fusetune::cli {
+
+struct Command {
+  const char* name;
+  const char* summary;                               // one line for `fusetune --help`
+  const char* help;                                  // the full `fusetune <name> --help` text
+  int (*run)(const std::vector<std::string>& args);  // args: the words after the name
+};
+
+const std::vector<Command>& commands();
+
+int cmd_run(const std::vector<std::string>& args);
+int cmd_ls(const std::vector<std::string>& args);
+int cmd_cp(const std::vector<std::string>& args);
+int cmd_validate(const std::vector<std::string>& args);
+extern const char* const kRunHelp;
+extern const char* const kLsHelp;
+extern const char* const kCpHelp;
+extern const char* const kValidateHelp;
+
+// Prints warnings from validation to stderr, one "fusetune: warning: ..." line each.
+void print_warnings(const std::vector<std::string>& warnings);
+
+}  // namespace fusetune::cli

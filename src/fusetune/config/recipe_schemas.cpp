@@ -1,0 +1,225 @@
+#include "fusetune/config/recipe_schemas.h"
+
+#include "fusetune/config/components.h"
+#include "fusetune/config/scalars.h"
+#include "fusetune/util/strings.h"
+
+namespace fusetune {
+namespace {
+
+const std::vector<std::string> kArchKeys = {
+    "vocab_size",          "hidden_size",         "intermediate_size", "num_hidden_layers",
+    "num_attention_heads", "num_key_value_heads", "head_dim",          "rope_theta",
+    "rms_norm_eps",        "tie_word_embeddings", "attention_bias",    "max_position_embeddings",
+    "model_type"};
+const std::vector<std::string> kRequiredArchKeys = {
+    "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads"};
+
+// Cross-key rules of the model map: where the architecture and the weights come from.
+void check_model(const Config& model, const Config& root, Problems& p, bool lora_recipe) {
+  std::string init = model.str("init", "checkpoint");
+  if (init == "random") {
+    if (!model.has("config")) {
+      std::vector<std::string> missing;
+      for (const auto& k : kRequiredArchKeys)
+        if (!model.has(k)) missing.push_back(k);
+      if (!missing.empty())
+        p.errors.push_back(
+            "model.init: random needs model.config (a Hugging Face config.json) "
+            "or the architecture keys; missing: " +
+            join(missing, ", ") + " (" + model.where("init") + ")");
+    }
+  } else {
+    for (const auto& k : kArchKeys) {
+      if (model.has(k))
+        p.errors.push_back("config key 'model." + k +
+                           "' is only used with model.init: random; with init: checkpoint the "
+                           "architecture comes from the checkpoint's config.json (" +
+                           model.where(k) + ")");
+    }
+    if (model.has("config"))
+      p.errors.push_back("config key 'model.config' is only used with model.init: random (" +
+                         model.where("config") + ")");
+    if (!root.has("checkpointer"))
+      p.errors.push_back("model.init: checkpoint needs a checkpointer map with checkpoint_dir (" +
+                         root.where("model") + ")");
+  }
+  if (model.has("num_attention_heads") && model.has("num_key_value_heads")) {
+    int64_t h = model.i64("num_attention_heads"), kv = model.i64("num_key_value_heads");
+    if (kv > 0 && h % kv != 0)
+      p.errors.push_back("model.num_attention_heads (" + std::to_string(h) +
+                         ") must be a multiple of model.num_key_value_heads (" +
+                         std::to_string(kv) + ") (" + model.where("num_key_value_heads") + ")");
+  }
+  if (model.has("hidden_size") && model.has("num_attention_heads") && !model.has("head_dim")) {
+    int64_t d = model.i64("hidden_size"), h = model.i64("num_attention_heads");
+    if (h > 0 && d % h != 0)
+      p.errors.push_back("model.hidden_size (" + std::to_string(d) +
+                         ") must be a multiple of model.num_attention_heads (" + std::to_string(h) +
+                         "), or set model.head_dim (" + model.where("hidden_size") + ")");
+  }
+  if (model.has("_component_")) {
+    std::string builder = model.str("_component_");
+    if (!starts_with(builder, "torchtune.models.")) {
+      p.errors.push_back("config key 'model._component_' is '" + builder +
+                         "', but fusetune accepts only torchtune model builders "
+                         "(torchtune.models....) there; set model.init instead (" +
+                         model.where("_component_") + ")");
+    } else {
+      std::string tail = builder.substr(builder.rfind('.') + 1);
+      bool lora_builder = starts_with(tail, "lora_") || starts_with(tail, "qlora_");
+      if (lora_builder && !lora_recipe)
+        p.errors.push_back("model._component_ '" + builder +
+                           "' is a LoRA builder; use the recipe lora_finetune_single_device (" +
+                           model.where("_component_") + ")");
+    }
+  }
+}
+
+Field model_field(bool lora_recipe) {
+  auto int_pos = [](const char* name, const char* help) {
+    return Field::Int(name).min(1).doc(help);
+  };
+  Field model = Field::Map(
+      "model",
+      {Field::String("_component_")
+           .doc("a torchtune model builder (torchtune.models.llama3_2.llama3_2_1b); accepted, "
+                "the architecture comes from the checkpoint's config.json"),
+       Field::Enum("init", {"checkpoint", "random"})
+           .def("checkpoint")
+           .doc("checkpoint: weights and architecture from the checkpointer; random: a new "
+                "model from model.config or the keys below"),
+       Field::String("config").doc("with init: random, a Hugging Face config.json"),
+       Field::Enum("model_type", {"llama", "mistral", "qwen2"}).doc("HF model_type"),
+       int_pos("vocab_size", "vocabulary size (>= the tokenizer's)"),
+       int_pos("hidden_size", "model width"), int_pos("intermediate_size", "MLP width"),
+       int_pos("num_hidden_layers", "number of decoder layers"),
+       int_pos("num_attention_heads", "query heads"),
+       int_pos("num_key_value_heads", "key/value heads (GQA); default num_attention_heads"),
+       int_pos("head_dim", "per-head width; default hidden_size / num_attention_heads"),
+       Field::Float("rope_theta").min(0).doc("RoPE base"),
+       Field::Float("rms_norm_eps").min(0).doc("RMSNorm epsilon"),
+       Field::Bool("tie_word_embeddings").doc("output head shares the embedding matrix"),
+       Field::Bool("attention_bias").doc("q/k/v projections have biases (Qwen2)"),
+       int_pos("max_position_embeddings", "longest sequence the model is built for")});
+  model.req().doc("the model: from a checkpoint, or a new one (init: random)");
+  model.check([lora_recipe](const Config& m, const Config& root, Problems& p) {
+    check_model(m, root, p, lora_recipe);
+  });
+  return model;
+}
+
+// dataset.packed needs a row length.
+void check_packing(const Config& root, const Config&, Problems& p) {
+  if (!root.has("dataset") || !root.is_map("dataset")) return;
+  Config ds = root.sub("dataset");
+  if (ds.boolean("packed", false) && !ds.has("max_seq_len") &&
+      !(root.is_map("tokenizer") && root.sub("tokenizer").has("max_seq_len")))
+    p.errors.push_back("dataset.packed: true needs dataset.max_seq_len or tokenizer.max_seq_len (" +
+                       ds.where("packed") + ")");
+}
+
+Schema build_full() {
+  Schema s;
+  s.recipe = "full_finetune_single_device";
+  auto pos_int = [](const char* name, const char* def, const char* help) {
+    Field f = Field::Int(name).min(1).doc(help);
+    if (*def) f.def(def);
+    return f;
+  };
+  s.add(Field::String("output_dir").req().doc("where checkpoints and logs go"));
+  s.add(Field::Int("seed").def("42").doc("random seed (data order, init, dropout)"));
+  s.add(Field::Bool("shuffle").def("true").doc("shuffle the dataset each epoch"));
+  s.add(pos_int("batch_size", "2", "samples per micro-batch"));
+  s.add(pos_int("epochs", "1", "passes over the dataset"));
+  s.add(pos_int("max_steps_per_epoch", "", "stop an epoch after this many optimizer steps"));
+  s.add(pos_int("gradient_accumulation_steps", "1", "micro-batches per optimizer step"));
+  s.add(Field::Enum("compile", {"false", "true", "model", "model+loss"})
+            .def("false")
+            .doc("false: eager; model: compile the model only; true (= model+loss): compile "
+                 "model, loss and backward as one graph"));
+  s.add(Field::Bool("enable_activation_checkpointing")
+            .def("false")
+            .doc("recompute layer activations in the backward to save memory"));
+  s.add(Field::Enum("dtype", {"fp32", "bf16"}).def("fp32").doc("parameter dtype"));
+  s.add(Field::Enum("device", {"cpu", "cuda"}).def("cpu").doc("where to train"));
+  s.add(pos_int("num_threads", "", "CPU threads (default: OMP_NUM_THREADS or all cores)"));
+  s.add(pos_int("log_every_n_steps", "1", "steps between log lines"));
+  s.add(Field::Bool("log_peak_memory_stats").def("true").doc("log peak memory each step"));
+  s.add(Field::Float("clip_grad_norm").min(0).doc("clip the global gradient norm to this"));
+  s.add(Field::Bool("resume_from_checkpoint")
+            .def("false")
+            .doc("continue from the recipe state in checkpointer.output_dir"));
+  s.add(pos_int("save_every_n_steps", "", "also checkpoint every n steps (default: per epoch)"));
+  s.add(model_field(false));
+  s.add(component_section("checkpointer").doc("where weights are read and written"));
+  s.add(component_section("tokenizer").req().doc("text to token ids"));
+  s.add(component_section("dataset").req().doc("training data"));
+  s.add(component_section("optimizer").req().doc("parameter update rule"));
+  s.add(component_section("lr_scheduler").def("{}").doc("learning-rate schedule"));
+  s.add(component_section("loss").def("{}").doc("training loss"));
+  s.add(component_section("metric_logger").def("{}").doc("where step metrics go"));
+  s.add(Field::Map("profiler")
+            .doc("torchtune's profiler section: accepted, ignored")
+            .check([](const Config& prof, const Config&, Problems& p) {
+              YAML::Node enabled = prof.node("enabled");
+              if (!enabled.IsScalar() || !parse_bool(enabled.Scalar()).value_or(false)) return;
+              p.warnings.push_back(
+                  "config key 'profiler' is ignored: fusetune has no profiler "
+                  "(see `fusetune plan` and the step log)");
+            }));
+  // torchtune keys that fusetune accepts so pasted configs validate.
+  s.add(Field::Bool("optimizer_in_bwd")
+            .values({"false"})
+            .doc("torchtune's optimizer-in-backward; not supported, must be false"));
+  s.add(Field::Bool("enable_activation_offloading")
+            .values({"false"})
+            .doc("torchtune's activation offloading; not supported, must be false"));
+  s.add(Field::String("log_level").ignore("fusetune has one log level"));
+  s.checks.push_back(check_packing);
+  return s;
+}
+
+Schema build_lora() {
+  Schema s = build_full();
+  s.recipe = "lora_finetune_single_device";
+  Field model = model_field(true);
+  model.add(Field::List("lora_attn_modules")
+                .req()
+                .items(kString)
+                .values({"q_proj", "k_proj", "v_proj", "output_proj"})
+                .doc("attention projections that get LoRA adapters"));
+  model.add(Field::Bool("apply_lora_to_mlp").def("false").doc("adapters on the MLP projections"));
+  model.add(Field::Bool("apply_lora_to_output").def("false").doc("an adapter on the output head"));
+  model.add(Field::Int("lora_rank").def("8").min(1).doc("rank r of the adapters"));
+  model.add(Field::Float("lora_alpha").def("16").min(0).doc("scale alpha (update = alpha/r BA)"));
+  model.add(Field::Float("lora_dropout")
+                .def("0.0")
+                .min(0)
+                .max(1, true)
+                .doc("dropout on the adapter input"));
+  model.add(Field::Bool("use_dora").def("false").doc("DoRA: learn a magnitude vector too"));
+  model.add(Field::Bool("quantize_base").def("false").doc("store base weights as NF4 (QLoRA)"));
+  s.add(model);
+  s.field("checkpointer")
+      .add(Field::String("adapter_checkpoint")
+               .doc("PEFT adapter to resume from, in checkpoint_dir"));
+  s.add(Field::Bool("save_adapter_weights_only")
+            .def("false")
+            .doc("save only the adapter (PEFT format), not merged full weights"));
+  return s;
+}
+
+}  // namespace
+
+const Schema& full_finetune_schema() {
+  static const Schema s = build_full();
+  return s;
+}
+
+const Schema& lora_finetune_schema() {
+  static const Schema s = build_lora();
+  return s;
+}
+
+}  // namespace fusetune

@@ -1,0 +1,18 @@
+#pragma once
+// The config schemas of the built-in recipes. Keys keep torchtune's names; see the .cpp for
+// every key with its type, default and one-line help (`fusetune validate` reports against
+// these). A later recipe starts from a copy and adds keys:
+//   Schema s = full_finetune_schema(); s.recipe = "..."; s.add(Field::Bool("x").def("false"));
+#include "fusetune/config/schema.h"
+
+namespace fusetune {
+
+// full_finetune_single_device: every parameter trained.
+const Schema& full_finetune_schema();
+// lora_finetune_single_device: the full schema plus model.lora_attn_modules,
+// model.apply_lora_to_mlp, model.apply_lora_to_output, model.lora_rank, model.lora_alpha,
+// model.lora_dropout, model.use_dora, model.quantize_base (torchtune keeps these under
+// `model`), checkpointer.adapter_checkpoint and save_adapter_weights_only.
+const Schema& lora_finetune_schema();
+
+}  // namespace fusetune

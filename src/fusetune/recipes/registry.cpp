@@ -1,0 +1,37 @@
+#include "fusetune/recipes/registry.h"
+
+#include "fusetune/config/recipe_schemas.h"
+#include "fusetune/recipes/full_finetune_single_device.h"
+#include "fusetune/recipes/lora_finetune_single_device.h"
+#include "fusetune/util/error.h"
+#include "fusetune/util/strings.h"
+
+namespace fusetune {
+
+const std::vector<RecipeInfo>& recipes() {
+  static const std::vector<RecipeInfo> all = {
+      {"full_finetune_single_device", "Full fine-tuning on one device: every weight is trained",
+       &full_finetune_schema(), full_finetune_single_device},
+      {"lora_finetune_single_device",
+       "LoRA / DoRA / QLoRA fine-tuning on one device: small adapters on a frozen base",
+       &lora_finetune_schema(), lora_finetune_single_device},
+  };
+  return all;
+}
+
+const RecipeInfo& find_recipe(const std::string& name) {
+  std::vector<std::string> names;
+  for (const auto& r : recipes()) {
+    if (r.name == name) return r;
+    names.push_back(r.name);
+  }
+  // torchtune users may type the recipe file name.
+  if (name.size() > 3 && name.compare(name.size() - 3, 3, ".py") == 0)
+    return find_recipe(name.substr(0, name.size() - 3));
+  std::string msg = "unknown recipe '" + name + "'";
+  std::string near = closest_match(name, names);
+  if (!near.empty()) msg += " (did you mean '" + near + "'?)";
+  throw Error(msg + "; recipes: " + join(names, ", "));
+}
+
+}  // namespace fusetune
