@@ -27,6 +27,9 @@ std::unique_ptr<Dataset> build_dataset(const DatasetOptions& opts, const Tokeniz
     samples = datasets::load_instruct(opts, tok);
   } else if (opts.kind == "chat") {
     samples = datasets::load_chat(opts, tok);
+  } else if (opts.kind == "preference") {
+    throw Error("dataset kind 'preference' holds pairs: build it with build_preference_dataset "
+                "(the DPO recipe does)");
   } else {
     std::string hint = closest_match(opts.kind, dataset_kinds());
     throw Error("unknown dataset kind '" + opts.kind + "'" +

@@ -28,21 +28,39 @@ std::vector<int64_t> shuffled_indices(int64_t n, uint64_t seed) {
   return idx;
 }
 
-DataLoader::DataLoader(const Dataset& dataset, LoaderOptions opts)
-    : dataset_(dataset), opts_(std::move(opts)) {
+DataLoader::DataLoader(int64_t num_items, const std::string& what, LoaderOptions opts,
+                       MakeBatch make)
+    : num_items_(num_items), make_batch_(std::move(make)), opts_(std::move(opts)) {
   FT_CHECK(opts_.batch_size > 0, "batch_size must be > 0, got " + std::to_string(opts_.batch_size));
-  const int64_t n = dataset_.size();
-  steps_per_epoch_ = opts_.drop_last ? n / opts_.batch_size
-                                     : (n + opts_.batch_size - 1) / opts_.batch_size;
-  FT_CHECK(steps_per_epoch_ > 0,
-           "dataset " + dataset_.report().name + " has " + std::to_string(n) + " " +
-               (dataset_.packed() ? "packed rows" : "examples") + ", fewer than one batch of " +
-               std::to_string(opts_.batch_size) + " (lower batch_size)");
+  steps_per_epoch_ = opts_.drop_last ? num_items_ / opts_.batch_size
+                                     : (num_items_ + opts_.batch_size - 1) / opts_.batch_size;
+  FT_CHECK(steps_per_epoch_ > 0, "dataset " + what + " has " + std::to_string(num_items_) +
+                                     " items, fewer than one batch of " +
+                                     std::to_string(opts_.batch_size) + " (lower batch_size)");
 }
 
+DataLoader::DataLoader(const Dataset& dataset, LoaderOptions opts)
+    : DataLoader(dataset.size(),
+                 dataset.report().name + (dataset.packed() ? " (packed rows)" : ""), opts,
+                 [&dataset, collate_opts = opts.collate](const std::vector<int64_t>& items) {
+                   std::vector<const Sample*> rows;
+                   rows.reserve(items.size());
+                   for (int64_t i : items) rows.push_back(&dataset.get(i));
+                   return collate(rows, collate_opts);
+                 }) {}
+
+DataLoader::DataLoader(const PreferenceDataset& dataset, LoaderOptions opts)
+    : DataLoader(dataset.size(), dataset.report().name + " (preference pairs)", opts,
+                 [&dataset, collate_opts = opts.collate](const std::vector<int64_t>& items) {
+                   std::vector<const PreferencePair*> pairs;
+                   pairs.reserve(items.size());
+                   for (int64_t i : items) pairs.push_back(&dataset.get(i));
+                   return collate_preference(pairs, collate_opts);
+                 }) {}
+
 std::vector<int64_t> DataLoader::epoch_order(int64_t epoch) const {
-  if (opts_.shuffle) return shuffled_indices(dataset_.size(), opts_.seed + static_cast<uint64_t>(epoch));
-  std::vector<int64_t> idx(dataset_.size());
+  if (opts_.shuffle) return shuffled_indices(num_items_, opts_.seed + static_cast<uint64_t>(epoch));
+  std::vector<int64_t> idx(num_items_);
   std::iota(idx.begin(), idx.end(), int64_t{0});
   return idx;
 }
@@ -62,11 +80,8 @@ Batch DataLoader::next() {
     order_epoch_ = state_.epoch;
   }
   const int64_t begin = state_.index * opts_.batch_size;
-  const int64_t end = std::min<int64_t>(begin + opts_.batch_size, dataset_.size());
-  std::vector<const Sample*> items;
-  items.reserve(end - begin);
-  for (int64_t i = begin; i < end; ++i) items.push_back(&dataset_.get(order_[i]));
-  Batch b = collate(items, opts_.collate);
+  const int64_t end = std::min<int64_t>(begin + opts_.batch_size, num_items_);
+  Batch b = make_batch_(std::vector<int64_t>(order_.begin() + begin, order_.begin() + end));
   if (++state_.index == steps_per_epoch_) state_ = {state_.epoch + 1, 0};
   return b;
 }

@@ -12,12 +12,15 @@
 // state continues with exactly that batch, so a resumed run sees the same sequence as an
 // uninterrupted one.
 #include <cstdint>
+#include <functional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "fusetune/data/batch.h"
 #include "fusetune/data/collate.h"
 #include "fusetune/data/dataset.h"
+#include "fusetune/data/datasets/preference.h"
 
 namespace fusetune {
 
@@ -46,6 +49,9 @@ class DataLoader {
   // Keeps a reference to `dataset`, which must outlive the loader. Throws when the dataset has
   // fewer items than one batch with drop_last.
   DataLoader(const Dataset& dataset, LoaderOptions opts);
+  // Preference pairs: each batch has 2 x batch_size rows, chosen then rejected
+  // (collate_preference).
+  DataLoader(const PreferenceDataset& dataset, LoaderOptions opts);
 
   int64_t steps_per_epoch() const { return steps_per_epoch_; }
   int64_t epoch() const { return state_.epoch; }
@@ -59,7 +65,11 @@ class DataLoader {
   const LoaderOptions& options() const { return opts_; }
 
  private:
-  const Dataset& dataset_;
+  using MakeBatch = std::function<Batch(const std::vector<int64_t>& items)>;
+  DataLoader(int64_t num_items, const std::string& what, LoaderOptions opts, MakeBatch make);
+
+  int64_t num_items_;
+  MakeBatch make_batch_;
   LoaderOptions opts_;
   int64_t steps_per_epoch_ = 0;
   State state_;

@@ -10,59 +10,64 @@
 
 namespace fusetune::datasets {
 
-std::unique_ptr<SampleDataset> build_samples(std::vector<Record> records,
-                                             const DatasetOptions& opts, int64_t truncate_to,
-                                             const RowConverter& convert) {
+void for_each_row(std::vector<Record>& records, const DatasetOptions& opts, DatasetReport& rep,
+                  const std::function<void(const nlohmann::json& row)>& visit) {
   FT_CHECK(opts.on_bad_row == "error" || opts.on_bad_row == "skip",
            "dataset.on_bad_row is '" + opts.on_bad_row + "', expected 'error' or 'skip'");
   const bool skip = opts.on_bad_row == "skip";
-  DatasetReport rep;
   rep.name = std::filesystem::path(opts.source).filename().string();
-
   // Slice by row position before parsing, so train[:90%] and train[90%:] partition the file's
   // rows whatever is skipped later.
   auto [begin, end] = SplitSpec::parse(opts.split).resolve(static_cast<int64_t>(records.size()));
   rep.rows_read = end - begin;
-
-  std::vector<Sample> samples;
-  samples.reserve(end - begin);
   for (int64_t i = begin; i < end; ++i) {
-    Record& r = records[i];
+    const Record& r = records[i];
     std::string problem = r.error;
-    Sample s;
     if (problem.empty()) {
       try {
-        s = convert(r.value);
-        FT_CHECK(s.labels.size() == s.tokens.size(), "internal: labels and tokens differ in length");
+        visit(r.value);
       } catch (const Error& e) {
         problem = e.what();
       } catch (const nlohmann::json::exception& e) {
         problem = e.what();
       }
     }
-    if (!problem.empty()) {
-      std::string msg = r.where + ": " + problem;
-      if (!skip) throw Error(msg + " (set dataset.on_bad_row=skip to skip bad rows)");
-      if (rep.bad_rows_skipped++ == 0) rep.first_bad_row = msg;
-      continue;
-    }
+    if (problem.empty()) continue;
+    std::string msg = r.where + ": " + problem;
+    if (!skip) throw Error(msg + " (set dataset.on_bad_row=skip to skip bad rows)");
+    if (rep.bad_rows_skipped++ == 0) rep.first_bad_row = msg;
+  }
+}
+
+void check_not_empty(const DatasetReport& rep, const DatasetOptions& opts) {
+  if (rep.examples > 0) return;
+  std::string why = std::to_string(rep.rows_read) + " rows in split '" + opts.split + "'";
+  if (rep.bad_rows_skipped)
+    why += ", " + std::to_string(rep.bad_rows_skipped) + " bad rows skipped";
+  if (rep.dropped_no_targets)
+    why += ", " + std::to_string(rep.dropped_no_targets) +
+           " without trained tokens (prompt longer than max_seq_len?)";
+  throw Error("dataset " + opts.source + " has no examples after filtering (" + why + ")");
+}
+
+std::unique_ptr<SampleDataset> build_samples(std::vector<Record> records,
+                                             const DatasetOptions& opts, int64_t truncate_to,
+                                             const RowConverter& convert) {
+  DatasetReport rep;
+  std::vector<Sample> samples;
+  for_each_row(records, opts, rep, [&](const nlohmann::json& row) {
+    Sample s = convert(row);
+    FT_CHECK(s.labels.size() == s.tokens.size(), "internal: labels and tokens differ in length");
     rep.truncated += truncate_sample(s, truncate_to);
     if (count_targets(s) == 0) {
       ++rep.dropped_no_targets;
-      continue;
+      return;
     }
     rep.tokens += static_cast<int64_t>(s.tokens.size());
     samples.push_back(std::move(s));
-  }
+  });
   rep.examples = static_cast<int64_t>(samples.size());
-  if (samples.empty()) {
-    std::string why = std::to_string(rep.rows_read) + " rows in split '" + opts.split + "'";
-    if (rep.bad_rows_skipped) why += ", " + std::to_string(rep.bad_rows_skipped) + " bad rows skipped";
-    if (rep.dropped_no_targets)
-      why += ", " + std::to_string(rep.dropped_no_targets) +
-             " without trained tokens (prompt longer than max_seq_len?)";
-    throw Error("dataset " + opts.source + " has no examples after filtering (" + why + ")");
-  }
+  check_not_empty(rep, opts);
   return std::make_unique<SampleDataset>(std::move(samples), std::move(rep));
 }
 

@@ -19,6 +19,16 @@ namespace fusetune::datasets {
 // location: build_samples prefixes it).
 using RowConverter = std::function<Sample(const nlohmann::json& row)>;
 
+// Visits the rows of opts.split in order, calling visit(row). A row that did not parse, or
+// whose visit throws fusetune::Error (or a JSON type error), is a bad row: rethrown as
+// "<file> line N: <what>" or, with on_bad_row: skip, counted in `report`. Fills
+// report.name and report.rows_read.
+void for_each_row(std::vector<Record>& records, const DatasetOptions& opts, DatasetReport& report,
+                  const std::function<void(const nlohmann::json& row)>& visit);
+
+// Throws "dataset X has no examples after filtering (...)" when report.examples is 0.
+void check_not_empty(const DatasetReport& report, const DatasetOptions& opts);
+
 // Applies opts.split to `records`, converts each row, truncates to `truncate_to` tokens
 // (0 = never), drops samples without targets. Bad rows throw "<file> line N: <what>" or,
 // with on_bad_row: skip, are counted in the report.
