@@ -99,7 +99,8 @@ TEST(DataAssets, DpoEnDemoParsesAsPreferencePairs) {
   auto rows = load_json(o.source);
   ASSERT_EQ(ds->size(), 300);
   for (int64_t i = 0; i < ds->size(); ++i) {
-    EXPECT_EQ(decode_targets(tok, ds->get(i).chosen), rows[i]["chosen"]["value"].get<std::string>());
+    EXPECT_EQ(decode_targets(tok, ds->get(i).chosen),
+              rows[i]["chosen"]["value"].get<std::string>());
     EXPECT_EQ(decode_targets(tok, ds->get(i).rejected),
               rows[i]["rejected"]["value"].get<std::string>());
   }

@@ -40,33 +40,29 @@ void expect_same(const Sample& got, const Sample& want) {
 TEST(DataChatFormat, Llama3Layout) {
   T tok;
   auto f = make_chat_format("llama3", tok);
-  Sample want = expect({{T::kBegin, false},
-                        {T::kStartHeader, false}, {"system", false}, {T::kEndHeader, false},
-                        {"\n\n", false}, {"Be brief.", false}, {T::kEot, false},
-                        {T::kStartHeader, false}, {"user", false}, {T::kEndHeader, false},
-                        {"\n\n", false}, {"Hi", false}, {T::kEot, false},
-                        {T::kStartHeader, false}, {"assistant", false}, {T::kEndHeader, false},
-                        {"\n\n", false}, {"Hello!", true}, {T::kEot, true},
-                        {T::kStartHeader, false}, {"user", false}, {T::kEndHeader, false},
-                        {"\n\n", false}, {"Bye", false}, {T::kEot, false},
-                        {T::kStartHeader, false}, {"assistant", false}, {T::kEndHeader, false},
-                        {"\n\n", false}, {"Ciao", true}, {T::kEot, true}});
+  Sample want = expect(
+      {{T::kBegin, false}, {T::kStartHeader, false}, {"system", false},    {T::kEndHeader, false},
+       {"\n\n", false},    {"Be brief.", false},     {T::kEot, false},     {T::kStartHeader, false},
+       {"user", false},    {T::kEndHeader, false},   {"\n\n", false},      {"Hi", false},
+       {T::kEot, false},   {T::kStartHeader, false}, {"assistant", false}, {T::kEndHeader, false},
+       {"\n\n", false},    {"Hello!", true},         {T::kEot, true},      {T::kStartHeader, false},
+       {"user", false},    {T::kEndHeader, false},   {"\n\n", false},      {"Bye", false},
+       {T::kEot, false},   {T::kStartHeader, false}, {"assistant", false}, {T::kEndHeader, false},
+       {"\n\n", false},    {"Ciao", true},           {T::kEot, true}});
   expect_same(f->render(conversation()), want);
 }
 
 TEST(DataChatFormat, ChatMLLayout) {
   T tok;
   auto f = make_chat_format("chatml", tok);
-  Sample want = expect({{T::kImStart, false}, {"system\n", false}, {"Be brief.", false},
-                        {T::kImEnd, false}, {"\n", false},
-                        {T::kImStart, false}, {"user\n", false}, {"Hi", false},
-                        {T::kImEnd, false}, {"\n", false},
-                        {T::kImStart, false}, {"assistant\n", false}, {" Hello! ", true},
-                        {T::kImEnd, true}, {"\n", false},
-                        {T::kImStart, false}, {"user\n", false}, {"Bye", false},
-                        {T::kImEnd, false}, {"\n", false},
-                        {T::kImStart, false}, {"assistant\n", false}, {"Ciao", true},
-                        {T::kImEnd, true}, {"\n", false}});
+  Sample want = expect(
+      {{T::kImStart, false}, {"system\n", false},    {"Be brief.", false}, {T::kImEnd, false},
+       {"\n", false},        {T::kImStart, false},   {"user\n", false},    {"Hi", false},
+       {T::kImEnd, false},   {"\n", false},          {T::kImStart, false}, {"assistant\n", false},
+       {" Hello! ", true},   {T::kImEnd, true},      {"\n", false},        {T::kImStart, false},
+       {"user\n", false},    {"Bye", false},         {T::kImEnd, false},   {"\n", false},
+       {T::kImStart, false}, {"assistant\n", false}, {"Ciao", true},       {T::kImEnd, true},
+       {"\n", false}});
   expect_same(f->render(conversation()), want);
 }
 
@@ -75,18 +71,25 @@ TEST(DataChatFormat, Llama2Layout) {
   auto f = make_chat_format("llama2", tok);
   Sample want = expect({{T::kBos, false},
                         {"[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST]", false},
-                        {" Hello! ", true}, {T::kEos, true},
-                        {T::kBos, false}, {"[INST] Bye [/INST]", false},
-                        {" Ciao ", true}, {T::kEos, true}});
+                        {" Hello! ", true},
+                        {T::kEos, true},
+                        {T::kBos, false},
+                        {"[INST] Bye [/INST]", false},
+                        {" Ciao ", true},
+                        {T::kEos, true}});
   expect_same(f->render(conversation()), want);
 }
 
 TEST(DataChatFormat, MistralLayout) {
   T tok;
   auto f = make_chat_format("mistral", tok);
-  Sample want = expect({{T::kBos, false}, {"[INST] Be brief.\n\nHi [/INST]", false},
-                        {" Hello! ", true}, {T::kEos, true},
-                        {"[INST] Bye [/INST]", false}, {"Ciao", true}, {T::kEos, true}});
+  Sample want = expect({{T::kBos, false},
+                        {"[INST] Be brief.\n\nHi [/INST]", false},
+                        {" Hello! ", true},
+                        {T::kEos, true},
+                        {"[INST] Bye [/INST]", false},
+                        {"Ciao", true},
+                        {T::kEos, true}});
   expect_same(f->render(conversation()), want);
 }
 
@@ -94,8 +97,8 @@ TEST(DataChatFormat, PlainLayout) {
   T tok;
   auto f = make_chat_format("plain", tok);
   std::vector<Message> m = {{Role::kUser, "Q: 2+2?\n", false}, {Role::kAssistant, "4", true}};
-  expect_same(f->render(m), expect({{T::kBos, false}, {"Q: 2+2?\n", false}, {"4", true},
-                                    {T::kEos, true}}));
+  expect_same(f->render(m),
+              expect({{T::kBos, false}, {"Q: 2+2?\n", false}, {"4", true}, {T::kEos, true}}));
   // A tokenizer without BOS (Qwen-like) gets none.
   T no_bos(true, true, /*has_bos=*/false);
   expect_same(make_chat_format("alpaca", no_bos)->render(m),
@@ -106,10 +109,18 @@ TEST(DataChatFormat, TrainOnInputUnmasksUserContentButNotHeaders) {
   T tok;
   std::vector<Message> m = {{Role::kUser, "Hi", true}, {Role::kAssistant, "Yo", true}};
   Sample want = expect({{T::kBegin, false},
-                        {T::kStartHeader, false}, {"user", false}, {T::kEndHeader, false},
-                        {"\n\n", false}, {"Hi", true}, {T::kEot, true},
-                        {T::kStartHeader, false}, {"assistant", false}, {T::kEndHeader, false},
-                        {"\n\n", false}, {"Yo", true}, {T::kEot, true}});
+                        {T::kStartHeader, false},
+                        {"user", false},
+                        {T::kEndHeader, false},
+                        {"\n\n", false},
+                        {"Hi", true},
+                        {T::kEot, true},
+                        {T::kStartHeader, false},
+                        {"assistant", false},
+                        {T::kEndHeader, false},
+                        {"\n\n", false},
+                        {"Yo", true},
+                        {T::kEot, true}});
   expect_same(make_chat_format("llama3", tok)->render(m), want);
 }
 

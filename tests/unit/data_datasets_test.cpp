@@ -27,7 +27,6 @@ std::string error_of(const DatasetOptions& o, const Tokenizer& tok) {
   return "(no error)";
 }
 
-
 // ---- text completion -------------------------------------------------------------------
 
 TEST(DataDatasets, TextCompletionTxtAddsBosEosPerDocument) {
@@ -158,7 +157,8 @@ TEST(DataDatasets, AlpacaMasksPromptUnlessTrainOnInput) {
   EXPECT_EQ(b.num_valid_labels(), 2);
   EXPECT_EQ(b.labels[p0.size()], '3');
   EXPECT_EQ(b.labels[p0.size() + 1], BT::kEos);
-  EXPECT_EQ(ds->get(1).tokens, L({BT::kBos, datasets::alpaca_prompt("Say hi.", ""), "hi", BT::kEos}));
+  EXPECT_EQ(ds->get(1).tokens,
+            L({BT::kBos, datasets::alpaca_prompt("Say hi.", ""), "hi", BT::kEos}));
 
   o.train_on_input = true;
   auto all = build_dataset(o, tok);
@@ -204,11 +204,13 @@ TEST(DataDatasets, ChatOpenAIAndShareGPTGiveTheSameTokens) {
   DatasetOptions o;
   o.kind = "chat";
   o.template_name = "llama3";
-  o.source = write_file(dir / "oa.jsonl",
-                        R"({"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}, {"role": "assistant", "content": [{"type": "text", "text": "A"}]}]})");
+  o.source = write_file(
+      dir / "oa.jsonl",
+      R"({"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}, {"role": "assistant", "content": [{"type": "text", "text": "A"}]}]})");
   auto a = build_dataset(o, tok);
-  o.source = write_file(dir / "sg.json",
-                        R"([{"conversations": [{"from": "system", "value": "S"}, {"from": "human", "value": "U"}, {"from": "gpt", "value": "A"}]}])");
+  o.source = write_file(
+      dir / "sg.json",
+      R"([{"conversations": [{"from": "system", "value": "S"}, {"from": "human", "value": "U"}, {"from": "gpt", "value": "A"}]}])");
   auto b = build_dataset(o, tok);
   EXPECT_EQ(a->get(0).tokens, b->get(0).tokens);
   EXPECT_EQ(a->get(0).labels, b->get(0).labels);
@@ -226,8 +228,9 @@ TEST(DataDatasets, ChatNewSystemPromptReplacesSystemMessages) {
   o.kind = "chat";
   o.template_name = "chatml";
   o.new_system_prompt = "NEW";
-  o.source = write_file(dir / "c.jsonl",
-                        R"({"messages": [{"role": "system", "content": "OLD"}, {"role": "user", "content": "U"}, {"role": "assistant", "content": "A"}]})");
+  o.source = write_file(
+      dir / "c.jsonl",
+      R"({"messages": [{"role": "system", "content": "OLD"}, {"role": "user", "content": "U"}, {"role": "assistant", "content": "A"}]})");
   using T = FakeTokenizer;
   EXPECT_EQ(build_dataset(o, tok)->get(0).tokens,
             L({T::kImStart, "system\nNEW", T::kImEnd, "\n", T::kImStart, "user\nU", T::kImEnd, "\n",
@@ -371,9 +374,9 @@ TEST(DataDatasets, PackedAlpacaStartsEachSampleInARowThatFits) {
   DatasetOptions o;
   o.kind = "instruct";
   o.source = write_file(dir / "io.jsonl",
-                        "{\"input\": \"aaaa\", \"output\": \"bb\"}\n"    // 1 + 4 + 2 + 1 = 8
-                        "{\"input\": \"cc\", \"output\": \"d\"}\n"       // 5
-                        "{\"input\": \"e\", \"output\": \"fff\"}\n");    // 6
+                        "{\"input\": \"aaaa\", \"output\": \"bb\"}\n"  // 1 + 4 + 2 + 1 = 8
+                        "{\"input\": \"cc\", \"output\": \"d\"}\n"     // 5
+                        "{\"input\": \"e\", \"output\": \"fff\"}\n");  // 6
   o.packed = true;
   o.max_seq_len = 12;
   auto ds = build_dataset(o, tok);

@@ -81,7 +81,7 @@ TEST(DataLoader, EpochsReshuffleDeterministically) {
     auto f = firsts(a.next());
     e1.insert(e1.end(), f.begin(), f.end());
   }
-  EXPECT_NE(e0, e1);  // reshuffled
+  EXPECT_NE(e0, e1);                                               // reshuffled
   EXPECT_EQ(std::set<int32_t>(e0.begin(), e0.end()).size(), 12u);  // every item once
   EXPECT_EQ(std::set<int32_t>(e1.begin(), e1.end()).size(), 12u);
   // Epoch e uses seed + e.

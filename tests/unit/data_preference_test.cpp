@@ -42,7 +42,8 @@ TEST(DataPreference, ThreeRowLayoutsGiveTheSamePair) {
   o.split = "train[:2]";
   auto ds = build_preference_dataset(o, tok);
   ASSERT_EQ(ds->size(), 2);
-  o.source = write_file(dir / "se.jsonl", R"({"question": "Q", "response_j": "good", "response_k": "bad"})");
+  o.source = write_file(dir / "se.jsonl",
+                        R"({"question": "Q", "response_j": "good", "response_k": "bad"})");
   o.split = "train";
   o.column_map = {{"prompt", "question"}, {"chosen", "response_j"}, {"rejected", "response_k"}};
   auto se = build_preference_dataset(o, tok);
@@ -59,8 +60,9 @@ TEST(DataPreference, ReplyMustBeAssistantAndErrorsNameTheRow) {
   BT tok;
   DatasetOptions o;
   o.kind = "preference";
-  o.source = write_file(dir / "p.json",
-                        R"([{"chosen": [{"role": "user", "content": "Q"}], "rejected": [{"role": "user", "content": "Q"}, {"role": "assistant", "content": "x"}]}])");
+  o.source = write_file(
+      dir / "p.json",
+      R"([{"chosen": [{"role": "user", "content": "Q"}], "rejected": [{"role": "user", "content": "Q"}, {"role": "assistant", "content": "x"}]}])");
   try {
     build_preference_dataset(o, tok);
     FAIL();
@@ -91,7 +93,9 @@ TEST(DataPreference, LoaderStacksChosenThenRejected) {
   Batch b = loader.next();
   ASSERT_EQ(b.batch_size, 4);
   ASSERT_EQ(b.seq_len, 5);  // BOS a cc EOS
-  auto row = [&](int r) { return std::vector<int32_t>(b.tokens.begin() + r * 5, b.tokens.begin() + r * 5 + 5); };
+  auto row = [&](int r) {
+    return std::vector<int32_t>(b.tokens.begin() + r * 5, b.tokens.begin() + r * 5 + 5);
+  };
   EXPECT_EQ(row(0), L({BT::kBos, "ab", BT::kEos, BT::kPad}));
   EXPECT_EQ(row(1), L({BT::kBos, "de", BT::kEos, BT::kPad}));
   EXPECT_EQ(row(2), L({BT::kBos, "acc", BT::kEos}));

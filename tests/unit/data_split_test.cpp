@@ -7,7 +7,9 @@
 namespace fusetune {
 namespace {
 
-std::pair<int64_t, int64_t> R(const std::string& s, int64_t n) { return SplitSpec::parse(s).resolve(n); }
+std::pair<int64_t, int64_t> R(const std::string& s, int64_t n) {
+  return SplitSpec::parse(s).resolve(n);
+}
 
 TEST(DataSplit, WholeAndPercentSlices) {
   EXPECT_EQ(R("train", 10), (std::pair<int64_t, int64_t>{0, 10}));

@@ -178,8 +178,7 @@ std::string resolve_chat_format(std::string_view template_name, std::string_view
   std::string t = lower(template_name);
   if (!t.empty() && t != "auto") return t;
   std::string f = lower(model_family);
-  f.erase(std::remove_if(f.begin(), f.end(), [](char c) { return c == '-' || c == '_'; }),
-          f.end());
+  f.erase(std::remove_if(f.begin(), f.end(), [](char c) { return c == '-' || c == '_'; }), f.end());
   if (starts_with(f, "llama3")) return "llama3";
   if (starts_with(f, "qwen")) return "chatml";
   if (starts_with(f, "llama2") || starts_with(f, "codellama")) return "llama2";

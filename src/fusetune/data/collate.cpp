@@ -19,14 +19,16 @@ int64_t padded_length(int64_t longest, const CollateOptions& o) {
   int64_t t = longest;
   switch (o.pad_mode) {
     case PadMode::kMultiple:
-      FT_CHECK(o.pad_multiple > 0, "pad_multiple must be > 0, got " + std::to_string(o.pad_multiple));
+      FT_CHECK(o.pad_multiple > 0,
+               "pad_multiple must be > 0, got " + std::to_string(o.pad_multiple));
       t = (longest + o.pad_multiple - 1) / o.pad_multiple * o.pad_multiple;
       break;
     case PadMode::kPowerOfTwo:
       t = 1;
       while (t < longest) t *= 2;
       break;
-    case PadMode::kLongest: break;
+    case PadMode::kLongest:
+      break;
     case PadMode::kFixed:
       FT_CHECK(o.max_seq_len > 0, "fixed-length padding needs max_seq_len > 0");
       return o.max_seq_len;
@@ -41,9 +43,9 @@ Batch collate(const std::vector<const Sample*>& items, const CollateOptions& o) 
   int64_t longest = 0;
   for (const Sample* s : items) {
     FT_CHECK((s->doc_ids.size() > 0) == packed, "collate: batch mixes packed rows and samples");
-    FT_CHECK(s->labels.size() == s->tokens.size(), "collate: sample has " +
-                                                       std::to_string(s->tokens.size()) +
-                                                       " tokens but " + std::to_string(s->labels.size()) + " labels");
+    FT_CHECK(s->labels.size() == s->tokens.size(),
+             "collate: sample has " + std::to_string(s->tokens.size()) + " tokens but " +
+                 std::to_string(s->labels.size()) + " labels");
     longest = std::max<int64_t>(longest, static_cast<int64_t>(s->tokens.size()));
   }
   const int64_t T = packed ? longest : padded_length(longest, o);

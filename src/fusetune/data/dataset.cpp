@@ -5,8 +5,8 @@
 namespace fusetune {
 
 std::string DatasetReport::summary() const {
-  std::string s = name + ": " + std::to_string(examples) + " examples, " + std::to_string(tokens) +
-                  " tokens";
+  std::string s =
+      name + ": " + std::to_string(examples) + " examples, " + std::to_string(tokens) + " tokens";
   if (packed_rows > 0) s += ", packed into " + std::to_string(packed_rows) + " rows";
   if (truncated > 0) s += ", " + std::to_string(truncated) + " truncated to max_seq_len";
   if (dropped_no_targets > 0)

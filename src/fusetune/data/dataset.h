@@ -13,15 +13,15 @@ namespace fusetune {
 
 // What loading did, for the run log ("alpaca.json: 98 examples, 2 bad rows skipped ...").
 struct DatasetReport {
-  std::string name;               // file name the samples came from
-  int64_t rows_read = 0;          // rows in the selected split
-  int64_t bad_rows_skipped = 0;   // on_bad_row: skip
-  std::string first_bad_row;      // the first skipped row's error, to show the user
-  int64_t truncated = 0;          // samples cut to max_seq_len
-  int64_t dropped_no_targets = 0; // samples with no trained token left (e.g. all prompt)
-  int64_t examples = 0;           // samples kept
-  int64_t tokens = 0;             // tokens in kept samples (before padding)
-  int64_t packed_rows = 0;        // rows after packing (0 when not packed)
+  std::string name;                // file name the samples came from
+  int64_t rows_read = 0;           // rows in the selected split
+  int64_t bad_rows_skipped = 0;    // on_bad_row: skip
+  std::string first_bad_row;       // the first skipped row's error, to show the user
+  int64_t truncated = 0;           // samples cut to max_seq_len
+  int64_t dropped_no_targets = 0;  // samples with no trained token left (e.g. all prompt)
+  int64_t examples = 0;            // samples kept
+  int64_t tokens = 0;              // tokens in kept samples (before padding)
+  int64_t packed_rows = 0;         // rows after packing (0 when not packed)
   std::string summary() const;
 };
 

@@ -16,8 +16,8 @@ std::vector<std::string> dataset_kinds() {
 }
 
 std::unique_ptr<Dataset> build_dataset(const DatasetOptions& opts, const Tokenizer& tok) {
-  FT_CHECK(opts.max_seq_len >= 0,
-           "dataset max_seq_len must be >= 0 (0 = no limit), got " + std::to_string(opts.max_seq_len));
+  FT_CHECK(opts.max_seq_len >= 0, "dataset max_seq_len must be >= 0 (0 = no limit), got " +
+                                      std::to_string(opts.max_seq_len));
   std::unique_ptr<SampleDataset> samples;
   if (opts.kind == "text_completion") {
     samples = datasets::load_text_completion(opts, tok);
@@ -28,8 +28,9 @@ std::unique_ptr<Dataset> build_dataset(const DatasetOptions& opts, const Tokeniz
   } else if (opts.kind == "chat") {
     samples = datasets::load_chat(opts, tok);
   } else if (opts.kind == "preference") {
-    throw Error("dataset kind 'preference' holds pairs: build it with build_preference_dataset "
-                "(the DPO recipe does)");
+    throw Error(
+        "dataset kind 'preference' holds pairs: build it with build_preference_dataset "
+        "(the DPO recipe does)");
   } else {
     std::string hint = closest_match(opts.kind, dataset_kinds());
     throw Error("unknown dataset kind '" + opts.kind + "'" +

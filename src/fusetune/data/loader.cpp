@@ -40,9 +40,8 @@ DataLoader::DataLoader(int64_t num_items, const std::string& what, LoaderOptions
 }
 
 DataLoader::DataLoader(const Dataset& dataset, LoaderOptions opts)
-    : DataLoader(dataset.size(),
-                 dataset.report().name + (dataset.packed() ? " (packed rows)" : ""), opts,
-                 [&dataset, collate_opts = opts.collate](const std::vector<int64_t>& items) {
+    : DataLoader(dataset.size(), dataset.report().name + (dataset.packed() ? " (packed rows)" : ""),
+                 opts, [&dataset, collate_opts = opts.collate](const std::vector<int64_t>& items) {
                    std::vector<const Sample*> rows;
                    rows.reserve(items.size());
                    for (int64_t i : items) rows.push_back(&dataset.get(i));
@@ -69,7 +68,8 @@ void DataLoader::set_state(State s) {
   FT_CHECK(s.epoch >= 0 && s.index >= 0 && s.index <= steps_per_epoch_,
            "data loader state (epoch " + std::to_string(s.epoch) + ", batch " +
                std::to_string(s.index) + ") is out of range: an epoch has " +
-               std::to_string(steps_per_epoch_) + " batches (did the dataset or batch_size change?)");
+               std::to_string(steps_per_epoch_) +
+               " batches (did the dataset or batch_size change?)");
   state_ = s;
 }
 

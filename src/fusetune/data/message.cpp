@@ -6,10 +6,14 @@ namespace fusetune {
 
 std::string_view role_name(Role r) {
   switch (r) {
-    case Role::kSystem: return "system";
-    case Role::kUser: return "user";
-    case Role::kAssistant: return "assistant";
-    case Role::kTool: return "ipython";  // Llama 3's name for tool output
+    case Role::kSystem:
+      return "system";
+    case Role::kUser:
+      return "user";
+    case Role::kAssistant:
+      return "assistant";
+    case Role::kTool:
+      return "ipython";  // Llama 3's name for tool output
   }
   return "user";
 }

@@ -84,8 +84,9 @@ std::vector<Record> read_json_records(const std::string& path) {
     } catch (const nlohmann::json::parse_error& e) {
       // A pretty-printed single object is a common mistake: say so instead of "line 1".
       if (line_no == 1 && nlohmann::json::accept(text))
-        throw Error(path + " holds a single JSON value spanning lines; expected an array of "
-                           "records or one JSON object per line (JSON lines)");
+        throw Error(path +
+                    " holds a single JSON value spanning lines; expected an array of "
+                    "records or one JSON object per line (JSON lines)");
       r.error = std::string("invalid JSON: ") + e.what();
     }
     rows.push_back(std::move(r));
@@ -99,8 +100,8 @@ std::vector<Record> read_text_documents(const std::string& path) {
   auto emit = [&](std::string_view body, size_t start_line) {
     std::string t = trim(body);
     if (!t.empty())
-      docs.push_back({nlohmann::json(std::move(t)), path + " line " + std::to_string(start_line),
-                      ""});
+      docs.push_back(
+          {nlohmann::json(std::move(t)), path + " line " + std::to_string(start_line), ""});
   };
   // The line number of every byte offset we cut at is needed only for `where`.
   auto line_of = [&](size_t byte, size_t from, size_t line) {

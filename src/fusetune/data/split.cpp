@@ -9,22 +9,24 @@
 namespace fusetune {
 
 SplitSpec SplitSpec::parse(const std::string& text) {
-  static const std::regex re(R"(^\s*(\w+)\s*(\[\s*(-?\d+)?\s*(%)?\s*:\s*(-?\d+)?\s*(%)?\s*\])?\s*$)");
+  static const std::regex re(
+      R"(^\s*(\w+)\s*(\[\s*(-?\d+)?\s*(%)?\s*:\s*(-?\d+)?\s*(%)?\s*\])?\s*$)");
   std::smatch m;
   FT_CHECK(std::regex_match(text, m, re),
            "dataset split '" + text +
                "' is not valid: expected e.g. train, train[:90%], train[90%:], train[100:200]");
   SplitSpec s;
   s.name = m[1];
-  FT_CHECK(s.name == "train", "dataset split '" + text + "': local dataset files have only the "
+  FT_CHECK(s.name == "train", "dataset split '" + text +
+                                  "': local dataset files have only the "
                                   "'train' split (slice it, e.g. train[90%:], for evaluation)");
   if (!m[2].matched) return s;
   bool from_pct = m[4].matched, to_pct = m[6].matched;
   FT_CHECK(m[3].matched || !from_pct, "dataset split '" + text + "': '%' without a number");
   FT_CHECK(m[5].matched || !to_pct, "dataset split '" + text + "': '%' without a number");
   if (m[3].matched && m[5].matched)
-    FT_CHECK(from_pct == to_pct, "dataset split '" + text +
-                                     "': both bounds must be percentages or both row counts");
+    FT_CHECK(from_pct == to_pct,
+             "dataset split '" + text + "': both bounds must be percentages or both row counts");
   s.percent = from_pct || to_pct;
   auto parse_bound = [&](const std::ssub_match& g) -> std::optional<int64_t> {
     if (!g.matched) return std::nullopt;

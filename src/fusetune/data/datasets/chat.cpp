@@ -46,7 +46,8 @@ std::vector<Message> parse_conversation(const nlohmann::json& turns, const std::
   std::vector<Message> messages;
   for (size_t i = 0; i < turns.size(); ++i) {
     const auto& t = turns[i];
-    FT_CHECK(t.is_object(), "turn " + std::to_string(i) + " is " + json_kind(t) + ", expected an object");
+    FT_CHECK(t.is_object(),
+             "turn " + std::to_string(i) + " is " + json_kind(t) + ", expected an object");
     bool sharegpt = style == "sharegpt" || (style == "auto" && t.contains("from"));
     const char* role_key = sharegpt ? "from" : "role";
     const char* text_key = sharegpt ? "value" : "content";

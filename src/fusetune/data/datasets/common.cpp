@@ -82,8 +82,8 @@ std::vector<Record> read_records(const DatasetOptions& opts, bool allow_text) {
                              "' reads .json or .jsonl files, not plain text");
     return read_text_documents(opts.source);
   }
-  throw Error("dataset " + opts.source + ": unsupported file type '" + ext + "' (expected .json, .jsonl" +
-              (allow_text ? ", .txt" : "") + ")");
+  throw Error("dataset " + opts.source + ": unsupported file type '" + ext +
+              "' (expected .json, .jsonl" + (allow_text ? ", .txt" : "") + ")");
 }
 
 std::string mapped(const DatasetOptions& opts, const std::string& expected) {
@@ -96,23 +96,31 @@ void check_column_map(const DatasetOptions& opts, const std::vector<std::string>
   for (const auto& [key, value] : opts.column_map) {
     if (std::find(expected.begin(), expected.end(), key) != expected.end()) continue;
     std::string hint = closest_match(key, expected);
-    throw Error("dataset.column_map has key '" + key + "', which a " + kind + " dataset does not use" +
-                (hint.empty() ? "" : " (did you mean '" + hint + "'?)") + "; its columns are " +
-                join(expected, ", "));
+    throw Error("dataset.column_map has key '" + key + "', which a " + kind +
+                " dataset does not use" + (hint.empty() ? "" : " (did you mean '" + hint + "'?)") +
+                "; its columns are " + join(expected, ", "));
   }
 }
 
 std::string json_kind(const nlohmann::json& v) {
   switch (v.type()) {
-    case nlohmann::json::value_t::null: return "null";
-    case nlohmann::json::value_t::object: return "an object";
-    case nlohmann::json::value_t::array: return "an array";
-    case nlohmann::json::value_t::string: return "a string";
-    case nlohmann::json::value_t::boolean: return "a boolean";
+    case nlohmann::json::value_t::null:
+      return "null";
+    case nlohmann::json::value_t::object:
+      return "an object";
+    case nlohmann::json::value_t::array:
+      return "an array";
+    case nlohmann::json::value_t::string:
+      return "a string";
+    case nlohmann::json::value_t::boolean:
+      return "a boolean";
     case nlohmann::json::value_t::number_integer:
-    case nlohmann::json::value_t::number_unsigned: return "an integer";
-    case nlohmann::json::value_t::number_float: return "a float";
-    default: return "an unsupported value";
+    case nlohmann::json::value_t::number_unsigned:
+      return "an integer";
+    case nlohmann::json::value_t::number_float:
+      return "a float";
+    default:
+      return "an unsupported value";
   }
 }
 
@@ -127,9 +135,9 @@ const nlohmann::json& column(const nlohmann::json& row, const std::string& name)
   std::vector<std::string> keys;
   for (auto it = row.begin(); it != row.end(); ++it) keys.push_back(it.key());
   std::string hint = closest_match(name, keys);
-  throw Error("missing column '" + name + "' (columns: " + (keys.empty() ? "none" : join(keys, ", ")) +
-              (hint.empty() ? "" : "; did you mean '" + hint + "'? map it with dataset.column_map") +
-              ")");
+  throw Error(
+      "missing column '" + name + "' (columns: " + (keys.empty() ? "none" : join(keys, ", ")) +
+      (hint.empty() ? "" : "; did you mean '" + hint + "'? map it with dataset.column_map") + ")");
 }
 
 std::string string_column(const nlohmann::json& row, const std::string& name) {

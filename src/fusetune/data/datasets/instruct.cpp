@@ -20,8 +20,8 @@ std::string alpaca_prompt(const std::string& instruction, const std::string& inp
 std::unique_ptr<SampleDataset> load_instruct(const DatasetOptions& opts, const Tokenizer& tok) {
   const bool alpaca = opts.kind == "alpaca";
   check_column_map(opts, {"instruction", "input", "output"}, opts.kind);
-  const std::string instruction_col = mapped(opts, "instruction"), input_col = mapped(opts, "input"),
-                    output_col = mapped(opts, "output");
+  const std::string instruction_col = mapped(opts, "instruction"),
+                    input_col = mapped(opts, "input"), output_col = mapped(opts, "output");
   auto format =
       make_chat_format(resolve_chat_format(opts.template_name, opts.model_family, tok), tok);
 

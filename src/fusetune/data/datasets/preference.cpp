@@ -44,8 +44,8 @@ std::unique_ptr<PreferenceDataset> build_preference_dataset(const DatasetOptions
   auto format =
       make_chat_format(resolve_chat_format(opts.template_name, opts.model_family, tok), tok);
   const std::string chosen_col = mapped(opts, "chosen"), rejected_col = mapped(opts, "rejected"),
-                    prompt_col = mapped(opts, "prompt"),
-                    conv_col = mapped(opts, "conversations"), msg_col = mapped(opts, "messages");
+                    prompt_col = mapped(opts, "prompt"), conv_col = mapped(opts, "conversations"),
+                    msg_col = mapped(opts, "messages");
 
   auto side = [&](const nlohmann::json& row, const std::string& col) -> std::vector<Message> {
     const nlohmann::json& v = column(row, col);
@@ -78,7 +78,8 @@ std::unique_ptr<PreferenceDataset> build_preference_dataset(const DatasetOptions
   std::vector<PreferencePair> pairs;
   auto records = read_records(opts, /*allow_text=*/false);
   for_each_row(records, opts, rep, [&](const nlohmann::json& row) {
-    PreferencePair p{format->render(side(row, chosen_col)), format->render(side(row, rejected_col))};
+    PreferencePair p{format->render(side(row, chosen_col)),
+                     format->render(side(row, rejected_col))};
     bool cut = truncate_sample(p.chosen, opts.max_seq_len);
     cut = truncate_sample(p.rejected, opts.max_seq_len) || cut;
     rep.truncated += cut;
