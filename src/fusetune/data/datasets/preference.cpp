@@ -1,0 +1,107 @@
+#include "fusetune/data/datasets/preference.h"
+
+#include "fusetune/data/chat_format.h"
+#include "fusetune/data/datasets/chat.h"
+#include "fusetune/data/datasets/common.h"
+#include "fusetune/util/error.h"
+
+namespace fusetune {
+namespace {
+
+// The prompt turns are trained only with train_on_input; the reply (last turn) always.
+void mark(std::vector<Message>& messages, bool train_on_input) {
+  for (Message& m : messages) m.trained = train_on_input;
+  messages.back().trained = true;
+}
+
+void check_reply(const std::vector<Message>& messages, const std::string& side) {
+  FT_CHECK(messages.back().role == Role::kAssistant,
+           "the last turn of '" + side + "' is " + std::string(role_name(messages.back().role)) +
+               ", expected the assistant's reply");
+}
+
+}  // namespace
+
+PreferenceDataset::PreferenceDataset(std::vector<PreferencePair> pairs, DatasetReport report)
+    : pairs_(std::move(pairs)), report_(std::move(report)) {}
+
+const PreferencePair& PreferenceDataset::get(int64_t i) const {
+  FT_CHECK(i >= 0 && i < size(), "preference dataset " + report_.name + ": index " +
+                                     std::to_string(i) + " out of range [0, " +
+                                     std::to_string(size()) + ")");
+  return pairs_[i];
+}
+
+std::unique_ptr<PreferenceDataset> build_preference_dataset(const DatasetOptions& opts,
+                                                            const Tokenizer& tok) {
+  using namespace datasets;
+  FT_CHECK(!opts.packed, "dataset.packed is not supported for preference (DPO) data");
+  const std::string& style = opts.conversation_style;
+  FT_CHECK(style == "auto" || style == "openai" || style == "sharegpt",
+           "dataset.conversation_style is '" + style + "', expected openai, sharegpt or auto");
+  check_column_map(opts, {"chosen", "rejected", "prompt", "conversations", "messages"},
+                   "preference");
+  auto format =
+      make_chat_format(resolve_chat_format(opts.template_name, opts.model_family, tok), tok);
+  const std::string chosen_col = mapped(opts, "chosen"), rejected_col = mapped(opts, "rejected"),
+                    prompt_col = mapped(opts, "prompt"), conv_col = mapped(opts, "conversations"),
+                    msg_col = mapped(opts, "messages");
+
+  auto side = [&](const nlohmann::json& row, const std::string& col) -> std::vector<Message> {
+    const nlohmann::json& v = column(row, col);
+    std::vector<Message> m;
+    if (v.is_array()) {  // a whole conversation
+      m = parse_conversation(v, style, opts.train_on_input);
+    } else {
+      const nlohmann::json* prompt = optional_column(row, conv_col);
+      if (!prompt) prompt = optional_column(row, msg_col);
+      if (prompt) {
+        m = parse_conversation(*prompt, style, opts.train_on_input);
+        FT_CHECK(v.is_object(), "column '" + col + "' is " + json_kind(v) +
+                                    ", expected one turn object (the prompt is in a list)");
+        auto reply = parse_conversation(nlohmann::json::array({v}), style, true);
+        m.push_back(reply[0]);
+      } else {
+        FT_CHECK(v.is_string(), "column '" + col + "' is " + json_kind(v) +
+                                    ", expected a string, a turn or a list of turns");
+        m = {{Role::kUser, string_column(row, prompt_col), false},
+             {Role::kAssistant, v.get<std::string>(), true}};
+      }
+    }
+    check_reply(m, col);
+    mark(m, opts.train_on_input);
+    apply_system_prompt(m, opts.new_system_prompt, opts.train_on_input);
+    return m;
+  };
+
+  DatasetReport rep;
+  std::vector<PreferencePair> pairs;
+  auto records = read_records(opts, /*allow_text=*/false);
+  for_each_row(records, opts, rep, [&](const nlohmann::json& row) {
+    PreferencePair p{format->render(side(row, chosen_col)),
+                     format->render(side(row, rejected_col))};
+    bool cut = truncate_sample(p.chosen, opts.max_seq_len);
+    cut = truncate_sample(p.rejected, opts.max_seq_len) || cut;
+    rep.truncated += cut;
+    if (count_targets(p.chosen) == 0 || count_targets(p.rejected) == 0) {
+      ++rep.dropped_no_targets;
+      return;
+    }
+    rep.tokens += static_cast<int64_t>(p.chosen.tokens.size() + p.rejected.tokens.size());
+    pairs.push_back(std::move(p));
+  });
+  rep.examples = static_cast<int64_t>(pairs.size());
+  check_not_empty(rep, opts);
+  return std::make_unique<PreferenceDataset>(std::move(pairs), std::move(rep));
+}
+
+Batch collate_preference(const std::vector<const PreferencePair*>& pairs,
+                         const CollateOptions& opts) {
+  std::vector<const Sample*> rows;
+  rows.reserve(pairs.size() * 2);
+  for (const PreferencePair* p : pairs) rows.push_back(&p->chosen);
+  for (const PreferencePair* p : pairs) rows.push_back(&p->rejected);
+  return collate(rows, opts);
+}
+
+}  // namespace fusetune

@@ -1,0 +1,173 @@
+#include "fusetune/data/chat_format.h"
+
+#include <gtest/gtest.h>
+
+#include "data_test_util.h"
+#include "fusetune/data/byte_tokenizer.h"
+#include "fusetune/util/error.h"
+
+namespace fusetune {
+namespace {
+
+using testing::FakeTokenizer;
+using testing::Piece;
+using T = FakeTokenizer;
+
+// Expected layout: segments that are either all targets (true) or all masked (false).
+Sample expect(std::initializer_list<std::pair<Piece, bool>> segs) {
+  Sample s;
+  for (const auto& [piece, trained] : segs)
+    for (int32_t id : piece.ids) {
+      s.tokens.push_back(id);
+      s.labels.push_back(trained ? id : kIgnoreIndex);
+    }
+  return s;
+}
+
+std::vector<Message> conversation() {
+  return {{Role::kSystem, "Be brief.", false},
+          {Role::kUser, "Hi", false},
+          {Role::kAssistant, " Hello! ", true},
+          {Role::kUser, "Bye", false},
+          {Role::kAssistant, "Ciao", true}};
+}
+
+void expect_same(const Sample& got, const Sample& want) {
+  EXPECT_EQ(got.tokens, want.tokens);
+  EXPECT_EQ(got.labels, want.labels);
+}
+
+TEST(DataChatFormat, Llama3Layout) {
+  T tok;
+  auto f = make_chat_format("llama3", tok);
+  Sample want = expect(
+      {{T::kBegin, false}, {T::kStartHeader, false}, {"system", false},    {T::kEndHeader, false},
+       {"\n\n", false},    {"Be brief.", false},     {T::kEot, false},     {T::kStartHeader, false},
+       {"user", false},    {T::kEndHeader, false},   {"\n\n", false},      {"Hi", false},
+       {T::kEot, false},   {T::kStartHeader, false}, {"assistant", false}, {T::kEndHeader, false},
+       {"\n\n", false},    {"Hello!", true},         {T::kEot, true},      {T::kStartHeader, false},
+       {"user", false},    {T::kEndHeader, false},   {"\n\n", false},      {"Bye", false},
+       {T::kEot, false},   {T::kStartHeader, false}, {"assistant", false}, {T::kEndHeader, false},
+       {"\n\n", false},    {"Ciao", true},           {T::kEot, true}});
+  expect_same(f->render(conversation()), want);
+}
+
+TEST(DataChatFormat, ChatMLLayout) {
+  T tok;
+  auto f = make_chat_format("chatml", tok);
+  Sample want = expect(
+      {{T::kImStart, false}, {"system\n", false},    {"Be brief.", false}, {T::kImEnd, false},
+       {"\n", false},        {T::kImStart, false},   {"user\n", false},    {"Hi", false},
+       {T::kImEnd, false},   {"\n", false},          {T::kImStart, false}, {"assistant\n", false},
+       {" Hello! ", true},   {T::kImEnd, true},      {"\n", false},        {T::kImStart, false},
+       {"user\n", false},    {"Bye", false},         {T::kImEnd, false},   {"\n", false},
+       {T::kImStart, false}, {"assistant\n", false}, {"Ciao", true},       {T::kImEnd, true},
+       {"\n", false}});
+  expect_same(f->render(conversation()), want);
+}
+
+TEST(DataChatFormat, Llama2Layout) {
+  T tok;
+  auto f = make_chat_format("llama2", tok);
+  Sample want = expect({{T::kBos, false},
+                        {"[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST]", false},
+                        {" Hello! ", true},
+                        {T::kEos, true},
+                        {T::kBos, false},
+                        {"[INST] Bye [/INST]", false},
+                        {" Ciao ", true},
+                        {T::kEos, true}});
+  expect_same(f->render(conversation()), want);
+}
+
+TEST(DataChatFormat, MistralLayout) {
+  T tok;
+  auto f = make_chat_format("mistral", tok);
+  Sample want = expect({{T::kBos, false},
+                        {"[INST] Be brief.\n\nHi [/INST]", false},
+                        {" Hello! ", true},
+                        {T::kEos, true},
+                        {"[INST] Bye [/INST]", false},
+                        {"Ciao", true},
+                        {T::kEos, true}});
+  expect_same(f->render(conversation()), want);
+}
+
+TEST(DataChatFormat, PlainLayout) {
+  T tok;
+  auto f = make_chat_format("plain", tok);
+  std::vector<Message> m = {{Role::kUser, "Q: 2+2?\n", false}, {Role::kAssistant, "4", true}};
+  expect_same(f->render(m),
+              expect({{T::kBos, false}, {"Q: 2+2?\n", false}, {"4", true}, {T::kEos, true}}));
+  // A tokenizer without BOS (Qwen-like) gets none.
+  T no_bos(true, true, /*has_bos=*/false);
+  expect_same(make_chat_format("alpaca", no_bos)->render(m),
+              expect({{"Q: 2+2?\n", false}, {"4", true}, {T::kEos, true}}));
+}
+
+TEST(DataChatFormat, TrainOnInputUnmasksUserContentButNotHeaders) {
+  T tok;
+  std::vector<Message> m = {{Role::kUser, "Hi", true}, {Role::kAssistant, "Yo", true}};
+  Sample want = expect({{T::kBegin, false},
+                        {T::kStartHeader, false},
+                        {"user", false},
+                        {T::kEndHeader, false},
+                        {"\n\n", false},
+                        {"Hi", true},
+                        {T::kEot, true},
+                        {T::kStartHeader, false},
+                        {"assistant", false},
+                        {T::kEndHeader, false},
+                        {"\n\n", false},
+                        {"Yo", true},
+                        {T::kEot, true}});
+  expect_same(make_chat_format("llama3", tok)->render(m), want);
+}
+
+TEST(DataChatFormat, Llama2RequiresAlternation) {
+  T tok;
+  std::vector<Message> m = {{Role::kUser, "a", false}, {Role::kUser, "b", false}};
+  EXPECT_THROW(make_chat_format("llama2", tok)->render(m), Error);
+}
+
+TEST(DataChatFormat, MissingSpecialTokenIsNamed) {
+  ByteTokenizer bytes;
+  try {
+    make_chat_format("llama3", bytes);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("<|begin_of_text|>"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(make_chat_format("chatml", bytes), Error);
+  EXPECT_NO_THROW(make_chat_format("llama2", bytes));  // uses BOS/EOS ids only
+}
+
+TEST(DataChatFormat, UnknownNameSuggests) {
+  T tok;
+  try {
+    make_chat_format("lama3", tok);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("did you mean 'llama3'"), std::string::npos) << e.what();
+  }
+}
+
+TEST(DataChatFormat, ResolveByTemplateFamilyThenTokenizer) {
+  T both;
+  T chatml_only(/*llama3=*/false, /*chatml=*/true);
+  T none(false, false);
+  ByteTokenizer bytes;
+  EXPECT_EQ(resolve_chat_format("llama2", "llama3", both), "llama2");  // explicit wins
+  EXPECT_EQ(resolve_chat_format("auto", "llama3_1", none), "llama3");
+  EXPECT_EQ(resolve_chat_format("", "Llama-3.2", none), "llama3");
+  EXPECT_EQ(resolve_chat_format("auto", "qwen2", none), "chatml");
+  EXPECT_EQ(resolve_chat_format("auto", "llama2", none), "llama2");
+  EXPECT_EQ(resolve_chat_format("auto", "mistral", none), "mistral");
+  EXPECT_EQ(resolve_chat_format("auto", "", both), "llama3");
+  EXPECT_EQ(resolve_chat_format("auto", "", chatml_only), "chatml");
+  EXPECT_EQ(resolve_chat_format("auto", "", none), "plain");
+  EXPECT_EQ(resolve_chat_format("auto", "", bytes), "plain");
+}
+
+}  // namespace
+}  // namespace fusetune
