@@ -2,8 +2,7 @@
 
 namespace fusetune {
 
-std::vector<int32_t> ByteTokenizer::encode(std::string_view text, bool add_bos,
-                                           bool add_eos) const {
+std::vector<int32_t> ByteTokenizer::encode(std::string_view text, bool add_bos, bool add_eos) const {
   std::vector<int32_t> ids;
   ids.reserve(text.size() + 2);
   if (add_bos) ids.push_back(kBos);
