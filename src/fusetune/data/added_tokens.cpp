@@ -1,6 +1,7 @@
 #include "fusetune/data/added_tokens.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "fusetune/data/unicode_normalize.h"
 #include "fusetune/data/utf8.h"
@@ -27,6 +28,11 @@ AddedTokenMatcher::AddedTokenMatcher(const std::vector<AddedToken>& tokens,
     if (nodes_[node].token < 0) nodes_[node].token = int(k);  // first registration wins
     first_byte_[static_cast<unsigned char>(p[0])] = true;
   }
+  for (int b = 0; b < 256; ++b) {
+    if (!first_byte_[b]) continue;
+    only_first_byte_ = only_first_byte_ == -1 ? b : -2;
+  }
+  if (only_first_byte_ < 0) only_first_byte_ = -1;
 }
 
 int AddedTokenMatcher::child(int node, unsigned char c) const {
@@ -56,7 +62,11 @@ void AddedTokenMatcher::split(std::string_view text, std::vector<Segment>& out) 
   size_t plain_start = 0, pos = 0;
   const size_t n = text.size();
   while (pos < n) {
-    if (!first_byte_[static_cast<unsigned char>(text[pos])]) {
+    if (only_first_byte_ >= 0) {
+      const void* hit = std::memchr(text.data() + pos, only_first_byte_, n - pos);
+      if (!hit) break;
+      pos = size_t(static_cast<const char*>(hit) - text.data());
+    } else if (!first_byte_[static_cast<unsigned char>(text[pos])]) {
       ++pos;
       continue;
     }

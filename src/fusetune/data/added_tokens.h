@@ -45,6 +45,7 @@ class AddedTokenMatcher {
   std::vector<AddedToken> tokens_;
   std::vector<Node> nodes_{1};
   bool first_byte_[256] = {};
+  int only_first_byte_ = -1;  // the first byte every token shares ('<' in Llama 3), or -1
 };
 
 }  // namespace fusetune

@@ -1,5 +1,6 @@
 #include "fusetune/data/bpe.h"
 
+#include <bit>
 #include <cstdio>
 #include <queue>
 
@@ -7,6 +8,38 @@
 #include "fusetune/util/error.h"
 
 namespace fusetune {
+
+void MergeTable::reserve(size_t n) {
+  while (slots_.size() < 2 * n) grow();
+}
+
+void MergeTable::grow() {
+  std::vector<Slot> old = std::move(slots_);
+  size_t cap = old.empty() ? 16 : old.size() * 2;
+  slots_.assign(cap, Slot{});
+  mask_ = cap - 1;
+  shift_ = 64 - std::countr_zero(cap);
+  size_ = 0;
+  for (const Slot& s : old)
+    if (s.key != kEmpty) insert_or_assign(s.key, s.merge);
+}
+
+void MergeTable::insert_or_assign(uint64_t key, Merge m) {
+  if (2 * (size_ + 1) > slots_.size()) grow();  // load factor <= 1/2
+  for (size_t i = slot_of(key);; i = (i + 1) & mask_) {
+    Slot& s = slots_[i];
+    if (s.key == key) {
+      s.merge = m;  // a repeated merge: the later rank wins, as in tokenizers
+      return;
+    }
+    if (s.key == kEmpty) {
+      s.key = key;
+      s.merge = m;
+      ++size_;
+      return;
+    }
+  }
+}
 
 BpeModel::BpeModel(StringMap<int32_t> vocab,
                    const std::vector<std::pair<std::string, std::string>>& merges,
@@ -40,6 +73,13 @@ BpeModel::BpeModel(StringMap<int32_t> vocab,
     auto it = vocab_.find(std::string_view(name));
     byte_ids_[b] = it == vocab_.end() ? -1 : it->second;
   }
+  small_char_ids_.assign(0x800, -1);
+  for (const auto& [tok, id] : vocab_) {
+    if (tok.empty() || !utf8::is_valid(tok)) continue;
+    size_t i = 0;
+    char32_t cp = utf8::next(tok, i);
+    if (i == tok.size() && cp < 0x800) small_char_ids_[cp] = id;
+  }
   const size_t prefix_len = opt_.continuing_subword_prefix.size();
   merges_.reserve(merges.size());
   for (size_t rank = 0; rank < merges.size(); ++rank) {
@@ -57,7 +97,8 @@ BpeModel::BpeModel(StringMap<int32_t> vocab,
     FT_CHECK(im != vocab_.end(), where + ": model.merges[" + std::to_string(rank) + "] ('" + a +
                                      "' '" + b + "') makes '" + merged +
                                      "', which is not in model.vocab");
-    merges_.insert_or_assign(pair_key(ia->second, ib->second), Merge{int32_t(rank), im->second});
+    merges_.insert_or_assign(MergeTable::key(ia->second, ib->second),
+                             Merge{int32_t(rank), im->second});
   }
 }
 
@@ -79,66 +120,71 @@ const std::string* BpeModel::id_to_token(int32_t id) const {
 }
 
 const BpeModel::Merge* BpeModel::find_merge(int32_t a, int32_t b) const {
-  auto it = merges_.find(pair_key(a, b));
-  return it == merges_.end() ? nullptr : &it->second;
+  return merges_.find(MergeTable::key(a, b));
 }
 
 void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) const {
   if (word.empty()) return;
-  if (opt_.ignore_merges) {
-    auto it = vocab_.find(word);
-    if (it != vocab_.end()) {
-      out.push_back(it->second);
-      return;
-    }
-  }
-  if (word.size() > kMaxCachedWord) {
-    encode_uncached(word, out);
-    return;
-  }
-  size_t h = StringHash{}(word);
+  const bool cacheable = word.size() <= kMaxCachedWord;
+  const size_t h = cacheable ? StringHash{}(word) : 0;
   Shard& shard = cache_[h % kShards];
-  {
+  // The cache comes first: it is small and hot, the vocabulary large and cold.
+  if (cacheable) {
     std::lock_guard<std::mutex> lock(shard.mu);
     auto it = shard.map.find(word);
     if (it != shard.map.end()) {
-      out.insert(out.end(), it->second.begin(), it->second.end());
+      const int32_t* p = shard.ids.data() + it->second.first;
+      out.insert(out.end(), p, p + it->second.second);
       return;
     }
   }
-  size_t first = out.size();
-  encode_uncached(word, out);
-  std::vector<int32_t> ids(out.begin() + first, out.end());
+  const size_t first = out.size();
+  auto whole = opt_.ignore_merges ? vocab_.find(word) : vocab_.end();
+  if (whole != vocab_.end())
+    out.push_back(whole->second);
+  else
+    encode_uncached(word, out);
+  if (!cacheable) return;
   std::lock_guard<std::mutex> lock(shard.mu);
-  if (shard.map.size() >= kShardCapacity) shard.map.clear();
-  shard.map.emplace(std::string(word), std::move(ids));
+  if (shard.map.size() >= kShardCapacity) return;
+  auto [it, inserted] = shard.map.try_emplace(std::string(word), uint32_t(shard.ids.size()),
+                                              uint32_t(out.size() - first));
+  if (inserted) shard.ids.insert(shard.ids.end(), out.begin() + first, out.end());
 }
 
 void BpeModel::initial_symbols(std::string_view w, std::vector<int32_t>& ids) const {
   // Mirrors tokenizers' BPE::merge_word: one symbol per character; a character missing from
   // the vocabulary becomes its <0xXX> bytes (byte_fallback) or the unk token (fused when
   // fuse_unk), or is dropped when the model has no unk token.
-  std::optional<int32_t> pending_unk;
+  int32_t pending_unk = -1;  // an unk symbol not yet emitted (fuse_unk extends it)
   std::string buf;
+  const bool affixes = !opt_.continuing_subword_prefix.empty() || !opt_.end_of_word_suffix.empty();
   size_t i = 0;
   while (i < w.size()) {
     size_t start = i;
-    i += utf8::seq_len(static_cast<unsigned char>(w[i]));
+    char32_t cp = utf8::next(w, i);
     std::string_view s = w.substr(start, i - start);
     const bool first = start == 0, last = i >= w.size();
-    if ((!first && !opt_.continuing_subword_prefix.empty()) ||
-        (last && !opt_.end_of_word_suffix.empty())) {
+    int32_t id = -1;
+    if (affixes && ((!first && !opt_.continuing_subword_prefix.empty()) ||
+                    (last && !opt_.end_of_word_suffix.empty()))) {
       buf.clear();
       if (!first) buf += opt_.continuing_subword_prefix;
       buf += s;
       if (last) buf += opt_.end_of_word_suffix;
       s = buf;
+      auto it = vocab_.find(s);
+      if (it != vocab_.end()) id = it->second;
+    } else if (cp < 0x800) {
+      id = small_char_ids_[cp];
+    } else {
+      auto it = vocab_.find(s);
+      if (it != vocab_.end()) id = it->second;
     }
-    auto it = vocab_.find(s);
-    if (it != vocab_.end()) {
-      if (pending_unk) ids.push_back(*pending_unk);
-      pending_unk.reset();
-      ids.push_back(it->second);
+    if (id >= 0) {
+      if (pending_unk >= 0) ids.push_back(pending_unk);
+      pending_unk = -1;
+      ids.push_back(id);
       continue;
     }
     if (opt_.byte_fallback) {
@@ -150,11 +196,11 @@ void BpeModel::initial_symbols(std::string_view w, std::vector<int32_t>& ids) co
       }
     }
     if (unk_id_) {
-      if (pending_unk && !opt_.fuse_unk) ids.push_back(*pending_unk);
-      pending_unk = unk_id_;
+      if (pending_unk >= 0 && !opt_.fuse_unk) ids.push_back(pending_unk);
+      pending_unk = *unk_id_;
     }
   }
-  if (pending_unk) ids.push_back(*pending_unk);
+  if (pending_unk >= 0) ids.push_back(pending_unk);
 }
 
 void BpeModel::encode_uncached(std::string_view word, std::vector<int32_t>& out) const {

@@ -4,6 +4,7 @@
 // continuing_subword_prefix, end_of_word_suffix). Results are cached per word.
 #include <array>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <mutex>
 #include <optional>
@@ -16,9 +17,27 @@
 namespace fusetune {
 
 // Hash/equality that let unordered_map<std::string, ...> be searched with a string_view.
+// The hash is a small multiply-xorshift over 8-byte words: tokens and words are short, and
+// std::hash's murmur showed up in profiles.
 struct StringHash {
   using is_transparent = void;
-  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  size_t operator()(std::string_view s) const {
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ s.size();
+    const char* p = s.data();
+    size_t n = s.size();
+    for (; n >= 8; n -= 8, p += 8) {
+      uint64_t w;
+      std::memcpy(&w, p, 8);
+      h = mix(h ^ w);
+    }
+    uint64_t tail = 0;
+    std::memcpy(&tail, p, n);
+    return size_t(mix(h ^ tail));
+  }
+  static uint64_t mix(uint64_t x) {
+    x *= 0xBF58476D1CE4E5B9ull;
+    return x ^ (x >> 31);
+  }
 };
 template <typename V>
 using StringMap = std::unordered_map<std::string, V, StringHash, std::equal_to<>>;
@@ -30,6 +49,42 @@ struct BpeOptions {
   bool ignore_merges = false;  // a word that is itself in the vocabulary is not merged (Llama 3)
   std::string continuing_subword_prefix;
   std::string end_of_word_suffix;
+};
+
+// Open-addressing table from a (left id, right id) pair to its merge: one probe sequence in one
+// flat array, where std::unordered_map chases a heap node per lookup (cold misses dominate
+// BPE on a 100k+ vocabulary).
+class MergeTable {
+ public:
+  struct Merge {
+    int32_t rank;
+    int32_t new_id;
+  };
+  static uint64_t key(int32_t a, int32_t b) { return (uint64_t(uint32_t(a)) << 32) | uint32_t(b); }
+  void reserve(size_t n);
+  void insert_or_assign(uint64_t key, Merge m);
+  const Merge* find(uint64_t key) const {
+    if (slots_.empty()) return nullptr;
+    for (size_t i = slot_of(key);; i = (i + 1) & mask_) {
+      const Slot& s = slots_[i];
+      if (s.key == key) return &s.merge;
+      if (s.key == kEmpty) return nullptr;
+    }
+  }
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+
+ private:
+  static constexpr uint64_t kEmpty = ~uint64_t(0);  // ids are < 2^30: never a real key
+  struct Slot {
+    uint64_t key = kEmpty;
+    Merge merge{};
+  };
+  size_t slot_of(uint64_t key) const { return size_t((key * 0x9E3779B97F4A7C15ull) >> shift_); }
+  void grow();
+  std::vector<Slot> slots_;
+  size_t mask_ = 0, size_ = 0;
+  int shift_ = 64;
 };
 
 class BpeModel {
@@ -50,13 +105,7 @@ class BpeModel {
   size_t num_merges() const { return merges_.size(); }
 
  private:
-  struct Merge {
-    int32_t rank;
-    int32_t new_id;
-  };
-  static uint64_t pair_key(int32_t a, int32_t b) {
-    return (uint64_t(uint32_t(a)) << 32) | uint32_t(b);
-  }
+  using Merge = MergeTable::Merge;
   void encode_uncached(std::string_view word, std::vector<int32_t>& out) const;
   void initial_symbols(std::string_view word, std::vector<int32_t>& ids) const;
   void merge_short(std::vector<int32_t>& ids) const;
@@ -65,18 +114,23 @@ class BpeModel {
 
   StringMap<int32_t> vocab_;
   std::vector<std::string> id_to_token_;
-  std::unordered_map<uint64_t, Merge> merges_;
+  MergeTable merges_;
+  // Ids of single-code-point tokens below U+0800 (the whole byte-level alphabet): the
+  // per-character lookups of a new word skip the string hash map. -1 = not a token.
+  std::vector<int32_t> small_char_ids_;
   BpeOptions opt_;
   std::optional<int32_t> unk_id_;
   std::array<int32_t, 256> byte_ids_{};  // <0xXX> ids for byte_fallback; -1 when absent
   bool all_bytes_ = false;
 
   // Bounded word cache, sharded to keep lock contention low when loader threads share one
-  // tokenizer. A shard is cleared when it fills.
-  static constexpr size_t kShards = 16, kShardCapacity = 8192, kMaxCachedWord = 256;
+  // tokenizer. Like tokenizers' cache, a full shard takes no new words (no eviction churn;
+  // frequent words arrive early). Ids live in one arena per shard: no allocation per word.
+  static constexpr size_t kShards = 16, kShardCapacity = 4096, kMaxCachedWord = 64;
   struct Shard {
     std::mutex mu;
-    StringMap<std::vector<int32_t>> map;
+    StringMap<std::pair<uint32_t, uint32_t>> map;  // word -> (offset, count) in ids
+    std::vector<int32_t> ids;
   };
   mutable std::array<Shard, kShards> cache_;
 };

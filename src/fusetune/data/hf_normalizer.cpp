@@ -31,7 +31,7 @@ class Prepend : public HfNormalizer {
  public:
   explicit Prepend(std::string p) : prepend_(std::move(p)) {}
   void normalize(std::string& t) const override {
-    if (!t.empty()) t.insert(0, prepend_);  // tokenizers leaves an empty string empty
+    if (!t.empty()) t = prepend_ + t;  // tokenizers leaves an empty string empty
   }
 
  private:

@@ -74,9 +74,10 @@ void apply_behavior(std::vector<Span>& spans, Behavior bh) {
 // Splits every piece at the spans `find` reports, keeping at_start on the first sub-piece.
 template <typename Find>
 void split_pieces(std::vector<PreToken>& pieces, Behavior bh, bool invert, Find&& find) {
-  std::vector<PreToken> out;
-  out.reserve(pieces.size() * 2);
-  std::vector<Span> spans;
+  // Scratch buffers reused across calls (split_pieces never nests).
+  thread_local std::vector<PreToken> out;
+  thread_local std::vector<Span> spans;
+  out.clear();
   for (PreToken& p : pieces) {
     spans.clear();
     size_t prev = 0;
@@ -92,7 +93,7 @@ void split_pieces(std::vector<PreToken>& pieces, Behavior bh, bool invert, Find&
       out.push_back({p.text.substr(s.begin, s.end - s.begin), p.at_start && s.begin == 0});
     }
   }
-  pieces = std::move(out);
+  pieces.swap(out);
 }
 
 Behavior parse_behavior(const std::string& s, const Where& w) {
@@ -140,7 +141,7 @@ class ByteLevel : public HfPreTokenizer {
   void pre_tokenize(std::vector<PreToken>& pieces) const override {
     if (add_prefix_space_)
       for (PreToken& p : pieces)
-        if (p.text.empty() || p.text[0] != ' ') p.text.insert(0, " ");
+        if (p.text.empty() || p.text[0] != ' ') p.text.insert(p.text.begin(), ' ');
     if (re_)
       split_pieces(pieces, Behavior::Isolated, false,
                    [&](const std::string& t, auto&& on_match) { re_->find_all(t, on_match); });
@@ -173,7 +174,7 @@ class Metaspace : public HfPreTokenizer {
       }
       bool starts = out.compare(0, rep_.size(), rep_) == 0;
       if (!starts && (scheme_ == Prepend::Always || (scheme_ == Prepend::First && p.at_start)))
-        out.insert(0, rep_);
+        out = rep_ + out;
       p.text = std::move(out);
     }
     if (split_)

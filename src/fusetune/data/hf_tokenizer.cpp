@@ -316,10 +316,12 @@ void HfTokenizer::Impl::encode_text(std::string_view text, std::vector<int32_t>&
     valid = utf8::to_valid_lossy(text);
     text = valid;
   }
-  std::vector<AddedTokenMatcher::Segment> segs, subs;
+  // Scratch buffers reused across calls on this thread.
+  thread_local std::vector<AddedTokenMatcher::Segment> segs, subs;
+  thread_local std::vector<PreToken> pieces;
+  thread_local std::string norm;
+  segs.clear();
   raw_matcher.split(text, segs);
-  std::vector<PreToken> pieces;
-  std::string norm;
   for (const auto& seg : segs) {
     if (seg.id >= 0) {
       ids.push_back(seg.id);

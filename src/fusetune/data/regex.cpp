@@ -15,15 +15,28 @@ std::string pcre2_message(int code) {
   return reinterpret_cast<const char*>(buf);
 }
 
-// The JIT's default 32 KiB stack is too small for patterns like `\s+(?!\S)` on long runs of
-// spaces; each thread gets its own larger stack.
-pcre2_jit_stack* thread_jit_stack() {
-  struct Holder {
-    pcre2_jit_stack* stack = pcre2_jit_stack_create(64 * 1024, 8 * 1024 * 1024, nullptr);
-    ~Holder() { pcre2_jit_stack_free(stack); }
-  };
-  thread_local Holder holder;
-  return holder.stack;
+// Per-thread matching state, shared by all patterns: match data (the overall match is all we
+// read, so a fixed ovector suffices; a pattern with more groups reports rc == 0, still with
+// the match in ovector[0..1]) and a context carrying a JIT stack larger than the default
+// 32 KiB, which patterns like `\s+(?!\S)` exhaust on long runs of spaces.
+struct ThreadState {
+  pcre2_match_data* md = pcre2_match_data_create(32, nullptr);
+  pcre2_match_context* ctx = pcre2_match_context_create(nullptr);
+  pcre2_jit_stack* stack = pcre2_jit_stack_create(64 * 1024, 8 * 1024 * 1024, nullptr);
+  ThreadState() {
+    FT_CHECK(md && ctx && stack, "out of memory creating regex match state");
+    pcre2_jit_stack_assign(ctx, nullptr, stack);
+  }
+  ~ThreadState() {
+    pcre2_jit_stack_free(stack);
+    pcre2_match_context_free(ctx);
+    pcre2_match_data_free(md);
+  }
+};
+
+ThreadState& thread_state() {
+  thread_local ThreadState state;
+  return state;
 }
 
 }  // namespace
@@ -49,26 +62,22 @@ Regex::~Regex() = default;
 
 void Regex::find_all(std::string_view text,
                      const std::function<void(size_t, size_t)>& on_match) const {
-  std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> md(
-      pcre2_match_data_create_from_pattern(impl_->code, nullptr), &pcre2_match_data_free);
-  std::unique_ptr<pcre2_match_context, decltype(&pcre2_match_context_free)> ctx(
-      pcre2_match_context_create(nullptr), &pcre2_match_context_free);
-  FT_CHECK(md && ctx, "out of memory creating regex match data");
-  if (impl_->jit) pcre2_jit_stack_assign(ctx.get(), nullptr, thread_jit_stack());
+  ThreadState& st = thread_state();
   auto subject = reinterpret_cast<PCRE2_SPTR>(text.data());
   size_t pos = 0;
-  uint32_t options = PCRE2_NO_UTF_CHECK;  // callers pass valid UTF-8
   while (pos <= text.size()) {
-    int rc = pcre2_match(impl_->code, subject, text.size(), pos, options, md.get(), ctx.get());
+    // pcre2_jit_match skips pcre2_match's per-call checks; callers pass valid UTF-8.
+    int rc = impl_->jit ? pcre2_jit_match(impl_->code, subject, text.size(), pos, 0, st.md, st.ctx)
+                        : PCRE2_ERROR_JIT_STACKLIMIT;
     if (rc == PCRE2_ERROR_JIT_STACKLIMIT) {
-      // Retry this one match with the interpreter, which keeps its backtracking on the heap.
-      rc = pcre2_match(impl_->code, subject, text.size(), pos, options | PCRE2_NO_JIT, md.get(),
-                       ctx.get());
+      // No JIT, or its stack ran out: the interpreter keeps its backtracking on the heap.
+      rc = pcre2_match(impl_->code, subject, text.size(), pos, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT,
+                       st.md, st.ctx);
     }
     if (rc == PCRE2_ERROR_NOMATCH) break;
     FT_CHECK(rc >= 0, "regex " + pattern_ + " failed on a text of " + std::to_string(text.size()) +
                           " bytes: " + pcre2_message(rc));
-    PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md.get());
+    PCRE2_SIZE* ov = pcre2_get_ovector_pointer(st.md);
     size_t start = ov[0], end = ov[1];
     if (end > start) {
       on_match(start, end);

@@ -1,5 +1,7 @@
 #include "fusetune/data/utf8.h"
 
+#include <cstring>
+
 namespace fusetune::utf8 {
 
 size_t valid_prefix_len(std::string_view s, size_t i) {
@@ -29,6 +31,11 @@ size_t valid_prefix_len(std::string_view s, size_t i) {
 
 bool is_valid(std::string_view s) {
   size_t i = 0;
+  // ASCII fast path, eight bytes at a time.
+  for (uint64_t w; i + 8 <= s.size(); i += 8) {
+    std::memcpy(&w, s.data() + i, 8);
+    if (w & 0x8080808080808080ull) break;
+  }
   while (i < s.size()) {
     if (static_cast<unsigned char>(s[i]) < 0x80) {
       ++i;
