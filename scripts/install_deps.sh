@@ -9,6 +9,7 @@ pkgs=(
   libyaml-cpp-dev                          # YAML recipe configs
   libpcre2-dev                             # Unicode regex for tokenizer pre-tokenizers
   libsentencepiece-dev                     # SentencePiece tokenizer.model files
+  libicu-dev                               # Unicode normalization (NFC...) for tokenizer.json normalizers
   libgtest-dev googletest                  # unit tests
   libbenchmark-dev                         # micro-benchmarks
   nodejs npm                               # reference tokenizer for conformance tests

@@ -21,6 +21,10 @@ class Tokenizer {
   virtual int32_t eos_id() const = 0;
   virtual int32_t pad_id() const = 0;  // falls back to eos (or 0) when the tokenizer has none
   virtual std::optional<int32_t> token_to_id(std::string_view token) const = 0;
+  // The tokenizer's own configuration (tokenizer_config.json add_bos_token / add_eos_token, or
+  // its post-processor): what callers without a policy of their own pass to encode().
+  virtual bool default_add_bos() const { return bos_id() >= 0; }
+  virtual bool default_add_eos() const { return false; }
 };
 
 }  // namespace fusetune

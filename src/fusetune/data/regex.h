@@ -1,0 +1,36 @@
+#pragma once
+// A compiled PCRE2 regex (UTF + Unicode properties, JIT when available) for tokenizer.json
+// Split patterns and Replace normalizers. Thread-safe: matching state lives per call.
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace fusetune {
+
+class Regex {
+ public:
+  // Throws fusetune::Error naming `what` (e.g. "tokenizer.json pre_tokenizer Split pattern")
+  // when the pattern does not compile.
+  Regex(std::string pattern, const std::string& what);
+  ~Regex();
+  Regex(const Regex&) = delete;
+  Regex& operator=(const Regex&) = delete;
+
+  // Calls on_match(start, end) for each successive non-overlapping, non-empty match in
+  // `text` (valid UTF-8), left to right, as Rust's/Oniguruma's find_iter does.
+  void find_all(std::string_view text, const std::function<void(size_t, size_t)>& on_match) const;
+
+  const std::string& pattern() const { return pattern_; }
+
+  // A pattern matching `literal` exactly (for {"String": ...} patterns).
+  static std::string escape(std::string_view literal);
+
+ private:
+  struct Impl;
+  std::string pattern_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace fusetune

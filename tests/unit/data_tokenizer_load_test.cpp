@@ -1,0 +1,90 @@
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "fusetune/data/byte_tokenizer.h"
+#include "fusetune/data/hf_tokenizer.h"
+#include "fusetune/data/load_tokenizer.h"
+#include "fusetune/data/sentencepiece_tokenizer.h"
+#include "fusetune/util/error.h"
+#include "test_support.h"
+
+namespace fusetune {
+namespace {
+
+const char* kTinyJson =
+    R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]}})";
+
+std::string error_of(const std::string& type, const std::filesystem::path& path) {
+  try {
+    load_tokenizer(type, path);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(DataTokenizerLoad, ByteNeedsNoFile) {
+  auto tok = load_tokenizer("byte", "");
+  ASSERT_NE(dynamic_cast<ByteTokenizer*>(tok.get()), nullptr);
+  EXPECT_EQ(tok->encode("A", true, false), (std::vector<int32_t>{ByteTokenizer::kBos, 'A'}));
+}
+
+TEST(DataTokenizerLoad, HfFromFileOrDirectoryAndAuto) {
+  testing::TempDir dir;
+  std::ofstream(dir / "tokenizer.json") << kTinyJson;
+  for (const auto& [type, path] : std::vector<std::pair<std::string, std::filesystem::path>>{
+           {"hf", dir.path()},
+           {"hf", dir / "tokenizer.json"},
+           {"auto", dir.path()},
+           {"auto", dir / "tokenizer.json"}}) {
+    auto tok = load_tokenizer(type, path);
+    ASSERT_NE(dynamic_cast<HfTokenizer*>(tok.get()), nullptr) << type << " " << path;
+    EXPECT_EQ(tok->encode("ab", false, false), (std::vector<int32_t>{2}));
+  }
+}
+
+TEST(DataTokenizerLoad, UnknownTypeSuggestsClosest) {
+  std::string msg = error_of("hff", "");
+  EXPECT_NE(msg.find("unknown tokenizer type 'hff'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("did you mean 'hf'"), std::string::npos) << msg;
+  msg = error_of("sentencepeice", "");
+  EXPECT_NE(msg.find("did you mean 'sentencepiece'"), std::string::npos) << msg;
+  msg = error_of("wordpiece-xl-turbo", "");
+  EXPECT_NE(msg.find("expected one of: auto, byte, hf, sentencepiece"), std::string::npos) << msg;
+}
+
+TEST(DataTokenizerLoad, MissingFilesAreNamed) {
+  testing::TempDir dir;
+  EXPECT_NE(error_of("hf", dir.path()).find("needs a tokenizer.json"), std::string::npos);
+  EXPECT_NE(error_of("sentencepiece", dir.path()).find("needs a tokenizer.model"),
+            std::string::npos);
+  EXPECT_NE(error_of("auto", dir.path()).find("neither tokenizer.json nor tokenizer.model"),
+            std::string::npos);
+  EXPECT_NE(error_of("auto", dir / "nothing_here").find("neither a file nor a directory"),
+            std::string::npos);
+  std::ofstream(dir / "vocab.txt") << "a\nb\n";
+  EXPECT_NE(error_of("auto", dir / "vocab.txt").find("cannot tell the kind"), std::string::npos);
+}
+
+TEST(DataTokenizerLoad, GarbageSentencePieceModelIsAnError) {
+  testing::TempDir dir;
+  std::ofstream(dir / "tokenizer.model") << "this is not a protobuf";
+  std::string msg = error_of("sentencepiece", dir.path());
+  EXPECT_NE(msg.find("cannot load SentencePiece model"), std::string::npos) << msg;
+  EXPECT_NE(msg.find((dir / "tokenizer.model").string()), std::string::npos) << msg;
+  // An empty file, too.
+  std::ofstream(dir / "empty.model").flush();
+  EXPECT_NE(error_of("auto", dir / "empty.model").find("SentencePiece"), std::string::npos);
+}
+
+TEST(DataTokenizerLoad, GarbageTokenizerJsonIsAnError) {
+  testing::TempDir dir;
+  std::ofstream(dir / "tokenizer.json") << "{\"model\": ";
+  std::string msg = error_of("auto", dir.path());
+  EXPECT_NE(msg.find("is not valid JSON"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("tokenizer.json"), std::string::npos) << msg;
+}
+
+}  // namespace
+}  // namespace fusetune
