@@ -1,0 +1,145 @@
+#include "fusetune/recipes/recipe_setup.h"
+
+#include <omp.h>
+
+#include <cstdlib>
+
+#include "fusetune/config/components.h"
+#include "fusetune/config/schema.h"
+#include "fusetune/data/dataset_factory.h"
+#include "fusetune/data/load_tokenizer.h"
+#include "fusetune/io/hf_checkpoint.h"
+#include "fusetune/io/hf_config.h"
+#include "fusetune/models/parameters.h"
+#include "fusetune/models/training_graph.h"
+#include "fusetune/optim/adamw.h"
+#include "fusetune/optim/sgd.h"
+#include "fusetune/util/error.h"
+
+extern "C" void openblas_set_num_threads(int);
+
+namespace fusetune {
+
+int configure_threads(const Config& cfg) {
+  int threads = omp_get_max_threads();
+  if (auto n = cfg.opt_i64("num_threads")) {
+    FT_CHECK(*n >= 1, "config key 'num_threads' must be >= 1, got " + std::to_string(*n));
+    threads = int(*n);
+  }
+  omp_set_num_threads(threads);
+  openblas_set_num_threads(threads);
+  return threads;
+}
+
+namespace {
+
+// The architecture of a randomly initialized model: `model.config` (a config.json) or the
+// Hugging Face keys written inline under `model`.
+ModelConfig random_model_config(const Config& m) {
+  if (m.has("config")) return load_model_config(m.str("config"));
+  nlohmann::json j;
+  j["model_type"] = m.str("model_type", "llama");
+  for (const char* k : {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                        "num_attention_heads", "num_key_value_heads", "head_dim", "max_position_embeddings"})
+    if (m.has(k)) j[k] = m.i64(k);
+  for (const char* k : {"rope_theta", "rms_norm_eps"})
+    if (m.has(k)) j[k] = m.f64(k);
+  for (const char* k : {"tie_word_embeddings", "attention_bias"})
+    if (m.has(k)) j[k] = m.boolean(k);
+  return parse_model_config(j, m.where("") + " (model section)");
+}
+
+}  // namespace
+
+LoadedModel load_model(const Config& cfg, DType dtype) {
+  LoadedModel out;
+  const std::string init = cfg.str("model.init", "checkpoint");
+  if (init == "random") {
+    out.config = random_model_config(cfg.sub("model"));
+    TrainingGraphOptions o;
+    o.dtype = dtype;
+    TrainingGraph tg = build_training_graph(out.config, o);
+    out.params = init_parameters(graph_parameters(tg.graph), uint64_t(cfg.i64("seed", 0)), dtype,
+                                 cfg.f64("model.initializer_range", 0.02));
+    out.description = "random init (seed " + std::to_string(cfg.i64("seed", 0)) + ")";
+    return out;
+  }
+  FT_CHECK(init == "checkpoint", "config key 'model.init' must be 'random' or 'checkpoint', got '" + init + "'");
+  out.checkpoint_dir = cfg.str("checkpointer.checkpoint_dir");
+  HFCheckpoint ck = load_hf_checkpoint(out.checkpoint_dir, checkpoint_file_list(cfg.sub("checkpointer")), dtype);
+  out.config = ck.config;
+  // Own the weights in counted memory: they are trained in place, and the mapped file must
+  // stay untouched (it may be the checkpoint we later overwrite).
+  for (auto& [name, t] : ck.tensors) out.params[name] = t.clone();
+  out.description = out.checkpoint_dir.string();
+  return out;
+}
+
+std::unique_ptr<Tokenizer> build_tokenizer(const Config& cfg) {
+  const std::string kind = canonical_component(cfg, "tokenizer");
+  return load_tokenizer(kind, kind == "byte" ? std::filesystem::path() : std::filesystem::path(cfg.str("tokenizer.path")));
+}
+
+std::unique_ptr<Dataset> build_dataset_from_config(const Config& cfg, const Tokenizer& tok, const ModelConfig& model) {
+  const Config d = cfg.sub("dataset");
+  DatasetOptions o;
+  o.kind = canonical_component(cfg, "dataset");
+  o.source = d.has("data_files") ? d.str("data_files") : d.str("source");
+  o.column = d.str(o.kind == "chat" ? "conversation_column" : "column", "");
+  if (d.has("column_map"))
+    for (const std::string& k : d.sub("column_map").keys()) o.column_map[k] = d.str("column_map." + k);
+  o.split = d.str("split", "train");
+  o.train_on_input = d.boolean("train_on_input", false);
+  o.max_seq_len = d.i64("max_seq_len", cfg.i64("tokenizer.max_seq_len", 0));
+  o.packed = d.boolean("packed", false);
+  o.template_name = d.str("template", "auto");
+  o.model_family = model.model_type;
+  o.conversation_style = d.str("conversation_style", "auto");
+  o.new_system_prompt = d.str("new_system_prompt", "");
+  o.on_bad_row = d.str("on_bad_row", "error");
+  return build_dataset(o, tok);
+}
+
+LoaderOptions loader_options_from(const Config& cfg, const Tokenizer& tok) {
+  LoaderOptions o;
+  o.batch_size = cfg.i64("batch_size", 2);
+  o.shuffle = cfg.boolean("shuffle", true);
+  o.seed = uint64_t(cfg.i64("seed", 0));
+  o.collate.max_seq_len = cfg.i64("dataset.max_seq_len", cfg.i64("tokenizer.max_seq_len", 0));
+  o.collate.pad_mode = parse_pad_mode(cfg.str("dataset.pad_to", "multiple"));
+  o.collate.pad_id = tok.pad_id();
+  return o;
+}
+
+std::unique_ptr<Optimizer> build_optimizer(const Config& cfg) {
+  const Config o = cfg.sub("optimizer");
+  if (parse_optimizer_kind(canonical_component(cfg, "optimizer")) == OptimizerKind::SGD) {
+    SGDOptions s;
+    s.momentum = o.f64("momentum", 0.0);
+    s.weight_decay = o.f64("weight_decay", 0.0);
+    return std::make_unique<SGD>(s);
+  }
+  AdamWOptions a;
+  if (o.has("betas")) {
+    auto betas = o.f64_list("betas");
+    FT_CHECK(betas.size() == 2, "config key 'optimizer.betas' must have two values");
+    a.beta1 = betas[0];
+    a.beta2 = betas[1];
+  }
+  a.eps = o.f64("eps", a.eps);
+  a.weight_decay = o.f64("weight_decay", a.weight_decay);
+  return std::make_unique<AdamW>(a);
+}
+
+LRSchedule build_lr_schedule(const Config& cfg, int64_t total_steps) {
+  const double lr = cfg.f64("optimizer.lr");
+  if (!cfg.has("lr_scheduler")) return LRSchedule::constant(lr);
+  const std::string kind = canonical_component(cfg, "lr_scheduler");
+  const int64_t warmup = cfg.i64("lr_scheduler.num_warmup_steps", 0);
+  if (kind == "cosine_with_warmup")
+    return LRSchedule::cosine_with_warmup(lr, warmup, total_steps, cfg.f64("lr_scheduler.num_cycles", 0.5));
+  if (kind == "linear_with_warmup") return LRSchedule::linear_with_warmup(lr, warmup, total_steps);
+  return warmup > 0 ? LRSchedule::constant_with_warmup(lr, warmup) : LRSchedule::constant(lr);
+}
+
+}  // namespace fusetune

@@ -1,0 +1,41 @@
+#pragma once
+// The setup steps every training recipe shares, each reading one section of the config:
+// threads, model (architecture + weights), tokenizer, dataset, optimizer, lr schedule.
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "fusetune/config/config.h"
+#include "fusetune/data/dataset.h"
+#include "fusetune/data/loader.h"
+#include "fusetune/data/tokenizer.h"
+#include "fusetune/models/model_config.h"
+#include "fusetune/optim/lr_schedule.h"
+#include "fusetune/optim/optimizer.h"
+#include "fusetune/runtime/executor.h"
+
+namespace fusetune {
+
+// num_threads (or OMP_NUM_THREADS) applied to OpenMP and OpenBLAS; returns the count.
+int configure_threads(const Config& cfg);
+
+struct LoadedModel {
+  ModelConfig config;
+  TensorMap params;                    // counted, owned, in the run's dtype, by HF name
+  std::filesystem::path checkpoint_dir;  // where the weights came from (empty: random init)
+  std::string description;             // for the run header
+};
+
+// `model.init: random` builds the architecture from `model` (inline keys or `model.config`, a
+// config.json) and initializes it from `seed`; otherwise the weights come from
+// `checkpointer.checkpoint_dir`. The parameter set is the model graph's (so it always matches).
+LoadedModel load_model(const Config& cfg, DType dtype);
+
+std::unique_ptr<Tokenizer> build_tokenizer(const Config& cfg);
+std::unique_ptr<Dataset> build_dataset_from_config(const Config& cfg, const Tokenizer& tok,
+                                                   const ModelConfig& model);
+LoaderOptions loader_options_from(const Config& cfg, const Tokenizer& tok);
+std::unique_ptr<Optimizer> build_optimizer(const Config& cfg);
+LRSchedule build_lr_schedule(const Config& cfg, int64_t total_steps);
+
+}  // namespace fusetune

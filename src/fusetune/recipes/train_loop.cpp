@@ -1,0 +1,257 @@
+#include "fusetune/recipes/train_loop.h"
+
+#include <chrono>
+#include <cmath>
+#include <map>
+
+#include "fusetune/compile/compiler.h"
+#include "fusetune/kernels/cpu/gemm_peak.h"
+#include "fusetune/metrics/step_logger.h"
+#include "fusetune/models/flops.h"
+#include "fusetune/models/training_graph.h"
+#include "fusetune/optim/grad_clip.h"
+#include "fusetune/recipes/recipe_setup.h"
+#include "fusetune/recipes/training_checkpoint.h"
+#include "fusetune/runtime/memory.h"
+#include "fusetune/util/error.h"
+
+namespace fusetune {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+Tensor ids_tensor(const std::vector<int32_t>& v, int64_t B, int64_t T) {
+  Tensor t = Tensor::empty({B, T}, DType::I32);
+  std::copy(v.begin(), v.end(), t.data<int32_t>());
+  return t;
+}
+
+TensorMap step_inputs(const Batch& b, double loss_scale) {
+  TensorMap m;
+  m["tokens"] = ids_tensor(b.tokens, b.batch_size, b.seq_len);
+  m["labels"] = ids_tensor(b.labels, b.batch_size, b.seq_len);
+  m["positions"] = ids_tensor(b.positions, b.batch_size, b.seq_len);
+  if (!b.doc_ids.empty()) m["doc_ids"] = ids_tensor(b.doc_ids, b.batch_size, b.seq_len);
+  Tensor s = Tensor::empty({}, DType::F32);
+  s.data<float>()[0] = float(loss_scale);
+  m["loss_scale"] = s;
+  return m;
+}
+
+// Compiled steps, one per batch shape (unpacked batches are padded to buckets, so few).
+struct StepCache {
+  const ModelConfig& model;
+  TrainablePredicate trainable;
+  PassOptions passes;
+  struct Entry {
+    TrainingGraph tg;
+    CompiledStep step;
+  };
+  std::map<std::tuple<int64_t, int64_t, bool>, Entry> entries;
+
+  Entry& get(const Batch& b, double* compile_s) {
+    auto key = std::make_tuple(b.batch_size, b.seq_len, !b.doc_ids.empty());
+    auto it = entries.find(key);
+    if (it != entries.end()) return it->second;
+    auto t0 = Clock::now();
+    TrainingGraphOptions o;
+    o.batch_size = b.batch_size;
+    o.seq_len = b.seq_len;
+    o.packed = !b.doc_ids.empty();
+    o.trainable = trainable;
+    TrainingGraph tg = build_training_graph(model, o);
+    CompiledStep step = compile_graph(tg.graph, passes);
+    *compile_s += seconds_since(t0);
+    return entries.emplace(key, Entry{std::move(tg), std::move(step)}).first->second;
+  }
+};
+
+DType parse_dtype(const std::string& s) {
+  if (s == "fp32" || s == "float32") return DType::F32;
+  throw Error("config key 'dtype': '" + s + "' is not supported for training on CPU yet (use fp32)");
+}
+
+}  // namespace
+
+int run_training(const Config& cfg, const TrainJob& job) {
+  // ---- settings ---------------------------------------------------------------------------
+  const std::filesystem::path output_dir = cfg.str("output_dir");
+  const DType dtype = parse_dtype(cfg.str("dtype", "fp32"));
+  FT_CHECK(cfg.str("device", "cpu") == "cpu", "config key 'device': this build supports only 'cpu'");
+  const int threads = configure_threads(cfg);
+  PassOptions passes;
+  passes.mode = parse_compile_mode(cfg.str("compile", "false"));
+  const int64_t epochs = cfg.i64("epochs", 1);
+  const int64_t grad_accum = cfg.i64("gradient_accumulation_steps", 1);
+  const int64_t log_every = cfg.i64("log_every_n_steps", 1);
+  const bool log_memory = cfg.boolean("log_peak_memory_stats", true);
+  const std::optional<double> clip = cfg.opt_f64("clip_grad_norm");
+  const std::optional<int64_t> save_every = cfg.opt_i64("save_every_n_steps");
+  FT_CHECK(epochs >= 1 && grad_accum >= 1 && log_every >= 1,
+           "epochs, gradient_accumulation_steps and log_every_n_steps must be >= 1");
+
+  // ---- model, tokenizer, data -------------------------------------------------------------
+  LoadedModel model = load_model(cfg, dtype);
+  auto tokenizer = build_tokenizer(cfg);
+  FT_CHECK(tokenizer->vocab_size() <= model.config.vocab_size,
+           "the tokenizer has " + std::to_string(tokenizer->vocab_size()) + " tokens but the model's vocab_size is " +
+               std::to_string(model.config.vocab_size));
+  auto dataset = build_dataset_from_config(cfg, *tokenizer, model.config);
+  DataLoader loader(*dataset, loader_options_from(cfg, *tokenizer));
+  int64_t steps_per_epoch = loader.steps_per_epoch() / grad_accum;
+  if (auto cap = cfg.opt_i64("max_steps_per_epoch")) steps_per_epoch = std::min(steps_per_epoch, *cap);
+  FT_CHECK(steps_per_epoch >= 1, "the dataset yields " + std::to_string(loader.steps_per_epoch()) +
+                                     " batches per epoch, fewer than gradient_accumulation_steps (" +
+                                     std::to_string(grad_accum) + "): nothing to train on");
+  const int64_t total_steps = steps_per_epoch * epochs;
+
+  // ---- optimizer, schedule, resume ----------------------------------------------------------
+  auto optimizer = build_optimizer(cfg);
+  const LRSchedule schedule = build_lr_schedule(cfg, total_steps);
+  TrainingProgress progress;
+  progress.seed = uint64_t(cfg.i64("seed", 0));
+  std::vector<std::string> trainable;
+  for (const auto& [name, t] : model.params)
+    if (job.trainable(name)) trainable.push_back(name);
+  std::sort(trainable.begin(), trainable.end());
+  TensorMap grads;  // gradient accumulation buffers (only with gradient_accumulation_steps > 1)
+  auto param_refs = [&]() {
+    std::vector<ParamRef> refs;
+    for (const auto& name : trainable) refs.push_back({name, &model.params.at(name), &grads[name]});
+    return refs;
+  };
+  std::string resumed_from;
+  if (cfg.boolean("resume_from_checkpoint", false)) {
+    auto dir = latest_resumable_checkpoint(output_dir);
+    FT_CHECK(dir, "resume_from_checkpoint is true but " + output_dir.string() + " holds no resumable checkpoint");
+    ResumedState r = load_training_checkpoint(*dir, dtype);
+    for (auto& [name, t] : r.params) {
+      FT_CHECK(model.params.count(name), "checkpoint " + dir->string() + " has an unknown parameter '" + name + "'");
+      model.params[name] = t;
+    }
+    optimizer->load_state(r.optimizer, param_refs());
+    progress = r.progress;
+    resumed_from = dir->string();
+  }
+
+  // ---- logging ------------------------------------------------------------------------------
+  StepLoggerOptions lo;
+  lo.output_dir = output_dir;
+  lo.total_steps = total_steps;
+  StepLogger logger(lo);
+  RunHeader header;
+  header.recipe = job.recipe;
+  header.model = model.config.model_type + " (" + model.description + ")";
+  for (const auto& [name, t] : model.params) {
+    header.params_total += t.numel();
+    if (job.trainable(name)) header.params_trainable += t.numel();
+  }
+  header.threads = threads;
+  header.dtype = cfg.str("dtype", "fp32");
+  header.compile_mode = compile_mode_name(passes.mode);
+  header.extra.push_back({"dataset", dataset->report().summary()});
+  header.extra.push_back({"steps", std::to_string(total_steps) + " (" + std::to_string(steps_per_epoch) + " per epoch)"});
+  const double peak_gflops = kernels::measure_peak_gemm_gflops(512);
+  header.extra.push_back({"peak_gemm_gflops", std::to_string(int64_t(peak_gflops))});
+  if (!resumed_from.empty()) header.extra.push_back({"resumed_from", resumed_from});
+  logger.header(header);
+
+  // `at` is where a run resumed from this checkpoint continues.
+  auto save = [&](const std::string& name, const TrainingProgress& at) {
+    CheckpointContent c;
+    c.config = &model.config;
+    c.params = &model.params;
+    c.optimizer = optimizer.get();
+    c.progress = at;
+    c.save_dtype = cfg.str("checkpointer.save_dtype", "fp32") == "bf16" ? DType::BF16 : DType::F32;
+    c.max_shard_bytes = cfg.bytes("checkpointer.max_shard_size", int64_t(5) << 30);
+    c.copy_files_from = model.checkpoint_dir;
+    save_training_checkpoint(output_dir / name, c);
+    logger.message("Saved checkpoint to " + (output_dir / name).string());
+  };
+
+  // ---- train --------------------------------------------------------------------------------
+  StepCache steps{model.config, job.trainable, passes, {}};
+  for (; progress.epoch < epochs; ++progress.epoch, progress.step_in_epoch = 0) {
+    if (progress.step_in_epoch == 0) loader.set_state({progress.epoch, 0});
+    else loader.set_state(progress.loader);
+    for (; progress.step_in_epoch < steps_per_epoch; ++progress.step_in_epoch) {
+      memory::reset_peak();
+      const auto t0 = Clock::now();
+      double compile_s = 0;
+      // The loss is normalized by the unmasked tokens of the whole optimizer step.
+      std::vector<Batch> micro;
+      int64_t valid = 0;
+      for (int64_t k = 0; k < grad_accum; ++k) {
+        micro.push_back(loader.next());
+        valid += micro.back().num_valid_labels();
+      }
+      const double scale = valid > 0 ? 1.0 / double(valid) : 0.0;
+      double loss = 0;
+      for (size_t k = 0; k < micro.size(); ++k) {
+        auto& entry = steps.get(micro[k], &compile_s);
+        std::vector<Tensor> out = entry.step.executor->run(step_inputs(micro[k], scale), model.params);
+        loss += element_as_double(out[0], 0);
+        for (size_t gi = 0; gi < entry.tg.trainable_params.size(); ++gi) {
+          const std::string& name = entry.tg.trainable_params[gi];
+          Tensor& acc = grads[name];
+          if (k == 0) {
+            acc = out[1 + gi];
+          } else {
+            float* a = acc.data<float>();
+            const float* g = out[1 + gi].data<float>();
+            for (int64_t i = 0; i < acc.numel(); ++i) a[i] += g[i];
+          }
+        }
+      }
+      std::vector<ParamRef> refs = param_refs();
+      std::optional<double> grad_norm;
+      if (clip) grad_norm = clip_grad_norm(refs, *clip);
+      const double lr = schedule.lr_at(progress.global_step);
+      optimizer->step(refs, lr);
+      grads.clear();
+      ++progress.global_step;
+      FT_CHECK(std::isfinite(loss), "loss is " + std::to_string(loss) + " at step " + std::to_string(progress.global_step) +
+                                        " (diverged): lower optimizer.lr or set clip_grad_norm");
+
+      const double step_s = seconds_since(t0);
+      if (progress.global_step % log_every == 0 || progress.global_step == 1) {
+        int64_t tokens = 0, positions = 0;
+        for (const Batch& b : micro) {
+          tokens += b.num_valid_labels();
+          positions += b.batch_size * b.seq_len;
+        }
+        StepMetrics m;
+        m.step = progress.global_step;
+        m.epoch = progress.epoch + 1;
+        m.loss = loss;
+        m.lr = lr;
+        m.tokens_per_second_per_gpu = double(tokens) / step_s;
+        if (log_memory) m.peak_memory_alloc_bytes = memory::peak_bytes();
+        m.grad_norm = grad_norm;
+        const double flops = training_flops_per_token(model.config, micro[0].seq_len, job.trainable) * double(positions);
+        m.extra.push_back({"mfu", flops / step_s / (peak_gflops * 1e9), 3});
+        if (compile_s > 0) m.extra.push_back({"compile_s", compile_s, 3});
+        logger.log(m);
+      }
+      logger.progress(progress.epoch + 1, progress.global_step, loss);
+      if (save_every && progress.global_step % *save_every == 0 && progress.step_in_epoch + 1 < steps_per_epoch) {
+        TrainingProgress at = progress;
+        at.step_in_epoch += 1;
+        at.loader = loader.state();
+        save("step_" + std::to_string(progress.global_step), at);
+      }
+    }
+    TrainingProgress at = progress;
+    at.epoch += 1;
+    at.step_in_epoch = 0;
+    at.loader = {at.epoch, 0};
+    save("epoch_" + std::to_string(progress.epoch), at);
+  }
+  logger.close();
+  return 0;
+}
+
+}  // namespace fusetune

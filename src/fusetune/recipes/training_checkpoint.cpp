@@ -1,0 +1,103 @@
+#include "fusetune/recipes/training_checkpoint.h"
+
+#include <nlohmann/json.hpp>
+
+#include "fusetune/io/hf_checkpoint.h"
+#include "fusetune/io/safetensors.h"
+#include "fusetune/util/error.h"
+#include "fusetune/util/fs.h"
+
+namespace fusetune {
+
+namespace fs = std::filesystem;
+
+void save_training_checkpoint(const fs::path& dir, const CheckpointContent& c) {
+  NamedTensors model;
+  for (const auto& [name, shape] : expected_parameters(*c.config)) {
+    auto it = c.params->find(name);
+    FT_CHECK(it != c.params->end(), "checkpoint: parameter '" + name + "' is missing from the model");
+    model.push_back({name, it->second});
+  }
+  SaveOptions so;
+  so.dtype = c.save_dtype;
+  so.max_shard_bytes = c.max_shard_bytes;
+  so.copy_files_from = c.copy_files_from;
+  save_hf_checkpoint(dir, *c.config, model, so);
+
+  NamedTensors state;
+  if (c.optimizer) c.optimizer->save_state(state);
+  for (auto& [name, t] : state) name = "optimizer." + name;
+  if (c.save_dtype != DType::F32)  // the HF files lost precision: keep exact weights to resume
+    for (const auto& [name, t] : model) state.push_back({"master." + name, t});
+  save_safetensors(dir / "recipe_state.safetensors", state);
+
+  nlohmann::json j;
+  j["format"] = "fusetune.recipe_state.v1";
+  j["epoch"] = c.progress.epoch;
+  j["step_in_epoch"] = c.progress.step_in_epoch;
+  j["global_step"] = c.progress.global_step;
+  j["loader_epoch"] = c.progress.loader.epoch;
+  j["loader_index"] = c.progress.loader.index;
+  j["seed"] = c.progress.seed;
+  j["optimizer"] = c.optimizer ? c.optimizer->name() : "";
+  j["master_weights"] = c.save_dtype != DType::F32;
+  write_file_atomic(dir / "recipe_state.json", j.dump(2) + "\n");
+}
+
+namespace {
+
+std::optional<TrainingProgress> read_progress(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::is_regular_file(dir / "recipe_state.json", ec)) return std::nullopt;
+  nlohmann::json j = nlohmann::json::parse(read_file(dir / "recipe_state.json"), nullptr, false);
+  if (j.is_discarded() || j.value("format", "") != "fusetune.recipe_state.v1") return std::nullopt;
+  TrainingProgress p;
+  p.epoch = j.at("epoch").get<int64_t>();
+  p.step_in_epoch = j.at("step_in_epoch").get<int64_t>();
+  p.global_step = j.at("global_step").get<int64_t>();
+  p.loader.epoch = j.at("loader_epoch").get<int64_t>();
+  p.loader.index = j.at("loader_index").get<int64_t>();
+  p.seed = j.at("seed").get<uint64_t>();
+  return p;
+}
+
+}  // namespace
+
+std::optional<fs::path> latest_resumable_checkpoint(const fs::path& output_dir) {
+  std::optional<fs::path> best;
+  int64_t best_step = -1;
+  std::error_code ec;
+  if (!fs::is_directory(output_dir, ec)) return best;
+  for (const auto& entry : fs::directory_iterator(output_dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (!entry.is_directory() || (name.rfind("epoch_", 0) != 0 && name.rfind("step_", 0) != 0)) continue;
+    if (name.find(".tmp") != std::string::npos) continue;
+    try {
+      auto p = read_progress(entry.path());
+      if (p && p->global_step > best_step) {
+        best_step = p->global_step;
+        best = entry.path();
+      }
+    } catch (const std::exception&) {
+      // A damaged state file makes that directory non-resumable; older ones still are.
+    }
+  }
+  return best;
+}
+
+ResumedState load_training_checkpoint(const fs::path& dir, DType dtype) {
+  auto progress = read_progress(dir);
+  FT_CHECK(progress, "cannot resume from " + dir.string() + ": recipe_state.json is missing or unreadable");
+  ResumedState r;
+  r.progress = *progress;
+  HFCheckpoint ck = load_hf_checkpoint(dir, {}, dtype);
+  for (auto& [name, t] : ck.tensors) r.params[name] = t.clone();
+  SafetensorsFile st = SafetensorsFile::open(dir / "recipe_state.safetensors");
+  for (const std::string& name : st.names()) {
+    if (name.rfind("optimizer.", 0) == 0) r.optimizer[name.substr(10)] = st.tensor(name).clone();
+    else if (name.rfind("master.", 0) == 0) r.params[name.substr(7)] = st.tensor(name).to(dtype);
+  }
+  return r;
+}
+
+}  // namespace fusetune

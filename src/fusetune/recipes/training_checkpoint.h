@@ -1,0 +1,51 @@
+#pragma once
+// What a training run saves and resumes from. A checkpoint directory (output_dir/epoch_N or
+// step_N) is a Hugging Face model directory that any HF tool loads, plus:
+//   recipe_state.safetensors  optimizer moments, and fp32 master weights when the model files
+//                             were saved in a lower precision
+//   recipe_state.json         where training stands (written last, atomically: a directory
+//                             without it is not resumable, so a crash mid-save is harmless)
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "fusetune/data/loader.h"
+#include "fusetune/models/model_config.h"
+#include "fusetune/optim/optimizer.h"
+#include "fusetune/runtime/executor.h"
+
+namespace fusetune {
+
+struct TrainingProgress {
+  int64_t epoch = 0;         // the epoch in progress (0-based)
+  int64_t step_in_epoch = 0; // optimizer steps already taken in that epoch
+  int64_t global_step = 0;   // optimizer steps taken in total
+  DataLoader::State loader;  // the next batch the loader will hand out
+  uint64_t seed = 0;
+};
+
+struct CheckpointContent {
+  const ModelConfig* config = nullptr;
+  const TensorMap* params = nullptr;
+  const Optimizer* optimizer = nullptr;
+  TrainingProgress progress;
+  DType save_dtype = DType::F32;
+  int64_t max_shard_bytes = int64_t(5) << 30;
+  std::filesystem::path copy_files_from;  // tokenizer files of the source checkpoint
+};
+
+void save_training_checkpoint(const std::filesystem::path& dir, const CheckpointContent& c);
+
+// The resumable checkpoint under output_dir with the most optimizer steps, if any.
+std::optional<std::filesystem::path> latest_resumable_checkpoint(const std::filesystem::path& output_dir);
+
+struct ResumedState {
+  TrainingProgress progress;
+  TensorMap params;     // fp32 weights (master copies when present)
+  StateMap optimizer;   // for Optimizer::load_state
+};
+
+ResumedState load_training_checkpoint(const std::filesystem::path& dir, DType dtype);
+
+}  // namespace fusetune
