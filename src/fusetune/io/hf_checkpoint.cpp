@@ -1,7 +1,7 @@
 #include "fusetune/io/hf_checkpoint.h"
 
+#include <cctype>
 #include <cstdio>
-#include <regex>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -35,10 +35,15 @@ void check_plain_name(const std::string& name, const std::string& where) {
 // Why a tensor name is not expected, when we can tell.
 std::string unexpected_hint(const std::string& name, const ModelConfig& c,
                             const std::vector<std::string>& expected) {
-  static const std::regex layer_re(R"(^model\.layers\.(\d+)\.)");
-  std::smatch m;
-  if (std::regex_search(name, m, layer_re) && m[1].str().size() < 10 &&
-      std::stoll(m[1].str()) >= c.num_hidden_layers)
+  // "model.layers.<i>." with i past the configured layer count.
+  const std::string prefix = "model.layers.";
+  size_t digits = 0;
+  while (name.size() > prefix.size() + digits &&
+         std::isdigit(uint8_t(name[prefix.size() + digits])))
+    ++digits;
+  if (starts_with(name, prefix) && digits > 0 && digits < 10 &&
+      name.size() > prefix.size() + digits && name[prefix.size() + digits] == '.' &&
+      std::stoll(name.substr(prefix.size(), digits)) >= c.num_hidden_layers)
     return " (config.json has num_hidden_layers = " + std::to_string(c.num_hidden_layers) + ")";
   if (ends_with(name, ".bias") && !c.attention_bias)
     return " (config.json implies no attention biases)";
