@@ -85,7 +85,9 @@ TEST(IoSafetensors, RoundTripEveryDtypeWithMetadata) {
     EXPECT_EQ(f.info(name).shape, t.shape());
     Tensor r = f.tensor(name);
     ASSERT_EQ(r.nbytes(), t.nbytes());
-    EXPECT_EQ(std::memcmp(r.raw(), t.raw(), t.nbytes()), 0) << name;
+    if (t.nbytes()) {
+      EXPECT_EQ(std::memcmp(r.raw(), t.raw(), t.nbytes()), 0) << name;
+    }
   }
   EXPECT_FALSE(f.has("nope"));
   EXPECT_THROW(f.info("nope"), Error);

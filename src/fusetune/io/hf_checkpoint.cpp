@@ -1,7 +1,7 @@
 #include "fusetune/io/hf_checkpoint.h"
 
+#include <cctype>
 #include <cstdio>
-#include <regex>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -28,17 +28,23 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 // A shard name from an index must be a plain file name inside the checkpoint directory.
 void check_plain_name(const std::string& name, const std::string& where) {
-  FT_CHECK(!name.empty() && name.find('/') == std::string::npos && name != "." && name != "..",
-           where + ": '" + name + "' is not a plain file name in the checkpoint directory");
+  FT_CHECK(
+      !name.empty() && name.find('/') == std::string::npos && name != "." && name != "..",
+      where + ": '" + printable(name) + "' is not a plain file name in the checkpoint directory");
 }
 
 // Why a tensor name is not expected, when we can tell.
 std::string unexpected_hint(const std::string& name, const ModelConfig& c,
                             const std::vector<std::string>& expected) {
-  static const std::regex layer_re(R"(^model\.layers\.(\d+)\.)");
-  std::smatch m;
-  if (std::regex_search(name, m, layer_re) && m[1].str().size() < 10 &&
-      std::stoll(m[1].str()) >= c.num_hidden_layers)
+  // "model.layers.<i>." with i past the configured layer count.
+  const std::string prefix = "model.layers.";
+  size_t digits = 0;
+  while (name.size() > prefix.size() + digits &&
+         std::isdigit(uint8_t(name[prefix.size() + digits])))
+    ++digits;
+  if (starts_with(name, prefix) && digits > 0 && digits < 10 &&
+      name.size() > prefix.size() + digits && name[prefix.size() + digits] == '.' &&
+      std::stoll(name.substr(prefix.size(), digits)) >= c.num_hidden_layers)
     return " (config.json has num_hidden_layers = " + std::to_string(c.num_hidden_layers) + ")";
   if (ends_with(name, ".bias") && !c.attention_bias)
     return " (config.json implies no attention biases)";
@@ -144,27 +150,27 @@ HFCheckpoint load_hf_checkpoint(const fs::path& dir, const std::vector<std::stri
     std::map<std::string, std::string> claims;  // tensor -> file name
     std::set<std::string> shard_names;
     for (const auto& [tensor, file] : index["weight_map"].items()) {
-      FT_CHECK(file.is_string(), idx + ": weight_map entry for '" + tensor + "' is a JSON " +
-                                     file.type_name() + ", expected a file name");
+      FT_CHECK(file.is_string(), idx + ": weight_map entry for '" + printable(tensor) +
+                                     "' is a JSON " + file.type_name() + ", expected a file name");
       const std::string name = file.get<std::string>();
       check_plain_name(name, idx);
       claims[tensor] = name;
       shard_names.insert(name);
     }
     for (const auto& name : shard_names)
-      FT_CHECK(fs::is_regular_file(dir / name, ec), idx + ": weight_map names shard '" + name +
-                                                        "', but " + (dir / name).string() +
-                                                        " does not exist");
+      FT_CHECK(fs::is_regular_file(dir / name, ec), idx + ": weight_map names shard '" +
+                                                        printable(name) + "', but " +
+                                                        (dir / name).string() + " does not exist");
     for (const auto& name : shard_names) add_file(dir / name);
     for (const auto& [tensor, file] : claims) {
       auto it = where.find(tensor);
       FT_CHECK(it != where.end() && opened[it->second].path() == (dir / file).string(),
-               idx + ": weight_map says tensor '" + tensor + "' is in '" + file +
-                   "', but that file has no such tensor");
+               idx + ": weight_map says tensor '" + printable(tensor) + "' is in '" +
+                   printable(file) + "', but that file has no such tensor");
     }
     for (const auto& [tensor, i] : where)
-      FT_CHECK(claims.count(tensor), idx + ": tensor '" + tensor + "' in " + opened[i].path() +
-                                         " is not listed in weight_map");
+      FT_CHECK(claims.count(tensor), idx + ": tensor '" + printable(tensor) + "' in " +
+                                         opened[i].path() + " is not listed in weight_map");
   } else if (fs::exists(dir / "model.safetensors", ec)) {
     add_file(dir / "model.safetensors");
   } else {
