@@ -12,6 +12,7 @@
 #include "fusetune/io/hf_config.h"
 #include "fusetune/kernels/cpu/gemm_peak.h"
 #include "fusetune/models/flops.h"
+#include "fusetune/runtime/op_profile.h"
 #include "fusetune/util/strings.h"
 #include "step_runner.h"
 
@@ -22,6 +23,7 @@ int main(int argc, char** argv) try {
   std::string shape_name = "L3-micro", config_path, modes_arg = "false,model,true";
   int steps = 6;
   int64_t batch = 4, seq = 256;
+  int64_t ce_budget = PassOptions{}.ce_chunk_budget_bytes;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -35,7 +37,8 @@ int main(int argc, char** argv) try {
     else if (a == "--batch") batch = std::stoll(next());
     else if (a == "--seq") seq = std::stoll(next());
     else if (a == "--threads") omp_set_num_threads(std::stoi(next()));
-    else throw Error("unknown argument '" + a + "' (use --shape, --steps, --modes, --config, --batch, --seq, --threads)");
+    else if (a == "--ce-budget-mb") ce_budget = std::stoll(next()) << 20;
+    else throw Error("unknown argument '" + a + "' (use --shape, --steps, --modes, --config, --batch, --seq, --threads, --ce-budget-mb)");
   }
   FT_CHECK(steps >= 2, "--steps must be >= 2 (the first step is not timed)");
   BenchShape shape = config_path.empty() ? find_shape(shape_name) : BenchShape{config_path, load_model_config(config_path), batch, seq};
@@ -51,7 +54,9 @@ int main(int argc, char** argv) try {
 
   std::vector<RunResult> results;
   for (const std::string& m : split(modes_arg, ',')) {
-    results.push_back(run_mode(shape, parse_compile_mode(m), steps, fpt));
+    op_profile::reset();
+    results.push_back(run_mode(shape, parse_compile_mode(m), steps, fpt, ce_budget));
+    if (op_profile::enabled()) std::printf("profile of compile=%s (%d steps):\n%s\n", m.c_str(), steps, op_profile::report().c_str());
     std::fflush(stdout);
   }
   const double eager_tps = results.front().tokens_per_s;

@@ -96,7 +96,8 @@ inline Tensor ids(const std::vector<int32_t>& v, int64_t B, int64_t T) {
 
 // Runs `steps` optimizer steps of `shape` in `mode` from the same init and data as every other
 // mode (seeded), returning per-step losses and times.
-inline RunResult run_mode(const BenchShape& shape, CompileMode mode, int steps, double flops_per_token) {
+inline RunResult run_mode(const BenchShape& shape, CompileMode mode, int steps, double flops_per_token,
+                          int64_t ce_budget_bytes = PassOptions{}.ce_chunk_budget_bytes) {
   RunResult r;
   r.mode = compile_mode_name(mode);
   const int64_t base = memory::current_bytes();
@@ -111,6 +112,7 @@ inline RunResult run_mode(const BenchShape& shape, CompileMode mode, int steps, 
     auto t0 = std::chrono::steady_clock::now();
     PassOptions po;
     po.mode = mode;
+    po.ce_chunk_budget_bytes = ce_budget_bytes;
     CompiledStep step = compile_graph(tg.graph, po);
     r.compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     for (int s = 0; s < steps; ++s) {

@@ -24,6 +24,19 @@ const char* const kRunHelp =
     "against the recipe's schema before anything runs (see `fusetune validate`). Relative\n"
     "paths in a config are relative to the current directory.\n";
 
+Config prepare_recipe_config(const std::string& recipe_name, const Args& a, const char* usage) {
+  const RecipeInfo& recipe = find_recipe(recipe_name);
+  FT_CHECK(a.options.count("config"),
+           std::string("missing --config CONFIG (a YAML file or a built-in config; `fusetune ls` lists them); usage: ") + usage);
+  Config cfg = load_config(a.option("config"));
+  cfg.apply_overrides(a.overrides);
+  cfg.resolve();
+  std::vector<std::string> warnings;
+  validate(cfg, *recipe.schema, &warnings);
+  print_warnings(warnings);
+  return with_defaults(cfg, *recipe.schema);
+}
+
 int cmd_run(const std::vector<std::string>& argv) {
   Args a = parse_args(argv, {{"config"}, {}, true});
   FT_CHECK(!a.positional.empty(),
@@ -31,17 +44,9 @@ int cmd_run(const std::vector<std::string>& argv) {
   FT_CHECK(a.positional.size() == 1, "unexpected argument '" + a.positional[1] +
                                          "': overrides are key=value, deletions ~key");
   const RecipeInfo& recipe = find_recipe(a.positional[0]);
-  FT_CHECK(a.options.count("config"),
-           "missing --config CONFIG (a YAML file or a built-in config; `fusetune ls` lists them)");
-  Config cfg = load_config(a.option("config"));
-  cfg.apply_overrides(a.overrides);
-  cfg.resolve();
-  std::vector<std::string> warnings;
-  validate(cfg, *recipe.schema, &warnings);
-  print_warnings(warnings);
-  Config final_cfg = with_defaults(cfg, *recipe.schema);
+  Config cfg = prepare_recipe_config(recipe.name, a, "fusetune run RECIPE --config CONFIG [key=value ...]");
   std::fflush(stdout);
-  return recipe.run(final_cfg);
+  return recipe.run(cfg);
 }
 
 }  // namespace fusetune::cli

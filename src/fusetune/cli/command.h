@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "fusetune/config/config.h"
+
 namespace fusetune::cli {
 
 struct Command {
@@ -20,10 +22,17 @@ int cmd_run(const std::vector<std::string>& args);
 int cmd_ls(const std::vector<std::string>& args);
 int cmd_cp(const std::vector<std::string>& args);
 int cmd_validate(const std::vector<std::string>& args);
+int cmd_plan(const std::vector<std::string>& args);
 extern const char* const kRunHelp;
 extern const char* const kLsHelp;
 extern const char* const kCpHelp;
 extern const char* const kValidateHelp;
+extern const char* const kPlanHelp;
+
+struct Args;
+// Loads CONFIG, applies the overrides, resolves ${...}, validates against the recipe's schema
+// (warnings to stderr) and fills defaults: the config a recipe (or `plan`) receives.
+Config prepare_recipe_config(const std::string& recipe_name, const Args& a, const char* usage);
 
 // Prints warnings from validation to stderr, one "fusetune: warning: ..." line each.
 void print_warnings(const std::vector<std::string>& warnings);

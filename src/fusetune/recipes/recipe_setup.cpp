@@ -75,6 +75,21 @@ LoadedModel load_model(const Config& cfg, DType dtype) {
   return out;
 }
 
+ModelConfig model_architecture(const Config& cfg) {
+  if (cfg.str("model.init", "checkpoint") == "random") return random_model_config(cfg.sub("model"));
+  return load_model_config(cfg.str("checkpointer.checkpoint_dir"));
+}
+
+int64_t configured_max_seq_len(const Config& cfg) {
+  return cfg.i64("dataset.max_seq_len", cfg.i64("tokenizer.max_seq_len", 0));
+}
+
+double optimizer_state_ratio(const Config& cfg) {
+  if (parse_optimizer_kind(canonical_component(cfg, "optimizer")) == OptimizerKind::SGD)
+    return cfg.f64("optimizer.momentum", 0.0) != 0.0 ? 1.0 : 0.0;
+  return 2.0;
+}
+
 std::unique_ptr<Tokenizer> build_tokenizer(const Config& cfg) {
   const std::string kind = canonical_component(cfg, "tokenizer");
   return load_tokenizer(kind, kind == "byte" ? std::filesystem::path() : std::filesystem::path(cfg.str("tokenizer.path")));
@@ -90,7 +105,7 @@ std::unique_ptr<Dataset> build_dataset_from_config(const Config& cfg, const Toke
     for (const std::string& k : d.sub("column_map").keys()) o.column_map[k] = d.str("column_map." + k);
   o.split = d.str("split", "train");
   o.train_on_input = d.boolean("train_on_input", false);
-  o.max_seq_len = d.i64("max_seq_len", cfg.i64("tokenizer.max_seq_len", 0));
+  o.max_seq_len = configured_max_seq_len(cfg);
   o.packed = d.boolean("packed", false);
   o.template_name = d.str("template", "auto");
   o.model_family = model.model_type;
@@ -105,7 +120,7 @@ LoaderOptions loader_options_from(const Config& cfg, const Tokenizer& tok) {
   o.batch_size = cfg.i64("batch_size", 2);
   o.shuffle = cfg.boolean("shuffle", true);
   o.seed = uint64_t(cfg.i64("seed", 0));
-  o.collate.max_seq_len = cfg.i64("dataset.max_seq_len", cfg.i64("tokenizer.max_seq_len", 0));
+  o.collate.max_seq_len = configured_max_seq_len(cfg);
   o.collate.pad_mode = parse_pad_mode(cfg.str("dataset.pad_to", "multiple"));
   o.collate.pad_id = tok.pad_id();
   return o;

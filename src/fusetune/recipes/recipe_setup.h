@@ -31,6 +31,16 @@ struct LoadedModel {
 // `checkpointer.checkpoint_dir`. The parameter set is the model graph's (so it always matches).
 LoadedModel load_model(const Config& cfg, DType dtype);
 
+// The architecture alone (no weights read): for planning.
+ModelConfig model_architecture(const Config& cfg);
+
+// The training sequence length the config asks for (dataset.max_seq_len, else
+// tokenizer.max_seq_len), or 0 when unbounded.
+int64_t configured_max_seq_len(const Config& cfg);
+
+// Bytes of optimizer state per byte of trainable parameter (AdamW 2, SGD with momentum 1).
+double optimizer_state_ratio(const Config& cfg);
+
 std::unique_ptr<Tokenizer> build_tokenizer(const Config& cfg);
 std::unique_ptr<Dataset> build_dataset_from_config(const Config& cfg, const Tokenizer& tok,
                                                    const ModelConfig& model);

@@ -1,8 +1,11 @@
+#include <chrono>
+
 #include "fusetune/runtime/eager_executor.h"
 
 #include <climits>
 
 #include "fusetune/runtime/node_kernels.h"
+#include "fusetune/runtime/op_profile.h"
 #include "fusetune/util/error.h"
 
 namespace fusetune {
@@ -48,7 +51,15 @@ std::vector<Tensor> EagerExecutor::run(const TensorMap& inputs, const TensorMap&
           out.push_back(in[0].reshape(n.outputs[0].shape));
         } else {
           for (const auto& t : n.outputs) out.push_back(Tensor::empty(t.shape, t.dtype));
-          run_node_kernel(g_, n, in, out);
+          if (op_profile::enabled()) {
+            const auto t0 = std::chrono::steady_clock::now();
+            run_node_kernel(g_, n, in, out);
+            double bytes = 0;
+            for (const auto& t : out) bytes += double(t.nbytes());
+            op_profile::add(n.op, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), bytes);
+          } else {
+            run_node_kernel(g_, n, in, out);
+          }
         }
         values[i] = std::move(out);
         in.clear();

@@ -1,9 +1,12 @@
+#include <chrono>
+
 #include "fusetune/runtime/plan_executor.h"
 
 #include <climits>
 
 #include "fusetune/runtime/eager_executor.h"
 #include "fusetune/runtime/node_kernels.h"
+#include "fusetune/runtime/op_profile.h"
 
 namespace fusetune {
 
@@ -44,7 +47,15 @@ std::vector<Tensor> PlanExecutor::run(const TensorMap& inputs, const TensorMap& 
             out.push_back(off >= 0 ? Tensor::borrow(base + off, t.shape, t.dtype, nullptr)
                                    : Tensor::empty(t.shape, t.dtype));
           }
-          run_node_kernel(g_, n, in, out);
+          if (op_profile::enabled()) {
+            const auto t0 = std::chrono::steady_clock::now();
+            run_node_kernel(g_, n, in, out);
+            double bytes = 0;
+            for (const auto& t : out) bytes += double(t.nbytes());
+            op_profile::add(n.op, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), bytes);
+          } else {
+            run_node_kernel(g_, n, in, out);
+          }
         }
         values[i] = std::move(out);
         in.clear();

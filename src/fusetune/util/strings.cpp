@@ -72,4 +72,11 @@ std::string format_gib(double bytes) {
   return buf;
 }
 
+std::string format_bytes(double bytes) {
+  char buf[32];
+  if (bytes >= 1024.0 * 1024 * 1024) return format_gib(bytes) + " GiB";
+  std::snprintf(buf, sizeof buf, "%.1f MiB", bytes / (1024.0 * 1024.0));
+  return buf;
+}
+
 }  // namespace fusetune

@@ -20,5 +20,7 @@ std::string trim(std::string_view s);
 
 // Formats a byte count as GiB with two decimals, the unit of torchtune's memory stats.
 std::string format_gib(double bytes);
+// "812.4 MiB" below one GiB, "1.13 GiB" from there on: for memory reports people read.
+std::string format_bytes(double bytes);
 
 }  // namespace fusetune

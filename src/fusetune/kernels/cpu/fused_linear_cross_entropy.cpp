@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "fusetune/kernels/cpu/kernels.h"
+#include "fusetune/kernels/cpu/vexp.h"
 #include "fusetune/runtime/tensor.h"
 #include "fusetune/util/error.h"
 
@@ -58,14 +59,23 @@ double fused_linear_cross_entropy(const T* h, const T* W, const int32_t* labels,
     for (int64_t i = 0; i < c; ++i) {
       T* zi = z + i * V;
       const int32_t y = labels[rows[i]];
+      const double zy = double(zi[y]);
       T mx = zi[0];
-      for (int64_t j = 1; j < V; ++j) mx = std::max(mx, zi[j]);
+#pragma omp simd reduction(max : mx)
+      for (int64_t j = 0; j < V; ++j) mx = std::max(mx, zi[j]);
+      // exp as log_softmax computes it (detail::vexp, sums in double), so the fused loss
+      // matches eager to rounding.
       double s = 0.0;
-      for (int64_t j = 0; j < V; ++j) s += std::exp(double(zi[j] - mx));
-      const double lse = double(mx) + std::log(s);
-      row_loss[size_t(i)] = lse - double(zi[y]);
-      const T m = T(mx), inv_s = T(1.0 / s);
-      for (int64_t j = 0; j < V; ++j) zi[j] = std::exp(zi[j] - m) * inv_s * scale;
+#pragma omp simd reduction(+ : s)
+      for (int64_t j = 0; j < V; ++j) {
+        const T e = detail::vexp(zi[j] - mx);
+        zi[j] = e;
+        s += double(e);
+      }
+      row_loss[size_t(i)] = double(mx) + std::log(s) - zy;
+      const T k = T(1.0 / s) * scale;
+#pragma omp simd
+      for (int64_t j = 0; j < V; ++j) zi[j] *= k;
       zi[y] -= scale;
     }
     for (int64_t i = 0; i < c; ++i) total += row_loss[size_t(i)];

@@ -1,0 +1,55 @@
+// fusetune plan RECIPE --config CONFIG [key=value ...]: what each compile mode would run and
+// how much memory its step would hold, predicted without training.
+#include <cstdio>
+
+#include "fusetune/cli/args.h"
+#include "fusetune/cli/command.h"
+#include "fusetune/compile/compiler.h"
+#include "fusetune/compile/plan_report.h"
+#include "fusetune/models/training_graph.h"
+#include "fusetune/recipes/recipe_setup.h"
+#include "fusetune/util/error.h"
+#include "fusetune/util/strings.h"
+
+namespace fusetune::cli {
+
+const char* const kPlanHelp =
+    "usage: fusetune plan RECIPE --config CONFIG [key=value | ~key ...]\n"
+    "\n"
+    "Builds the joint training step (model + loss + backward) for one batch of the config's\n"
+    "shape (batch_size x max_seq_len) and prints, for compile false, model and true: the\n"
+    "kernels per region, the fused groups, and the predicted peak memory (parameters,\n"
+    "gradients, optimizer state, activations, workspace). Nothing is trained and no weights\n"
+    "are read. A run with log_peak_memory_stats reports the measured peak to compare.\n";
+
+int cmd_plan(const std::vector<std::string>& argv) {
+  Args a = parse_args(argv, {{"config"}, {}, true});
+  FT_CHECK(a.positional.size() == 1, "usage: fusetune plan RECIPE --config CONFIG [key=value ...]");
+  Config cfg = prepare_recipe_config(a.positional[0], a, "fusetune plan RECIPE --config CONFIG [key=value ...]");
+  const ModelConfig model = model_architecture(cfg);
+  const int64_t T = configured_max_seq_len(cfg);
+  FT_CHECK(T > 0, "plan needs a sequence length: set dataset.max_seq_len or tokenizer.max_seq_len");
+  TrainingGraphOptions o;
+  o.batch_size = cfg.i64("batch_size");
+  o.seq_len = T;
+  o.packed = cfg.boolean("dataset.packed", false);
+  TrainingGraph tg = build_training_graph(model, o);
+  std::printf("recipe %s: %s model, %lld layers, vocab %lld; step of %lld x %lld tokens%s\n\n", a.positional[0].c_str(),
+              model.model_type.c_str(), (long long)model.num_hidden_layers, (long long)model.vocab_size,
+              (long long)o.batch_size, (long long)T, o.packed ? " (packed)" : "");
+  std::vector<ModePlan> plans;
+  for (CompileMode mode : {CompileMode::None, CompileMode::Model, CompileMode::Full}) {
+    PassOptions po;
+    po.mode = mode;
+    plans.push_back(plan_mode(tg.graph, po, optimizer_state_ratio(cfg)));
+    std::printf("%s\n", format_mode_plan(plans.back()).c_str());
+  }
+  std::printf("%-8s %9s %14s\n", "compile", "kernels", "peak");
+  for (const ModePlan& p : plans)
+    std::printf("%-8s %9lld %14s%s\n", compile_mode_name(p.mode), (long long)(p.kernels[0] + p.kernels[1]),
+                format_bytes(double(p.memory.total())).c_str(),
+                p.mode == parse_compile_mode(cfg.str("compile", "false")) ? "   <- this config" : "");
+  return 0;
+}
+
+}  // namespace fusetune::cli

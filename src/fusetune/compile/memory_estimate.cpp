@@ -1,0 +1,52 @@
+#include "fusetune/compile/memory_estimate.h"
+
+#include <algorithm>
+#include <climits>
+
+#include "fusetune/runtime/node_kernels.h"
+
+namespace fusetune {
+
+MemoryBreakdown estimate_step_memory(const Graph& g, const MemoryPlan* plan, double optimizer_state_per_param) {
+  MemoryBreakdown m;
+  const auto& nodes = g.nodes();
+  for (const Node& n : nodes)
+    if (n.op == Op::Param) {
+      m.parameters += int64_t(n.outputs[0].nbytes());
+      if (n.trainable) m.optimizer_state += int64_t(double(n.outputs[0].nbytes()) * optimizer_state_per_param);
+    }
+  for (const auto& [name, v] : g.outputs())
+    if (name.rfind("grad:", 0) == 0) m.gradients += int64_t(g.type(v).nbytes());
+
+  // Replay the step's allocations in node order, as the executors make them.
+  const std::vector<int> last = last_uses(g);
+  std::vector<int64_t> held(nodes.size(), 0);
+  std::vector<std::vector<int>> freed_after(nodes.size());  // buffers whose last reader is node i
+  for (size_t j = 0; j < nodes.size(); ++j)
+    if (last[j] >= 0 && last[j] != INT_MAX) freed_after[size_t(last[j])].push_back(int(j));
+  int64_t live = plan ? plan->arena_bytes : 0, peak = live;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node& n = nodes[i];
+    const bool leaf = n.op == Op::Input || n.op == Op::Param || n.op == Op::Constant;
+    if (!leaf && !is_view_op(n.op) && last[i] >= 0) {
+      for (size_t k = 0; k < n.outputs.size(); ++k)
+        if (!plan || plan->offsets[i][k] < 0) held[i] += int64_t(n.outputs[k].nbytes());
+      live += held[i];
+    }
+    int64_t scratch = 0;
+    if (n.op == Op::FusedLinearCrossEntropy) {
+      const int64_t C = n.attrs.chunk_rows, D = g.shape(n.inputs[0])[1], V = g.shape(n.inputs[1])[0];
+      scratch = (C * V + 2 * C * D) * int64_t(dtype_size(g.float_dtype()));
+      m.workspace = std::max(m.workspace, scratch);
+    }
+    peak = std::max(peak, live + scratch);
+    for (int j : freed_after[i]) {
+      live -= held[size_t(j)];
+      held[size_t(j)] = 0;
+    }
+  }
+  m.activations = std::max<int64_t>(0, peak - m.gradients - m.workspace);
+  return m;
+}
+
+}  // namespace fusetune

@@ -1,0 +1,28 @@
+#pragma once
+// What a training step will hold at its peak, predicted from the graph alone (no tensor is
+// allocated): parameters, gradients, optimizer state, activations (eager: live intermediates
+// freed at last use; compiled: the arena plus anything left to the eager allocator) and kernel
+// workspace. `fusetune plan` prints it; a run then measures the real peak, and the two agree.
+#include <cstdint>
+#include <string>
+
+#include "fusetune/compile/memory_plan.h"
+#include "fusetune/compile/pass.h"
+
+namespace fusetune {
+
+struct MemoryBreakdown {
+  int64_t parameters = 0;
+  int64_t gradients = 0;
+  int64_t optimizer_state = 0;
+  int64_t activations = 0;  // at the step's peak, gradients excluded
+  int64_t workspace = 0;    // largest kernel scratch (fused cross-entropy chunk)
+  int64_t total() const { return parameters + optimizer_state + gradients + activations + workspace; }
+};
+
+// `g` is the graph as it will run (after passes for compiled modes, with `plan` its memory
+// plan; plan == nullptr for eager). Optimizer state is `optimizer_state_per_param` bytes of
+// state per byte of trainable parameter (AdamW: 2, SGD with momentum: 1, plain SGD: 0).
+MemoryBreakdown estimate_step_memory(const Graph& g, const MemoryPlan* plan, double optimizer_state_per_param);
+
+}  // namespace fusetune

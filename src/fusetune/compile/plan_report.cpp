@@ -1,0 +1,50 @@
+#include "fusetune/compile/plan_report.h"
+
+#include <cstdio>
+
+#include "fusetune/compile/compiler.h"
+#include "fusetune/runtime/node_kernels.h"
+#include "fusetune/util/strings.h"
+
+namespace fusetune {
+
+ModePlan plan_mode(const Graph& g, const PassOptions& opts, double optimizer_state_per_param) {
+  ModePlan p;
+  p.mode = opts.mode;
+  Graph run = run_passes(g, opts, &p.passes);
+  MemoryPlan mp;
+  const bool compiled = opts.mode != CompileMode::None;
+  if (compiled) mp = plan_memory(run, opts.mode == CompileMode::Model ? 1 : -1);
+  const std::vector<int> last = last_uses(run);
+  for (size_t i = 0; i < run.nodes().size(); ++i) {
+    const Node& n = run.nodes()[i];
+    const bool leaf = n.op == Op::Input || n.op == Op::Param || n.op == Op::Constant;
+    if (leaf || is_view_op(n.op) || last[i] < 0) continue;
+    ++p.kernels[n.region ? 1 : 0];
+    if (n.op == Op::FusedLinearCrossEntropy)
+      p.fused.push_back(std::string(op_name(n.op)) + ": h " + shape_str(run.shape(n.inputs[0])) + " x W " +
+                        shape_str(run.shape(n.inputs[1])) + ", chunks of " + std::to_string(n.attrs.chunk_rows) +
+                        " tokens (logits, log-probs and their gradients never materialized)");
+  }
+  p.memory = estimate_step_memory(run, compiled ? &mp : nullptr, optimizer_state_per_param);
+  return p;
+}
+
+std::string format_mode_plan(const ModePlan& p) {
+  std::string out = std::string("compile: ") + compile_mode_name(p.mode) + "\n";
+  out += "  kernels: " + std::to_string(p.kernels[0]) + " in the model region, " + std::to_string(p.kernels[1]) +
+         " in the loss region" + (p.mode == CompileMode::Model ? " (eager)" : "") + "\n";
+  for (const auto& line : p.passes) out += "  pass " + line + "\n";
+  for (const auto& line : p.fused) out += "  fused " + line + "\n";
+  const MemoryBreakdown& m = p.memory;
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "  peak memory: parameters %s + gradients %s + optimizer state %s + activations %s + "
+                "workspace %s = %s\n",
+                format_bytes(double(m.parameters)).c_str(), format_bytes(double(m.gradients)).c_str(),
+                format_bytes(double(m.optimizer_state)).c_str(), format_bytes(double(m.activations)).c_str(),
+                format_bytes(double(m.workspace)).c_str(), format_bytes(double(m.total())).c_str());
+  return out + buf;
+}
+
+}  // namespace fusetune

@@ -1,0 +1,21 @@
+#pragma once
+// The text `fusetune plan` prints for one compile mode: kernels per region, the fused groups,
+// and the predicted peak memory breakdown.
+#include <string>
+
+#include "fusetune/compile/memory_estimate.h"
+
+namespace fusetune {
+
+struct ModePlan {
+  CompileMode mode = CompileMode::None;
+  int64_t kernels[2] = {0, 0};  // per region: model, loss
+  std::vector<std::string> fused;  // one line per fused node
+  std::vector<std::string> passes;  // the pass report
+  MemoryBreakdown memory;
+};
+
+ModePlan plan_mode(const Graph& g, const PassOptions& opts, double optimizer_state_per_param);
+std::string format_mode_plan(const ModePlan& p);
+
+}  // namespace fusetune
