@@ -97,8 +97,9 @@ void gemm_batched(int64_t batch, bool trans_a, bool trans_b, int64_t M, int64_t 
   constexpr double kSmallFlops = 64.0 * 1024 * 1024;
   const double flops = 2.0 * static_cast<double>(M) * static_cast<double>(N) * K;
   // stride_c == 0 accumulates into one C in batch order (meaningful with beta == 1): serial.
-  const bool by_batch =
-      stride_c != 0 && batch >= 2 && omp_get_max_threads() > 1 && flops < kSmallFlops;
+  // With fewer matrices than threads, by-batch would leave threads idle.
+  const int threads = omp_get_max_threads();
+  const bool by_batch = stride_c != 0 && threads > 1 && batch >= threads && flops < kSmallFlops;
   if (by_batch) {
 #pragma omp parallel for schedule(static)
     for (int64_t b = 0; b < batch; ++b) {
