@@ -97,9 +97,10 @@ TEST(KernelsElementwise, SiluBackwardMatchesFiniteDifferences) {
 }
 
 TEST(KernelsElementwise, SumToSuffixNarrowAndWide) {
-  // nb < 128 uses row chunks, nb >= 128 column blocks; both against a double reference.
-  for (int64_t rows : {1, 3, 67, 5000}) {
-    for (int64_t nb : {1, 3, 17, 127, 128, 300}) {
+  // Row chunks in general; few rows of >= 512 columns use column blocks. Both against a
+  // double reference.
+  for (int64_t rows : {1, 3, 16, 17, 67, 5000}) {
+    for (int64_t nb : {1, 3, 17, 127, 300, 600}) {
       const int64_t n = rows * nb;
       const auto x = random_vec<float>(n, 7);
       std::vector<double> want(nb, 0.0);
@@ -139,11 +140,15 @@ TEST(KernelsElementwise, ReductionsIdenticalForAnyThreadCount) {
   const int64_t rows = 3001, nb = 257;
   const auto x = spread(rows * nb, 9);
   const auto xs = spread(rows * 5, 11);
+  const int64_t short_rows = 7, long_cols = 50000;  // the column-block path
+  const auto xw = spread(short_rows * long_cols, 13);
   auto run = [&] {
-    std::vector<double> wide(nb), narrow(5);
+    std::vector<double> wide(nb), narrow(5), short_wide(long_cols);
     kernels::sum_to_suffix<double>(x.data(), wide.data(), rows * nb, nb);
     kernels::sum_to_suffix<double>(xs.data(), narrow.data(), rows * 5, 5);
+    kernels::sum_to_suffix<double>(xw.data(), short_wide.data(), short_rows * long_cols, long_cols);
     wide.insert(wide.end(), narrow.begin(), narrow.end());
+    wide.insert(wide.end(), short_wide.begin(), short_wide.end());
     wide.push_back(kernels::sum_all<double>(x.data(), rows * nb));
     return wide;
   };

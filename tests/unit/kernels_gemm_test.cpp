@@ -124,14 +124,16 @@ void check_batched(int64_t batch, bool ta, bool tb, int64_t M, int64_t N, int64_
 }  // namespace
 
 TEST(KernelsGemm, BatchedSmallAndLargeMatrices) {
-  // Small matrices take the batch-parallel path, large ones the BLAS-threaded loop.
+  // Small matrices take the batch-parallel path (with 2+ threads).
   for (bool ta : {false, true}) {
     for (bool tb : {false, true}) {
       check_batched<double>(7, ta, tb, 17, 3, 5, false, 1e-12);
       check_batched<float>(5, ta, tb, 33, 17, 67, true, 1e-5);
     }
   }
+  // 72 MFLOP per matrix: an odd batch loops over BLAS calls, an even one goes by batch.
   check_batched<float>(3, false, true, 400, 300, 300, false, 1e-5);
+  check_batched<float>(4, true, false, 400, 300, 300, true, 1e-5);
   check_batched<double>(1, true, false, 1, 1, 1, false, 1e-12);
   check_batched<float>(0, false, false, 3, 3, 3, false, 1e-5);
 }

@@ -78,11 +78,17 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, 
   gemm_unchecked(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-// Batched GEMM. One BLAS call per matrix, threaded inside BLAS, is right for large matrices.
-// For many small ones (attention over heads: [T,Dh]x[Dh,T] per head) BLAS's own threading has
-// too little work per call, so we hand whole matrices to threads instead and each BLAS call
-// runs single-threaded (OpenBLAS does so inside a parallel region). bench/gemm measures the
-// crossover; below kSmallFlops per matrix the batch-parallel loop wins on this machine.
+// Batched GEMM: two strategies.
+//  - loop: one BLAS call per matrix, BLAS threads each call (a fork/join and barrier per call);
+//  - by-batch: OpenMP over whole matrices, each BLAS call single-threaded (OpenBLAS runs
+//    single-threaded inside a parallel region): one fork/join per batch, no barriers inside.
+// bench/gemm on this 2-core machine (shared, so under load): at 1 thread both are equal; at 2
+// threads by-batch reached 280-310 GFLOP/s on attention-sized matrices ([T,64]x[64,T], T=128-256)
+// where the loop fell to 0.1-13 GFLOP/s, its per-call barriers stalling whenever another process
+// held a core; with T=1024 (134 MFLOP per matrix) by-batch still won, 45-52 vs 7-10 GFLOP/s.
+// So by-batch is used whenever it keeps every thread busy: small matrices with batch >= threads,
+// large ones only when the batch divides evenly (otherwise the last round leaves threads idle
+// while the loop would use them all).
 template <class T>
 void gemm_batched(int64_t batch, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                   T alpha, const T* A, int64_t stride_a, const T* B, int64_t stride_b, T beta, T* C,
@@ -96,9 +102,10 @@ void gemm_batched(int64_t batch, bool trans_a, bool trans_b, int64_t M, int64_t 
   check_args(trans_a, trans_b, M, N, K, lda, ldb, ldc);
   constexpr double kSmallFlops = 64.0 * 1024 * 1024;
   const double flops = 2.0 * static_cast<double>(M) * static_cast<double>(N) * K;
+  const int threads = omp_get_max_threads();
   // stride_c == 0 accumulates into one C in batch order (meaningful with beta == 1): serial.
-  const bool by_batch =
-      stride_c != 0 && batch >= 2 && omp_get_max_threads() > 1 && flops < kSmallFlops;
+  const bool by_batch = stride_c != 0 && threads > 1 && batch >= threads &&
+                        (flops < kSmallFlops || batch % threads == 0);
   if (by_batch) {
 #pragma omp parallel for schedule(static)
     for (int64_t b = 0; b < batch; ++b) {

@@ -1,5 +1,6 @@
 // RMSNorm (Llama): y = x / sqrt(mean(x^2) + eps) * w over rows of length D. The mean of squares
 // and the backward's row dot product accumulate in double.
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -43,33 +44,43 @@ void rmsnorm_forward(const T* x, const T* w, T* y, int64_t rows, int64_t D, doub
 }
 
 // With r = rstd: dx_k = r w_k dy_k - (r^3 / D) x_k sum_j(dy_j w_j x_j); dw_j = sum_rows dy_j x_j r.
+// One pass over x and dy: rows go in fixed chunks (detail::chunk_rows), each chunk adds its
+// rows' dw terms into its own partial row of doubles, and the partials are combined in chunk
+// order, so dw does not depend on the thread count.
 template <class T>
 void rmsnorm_backward(const T* x, const T* w, const T* dy, T* dx, T* dw, int64_t rows, int64_t D,
                       double eps) {
   check_sizes("rmsnorm_backward", rows, D, eps);
-  std::vector<double> rstd(dw != nullptr ? static_cast<size_t>(rows) : 0);
+  const int64_t chunk = detail::chunk_rows(rows, D);
+  const int64_t nchunks = detail::num_chunks(rows, chunk);
+  std::vector<double> partial(dw != nullptr ? static_cast<size_t>(nchunks * D) : 0, 0.0);
 #pragma omp parallel for schedule(static) if (rows * D >= detail::kParallelMin)
-  for (int64_t r = 0; r < rows; ++r) {
-    const T* xr = x + r * D;
-    const T* dyr = dy + r * D;
-    T* dxr = dx + r * D;
-    const double rs = inv_rms(xr, D, eps);
-    if (dw != nullptr) rstd[r] = rs;
-    double dot = 0.0;
+  for (int64_t c = 0; c < nchunks; ++c) {
+    double* acc = dw != nullptr ? partial.data() + c * D : nullptr;
+    const int64_t r1 = std::min(rows, (c + 1) * chunk);
+    for (int64_t r = c * chunk; r < r1; ++r) {
+      const T* xr = x + r * D;
+      const T* dyr = dy + r * D;
+      T* dxr = dx + r * D;
+      const double rs = inv_rms(xr, D, eps);
+      double dot = 0.0;
 #pragma omp simd reduction(+ : dot)
-    for (int64_t j = 0; j < D; ++j) {
-      dot += static_cast<double>(dyr[j]) * static_cast<double>(w[j]) * static_cast<double>(xr[j]);
-    }
-    const T a = static_cast<T>(rs);
-    const T b = static_cast<T>(rs * rs * rs * dot / static_cast<double>(D));
+      for (int64_t j = 0; j < D; ++j) {
+        dot += static_cast<double>(dyr[j]) * static_cast<double>(w[j]) * static_cast<double>(xr[j]);
+      }
+      const T a = static_cast<T>(rs);
+      const T b = static_cast<T>(rs * rs * rs * dot / static_cast<double>(D));
 #pragma omp simd
-    for (int64_t j = 0; j < D; ++j) dxr[j] = a * w[j] * dyr[j] - b * xr[j];
+      for (int64_t j = 0; j < D; ++j) dxr[j] = a * w[j] * dyr[j] - b * xr[j];
+      if (acc != nullptr) {
+#pragma omp simd
+        for (int64_t j = 0; j < D; ++j) {
+          acc[j] += static_cast<double>(dyr[j]) * static_cast<double>(xr[j]) * rs;
+        }
+      }
+    }
   }
-  if (dw != nullptr) {
-    detail::column_sum(rows, D, dw, [&](int64_t r, int64_t j) {
-      return static_cast<double>(dy[r * D + j]) * static_cast<double>(x[r * D + j]) * rstd[r];
-    });
-  }
+  if (dw != nullptr) detail::combine_partials(partial, nchunks, D, dw);
 }
 
 template void rmsnorm_forward<float>(const float*, const float*, float*, int64_t, int64_t, double);

@@ -1,9 +1,11 @@
-// Softmax and log-softmax over rows, max-subtracted; row sums accumulate in double.
+// Softmax and log-softmax over rows, max-subtracted; row sums accumulate in double (via
+// vector-width partial sums over blocks of 512).
 //
 // A row that is entirely -inf (every key masked) has no distribution. softmax writes zeros
 // there (not NaN), log_softmax writes -inf; both backwards then pass zero / dy through, so a
 // fully masked row contributes nothing once causal_mask_backward zeroes its positions.
 // +inf or NaN inputs propagate as NaN.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -31,6 +33,32 @@ T row_max(const T* x, int64_t cols) {
 
 bool parallel_rows(int64_t rows, int64_t cols) { return rows * cols >= detail::kParallelMin; }
 
+// sum_j exp(x_j - m), also storing the exponentials in e unless e is null. Blocks of 512 are
+// summed in T across vector lanes and the block sums in double: a double accumulator inside
+// the float exp loop made GCC emit scalar code, 15x slower.
+template <class T>
+double sum_exp(const T* x, T m, T* e, int64_t n) {
+  constexpr int64_t kBlock = 512;
+  double total = 0.0;
+  for (int64_t j0 = 0; j0 < n; j0 += kBlock) {
+    const int64_t j1 = std::min(n, j0 + kBlock);
+    T s = T(0);
+    if (e != nullptr) {
+#pragma omp simd reduction(+ : s)
+      for (int64_t j = j0; j < j1; ++j) {
+        const T v = detail::vexp(x[j] - m);
+        e[j] = v;
+        s += v;
+      }
+    } else {
+#pragma omp simd reduction(+ : s)
+      for (int64_t j = j0; j < j1; ++j) s += detail::vexp(x[j] - m);
+    }
+    total += static_cast<double>(s);
+  }
+  return total;
+}
+
 }  // namespace
 
 template <class T>
@@ -45,13 +73,7 @@ void softmax_rows(const T* x, T* y, int64_t rows, int64_t cols) {
       for (int64_t j = 0; j < cols; ++j) yr[j] = T(0);
       continue;
     }
-    double s = 0.0;
-#pragma omp simd reduction(+ : s)
-    for (int64_t j = 0; j < cols; ++j) {
-      const T e = detail::vexp(xr[j] - m);
-      yr[j] = e;
-      s += static_cast<double>(e);
-    }
+    const double s = sum_exp(xr, m, yr, cols);
     const T inv = static_cast<T>(1.0 / s);  // s >= 1: the max element contributes exp(0)
 #pragma omp simd
     for (int64_t j = 0; j < cols; ++j) yr[j] *= inv;
@@ -87,9 +109,7 @@ void log_softmax_rows(const T* x, T* y, int64_t rows, int64_t cols) {
       for (int64_t j = 0; j < cols; ++j) yr[j] = -std::numeric_limits<T>::infinity();
       continue;
     }
-    double s = 0.0;
-#pragma omp simd reduction(+ : s)
-    for (int64_t j = 0; j < cols; ++j) s += static_cast<double>(detail::vexp(xr[j] - m));
+    const double s = sum_exp(xr, m, static_cast<T*>(nullptr), cols);
     const T lse = static_cast<T>(std::log(s));
 #pragma omp simd
     for (int64_t j = 0; j < cols; ++j) yr[j] = (xr[j] - m) - lse;
