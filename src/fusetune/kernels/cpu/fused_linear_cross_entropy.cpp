@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "fusetune/kernels/cpu/kernels.h"
-#include "fusetune/kernels/cpu/vexp.h"
+#include "fusetune/kernels/cpu/row_softmax.h"
 #include "fusetune/runtime/tensor.h"
 #include "fusetune/util/error.h"
 
@@ -60,18 +60,8 @@ double fused_linear_cross_entropy(const T* h, const T* W, const int32_t* labels,
       T* zi = z + i * V;
       const int32_t y = labels[rows[i]];
       const double zy = double(zi[y]);
-      T mx = zi[0];
-#pragma omp simd reduction(max : mx)
-      for (int64_t j = 0; j < V; ++j) mx = std::max(mx, zi[j]);
-      // exp as log_softmax computes it (detail::vexp, sums in double), so the fused loss
-      // matches eager to rounding.
-      double s = 0.0;
-#pragma omp simd reduction(+ : s)
-      for (int64_t j = 0; j < V; ++j) {
-        const T e = detail::vexp(zi[j] - mx);
-        zi[j] = e;
-        s += double(e);
-      }
+      const T mx = detail::row_max(zi, V);
+      const double s = detail::sum_exp(zi, mx, zi, V);  // zi := exp(zi - mx), as log_softmax does
       row_loss[size_t(i)] = double(mx) + std::log(s) - zy;
       const T k = T(1.0 / s) * scale;
 #pragma omp simd

@@ -12,10 +12,13 @@
 
 #include "fusetune/kernels/cpu/kernels.h"
 #include "fusetune/kernels/cpu/parallel.h"
-#include "fusetune/kernels/cpu/vexp.h"
+#include "fusetune/kernels/cpu/row_softmax.h"
 #include "fusetune/util/error.h"
 
 namespace fusetune::kernels {
+using detail::row_max;
+using detail::sum_exp;
+
 namespace {
 
 void check_shape(const char* op, int64_t rows, int64_t cols) {
@@ -23,41 +26,7 @@ void check_shape(const char* op, int64_t rows, int64_t cols) {
                                        " cols=" + std::to_string(cols));
 }
 
-template <class T>
-T row_max(const T* x, int64_t cols) {
-  T m = -std::numeric_limits<T>::infinity();
-#pragma omp simd reduction(max : m)
-  for (int64_t j = 0; j < cols; ++j) m = x[j] > m ? x[j] : m;
-  return m;
-}
-
 bool parallel_rows(int64_t rows, int64_t cols) { return rows * cols >= detail::kParallelMin; }
-
-// sum_j exp(x_j - m), also storing the exponentials in e unless e is null. Blocks of 512 are
-// summed in T across vector lanes and the block sums in double: a double accumulator inside
-// the float exp loop made GCC emit scalar code, 15x slower.
-template <class T>
-double sum_exp(const T* x, T m, T* e, int64_t n) {
-  constexpr int64_t kBlock = 512;
-  double total = 0.0;
-  for (int64_t j0 = 0; j0 < n; j0 += kBlock) {
-    const int64_t j1 = std::min(n, j0 + kBlock);
-    T s = T(0);
-    if (e != nullptr) {
-#pragma omp simd reduction(+ : s)
-      for (int64_t j = j0; j < j1; ++j) {
-        const T v = detail::vexp(x[j] - m);
-        e[j] = v;
-        s += v;
-      }
-    } else {
-#pragma omp simd reduction(+ : s)
-      for (int64_t j = j0; j < j1; ++j) s += detail::vexp(x[j] - m);
-    }
-    total += static_cast<double>(s);
-  }
-  return total;
-}
 
 }  // namespace
 
