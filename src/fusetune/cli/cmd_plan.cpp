@@ -41,6 +41,7 @@ int cmd_plan(const std::vector<std::string>& argv) {
   for (CompileMode mode : {CompileMode::None, CompileMode::Model, CompileMode::Full}) {
     PassOptions po;
     po.mode = mode;
+    po.activation_checkpointing = cfg.boolean("enable_activation_checkpointing", false);
     plans.push_back(plan_mode(tg.graph, po, optimizer_state_ratio(cfg)));
     std::printf("%s\n", format_mode_plan(plans.back()).c_str());
   }

@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "fusetune/compile/activation_checkpointing.h"
 #include "fusetune/compile/dead_code.h"
 #include "fusetune/compile/fuse_linear_cross_entropy.h"
 #include "fusetune/compile/memory_plan.h"
@@ -35,9 +36,11 @@ Graph run_passes(const Graph& g, const PassOptions& opts, std::vector<std::strin
   auto note = [&](std::string line) {
     if (report) report->push_back(std::move(line));
   };
-  if (opts.mode == CompileMode::None) return out;
-  note(passes::dead_code::run(out, opts));
-  note(passes::fuse_linear_cross_entropy::run(out, opts));
+  if (opts.mode != CompileMode::None) {
+    note(passes::dead_code::run(out, opts));
+    note(passes::fuse_linear_cross_entropy::run(out, opts));
+  }
+  if (opts.activation_checkpointing) note(passes::activation_checkpointing::run(out, opts));
   verify_graph(out);
   return out;
 }
@@ -46,7 +49,7 @@ CompiledStep compile_graph(const Graph& g, const PassOptions& opts) {
   auto t0 = std::chrono::steady_clock::now();
   CompiledStep step;
   if (opts.mode == CompileMode::None) {
-    step.executor = std::make_unique<EagerExecutor>(g);
+    step.executor = std::make_unique<EagerExecutor>(opts.activation_checkpointing ? run_passes(g, opts, &step.report) : g);
   } else {
     Graph compiled = run_passes(g, opts, &step.report);
     MemoryPlan plan = plan_memory(compiled, opts.mode == CompileMode::Model ? 1 : -1);

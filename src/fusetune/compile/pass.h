@@ -13,6 +13,7 @@ enum class CompileMode { None, Model, Full };  // compile: false | model | true 
 struct PassOptions {
   CompileMode mode = CompileMode::Full;
   int64_t ce_chunk_budget_bytes = 32ll << 20;  // scratch for one [chunk, vocab] logits block
+  bool activation_checkpointing = false;       // enable_activation_checkpointing (any mode)
   // Nodes of this region or lower may be rewritten (model-only compilation leaves the loss
   // region as it is).
   int max_region() const { return mode == CompileMode::Full ? 1 : 0; }

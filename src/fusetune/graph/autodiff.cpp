@@ -159,6 +159,7 @@ std::vector<std::pair<std::string, Value>> append_backward(Graph& g, Value loss)
   Backward bw{g};
   const int saved_region = g.nodes()[loss.node].region;
   g.set_region(saved_region);
+  g.set_backward(true);
   grad[loss.node] = g.fill({}, 1.0);
 
   for (int i = loss.node; i >= 0; --i) {
@@ -167,6 +168,7 @@ std::vector<std::pair<std::string, Value>> append_backward(Graph& g, Value loss)
     if (n.op == Op::Param || n.op == Op::Input || n.op == Op::Constant) continue;
     FT_CHECK(n.outputs.size() == 1, std::string("autodiff: multi-output op ") + op_name(n.op) + " in the forward graph");
     g.set_region(n.region);
+    g.set_layer(n.layer);
     std::vector<bool> need(n.inputs.size());
     for (size_t j = 0; j < n.inputs.size(); ++j)
       need[j] = needs[n.inputs[j].node] && g.type(n.inputs[j]).dtype == g.float_dtype();
@@ -180,6 +182,8 @@ std::vector<std::pair<std::string, Value>> append_backward(Graph& g, Value loss)
     }
   }
   g.set_region(0);
+  g.set_layer(-1);
+  g.set_backward(false);
 
   std::vector<std::pair<std::string, Value>> out;
   for (int i = 0; i < n_forward; ++i) {

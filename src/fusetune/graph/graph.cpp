@@ -10,6 +10,8 @@ Value Graph::input(const std::string& name, Shape shape, DType dtype) {
   n.name = name;
   n.outputs = {TensorType{std::move(shape), dtype}};
   n.region = region_;
+  n.layer = layer_;
+  n.backward = backward_;
   nodes_.push_back(std::move(n));
   return {int(nodes_.size()) - 1, 0};
 }
@@ -21,6 +23,8 @@ Value Graph::param(const std::string& name, Shape shape, bool trainable) {
   n.trainable = trainable;
   n.outputs = {TensorType{std::move(shape), float_dtype_}};
   n.region = region_;
+  n.layer = layer_;
+  n.backward = backward_;
   nodes_.push_back(std::move(n));
   return {int(nodes_.size()) - 1, 0};
 }
@@ -34,6 +38,8 @@ Value Graph::constant(Tensor t, const std::string& name) {
   n.outputs = {TensorType{t.shape(), t.dtype()}};
   n.constant = std::move(t);
   n.region = region_;
+  n.layer = layer_;
+  n.backward = backward_;
   nodes_.push_back(std::move(n));
   return {int(nodes_.size()) - 1, 0};
 }
@@ -44,6 +50,8 @@ Value Graph::fill(Shape shape, double value) {
   n.attrs.scalar = value;
   n.outputs = {TensorType{std::move(shape), float_dtype_}};
   n.region = region_;
+  n.layer = layer_;
+  n.backward = backward_;
   nodes_.push_back(std::move(n));
   return {int(nodes_.size()) - 1, 0};
 }
@@ -60,6 +68,8 @@ std::vector<Value> Graph::add(Op op, std::vector<Value> inputs, Attrs attrs, std
   n.attrs = std::move(attrs);
   n.name = std::move(name);
   n.region = region_;
+  n.layer = layer_;
+  n.backward = backward_;
   nodes_.push_back(std::move(n));
   std::vector<Value> out;
   for (int i = 0; i < int(nodes_.back().outputs.size()); ++i) out.push_back({int(nodes_.size()) - 1, i});

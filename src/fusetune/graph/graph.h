@@ -46,6 +46,8 @@ struct Node {
   bool trainable = false;  // params only
   Tensor constant;         // Op::Constant only
   int region = 0;          // 0 = model, 1 = loss (compile: model stops at the loss region)
+  int layer = -1;          // decoder layer the node computes (forward or backward), -1 outside
+  bool backward = false;   // emitted by autodiff
 };
 
 class Graph {
@@ -78,12 +80,17 @@ class Graph {
 
   // Nodes created from now on belong to this region (0 model, 1 loss).
   void set_region(int r) { region_ = r; }
+  // Nodes created from now on are tagged with this decoder layer (-1: none) and direction.
+  void set_layer(int layer) { layer_ = layer; }
+  void set_backward(bool b) { backward_ = b; }
 
  private:
   DType float_dtype_;
   std::vector<Node> nodes_;
   std::vector<std::pair<std::string, Value>> outputs_;
   int region_ = 0;
+  int layer_ = -1;
+  bool backward_ = false;
 };
 
 // Output types of `op` applied to inputs of the given types; throws fusetune::Error on a

@@ -65,11 +65,13 @@ LlamaOutputs build_llama(Builder& b, const ModelConfig& cfg, const LlamaInputs& 
   Value h = b.embedding(embed, in.tokens);  // [B, T, D]
   for (int64_t i = 0; i < cfg.num_hidden_layers; ++i) {
     Layer L{b, cfg, trainable, "model.layers." + std::to_string(i) + "."};
+    g.set_layer(int(i));
     Value attn_in = b.rmsnorm(h, L.param("input_layernorm.weight", {D}), cfg.rms_norm_eps);
     h = b.add(h, attention(L, attn_in, in, cos, sin, B, T));
     Value mlp_in = b.rmsnorm(h, L.param("post_attention_layernorm.weight", {D}), cfg.rms_norm_eps);
     h = b.add(h, mlp(L, mlp_in));
   }
+  g.set_layer(-1);
   Value norm_w = g.param("model.norm.weight", {D}, trainable("model.norm.weight"));
   Value hidden = b.reshape(b.rmsnorm(h, norm_w, cfg.rms_norm_eps), {B * T, D});
   Value head = cfg.tie_word_embeddings ? embed : g.param("lm_head.weight", {V, D}, trainable("lm_head.weight"));

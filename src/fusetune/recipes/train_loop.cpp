@@ -83,6 +83,7 @@ int run_training(const Config& cfg, const TrainJob& job) {
   const int threads = configure_threads(cfg);
   PassOptions passes;
   passes.mode = parse_compile_mode(cfg.str("compile", "false"));
+  passes.activation_checkpointing = cfg.boolean("enable_activation_checkpointing", false);
   const int64_t epochs = cfg.i64("epochs", 1);
   const int64_t grad_accum = cfg.i64("gradient_accumulation_steps", 1);
   const int64_t log_every = cfg.i64("log_every_n_steps", 1);
