@@ -378,6 +378,7 @@ TEST(DataTokenizerHf, BadInputGivesClearErrors) {
   expect_load_error("this is not json", "is not valid JSON");
   expect_load_error("", "is not valid JSON");
   expect_load_error("[1, 2]", "must be a JSON object");
+  expect_load_error(R"({"model": 5555555555E525555})", "is not valid JSON");  // number overflow
   expect_load_error("{}", "model is missing");
   expect_load_error(R"({"model": {"type": "WordPiece", "vocab": {}}})",
                     "'WordPiece' is not supported");
@@ -397,6 +398,8 @@ TEST(DataTokenizerHf, BadInputGivesClearErrors) {
                     "gives id 0 to two tokens");
   expect_load_error(R"({"model": {"type": "BPE", "vocab": {"a": -3}, "merges": []}})",
                     "negative id");
+  expect_load_error(R"({"model": {"type": "BPE", "vocab": {"a": 1000000000}, "merges": []}})",
+                    "far beyond the vocabulary");
   expect_load_error(
       R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": [], "unk_token": "<unk>"}})",
       "unk_token '<unk>' is not in model.vocab");

@@ -31,7 +31,7 @@ std::string read_file(const std::filesystem::path& p, const std::string& what) {
 Json parse_json(std::string_view text, const std::string& file) {
   try {
     return Json::parse(text.begin(), text.end());
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {  // parse_error, or out_of_range for huge numbers
     throw Error(file + " is not valid JSON: " + e.what());
   }
 }
