@@ -31,7 +31,7 @@ void check_against_reference(const Case& c, bool add_special_tokens) {
   auto expected = testing::run_reference(path, testing::tokenizer_corpus(), tmp.path(),
                                          add_special_tokens, impl);
   ASSERT_GE(expected.size(), 300u) << "corpus too small";
-  auto tok = HfTokenizer::from_file(path);
+  auto tok = testing::shared_hf_tokenizer(path);
   size_t id_mismatches = 0, decode_mismatches = 0, roundtrip_failures = 0;
   for (const auto& e : expected) {
     auto ids = add_special_tokens ? tok->encode_with_special_tokens(e.text)

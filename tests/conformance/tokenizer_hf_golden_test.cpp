@@ -7,7 +7,7 @@
 
 #include "fusetune/data/hf_tokenizer.h"
 #include "fusetune/data/load_tokenizer.h"
-#include "test_support.h"
+#include "tokenizer_reference.h"
 
 namespace fusetune {
 namespace {
@@ -35,7 +35,8 @@ TEST(HfGolden, Stories260KMatchesLlama2cEncoder) {
 
 TEST(HfGolden, Llama3KnownIds) {
   FT_REQUIRE_ASSET("tokenizers/llama3/tokenizer.json");
-  auto tok = HfTokenizer::from_file(testing::assets_dir() / "tokenizers/llama3/tokenizer.json");
+  auto tok =
+      testing::shared_hf_tokenizer(testing::assets_dir() / "tokenizers/llama3/tokenizer.json");
   EXPECT_EQ(tok->vocab_size(), 128256);
   EXPECT_EQ(tok->bos_id(), 128000);  // <|begin_of_text|>, from tokenizer_config.json
   EXPECT_EQ(tok->eos_id(), 128001);
@@ -49,14 +50,16 @@ TEST(HfGolden, Llama3KnownIds) {
 TEST(HfGolden, Qwen3AndGpt2KnownIds) {
   FT_REQUIRE_ASSET("tokenizers/qwen3/tokenizer.json");
   FT_REQUIRE_ASSET("tokenizers/gpt2/tokenizer.json");
-  auto qwen = HfTokenizer::from_file(testing::assets_dir() / "tokenizers/qwen3/tokenizer.json");
+  auto qwen =
+      testing::shared_hf_tokenizer(testing::assets_dir() / "tokenizers/qwen3/tokenizer.json");
   EXPECT_EQ(qwen->bos_id(), -1);      // Qwen has no BOS
   EXPECT_EQ(qwen->eos_id(), 151645);  // <|im_end|>
   EXPECT_EQ(qwen->pad_id(), 151643);  // <|endoftext|>
   EXPECT_EQ(qwen->encode("Hello world", true, false), (std::vector<int32_t>{9707, 1879}));
   // NFC: a decomposed é encodes like the precomposed one.
   EXPECT_EQ(qwen->encode("e\xCC\x81", false, false), qwen->encode("\xC3\xA9", false, false));
-  auto gpt2 = HfTokenizer::from_file(testing::assets_dir() / "tokenizers/gpt2/tokenizer.json");
+  auto gpt2 =
+      testing::shared_hf_tokenizer(testing::assets_dir() / "tokenizers/gpt2/tokenizer.json");
   EXPECT_EQ(gpt2->encode("Hello world", false, false), (std::vector<int32_t>{15496, 995}));
   EXPECT_EQ(gpt2->eos_id(), 50256);
 }

@@ -5,12 +5,15 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "fusetune/data/hf_tokenizer.h"
 #include "test_support.h"
 
 namespace fusetune::testing {
@@ -82,6 +85,15 @@ inline std::vector<std::string> read_corpus(const std::filesystem::path& corpus)
       out.push_back(v.is_string() ? v.get<std::string>() : v.at("text").get<std::string>());
     }
   return out;
+}
+
+// The real tokenizer.json files take seconds to load in a debug build: load each once per
+// test binary.
+inline std::shared_ptr<const HfTokenizer> shared_hf_tokenizer(const std::filesystem::path& path) {
+  static std::map<std::string, std::shared_ptr<const HfTokenizer>> cache;
+  auto& slot = cache[path.string()];
+  if (!slot) slot = HfTokenizer::from_file(path);
+  return slot;
 }
 
 // A string with its control and non-ASCII bytes escaped, for failure messages.

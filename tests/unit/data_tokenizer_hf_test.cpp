@@ -19,6 +19,10 @@ using nlohmann::json;
 
 // --- byte-level BPE ---------------------------------------------------------------------
 
+// byte_level_tokenizer()'s model has 263 entries; its added tokens take the next ids, as
+// tokenizers assigns them (the JSON "id" fields agree).
+constexpr int32_t kEnd = 263, kEndOfText = 264, kNote = 265;
+
 // Vocabulary: the 256 byte-level characters (ids 0..255 in byte order), then merge results.
 json byte_level_tokenizer(bool ignore_merges = false, bool merges_as_arrays = false) {
   json vocab = json::object();
@@ -36,9 +40,9 @@ json byte_level_tokenizer(bool ignore_merges = false, bool merges_as_arrays = fa
   json t;
   t["version"] = "1.0";
   t["added_tokens"] = json::array(
-      {{{"id", 300}, {"content", "<|end|>"}, {"special", true}, {"normalized", false}},
-       {{"id", 301}, {"content", "<|endoftext|>"}, {"special", true}, {"normalized", false}},
-       {{"id", 302}, {"content", "[note]"}, {"special", false}, {"normalized", true}}});
+      {{{"id", kEnd}, {"content", "<|end|>"}, {"special", true}, {"normalized", false}},
+       {{"id", kEndOfText}, {"content", "<|endoftext|>"}, {"special", true}, {"normalized", false}},
+       {{"id", kNote}, {"content", "[note]"}, {"special", false}, {"normalized", true}}});
   t["normalizer"] = nullptr;
   t["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}};
   t["post_processor"] = {{"type", "ByteLevel"}};
@@ -102,39 +106,65 @@ TEST(DataTokenizerHf, ByteLevelDecodeRoundTrips) {
 TEST(DataTokenizerHf, AddedTokensMatchLongestFirst) {
   auto tok = load(byte_level_tokenizer());
   auto ids = tok->encode("a<|end|>b<|endoftext|>", false, false);
-  EXPECT_EQ(ids, (std::vector<int32_t>{'a', 300, 'b', 301}));
+  EXPECT_EQ(ids, (std::vector<int32_t>{'a', kEnd, 'b', kEndOfText}));
   // Not quite a special token: plain bytes.
   auto partial = tok->encode("<|end|", false, false);
-  EXPECT_EQ(std::count(partial.begin(), partial.end(), 300), 0);
+  EXPECT_EQ(std::count(partial.begin(), partial.end(), kEnd), 0);
   EXPECT_EQ(tok->decode(ids, true), "ab");
   EXPECT_EQ(tok->decode(ids, false), "a<|end|>b<|endoftext|>");
   // Non-special added tokens survive skip_special_tokens.
   auto note = tok->encode("x[note]", false, false);
-  EXPECT_EQ(note, (std::vector<int32_t>{'x', 302}));
+  EXPECT_EQ(note, (std::vector<int32_t>{'x', kNote}));
   EXPECT_EQ(tok->decode(note, true), "x[note]");
-  EXPECT_TRUE(tok->is_special(300));
-  EXPECT_FALSE(tok->is_special(302));
-  EXPECT_EQ(tok->vocab_size(), 303);
+  EXPECT_TRUE(tok->is_special(kEnd));
+  EXPECT_FALSE(tok->is_special(kNote));
+  EXPECT_EQ(tok->vocab_size(), 266);
 }
 
 TEST(DataTokenizerHf, AddedTokenStripFlags) {
   json t = byte_level_tokenizer();
-  t["added_tokens"] = json::array(
-      {{{"id", 300}, {"content", "<mask>"}, {"special", true}, {"lstrip", true}, {"rstrip", false}},
-       {{"id", 301}, {"content", "<sep>"}, {"special", true}, {"lstrip", false}, {"rstrip", true}},
-       {{"id", 302},
-        {"content", "word"},
-        {"special", false},
-        {"normalized", false},
-        {"single_word", true}}});
+  t["added_tokens"] = json::array({{{"id", kEnd},
+                                    {"content", "<mask>"},
+                                    {"special", true},
+                                    {"lstrip", true},
+                                    {"rstrip", false}},
+                                   {{"id", kEndOfText},
+                                    {"content", "<sep>"},
+                                    {"special", true},
+                                    {"lstrip", false},
+                                    {"rstrip", true}},
+                                   {{"id", kNote},
+                                    {"content", "word"},
+                                    {"special", false},
+                                    {"normalized", false},
+                                    {"single_word", true}}});
   auto tok = load(t);
   // lstrip swallows the spaces before <mask>; rstrip the spaces after <sep>.
-  EXPECT_EQ(tok->encode("a  <mask>", false, false), (std::vector<int32_t>{'a', 300}));
-  EXPECT_EQ(tok->encode("<sep>  b", false, false), (std::vector<int32_t>{301, 'b'}));
+  EXPECT_EQ(tok->encode("a  <mask>", false, false), (std::vector<int32_t>{'a', kEnd}));
+  EXPECT_EQ(tok->encode("<sep>  b", false, false), (std::vector<int32_t>{kEndOfText, 'b'}));
   // single_word: only a whole word matches.
-  EXPECT_EQ(tok->encode("word", false, false), (std::vector<int32_t>{302}));
+  EXPECT_EQ(tok->encode("word", false, false), (std::vector<int32_t>{kNote}));
   auto inside = tok->encode("swordfish", false, false);
-  EXPECT_EQ(std::count(inside.begin(), inside.end(), 302), 0);
+  EXPECT_EQ(std::count(inside.begin(), inside.end(), kNote), 0);
+}
+
+TEST(DataTokenizerHf, AddedTokenIdsAreAssignedAsTokenizersDoes) {
+  // The JSON ids are not read back: a token in the model keeps its model id, the others
+  // follow the model's entry count in order (checked against tokenizers under Node).
+  json t = {
+      {"model", {{"type", "BPE"}, {"vocab", {{"a", 0}, {"b", 1}, {"ab", 2}}}, {"merges", {"a b"}}}},
+      {"added_tokens", json::array({{{"id", 10}, {"content", "<x>"}, {"special", true}},
+                                    {{"id", 5}, {"content", "<y>"}, {"special", true}},
+                                    {{"id", 1}, {"content", "<z>"}, {"special", true}},
+                                    {{"id", 7}, {"content", "a"}, {"special", true}}})}};
+  auto tok = load(t);
+  EXPECT_EQ(tok->token_to_id("<x>"), 3);
+  EXPECT_EQ(tok->token_to_id("<y>"), 4);
+  EXPECT_EQ(tok->token_to_id("<z>"), 5);
+  EXPECT_EQ(tok->token_to_id("a"), 0);
+  EXPECT_EQ(tok->vocab_size(), 6);
+  // "a" is itself an added token here, so it is cut out before the merge "a b" could apply.
+  EXPECT_EQ(tok->encode("<z>ab<x>", false, false), (std::vector<int32_t>{5, 0, 1, 3}));
 }
 
 TEST(DataTokenizerHf, BosEosFromConfigAndFlags) {
@@ -142,17 +172,17 @@ TEST(DataTokenizerHf, BosEosFromConfigAndFlags) {
               {"eos_token", {{"content", "<|end|>"}, {"lstrip", false}}},
               {"pad_token", nullptr}};
   auto tok = load(byte_level_tokenizer(), cfg);
-  EXPECT_EQ(tok->bos_id(), 301);
-  EXPECT_EQ(tok->eos_id(), 300);
-  EXPECT_EQ(tok->pad_id(), 300);  // no pad token: falls back to EOS
-  EXPECT_EQ(tok->encode("a", true, true), (std::vector<int32_t>{301, 'a', 300}));
-  EXPECT_EQ(tok->encode("a", false, true), (std::vector<int32_t>{'a', 300}));
+  EXPECT_EQ(tok->bos_id(), kEndOfText);
+  EXPECT_EQ(tok->eos_id(), kEnd);
+  EXPECT_EQ(tok->pad_id(), kEnd);  // no pad token: falls back to EOS
+  EXPECT_EQ(tok->encode("a", true, true), (std::vector<int32_t>{kEndOfText, 'a', kEnd}));
+  EXPECT_EQ(tok->encode("a", false, true), (std::vector<int32_t>{'a', kEnd}));
   EXPECT_FALSE(tok->default_add_bos());  // ByteLevel post-processor adds nothing
   EXPECT_EQ(tok->encode_with_special_tokens("a"), (std::vector<int32_t>{'a'}));
   cfg["add_bos_token"] = true;
   auto with_bos = load(byte_level_tokenizer(), cfg);
   EXPECT_TRUE(with_bos->default_add_bos());
-  EXPECT_EQ(with_bos->encode_with_special_tokens("a"), (std::vector<int32_t>{301, 'a'}));
+  EXPECT_EQ(with_bos->encode_with_special_tokens("a"), (std::vector<int32_t>{kEndOfText, 'a'}));
   // No configuration at all: no BOS/EOS, pad 0.
   auto bare = load(byte_level_tokenizer());
   EXPECT_EQ(bare->bos_id(), -1);
@@ -378,6 +408,7 @@ TEST(DataTokenizerHf, BadInputGivesClearErrors) {
   expect_load_error("this is not json", "is not valid JSON");
   expect_load_error("", "is not valid JSON");
   expect_load_error("[1, 2]", "must be a JSON object");
+  expect_load_error(R"({"model": 5555555555E525555})", "is not valid JSON");  // number overflow
   expect_load_error("{}", "model is missing");
   expect_load_error(R"({"model": {"type": "WordPiece", "vocab": {}}})",
                     "'WordPiece' is not supported");
@@ -397,6 +428,8 @@ TEST(DataTokenizerHf, BadInputGivesClearErrors) {
                     "gives id 0 to two tokens");
   expect_load_error(R"({"model": {"type": "BPE", "vocab": {"a": -3}, "merges": []}})",
                     "negative id");
+  expect_load_error(R"({"model": {"type": "BPE", "vocab": {"a": 1000000000}, "merges": []}})",
+                    "far beyond the vocabulary");
   expect_load_error(
       R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": [], "unk_token": "<unk>"}})",
       "unk_token '<unk>' is not in model.vocab");
@@ -418,8 +451,8 @@ TEST(DataTokenizerHf, BadInputGivesClearErrors) {
                     "post_processor type 'Magic'");
   expect_load_error("{" + ok_model + R"(, "added_tokens": [{"id": 5}]})",
                     "added_tokens[0].content is missing");
-  expect_load_error("{" + ok_model + R"(, "added_tokens": [{"id": -1, "content": "x"}]})",
-                    "non-negative integer id");
+  expect_load_error("{" + ok_model + R"(, "added_tokens": [{"id": "x", "content": "x"}]})",
+                    "added_tokens[0].id must be an integer");
   expect_load_error("{" + ok_model + R"(, "normalizer": {"type": "Prepend", "prepend": 5}})",
                     "normalizer.prepend must be a string");
   expect_load_error(

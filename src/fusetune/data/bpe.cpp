@@ -49,8 +49,10 @@ BpeModel::BpeModel(StringMap<int32_t> vocab,
   for (const auto& [tok, id] : vocab_) {
     FT_CHECK(id >= 0,
              where + ": model.vocab token '" + tok + "' has negative id " + std::to_string(id));
-    FT_CHECK(id < (1 << 30), where + ": model.vocab token '" + tok + "' has id " +
-                                 std::to_string(id) + ", larger than any real vocabulary");
+    // Ids index a dense table: a stray huge id must not allocate gigabytes.
+    FT_CHECK(size_t(id) < vocab_.size() + (1u << 20),
+             where + ": model.vocab token '" + tok + "' has id " + std::to_string(id) +
+                 ", far beyond the vocabulary's " + std::to_string(vocab_.size()) + " tokens");
     max_id = std::max(max_id, id);
   }
   id_to_token_.resize(size_t(max_id + 1));

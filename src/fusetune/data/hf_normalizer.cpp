@@ -100,7 +100,7 @@ class StripAccents : public HfNormalizer {
     size_t i = 0;
     while (i < t.size()) {
       char32_t cp = utf8::next(t, i);
-      if (!unicode::is_nonspacing_mark(cp)) utf8::append(out, cp);
+      if (!unicode::is_combining_mark(cp)) utf8::append(out, cp);
     }
     t = std::move(out);
   }

@@ -1,6 +1,7 @@
 #include "fusetune/data/hf_tokenizer.h"
 
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <unordered_map>
 
@@ -31,7 +32,7 @@ std::string read_file(const std::filesystem::path& p, const std::string& what) {
 Json parse_json(std::string_view text, const std::string& file) {
   try {
     return Json::parse(text.begin(), text.end());
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {  // parse_error, or out_of_range for huge numbers
     throw Error(file + " is not valid JSON: " + e.what());
   }
 }
@@ -230,7 +231,12 @@ std::unique_ptr<HfTokenizer> HfTokenizer::from_json(std::string_view tokenizer_j
     read_post_processor(root.value("post_processor", Json()), w / "post_processor", m.post);
 
     // --- added tokens ---
+    // Ids as tokenizers assigns them on load (the "id" fields are not read back): a token
+    // already in the model keeps its model id; any other takes the next id after the model's
+    // entry count and the added ids so far. Real files agree with their "id" fields.
     int32_t max_id = m.model->max_id();
+    const int64_t model_size = int64_t(m.model->size());
+    std::optional<int64_t> max_added;
     if (root.contains("added_tokens") && !root["added_tokens"].is_null()) {
       const Json& arr = hf_json::require_array(root, "added_tokens", w);
       for (size_t i = 0; i < arr.size(); ++i) {
@@ -238,10 +244,8 @@ std::unique_ptr<HfTokenizer> HfTokenizer::from_json(std::string_view tokenizer_j
         const Json& a = arr[i];
         AddedToken t;
         t.content = hf_json::require_string(a, "content", wi);
-        const Json& id = hf_json::require(a, "id", wi);
-        FT_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < (1 << 30),
-                 (wi / "id").str() + " must be a non-negative integer id");
-        t.id = id.get<int32_t>();
+        FT_CHECK(!a.contains("id") || a["id"].is_number_integer(),
+                 (wi / "id").str() + " must be an integer");
         t.special = hf_json::get_bool(a, "special", false, wi);
         t.lstrip = hf_json::get_bool(a, "lstrip", false, wi);
         t.rstrip = hf_json::get_bool(a, "rstrip", false, wi);
@@ -249,8 +253,19 @@ std::unique_ptr<HfTokenizer> HfTokenizer::from_json(std::string_view tokenizer_j
         t.normalized = hf_json::get_bool(a, "normalized", !t.special, wi);
         FT_CHECK(!t.content.empty(), (wi / "content").str() + " must not be empty");
         FT_CHECK(utf8::is_valid(t.content), (wi / "content").str() + " is not valid UTF-8");
+        if (m.added_by_content.count(t.content)) continue;  // a repeat: the first one stands
+        int64_t id;
+        if (auto model_id = m.model->token_to_id(t.content))
+          id = *model_id;
+        else if (!max_added)
+          id = model_size;
+        else
+          id = (*max_added >= model_size || model_size == 0) ? *max_added + 1 : model_size;
+        FT_CHECK(id < (int64_t(1) << 30), wi.str() + ": too many added tokens");
+        max_added = std::max(max_added.value_or(id), id);
+        t.id = int32_t(id);
         max_id = std::max(max_id, t.id);
-        m.added_by_id[t.id] = m.added.size();
+        m.added_by_id.emplace(t.id, m.added.size());
         m.added_by_content[t.content] = t.id;
         m.added.push_back(std::move(t));
       }

@@ -51,7 +51,8 @@ Regex::Regex(std::string pattern, const std::string& what)
     : pattern_(std::move(pattern)), impl_(std::make_unique<Impl>()) {
   int err = 0;
   PCRE2_SIZE offset = 0;
-  impl_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern_.data()), pattern_.size(),
+  const std::string compiled = onig_compatible(pattern_);
+  impl_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(compiled.data()), compiled.size(),
                               PCRE2_UTF | PCRE2_UCP, &err, &offset, nullptr);
   FT_CHECK(impl_->code, what + ": regex " + pattern_ + " does not compile at offset " +
                             std::to_string(offset) + ": " + pcre2_message(err));
@@ -88,6 +89,64 @@ void Regex::find_all(std::string_view text,
       pos = start + utf8::seq_len(static_cast<unsigned char>(text[start]));
     }
   }
+}
+
+std::string Regex::onig_compatible(std::string_view p) {
+  static constexpr std::string_view kSpace = R"(\t-\r\x{85}\p{Z})";
+  static constexpr std::string_view kWord = R"(\p{L}\p{M}\p{N}\p{Pc})";
+  std::string out;
+  out.reserve(p.size() + 32);
+  bool in_class = false;
+  size_t i = 0;
+  while (i < p.size()) {
+    const char c = p[i];
+    if (c == '\\' && i + 1 < p.size()) {
+      const char d = p[i + 1];
+      if (d == 'Q') {  // \Q...\E: literal text, copied as is
+        size_t end = p.find("\\E", i + 2);
+        end = end == std::string_view::npos ? p.size() : end + 2;
+        out.append(p.substr(i, end - i));
+        i = end;
+        continue;
+      }
+      const bool space = d == 's' || d == 'S', word = d == 'w' || d == 'W';
+      const bool negated = d == 'S' || d == 'W';
+      if ((space || word) && !(in_class && negated)) {
+        const std::string_view set = space ? kSpace : kWord;
+        if (in_class) {
+          out.append(set);
+        } else {
+          out += negated ? "[^" : "[";
+          out.append(set);
+          out += ']';
+        }
+        i += 2;
+        continue;
+      }
+      out.append(p.substr(i, 2));
+      i += 2;
+      continue;
+    }
+    if (!in_class && c == '[') {
+      in_class = true;
+      out += c;
+      ++i;
+      if (i < p.size() && p[i] == '^') out += p[i++];
+      if (i < p.size() && p[i] == ']') out += p[i++];  // a leading ']' is literal
+      continue;
+    }
+    if (in_class && c == '[' && i + 1 < p.size() && p[i + 1] == ':') {  // [:alpha:]
+      size_t end = p.find(":]", i + 2);
+      end = end == std::string_view::npos ? p.size() : end + 2;
+      out.append(p.substr(i, end - i));
+      i = end;
+      continue;
+    }
+    if (in_class && c == ']') in_class = false;
+    out += c;
+    ++i;
+  }
+  return out;
 }
 
 std::string Regex::escape(std::string_view literal) {

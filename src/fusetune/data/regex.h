@@ -1,6 +1,7 @@
 #pragma once
 // A compiled PCRE2 regex (UTF + Unicode properties, JIT when available) for tokenizer.json
-// Split patterns and Replace normalizers. Thread-safe: matching state lives per call.
+// Split patterns and Replace normalizers, with Oniguruma's meaning of \s and \w (the regex
+// engine of Hugging Face tokenizers). Thread-safe: matching state lives per thread.
 #include <cstddef>
 #include <functional>
 #include <memory>
@@ -26,6 +27,11 @@ class Regex {
 
   // A pattern matching `literal` exactly (for {"String": ...} patterns).
   static std::string escape(std::string_view literal);
+
+  // Rewrites \s \S \w \W to Oniguruma's Unicode definitions, which PCRE2's differ from:
+  // \s = U+0009..U+000D, U+0085 and \p{Z} (PCRE2 adds U+180E), \w = \p{L} \p{M} \p{N}
+  // \p{Pc} (PCRE2 10.42 lacks marks). \S and \W inside a character class stay PCRE2's.
+  static std::string onig_compatible(std::string_view pattern);
 
  private:
   struct Impl;

@@ -74,6 +74,6 @@ bool is_alphanumeric(char32_t cp) {
          (U_GET_GC_MASK(UChar32(cp)) & U_GC_N_MASK) != 0;
 }
 
-bool is_nonspacing_mark(char32_t cp) { return u_charType(UChar32(cp)) == U_NON_SPACING_MARK; }
+bool is_combining_mark(char32_t cp) { return (U_GET_GC_MASK(UChar32(cp)) & U_GC_M_MASK) != 0; }
 
 }  // namespace fusetune::unicode

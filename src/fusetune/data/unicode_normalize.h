@@ -18,7 +18,7 @@ std::string to_lower(std::string_view utf8);
 bool is_whitespace(char32_t cp);
 // Alphabetic or numeric, like Rust's char::is_alphanumeric.
 bool is_alphanumeric(char32_t cp);
-// General category Mn (nonspacing mark), what StripAccents removes after NFD.
-bool is_nonspacing_mark(char32_t cp);
+// General category M (Mn, Mc, Me): what StripAccents removes, as tokenizers does.
+bool is_combining_mark(char32_t cp);
 
 }  // namespace fusetune::unicode
