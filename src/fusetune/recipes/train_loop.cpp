@@ -127,6 +127,11 @@ int run_training(const Config& cfg, const TrainJob& job) {
     auto dir = latest_resumable_checkpoint(output_dir);
     FT_CHECK(dir, "resume_from_checkpoint is true but " + output_dir.string() + " holds no resumable checkpoint");
     ResumedState r = load_training_checkpoint(*dir, dtype);
+    // Another seed would shuffle the data differently: the run would silently not be the one
+    // it claims to continue.
+    FT_CHECK(r.progress.seed == progress.seed,
+             "cannot resume from " + dir->string() + ": it was trained with seed " + std::to_string(r.progress.seed) +
+                 " but the config says seed " + std::to_string(progress.seed));
     for (auto& [name, t] : r.params) {
       FT_CHECK(model.params.count(name), "checkpoint " + dir->string() + " has an unknown parameter '" + name + "'");
       model.params[name] = t;

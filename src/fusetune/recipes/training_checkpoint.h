@@ -3,8 +3,9 @@
 // step_N) is a Hugging Face model directory that any HF tool loads, plus:
 //   recipe_state.safetensors  optimizer moments, and fp32 master weights when the model files
 //                             were saved in a lower precision
-//   recipe_state.json         where training stands (written last, atomically: a directory
-//                             without it is not resumable, so a crash mid-save is harmless)
+//   recipe_state.json         where training stands (a directory without it is not resumable)
+// The directory is staged as `<dir>.tmp-*` and published whole, in one rename, so a crash
+// mid-save never leaves a complete-looking `<dir>`.
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -37,7 +38,8 @@ struct CheckpointContent {
 
 void save_training_checkpoint(const std::filesystem::path& dir, const CheckpointContent& c);
 
-// The resumable checkpoint under output_dir with the most optimizer steps, if any.
+// The resumable checkpoint under output_dir (an epoch_<n> or step_<n> directory with a
+// readable recipe_state.json) with the most optimizer steps, if any.
 std::optional<std::filesystem::path> latest_resumable_checkpoint(const std::filesystem::path& output_dir);
 
 struct ResumedState {
