@@ -28,7 +28,8 @@ using fusetune::testing::write_text;
 namespace {
 
 // A config for stories260K with every path absolute; `dataset` is the dataset section.
-std::string stories_config(const fs::path& out, const std::string& dataset, int64_t steps_per_epoch, int64_t epochs) {
+std::string stories_config(const fs::path& out, const std::string& dataset, int64_t steps_per_epoch,
+                           int64_t epochs) {
   const fs::path a = fusetune::testing::assets_dir();
   return "output_dir: " + out.string() +
          "\n"
@@ -37,8 +38,7 @@ std::string stories_config(const fs::path& out, const std::string& dataset, int6
          (a / "stories260K").string() +
          "\n"
          "tokenizer:\n  _component_: hf\n  path: " +
-         (a / "stories260K" / "tokenizer.json").string() +
-         "\n  max_seq_len: 128\n" + dataset +
+         (a / "stories260K" / "tokenizer.json").string() + "\n  max_seq_len: 128\n" + dataset +
          "seed: 3\nshuffle: true\n"
          "batch_size: 4\n"
          "epochs: " +
@@ -65,7 +65,8 @@ Data data_of(const fusetune::Config& cfg, const fusetune::ModelConfig& model) {
   Data d;
   d.tokenizer = fusetune::build_tokenizer(cfg);
   d.dataset = fusetune::build_dataset_from_config(cfg, *d.tokenizer, model);
-  d.loader = std::make_unique<fusetune::DataLoader>(*d.dataset, fusetune::loader_options_from(cfg, *d.tokenizer));
+  d.loader = std::make_unique<fusetune::DataLoader>(
+      *d.dataset, fusetune::loader_options_from(cfg, *d.tokenizer));
   return d;
 }
 
@@ -83,7 +84,8 @@ fusetune::Tensor ids(const std::vector<int32_t>& v, int64_t B, int64_t T) {
 // Mean cross-entropy over the batch's valid labels: eager logits, log-softmax in double.
 double eager_loss(const fusetune::HFCheckpoint& ck, const fusetune::Batch& b) {
   EXPECT_TRUE(b.doc_ids.empty()) << "eager_loss handles unpacked batches only";
-  fusetune::Graph g = fusetune::build_logits_graph(ck.config, b.batch_size, b.seq_len, fusetune::DType::F32);
+  fusetune::Graph g =
+      fusetune::build_logits_graph(ck.config, b.batch_size, b.seq_len, fusetune::DType::F32);
   fusetune::EagerExecutor ex(g);
   fusetune::TensorMap inputs, params;
   inputs["tokens"] = ids(b.tokens, b.batch_size, b.seq_len);
@@ -114,10 +116,12 @@ struct Trained {
   fusetune::Config cfg;
 };
 
-Trained train(const TempDir& tmp, const std::string& dataset, int64_t steps_per_epoch, int64_t epochs) {
+Trained train(const TempDir& tmp, const std::string& dataset, int64_t steps_per_epoch,
+              int64_t epochs) {
   const fs::path yaml = tmp / "config.yaml";
   write_text(yaml, stories_config(tmp / "out", dataset, steps_per_epoch, epochs));
-  CliRun r = run_shell(fusetune::testing::run_command("full_finetune_single_device", yaml.string(), {}), tmp / "io");
+  CliRun r = run_shell(
+      fusetune::testing::run_command("full_finetune_single_device", yaml.string(), {}), tmp / "io");
   EXPECT_EQ(r.code, 0) << r.err;
   return {logged_steps(tmp / "out"), fusetune::Config::from_file(yaml.string())};
 }
@@ -128,20 +132,23 @@ TEST(RecipeStories260K, TinyStoriesTextCompletion) {
   FT_REQUIRE_ASSET("stories260K/model.safetensors");
   FT_REQUIRE_ASSET("datasets/tinystories_197k.txt");
   TempDir tmp;
-  const std::string dataset = "dataset:\n  _component_: text_completion\n  source: " +
-                              (fusetune::testing::assets_dir() / "datasets" / "tinystories_197k.txt").string() +
-                              "\n  packed: false\n";
+  const std::string dataset =
+      "dataset:\n  _component_: text_completion\n  source: " +
+      (fusetune::testing::assets_dir() / "datasets" / "tinystories_197k.txt").string() +
+      "\n  packed: false\n";
   const int64_t kSteps = 16;
   Trained t = train(tmp, dataset, kSteps, 1);
   ASSERT_EQ(int64_t(t.steps.size()), kSteps);
 
-  const fusetune::HFCheckpoint before = fusetune::load_hf_checkpoint(fusetune::testing::assets_dir() / "stories260K");
+  const fusetune::HFCheckpoint before =
+      fusetune::load_hf_checkpoint(fusetune::testing::assets_dir() / "stories260K");
   const fusetune::HFCheckpoint after = fusetune::load_hf_checkpoint(tmp / "out" / "epoch_0");
   Data d = data_of(t.cfg, before.config);
   // Step 1's logged loss is the pretrained model's loss on the first batch.
   const fusetune::Batch first = batch_at(d, 0, 0);
   const double l0 = eager_loss(before, first);
-  EXPECT_LT(rel_diff(t.steps[0].loss, l0), 1e-5) << "logged " << t.steps[0].loss << ", eager " << l0;
+  EXPECT_LT(rel_diff(t.steps[0].loss, l0), 1e-5)
+      << "logged " << t.steps[0].loss << ", eager " << l0;
   // Training lowered the loss on what it trained on (the first four batches)...
   double sum_before = 0, sum_after = 0;
   for (int64_t i = 0; i < 4; ++i) {
@@ -149,7 +156,8 @@ TEST(RecipeStories260K, TinyStoriesTextCompletion) {
     sum_before += eager_loss(before, b);
     sum_after += eager_loss(after, b);
   }
-  EXPECT_LT(sum_after, sum_before * 0.95) << "mean loss before " << sum_before / 4 << ", after " << sum_after / 4;
+  EXPECT_LT(sum_after, sum_before * 0.95)
+      << "mean loss before " << sum_before / 4 << ", after " << sum_after / 4;
   // ...and on stories it has not seen (the batches after the last trained one).
   double unseen_before = 0, unseen_after = 0;
   for (int64_t i = kSteps; i < kSteps + 4; ++i) {
@@ -157,8 +165,8 @@ TEST(RecipeStories260K, TinyStoriesTextCompletion) {
     unseen_before += eager_loss(before, b);
     unseen_after += eager_loss(after, b);
   }
-  EXPECT_LT(unseen_after, unseen_before) << "held-out loss before " << unseen_before / 4 << ", after "
-                                         << unseen_after / 4;
+  EXPECT_LT(unseen_after, unseen_before)
+      << "held-out loss before " << unseen_before / 4 << ", after " << unseen_after / 4;
   // The saved directory is usable as a model directory: the tokenizer files came along.
   EXPECT_TRUE(fs::exists(tmp / "out" / "epoch_0" / "tokenizer.json"));
 }
@@ -167,9 +175,10 @@ TEST(RecipeStories260K, AlpacaSavedWeightsAreTheTrainedOnes) {
   FT_REQUIRE_ASSET("stories260K/model.safetensors");
   FT_REQUIRE_ASSET("datasets/alpaca_tiny.json");
   TempDir tmp;
-  const std::string dataset = "dataset:\n  _component_: alpaca\n  source: " +
-                              (fusetune::testing::assets_dir() / "datasets" / "alpaca_tiny.json").string() +
-                              "\n  packed: false\n";
+  const std::string dataset =
+      "dataset:\n  _component_: alpaca\n  source: " +
+      (fusetune::testing::assets_dir() / "datasets" / "alpaca_tiny.json").string() +
+      "\n  packed: false\n";
   const int64_t kSteps = 6;
   Trained t = train(tmp, dataset, kSteps, 2);
   ASSERT_EQ(int64_t(t.steps.size()), 2 * kSteps);
@@ -188,8 +197,10 @@ TEST(RecipeStories260K, AlpacaSavedWeightsAreTheTrainedOnes) {
   Data d = data_of(t.cfg, saved.config);
   const double l = eager_loss(saved, batch_at(d, 1, 0));
   EXPECT_LT(rel_diff(t.steps[size_t(kSteps)].loss, l), 1e-5)
-      << "logged at step " << kSteps + 1 << ": " << t.steps[size_t(kSteps)].loss << ", saved epoch_0 gives " << l;
+      << "logged at step " << kSteps + 1 << ": " << t.steps[size_t(kSteps)].loss
+      << ", saved epoch_0 gives " << l;
   // And the pretrained weights give something else (the check can tell the two apart).
-  const fusetune::HFCheckpoint before = fusetune::load_hf_checkpoint(fusetune::testing::assets_dir() / "stories260K");
+  const fusetune::HFCheckpoint before =
+      fusetune::load_hf_checkpoint(fusetune::testing::assets_dir() / "stories260K");
   EXPECT_GT(rel_diff(eager_loss(before, batch_at(d, 1, 0)), l), 1e-3);
 }

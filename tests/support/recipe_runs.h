@@ -44,8 +44,10 @@ inline void write_text(const rr_fs::path& p, const std::string& text) {
 using Overrides = std::map<std::string, std::string>;
 
 // The command line of `fusetune run RECIPE --config CONFIG key=value...`.
-inline std::string run_command(const std::string& recipe, const std::string& config, const Overrides& o) {
-  std::string cmd = shell_quote(FUSETUNE_BINARY) + " run " + recipe + " --config " + shell_quote(config);
+inline std::string run_command(const std::string& recipe, const std::string& config,
+                               const Overrides& o) {
+  std::string cmd =
+      shell_quote(FUSETUNE_BINARY) + " run " + recipe + " --config " + shell_quote(config);
   for (const auto& [k, v] : o) cmd += " " + shell_quote(k + "=" + v);
   return cmd;
 }
@@ -61,8 +63,8 @@ struct CliRun {
 inline CliRun run_shell(const std::string& command, const rr_fs::path& scratch) {
   rr_fs::create_directories(scratch);
   const rr_fs::path out = scratch / "stdout.txt", err = scratch / "stderr.txt";
-  const std::string cmd = "cd " + shell_quote(FUSETUNE_SOURCE_DIR) + " && " + command + " >" + shell_quote(out) +
-                          " 2>" + shell_quote(err);
+  const std::string cmd = "cd " + shell_quote(FUSETUNE_SOURCE_DIR) + " && " + command + " >" +
+                          shell_quote(out) + " 2>" + shell_quote(err);
   const int status = std::system(cmd.c_str());
   CliRun r;
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -74,19 +76,17 @@ inline CliRun run_shell(const std::string& command, const rr_fs::path& scratch) 
 // The demo (configs/demo/tiny_full.yaml) made small: 6 steps of 2 x 64 bytes, one thread,
 // every step logged. `extra` overrides or adds keys.
 inline Overrides demo_overrides(const rr_fs::path& output_dir, const Overrides& extra = {}) {
-  Overrides o = {{"output_dir", output_dir.string()},
-                 {"max_steps_per_epoch", "6"},
-                 {"batch_size", "2"},
-                 {"tokenizer.max_seq_len", "64"},
-                 {"num_threads", "1"},
-                 {"log_every_n_steps", "1"},
-                 {"log_peak_memory_stats", "false"}};
+  Overrides o = {
+      {"output_dir", output_dir.string()}, {"max_steps_per_epoch", "6"}, {"batch_size", "2"},
+      {"tokenizer.max_seq_len", "64"},     {"num_threads", "1"},         {"log_every_n_steps", "1"},
+      {"log_peak_memory_stats", "false"}};
   for (const auto& [k, v] : extra) o[k] = v;
   return o;
 }
 
 inline std::string demo_command(const rr_fs::path& output_dir, const Overrides& extra = {}) {
-  return run_command("full_finetune_single_device", "demo/tiny_full", demo_overrides(output_dir, extra));
+  return run_command("full_finetune_single_device", "demo/tiny_full",
+                     demo_overrides(output_dir, extra));
 }
 
 // One logged optimizer step, from output_dir/logs/metrics.jsonl.
@@ -110,7 +110,8 @@ inline std::vector<LoggedStep> logged_steps(const rr_fs::path& output_dir) {
     s.epoch = j.at("epoch").get<int64_t>();
     s.loss = j.at("loss").get<double>();
     s.lr = j.at("lr").get<double>();
-    if (j.contains("grad_norm") && !j["grad_norm"].is_null()) s.grad_norm = j["grad_norm"].get<double>();
+    if (j.contains("grad_norm") && !j["grad_norm"].is_null())
+      s.grad_norm = j["grad_norm"].get<double>();
     steps.push_back(s);
   }
   return steps;
@@ -126,7 +127,8 @@ inline std::vector<double> losses_of(const std::vector<LoggedStep>& steps) {
 inline std::vector<std::pair<int64_t, double>> printed_steps(const std::string& stdout_text) {
   std::vector<std::pair<int64_t, double>> v;
   static const std::regex re(R"(Step (\d+) \| loss:([-0-9.naif]+))");
-  for (auto it = std::sregex_iterator(stdout_text.begin(), stdout_text.end(), re); it != std::sregex_iterator(); ++it)
+  for (auto it = std::sregex_iterator(stdout_text.begin(), stdout_text.end(), re);
+       it != std::sregex_iterator(); ++it)
     v.push_back({std::stoll((*it)[1]), std::stod((*it)[2])});
   return v;
 }
@@ -138,7 +140,8 @@ inline std::vector<std::string> complete_looking_checkpoints(const rr_fs::path& 
   if (!rr_fs::is_directory(output_dir, ec)) return v;
   for (const auto& e : rr_fs::directory_iterator(output_dir)) {
     const std::string name = e.path().filename().string();
-    if ((name.rfind("epoch_", 0) == 0 || name.rfind("step_", 0) == 0) && name.find(".tmp") == std::string::npos)
+    if ((name.rfind("epoch_", 0) == 0 || name.rfind("step_", 0) == 0) &&
+        name.find(".tmp") == std::string::npos)
       v.push_back(name);
   }
   return v;
@@ -149,8 +152,9 @@ class SpawnedRun {
  public:
   SpawnedRun(const std::string& command, const rr_fs::path& scratch) {
     rr_fs::create_directories(scratch);
-    const std::string cmd = "cd " + shell_quote(FUSETUNE_SOURCE_DIR) + " && exec " + command + " >" +
-                            shell_quote(scratch / "stdout.txt") + " 2>" + shell_quote(scratch / "stderr.txt");
+    const std::string cmd = "cd " + shell_quote(FUSETUNE_SOURCE_DIR) + " && exec " + command +
+                            " >" + shell_quote(scratch / "stdout.txt") + " 2>" +
+                            shell_quote(scratch / "stderr.txt");
     pid_ = ::fork();
     if (pid_ == 0) {
       ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));

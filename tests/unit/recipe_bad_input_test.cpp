@@ -45,7 +45,8 @@ fs::path save_tiny_checkpoint(const fs::path& dir) {
   std::normal_distribution<float> normal(0.f, 0.02f);
   for (const auto& [name, shape] : fusetune::expected_parameters(c)) {
     fusetune::Tensor t = fusetune::Tensor::empty(shape, fusetune::DType::F32);
-    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = name.find("norm") != std::string::npos ? 1.f : normal(rng);
+    for (int64_t i = 0; i < t.numel(); ++i)
+      t.data<float>()[i] = name.find("norm") != std::string::npos ? 1.f : normal(rng);
     tensors.push_back({name, t});
   }
   fusetune::save_hf_checkpoint(dir, c, tensors);
@@ -75,8 +76,10 @@ void expect_clean_failure(const Failure& f, std::initializer_list<std::string> p
   const std::string& err = f.run.err;
   EXPECT_EQ(f.run.code, 1) << err;
   EXPECT_EQ(err.rfind("fusetune: error: ", 0), 0u) << err;
-  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << "expected one line on stderr, got:\n" << err;
-  for (const std::string& p : parts) EXPECT_NE(err.find(p), std::string::npos) << "missing '" << p << "' in: " << err;
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << "expected one line on stderr, got:\n"
+                                                         << err;
+  for (const std::string& p : parts)
+    EXPECT_NE(err.find(p), std::string::npos) << "missing '" << p << "' in: " << err;
   EXPECT_TRUE(fusetune::testing::complete_looking_checkpoints(f.output_dir).empty()) << err;
 }
 
@@ -117,7 +120,8 @@ TEST(RecipeBadInput, HeaderOffsetsPastTheEnd) {
   std::string out(8, '\0');
   for (int i = 0; i < 8; ++i) out[size_t(i)] = char((uint64_t(h.size()) >> (8 * i)) & 0xff);
   write_text(file, out + h + bytes.substr(8 + n));
-  expect_clean_failure(run_expecting_failure(tmp, from_checkpoint(ck)), {"model.safetensors", "model.norm.weight"});
+  expect_clean_failure(run_expecting_failure(tmp, from_checkpoint(ck)),
+                       {"model.safetensors", "model.norm.weight"});
 }
 
 TEST(RecipeBadInput, TensorOfTheWrongShape) {
@@ -142,7 +146,9 @@ TEST(RecipeBadInput, MisspelledConfigKey) {
 TEST(RecipeBadInput, EmptyDatasetFile) {
   TempDir tmp;
   write_text(tmp / "empty.txt", "");
-  expect_clean_failure(run_expecting_failure(tmp, {{"dataset.source", (tmp / "empty.txt").string()}}), {"empty.txt"});
+  expect_clean_failure(
+      run_expecting_failure(tmp, {{"dataset.source", (tmp / "empty.txt").string()}}),
+      {"empty.txt"});
 }
 
 TEST(RecipeBadInput, MalformedJsonlRow) {

@@ -31,7 +31,8 @@ TEST(RecipeCheckpoint, EpochDirectoryRoundTrip) {
   const auto first = logged_steps(out);
   ASSERT_EQ(first.size(), 10u);
   const fs::path ck = out / "epoch_0";
-  for (const char* f : {"config.json", "model.safetensors", "recipe_state.json", "recipe_state.safetensors"})
+  for (const char* f :
+       {"config.json", "model.safetensors", "recipe_state.json", "recipe_state.safetensors"})
     EXPECT_TRUE(fs::is_regular_file(ck / f)) << f;
 
   // config.json describes the demo model; the tensors carry HF names and load back.
@@ -47,10 +48,12 @@ TEST(RecipeCheckpoint, EpochDirectoryRoundTrip) {
   std::set<std::string> want;
   for (const auto& [name, shape] : fusetune::expected_parameters(loaded.config)) want.insert(name);
   EXPECT_EQ(names, want);
-  for (const char* n : {"model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight",
-                        "model.layers.1.mlp.down_proj.weight", "model.norm.weight", "lm_head.weight"})
+  for (const char* n :
+       {"model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight",
+        "model.layers.1.mlp.down_proj.weight", "model.norm.weight", "lm_head.weight"})
     EXPECT_TRUE(names.count(n)) << n;
-  EXPECT_EQ(loaded.tensors.at("model.layers.0.self_attn.k_proj.weight").shape(), (fusetune::Shape{32, 64}));
+  EXPECT_EQ(loaded.tensors.at("model.layers.0.self_attn.k_proj.weight").shape(),
+            (fusetune::Shape{32, 64}));
 
   // The resumable state agrees with the HF files: same weights, AdamW moments, where it stands.
   fusetune::ResumedState state = fusetune::load_training_checkpoint(ck, fusetune::DType::F32);
@@ -61,7 +64,8 @@ TEST(RecipeCheckpoint, EpochDirectoryRoundTrip) {
   for (const auto& [name, t] : loaded.tensors) {
     const fusetune::Tensor& s = state.params.at(name);
     ASSERT_EQ(s.numel(), t.numel()) << name;
-    EXPECT_EQ(0, std::memcmp(s.data<float>(), t.data<float>(), size_t(t.numel()) * sizeof(float))) << name;
+    EXPECT_EQ(0, std::memcmp(s.data<float>(), t.data<float>(), size_t(t.numel()) * sizeof(float)))
+        << name;
   }
 
   // A new run from epoch_0, on the same first batch (same seed): its first loss is where the

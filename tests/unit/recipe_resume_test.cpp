@@ -47,7 +47,8 @@ struct Reference {
 const Reference& reference() {
   static Reference ref = [] {
     Reference r;
-    r.dir = fs::temp_directory_path() / "fusetune_tests" / ("recipe_resume_reference_" + std::to_string(::getpid()));
+    r.dir = fs::temp_directory_path() / "fusetune_tests" /
+            ("recipe_resume_reference_" + std::to_string(::getpid()));
     fs::remove_all(r.dir);
     CliRun run = run_shell(demo_command(r.dir / "out", kRun), r.dir / "io");
     EXPECT_EQ(run.code, 0) << run.err;
@@ -68,11 +69,13 @@ class RecipeResume : public ::testing::Test {
 
 // Checks that `out` (a resumed run's output_dir, whose run printed `printed_stdout`) ran the
 // steps after `from_step` with the reference's exact losses and ended with its exact weights.
-void expect_matches_reference(const fs::path& out, const std::string& printed_stdout, int64_t from_step) {
+void expect_matches_reference(const fs::path& out, const std::string& printed_stdout,
+                              int64_t from_step) {
   const Reference& ref = reference();
   auto printed = printed_steps(printed_stdout);
   ASSERT_FALSE(printed.empty()) << printed_stdout;
-  EXPECT_EQ(printed.front().first, from_step + 1) << "the resumed run should continue after step " << from_step;
+  EXPECT_EQ(printed.front().first, from_step + 1)
+      << "the resumed run should continue after step " << from_step;
   EXPECT_EQ(printed.back().first, kTotal);
   EXPECT_EQ(int64_t(printed.size()), kTotal - from_step);
   // metrics.jsonl is appended to: the last entries are the resumed run's.
@@ -88,7 +91,8 @@ void expect_matches_reference(const fs::path& out, const std::string& printed_st
     EXPECT_EQ(s.grad_norm, want.grad_norm) << "step " << s.step;
     EXPECT_EQ(s.epoch, want.epoch) << "step " << s.step;
   }
-  EXPECT_TRUE(read_text(out / "epoch_1" / "model.safetensors") == read_text(ref.dir / "out" / "epoch_1" / "model.safetensors"))
+  EXPECT_TRUE(read_text(out / "epoch_1" / "model.safetensors") ==
+              read_text(ref.dir / "out" / "epoch_1" / "model.safetensors"))
       << "the final weights differ from the uninterrupted run's";
   EXPECT_TRUE(read_text(out / "epoch_1" / "recipe_state.safetensors") ==
               read_text(ref.dir / "out" / "epoch_1" / "recipe_state.safetensors"))
@@ -128,7 +132,8 @@ TEST_F(RecipeResume, MidEpochStepCheckpoint) {
   const fs::path out = stopped_after(tmp, "step_3");
   CliRun r = run_shell(demo_command(out, with_resume()), tmp / "io");
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_NE(r.out.find("step_3"), std::string::npos) << "the header should name the checkpoint resumed from";
+  EXPECT_NE(r.out.find("step_3"), std::string::npos)
+      << "the header should name the checkpoint resumed from";
   expect_matches_reference(out, r.out, 3);
 }
 
@@ -158,7 +163,8 @@ TEST_F(RecipeResume, PicksLatestCompleteCheckpoint) {
   const fs::path out = stopped_after(tmp, "step_3");
   fs::copy(reference().dir / "out" / "step_6", out / "step_6", fs::copy_options::recursive);
   fs::copy(reference().dir / "out" / "step_9", out / "step_9", fs::copy_options::recursive);
-  fs::copy(reference().dir / "out" / "step_12", out / "step_12.tmp-999-0", fs::copy_options::recursive);
+  fs::copy(reference().dir / "out" / "step_12", out / "step_12.tmp-999-0",
+           fs::copy_options::recursive);
   fs::remove(out / "step_9" / "recipe_state.json");
   CliRun r = run_shell(demo_command(out, with_resume()), tmp / "io");
   ASSERT_EQ(r.code, 0) << r.err;

@@ -24,8 +24,8 @@ using fusetune::testing::TempDir;
 namespace {
 
 // Runs the small demo into `dir`/out and returns its logged steps (failing the test on error).
-std::vector<LoggedStep> demo_steps(const TempDir& tmp, const std::string& name, const Overrides& extra,
-                                   CliRun* run = nullptr) {
+std::vector<LoggedStep> demo_steps(const TempDir& tmp, const std::string& name,
+                                   const Overrides& extra, CliRun* run = nullptr) {
   const fs::path out = tmp / name;
   CliRun r = run_shell(demo_command(out, extra), tmp / (name + "_io"));
   EXPECT_EQ(r.code, 0) << r.err;
@@ -59,7 +59,8 @@ TEST(RecipeTraining, DemoLossGoesDown) {
   EXPECT_NEAR(steps.front().loss, std::log(259.0), 0.3);
   // ...and a dozen steps on English text already cut the loss well down.
   const double last3 = (steps[9].loss + steps[10].loss + steps[11].loss) / 3;
-  EXPECT_LT(last3, steps.front().loss - 1.0) << "first " << steps.front().loss << ", last three " << last3;
+  EXPECT_LT(last3, steps.front().loss - 1.0)
+      << "first " << steps.front().loss << ", last three " << last3;
   // Warmup then cosine decay: the logged learning rate rises, then falls.
   EXPECT_LT(steps[0].lr, steps[4].lr);
   EXPECT_GT(steps[5].lr, steps[11].lr);
@@ -112,8 +113,8 @@ TEST(RecipeTraining, CompileModesAgree) {
 // make the micro-batches' token counts differ, so a per-micro-batch mean would not match.
 TEST(RecipeTraining, GradientAccumulationEqualsLargerBatch) {
   TempDir tmp;
-  const Overrides common = {{"dataset.packed", "false"}, {"tokenizer.max_seq_len", "512"},
-                            {"max_steps_per_epoch", "4"}};
+  const Overrides common = {
+      {"dataset.packed", "false"}, {"tokenizer.max_seq_len", "512"}, {"max_steps_per_epoch", "4"}};
   Overrides big = common, accum = common;
   big["batch_size"] = "4";
   accum["batch_size"] = "2";
@@ -129,7 +130,8 @@ TEST(RecipeTraining, GradientAccumulationEqualsLargerBatch) {
     for (size_t i = 0; i < a.size(); ++i) {
       EXPECT_LT(rel_diff(a[i].loss, b[i].loss), 1e-5)
           << "compile=" << mode << " step " << i + 1 << ": " << a[i].loss << " vs " << b[i].loss;
-      EXPECT_LT(rel_diff(a[i].grad_norm, b[i].grad_norm), 1e-4) << "compile=" << mode << " step " << i + 1;
+      EXPECT_LT(rel_diff(a[i].grad_norm, b[i].grad_norm), 1e-4)
+          << "compile=" << mode << " step " << i + 1;
     }
   }
 }

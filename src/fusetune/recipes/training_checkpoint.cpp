@@ -17,7 +17,8 @@ void save_training_checkpoint(const fs::path& dir, const CheckpointContent& c) {
   NamedTensors model;
   for (const auto& [name, shape] : expected_parameters(*c.config)) {
     auto it = c.params->find(name);
-    FT_CHECK(it != c.params->end(), "checkpoint: parameter '" + name + "' is missing from the model");
+    FT_CHECK(it != c.params->end(),
+             "checkpoint: parameter '" + name + "' is missing from the model");
     model.push_back({name, it->second});
   }
   SaveOptions so;
@@ -26,7 +27,8 @@ void save_training_checkpoint(const fs::path& dir, const CheckpointContent& c) {
   so.copy_files_from = c.copy_files_from;
   // Only ever replace a checkpoint (a directory we would otherwise wipe may be the user's).
   std::error_code ec;
-  FT_CHECK(!fs::exists(dir, ec) || (fs::is_directory(dir, ec) && (fs::is_empty(dir, ec) || fs::exists(dir / "config.json", ec))),
+  FT_CHECK(!fs::exists(dir, ec) || (fs::is_directory(dir, ec) &&
+                                    (fs::is_empty(dir, ec) || fs::exists(dir / "config.json", ec))),
            "refusing to replace '" + dir.string() + "': it is not a checkpoint directory");
   // The model files and the recipe state are published together, in one rename: a run killed
   // mid-save leaves a `<dir>.tmp-*` directory, never a `<dir>` with weights but no state (or,
@@ -60,9 +62,12 @@ namespace {
 // epoch_<n> or step_<n> exactly: not the `.tmp-*` staging or `.old-*` leftovers of a save.
 bool is_checkpoint_name(const std::string& name) {
   std::string digits;
-  if (name.rfind("epoch_", 0) == 0) digits = name.substr(6);
-  else if (name.rfind("step_", 0) == 0) digits = name.substr(5);
-  return !digits.empty() && std::all_of(digits.begin(), digits.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+  if (name.rfind("epoch_", 0) == 0)
+    digits = name.substr(6);
+  else if (name.rfind("step_", 0) == 0)
+    digits = name.substr(5);
+  return !digits.empty() &&
+         std::all_of(digits.begin(), digits.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
 }
 
 std::optional<TrainingProgress> read_progress(const fs::path& dir) {
@@ -105,15 +110,18 @@ std::optional<fs::path> latest_resumable_checkpoint(const fs::path& output_dir) 
 
 ResumedState load_training_checkpoint(const fs::path& dir, DType dtype) {
   auto progress = read_progress(dir);
-  FT_CHECK(progress, "cannot resume from " + dir.string() + ": recipe_state.json is missing or unreadable");
+  FT_CHECK(progress,
+           "cannot resume from " + dir.string() + ": recipe_state.json is missing or unreadable");
   ResumedState r;
   r.progress = *progress;
   HFCheckpoint ck = load_hf_checkpoint(dir, {}, dtype);
   for (auto& [name, t] : ck.tensors) r.params[name] = t.clone();
   SafetensorsFile st = SafetensorsFile::open(dir / "recipe_state.safetensors");
   for (const std::string& name : st.names()) {
-    if (name.rfind("optimizer.", 0) == 0) r.optimizer[name.substr(10)] = st.tensor(name).clone();
-    else if (name.rfind("master.", 0) == 0) r.params[name.substr(7)] = st.tensor(name).to(dtype);
+    if (name.rfind("optimizer.", 0) == 0)
+      r.optimizer[name.substr(10)] = st.tensor(name).clone();
+    else if (name.rfind("master.", 0) == 0)
+      r.params[name.substr(7)] = st.tensor(name).to(dtype);
   }
   return r;
 }

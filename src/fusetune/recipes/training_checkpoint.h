@@ -19,10 +19,10 @@
 namespace fusetune {
 
 struct TrainingProgress {
-  int64_t epoch = 0;         // the epoch in progress (0-based)
-  int64_t step_in_epoch = 0; // optimizer steps already taken in that epoch
-  int64_t global_step = 0;   // optimizer steps taken in total
-  DataLoader::State loader;  // the next batch the loader will hand out
+  int64_t epoch = 0;          // the epoch in progress (0-based)
+  int64_t step_in_epoch = 0;  // optimizer steps already taken in that epoch
+  int64_t global_step = 0;    // optimizer steps taken in total
+  DataLoader::State loader;   // the next batch the loader will hand out
   uint64_t seed = 0;
 };
 
@@ -40,12 +40,13 @@ void save_training_checkpoint(const std::filesystem::path& dir, const Checkpoint
 
 // The resumable checkpoint under output_dir (an epoch_<n> or step_<n> directory with a
 // readable recipe_state.json) with the most optimizer steps, if any.
-std::optional<std::filesystem::path> latest_resumable_checkpoint(const std::filesystem::path& output_dir);
+std::optional<std::filesystem::path> latest_resumable_checkpoint(
+    const std::filesystem::path& output_dir);
 
 struct ResumedState {
   TrainingProgress progress;
-  TensorMap params;     // fp32 weights (master copies when present)
-  StateMap optimizer;   // for Optimizer::load_state
+  TensorMap params;    // fp32 weights (master copies when present)
+  StateMap optimizer;  // for Optimizer::load_state
 };
 
 ResumedState load_training_checkpoint(const std::filesystem::path& dir, DType dtype);
