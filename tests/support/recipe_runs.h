@@ -41,14 +41,23 @@ inline void write_text(const rr_fs::path& p, const std::string& text) {
   out << text;
 }
 
+// Keys and values of `key=value` overrides; a key `~name` with an empty value deletes `name`.
 using Overrides = std::map<std::string, std::string>;
+
+// Idle OpenMP threads sleep instead of spinning: the test machine's cores are shared, and a
+// spinning team slows every run down severalfold (results do not depend on it).
+inline const std::string kPassiveWait = "OMP_WAIT_POLICY=passive ";
 
 // The command line of `fusetune run RECIPE --config CONFIG key=value...`.
 inline std::string run_command(const std::string& recipe, const std::string& config,
                                const Overrides& o) {
   std::string cmd =
       shell_quote(FUSETUNE_BINARY) + " run " + recipe + " --config " + shell_quote(config);
-  for (const auto& [k, v] : o) cmd += " " + shell_quote(k + "=" + v);
+  // Deletions (`~key`, empty value) first, so that the keys set after them stay.
+  for (const auto& [k, v] : o)
+    if (!k.empty() && k[0] == '~') cmd += " " + shell_quote(k);
+  for (const auto& [k, v] : o)
+    if (k.empty() || k[0] != '~') cmd += " " + shell_quote(k + "=" + v);
   return cmd;
 }
 
@@ -63,8 +72,8 @@ struct CliRun {
 inline CliRun run_shell(const std::string& command, const rr_fs::path& scratch) {
   rr_fs::create_directories(scratch);
   const rr_fs::path out = scratch / "stdout.txt", err = scratch / "stderr.txt";
-  const std::string cmd = "cd " + shell_quote(FUSETUNE_SOURCE_DIR) + " && " + command + " >" +
-                          shell_quote(out) + " 2>" + shell_quote(err);
+  const std::string cmd = "cd " + shell_quote(FUSETUNE_SOURCE_DIR) + " && " + kPassiveWait +
+                          command + " >" + shell_quote(out) + " 2>" + shell_quote(err);
   const int status = std::system(cmd.c_str());
   CliRun r;
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -152,8 +161,8 @@ class SpawnedRun {
  public:
   SpawnedRun(const std::string& command, const rr_fs::path& scratch) {
     rr_fs::create_directories(scratch);
-    const std::string cmd = "cd " + shell_quote(FUSETUNE_SOURCE_DIR) + " && exec " + command +
-                            " >" + shell_quote(scratch / "stdout.txt") + " 2>" +
+    const std::string cmd = "cd " + shell_quote(FUSETUNE_SOURCE_DIR) + " && " + kPassiveWait +
+                            "exec " + command + " >" + shell_quote(scratch / "stdout.txt") + " 2>" +
                             shell_quote(scratch / "stderr.txt");
     pid_ = ::fork();
     if (pid_ == 0) {

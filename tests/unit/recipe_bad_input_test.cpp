@@ -55,7 +55,9 @@ fs::path save_tiny_checkpoint(const fs::path& dir) {
 
 // The demo recipe, starting from the checkpoint in `ck`.
 Overrides from_checkpoint(const fs::path& ck) {
-  return {{"model.init", "checkpoint"}, {"checkpointer.checkpoint_dir", ck.string()}};
+  // The demo's inline architecture keys are for random init only: drop them.
+  return {
+      {"~model", ""}, {"model.init", "checkpoint"}, {"checkpointer.checkpoint_dir", ck.string()}};
 }
 
 struct Failure {
@@ -70,14 +72,20 @@ Failure run_expecting_failure(const TempDir& tmp, const Overrides& o) {
   return f;
 }
 
-// Exit code 1, exactly one line on stderr that says `fusetune: error:` and contains every
-// part of `parts`, no checkpoint directory that looks complete.
-void expect_clean_failure(const Failure& f, std::initializer_list<std::string> parts) {
+// Exit code 1, `fusetune: error:` on stderr with every part of `parts`, no checkpoint
+// directory that looks complete. One line, except for config validation, which lists every
+// problem it found below a summary line ("N problems in the config...").
+void expect_clean_failure(const Failure& f, std::initializer_list<std::string> parts,
+                          int config_problems = 0) {
   const std::string& err = f.run.err;
   EXPECT_EQ(f.run.code, 1) << err;
   EXPECT_EQ(err.rfind("fusetune: error: ", 0), 0u) << err;
-  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << "expected one line on stderr, got:\n"
-                                                         << err;
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1 + config_problems)
+      << "unexpected lines on stderr:\n"
+      << err;
+  if (config_problems > 0) {
+    EXPECT_NE(err.find("problem"), std::string::npos) << err;
+  }
   for (const std::string& p : parts)
     EXPECT_NE(err.find(p), std::string::npos) << "missing '" << p << "' in: " << err;
   EXPECT_TRUE(fusetune::testing::complete_looking_checkpoints(f.output_dir).empty()) << err;
@@ -108,12 +116,13 @@ TEST(RecipeBadInput, HeaderOffsetsPastTheEnd) {
   TempDir tmp;
   const fs::path ck = save_tiny_checkpoint(tmp / "ck");
   const fs::path file = ck / "model.safetensors";
-  // Rewrite the header with one tensor's end offset far past the data.
+  // Rewrite the header with one tensor's data placed 1 MiB past the end of the file.
   const std::string bytes = read_text(file);
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | uint8_t(bytes[size_t(i)]);
   nlohmann::json header = nlohmann::json::parse(bytes.substr(8, n));
   auto& offsets = header.at("model.norm.weight").at("data_offsets");
+  offsets[0] = offsets[0].get<uint64_t>() + (uint64_t(1) << 20);
   offsets[1] = offsets[1].get<uint64_t>() + (uint64_t(1) << 20);
   std::string h = header.dump();
   while (h.size() % 8) h += ' ';
@@ -137,10 +146,10 @@ TEST(RecipeBadInput, TensorOfTheWrongShape) {
 TEST(RecipeBadInput, MisspelledConfigKey) {
   TempDir tmp;
   expect_clean_failure(run_expecting_failure(tmp, {{"max_step_per_epoch", "3"}}),
-                       {"max_step_per_epoch", "did you mean 'max_steps_per_epoch'"});
+                       {"max_step_per_epoch", "did you mean 'max_steps_per_epoch'"}, 1);
   TempDir tmp2;
   expect_clean_failure(run_expecting_failure(tmp2, {{"optimizer.weight_decy", "0.1"}}),
-                       {"weight_decy", "did you mean", "weight_decay"});
+                       {"weight_decy", "did you mean", "weight_decay"}, 1);
 }
 
 TEST(RecipeBadInput, EmptyDatasetFile) {

@@ -72,6 +72,7 @@ TEST(RecipeCheckpoint, EpochDirectoryRoundTrip) {
   // first run ended, far below where that one began.
   const fs::path second = tmp / "second";
   r = run_shell(demo_command(second, {{"max_steps_per_epoch", "3"},
+                                      {"~model", ""},
                                       {"model.init", "checkpoint"},
                                       {"checkpointer.checkpoint_dir", ck.string()}}),
                 tmp / "io2");

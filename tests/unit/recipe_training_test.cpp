@@ -3,6 +3,8 @@
 // the compile modes agree, and gradient accumulation normalizes the loss over the whole step.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <cmath>
 #include <string>
 #include <vector>
@@ -109,18 +111,43 @@ TEST(RecipeTraining, CompileModesAgree) {
 }
 
 // Two micro-batches of 2 are one batch of 4: the loss is normalized by the valid tokens of the
-// whole optimizer step, not averaged per micro-batch. Unpacked paragraphs of different lengths
-// make the micro-batches' token counts differ, so a per-micro-batch mean would not match.
+// whole optimizer step, not averaged per micro-batch. Unpacked rows of 1 to 4 sentences (18 to 419
+// bytes) make the micro-batches' token counts differ, so a per-micro-batch mean would not match.
 TEST(RecipeTraining, GradientAccumulationEqualsLargerBatch) {
   TempDir tmp;
-  const Overrides common = {
-      {"dataset.packed", "false"}, {"tokenizer.max_seq_len", "512"}, {"max_steps_per_epoch", "4"}};
+  const std::string corpus =
+      fusetune::testing::read_text(fs::path(FUSETUNE_SOURCE_DIR) / "configs/demo/demo_corpus.txt");
+  std::vector<std::string> sentences;
+  for (size_t pos = 0; sentences.size() < 40;) {
+    const size_t end = corpus.find(". ", pos);
+    ASSERT_NE(end, std::string::npos);
+    std::string sentence = corpus.substr(pos, end + 1 - pos);
+    for (char& c : sentence)
+      if (c == '\n') c = ' ';
+    sentences.push_back(sentence);
+    pos = end + 2;
+  }
+  std::string rows;
+  for (size_t i = 0, next = 0; i < 16; ++i) {
+    std::string text;
+    for (size_t k = 0; k <= i % 4 && next < sentences.size(); ++k) text += sentences[next++] + " ";
+    rows += nlohmann::json({{"text", text}}).dump() + "\n";
+  }
+  fusetune::testing::write_text(tmp / "rows.jsonl", rows);
+  const Overrides common = {{"dataset.source", (tmp / "rows.jsonl").string()},
+                            {"dataset.column", "text"},
+                            {"dataset.packed", "false"},
+                            {"tokenizer.max_seq_len", "512"},
+                            {"max_steps_per_epoch", "4"}};
   Overrides big = common, accum = common;
   big["batch_size"] = "4";
   accum["batch_size"] = "2";
   accum["gradient_accumulation_steps"] = "2";
-  auto a = demo_steps(tmp, "big", big);
+  CliRun r;
+  auto a = demo_steps(tmp, "big", big, &r);
   ASSERT_EQ(a.size(), 4u);
+  ASSERT_NE(r.out.find("16 examples"), std::string::npos) << r.out;
+  ASSERT_EQ(r.out.find("truncated"), std::string::npos) << r.out;
   // Eager, and compiled (where the step's outputs must not alias buffers the next micro-batch
   // reuses: the first micro-batch's gradients are still being accumulated into).
   for (const std::string mode : {"false", "true"}) {
