@@ -13,6 +13,7 @@
 #include "fusetune/io/hf_checkpoint.h"
 #include "fusetune/models/training_graph.h"
 #include "fusetune/recipes/recipe_setup.h"
+#include "fusetune/recipes/registry.h"
 #include "fusetune/runtime/eager_executor.h"
 #include "recipe_runs.h"
 #include "test_support.h"
@@ -49,7 +50,7 @@ std::string stories_config(const fs::path& out, const std::string& dataset, int6
          "loss:\n  _component_: cross_entropy\n"
          "clip_grad_norm: 1.0\n"
          "compile: true\n"
-         "num_threads: 2\n"
+         "num_threads: 1\n"
          "log_every_n_steps: 1\n"
          "log_peak_memory_stats: false\n";
 }
@@ -123,7 +124,13 @@ Trained train(const TempDir& tmp, const std::string& dataset, int64_t steps_per_
   CliRun r = run_shell(
       fusetune::testing::run_command("full_finetune_single_device", yaml.string(), {}), tmp / "io");
   EXPECT_EQ(r.code, 0) << r.err;
-  return {logged_steps(tmp / "out"), fusetune::Config::from_file(yaml.string())};
+  // The config exactly as the recipe receives it: resolved, schema defaults filled in (alpaca's
+  // train_on_input defaults to true there, as in torchtune).
+  fusetune::Config cfg = fusetune::Config::from_file(yaml.string());
+  cfg.resolve();
+  return {
+      logged_steps(tmp / "out"),
+      fusetune::with_defaults(cfg, *fusetune::find_recipe("full_finetune_single_device").schema)};
 }
 
 }  // namespace
@@ -136,7 +143,7 @@ TEST(RecipeStories260K, TinyStoriesTextCompletion) {
       "dataset:\n  _component_: text_completion\n  source: " +
       (fusetune::testing::assets_dir() / "datasets" / "tinystories_197k.txt").string() +
       "\n  packed: false\n";
-  const int64_t kSteps = 16;
+  const int64_t kSteps = 10;
   Trained t = train(tmp, dataset, kSteps, 1);
   ASSERT_EQ(int64_t(t.steps.size()), kSteps);
 
@@ -179,7 +186,7 @@ TEST(RecipeStories260K, AlpacaSavedWeightsAreTheTrainedOnes) {
       "dataset:\n  _component_: alpaca\n  source: " +
       (fusetune::testing::assets_dir() / "datasets" / "alpaca_tiny.json").string() +
       "\n  packed: false\n";
-  const int64_t kSteps = 6;
+  const int64_t kSteps = 5;
   Trained t = train(tmp, dataset, kSteps, 2);
   ASSERT_EQ(int64_t(t.steps.size()), 2 * kSteps);
   // Instructions are far from TinyStories: the second epoch's batches (reshuffled) already
