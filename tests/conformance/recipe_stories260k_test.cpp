@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -174,6 +175,10 @@ TEST(RecipeStories260K, TinyStoriesTextCompletion) {
   }
   EXPECT_LT(unseen_after, unseen_before)
       << "held-out loss before " << unseen_before / 4 << ", after " << unseen_after / 4;
+  std::printf(
+      "stories260K text: step 1 logged %.5f eager %.5f; trained batches %.4f -> %.4f; held-out "
+      "%.4f -> %.4f\n",
+      t.steps[0].loss, l0, sum_before / 4, sum_after / 4, unseen_before / 4, unseen_after / 4);
   // The saved directory is usable as a model directory: the tokenizer files came along.
   EXPECT_TRUE(fs::exists(tmp / "out" / "epoch_0" / "tokenizer.json"));
 }
@@ -206,6 +211,10 @@ TEST(RecipeStories260K, AlpacaSavedWeightsAreTheTrainedOnes) {
   EXPECT_LT(rel_diff(t.steps[size_t(kSteps)].loss, l), 1e-5)
       << "logged at step " << kSteps + 1 << ": " << t.steps[size_t(kSteps)].loss
       << ", saved epoch_0 gives " << l;
+  std::printf(
+      "stories260K alpaca: epoch means %.4f -> %.4f; step %d logged %.7f, saved epoch_0 eager "
+      "%.7f\n",
+      e1 / kSteps, e2 / kSteps, int(kSteps + 1), t.steps[size_t(kSteps)].loss, l);
   // And the pretrained weights give something else (the check can tell the two apart).
   const fusetune::HFCheckpoint before =
       fusetune::load_hf_checkpoint(fusetune::testing::assets_dir() / "stories260K");
