@@ -37,25 +37,34 @@ Overrides with_resume() {
   return o;
 }
 
-// The uninterrupted reference run, once per test binary (every test here compares to it).
+// The uninterrupted reference run, made once for the test suite (every test here compares to
+// it) and removed after it; made again if the suite runs again (--gtest_repeat).
 struct Reference {
   fs::path dir;
   std::vector<LoggedStep> steps;
   bool ok = false;
 };
 
+Reference make_reference() {
+  Reference r;
+  r.dir = fs::temp_directory_path() / "fusetune_tests" /
+          ("recipe_resume_reference_" + std::to_string(::getpid()));
+  fs::remove_all(r.dir);
+  CliRun run = run_shell(demo_command(r.dir / "out", kRun), r.dir / "io");
+  EXPECT_EQ(run.code, 0) << run.err;
+  r.steps = logged_steps(r.dir / "out");
+  r.ok = run.code == 0 && int64_t(r.steps.size()) == kTotal;
+  return r;
+}
+
+Reference& reference_slot() {
+  static Reference ref;
+  return ref;
+}
+
 const Reference& reference() {
-  static Reference ref = [] {
-    Reference r;
-    r.dir = fs::temp_directory_path() / "fusetune_tests" /
-            ("recipe_resume_reference_" + std::to_string(::getpid()));
-    fs::remove_all(r.dir);
-    CliRun run = run_shell(demo_command(r.dir / "out", kRun), r.dir / "io");
-    EXPECT_EQ(run.code, 0) << run.err;
-    r.steps = logged_steps(r.dir / "out");
-    r.ok = run.code == 0 && int64_t(r.steps.size()) == kTotal;
-    return r;
-  }();
+  Reference& ref = reference_slot();
+  if (ref.dir.empty()) ref = make_reference();
   return ref;
 }
 
@@ -63,7 +72,8 @@ class RecipeResume : public ::testing::Test {
  protected:
   static void TearDownTestSuite() {
     std::error_code ec;
-    fs::remove_all(reference().dir, ec);
+    if (!reference_slot().dir.empty()) fs::remove_all(reference_slot().dir, ec);
+    reference_slot() = Reference{};
   }
 };
 
