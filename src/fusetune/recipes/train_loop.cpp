@@ -20,7 +20,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 Tensor ids_tensor(const std::vector<int32_t>& v, int64_t B, int64_t T) {
   Tensor t = Tensor::empty({B, T}, DType::I32);
@@ -70,7 +72,8 @@ struct StepCache {
 
 DType parse_dtype(const std::string& s) {
   if (s == "fp32" || s == "float32") return DType::F32;
-  throw Error("config key 'dtype': '" + s + "' is not supported for training on CPU yet (use fp32)");
+  throw Error("config key 'dtype': '" + s +
+              "' is not supported for training on CPU yet (use fp32)");
 }
 
 }  // namespace
@@ -79,7 +82,8 @@ int run_training(const Config& cfg, const TrainJob& job) {
   // ---- settings ---------------------------------------------------------------------------
   const std::filesystem::path output_dir = cfg.str("output_dir");
   const DType dtype = parse_dtype(cfg.str("dtype", "fp32"));
-  FT_CHECK(cfg.str("device", "cpu") == "cpu", "config key 'device': this build supports only 'cpu'");
+  FT_CHECK(cfg.str("device", "cpu") == "cpu",
+           "config key 'device': this build supports only 'cpu'");
   const int threads = configure_threads(cfg);
   PassOptions passes;
   passes.mode = parse_compile_mode(cfg.str("compile", "false"));
@@ -97,15 +101,17 @@ int run_training(const Config& cfg, const TrainJob& job) {
   LoadedModel model = load_model(cfg, dtype);
   auto tokenizer = build_tokenizer(cfg);
   FT_CHECK(tokenizer->vocab_size() <= model.config.vocab_size,
-           "the tokenizer has " + std::to_string(tokenizer->vocab_size()) + " tokens but the model's vocab_size is " +
-               std::to_string(model.config.vocab_size));
+           "the tokenizer has " + std::to_string(tokenizer->vocab_size()) +
+               " tokens but the model's vocab_size is " + std::to_string(model.config.vocab_size));
   auto dataset = build_dataset_from_config(cfg, *tokenizer, model.config);
   DataLoader loader(*dataset, loader_options_from(cfg, *tokenizer));
   int64_t steps_per_epoch = loader.steps_per_epoch() / grad_accum;
-  if (auto cap = cfg.opt_i64("max_steps_per_epoch")) steps_per_epoch = std::min(steps_per_epoch, *cap);
-  FT_CHECK(steps_per_epoch >= 1, "the dataset yields " + std::to_string(loader.steps_per_epoch()) +
-                                     " batches per epoch, fewer than gradient_accumulation_steps (" +
-                                     std::to_string(grad_accum) + "): nothing to train on");
+  if (auto cap = cfg.opt_i64("max_steps_per_epoch"))
+    steps_per_epoch = std::min(steps_per_epoch, *cap);
+  FT_CHECK(steps_per_epoch >= 1,
+           "the dataset yields " + std::to_string(loader.steps_per_epoch()) +
+               " batches per epoch, fewer than gradient_accumulation_steps (" +
+               std::to_string(grad_accum) + "): nothing to train on");
   const int64_t total_steps = steps_per_epoch * epochs;
 
   // ---- optimizer, schedule, resume ----------------------------------------------------------
@@ -126,10 +132,18 @@ int run_training(const Config& cfg, const TrainJob& job) {
   std::string resumed_from;
   if (cfg.boolean("resume_from_checkpoint", false)) {
     auto dir = latest_resumable_checkpoint(output_dir);
-    FT_CHECK(dir, "resume_from_checkpoint is true but " + output_dir.string() + " holds no resumable checkpoint");
+    FT_CHECK(dir, "resume_from_checkpoint is true but " + output_dir.string() +
+                      " holds no resumable checkpoint");
     ResumedState r = load_training_checkpoint(*dir, dtype);
+    // Another seed would shuffle the data differently: the run would silently not be the one
+    // it claims to continue.
+    FT_CHECK(r.progress.seed == progress.seed,
+             "cannot resume from " + dir->string() + ": it was trained with seed " +
+                 std::to_string(r.progress.seed) + " but the config says seed " +
+                 std::to_string(progress.seed));
     for (auto& [name, t] : r.params) {
-      FT_CHECK(model.params.count(name), "checkpoint " + dir->string() + " has an unknown parameter '" + name + "'");
+      FT_CHECK(model.params.count(name),
+               "checkpoint " + dir->string() + " has an unknown parameter '" + name + "'");
       model.params[name] = t;
     }
     optimizer->load_state(r.optimizer, param_refs());
@@ -153,7 +167,8 @@ int run_training(const Config& cfg, const TrainJob& job) {
   header.dtype = cfg.str("dtype", "fp32");
   header.compile_mode = compile_mode_name(passes.mode);
   header.extra.push_back({"dataset", dataset->report().summary()});
-  header.extra.push_back({"steps", std::to_string(total_steps) + " (" + std::to_string(steps_per_epoch) + " per epoch)"});
+  header.extra.push_back({"steps", std::to_string(total_steps) + " (" +
+                                       std::to_string(steps_per_epoch) + " per epoch)"});
   const double peak_gflops = kernels::measure_peak_gemm_gflops(512);
   header.extra.push_back({"peak_gemm_gflops", std::to_string(int64_t(peak_gflops))});
   if (!resumed_from.empty()) header.extra.push_back({"resumed_from", resumed_from});
@@ -176,8 +191,10 @@ int run_training(const Config& cfg, const TrainJob& job) {
   // ---- train --------------------------------------------------------------------------------
   StepCache steps{model.config, job.trainable, passes, {}};
   for (; progress.epoch < epochs; ++progress.epoch, progress.step_in_epoch = 0) {
-    if (progress.step_in_epoch == 0) loader.set_state({progress.epoch, 0});
-    else loader.set_state(progress.loader);
+    if (progress.step_in_epoch == 0)
+      loader.set_state({progress.epoch, 0});
+    else
+      loader.set_state(progress.loader);
     for (; progress.step_in_epoch < steps_per_epoch; ++progress.step_in_epoch) {
       memory::reset_peak();
       const auto t0 = Clock::now();
@@ -193,7 +210,8 @@ int run_training(const Config& cfg, const TrainJob& job) {
       double loss = 0;
       for (size_t k = 0; k < micro.size(); ++k) {
         auto& entry = steps.get(micro[k], &compile_s);
-        std::vector<Tensor> out = entry.step.executor->run(step_inputs(micro[k], scale), model.params);
+        std::vector<Tensor> out =
+            entry.step.executor->run(step_inputs(micro[k], scale), model.params);
         loss += element_as_double(out[0], 0);
         for (size_t gi = 0; gi < entry.tg.trainable_params.size(); ++gi) {
           const std::string& name = entry.tg.trainable_params[gi];
@@ -214,7 +232,8 @@ int run_training(const Config& cfg, const TrainJob& job) {
       optimizer->step(refs, lr);
       grads.clear();
       ++progress.global_step;
-      FT_CHECK(std::isfinite(loss), "loss is " + std::to_string(loss) + " at step " + std::to_string(progress.global_step) +
+      FT_CHECK(std::isfinite(loss), "loss is " + std::to_string(loss) + " at step " +
+                                        std::to_string(progress.global_step) +
                                         " (diverged): lower optimizer.lr or set clip_grad_norm");
 
       const double step_s = seconds_since(t0);
@@ -232,13 +251,16 @@ int run_training(const Config& cfg, const TrainJob& job) {
         m.tokens_per_second_per_gpu = double(tokens) / step_s;
         if (log_memory) m.peak_memory_alloc_bytes = memory::peak_bytes();
         m.grad_norm = grad_norm;
-        const double flops = training_flops_per_token(model.config, micro[0].seq_len, job.trainable) * double(positions);
+        const double flops =
+            training_flops_per_token(model.config, micro[0].seq_len, job.trainable) *
+            double(positions);
         m.extra.push_back({"mfu", flops / step_s / (peak_gflops * 1e9), 3});
         if (compile_s > 0) m.extra.push_back({"compile_s", compile_s, 3});
         logger.log(m);
       }
       logger.progress(progress.epoch + 1, progress.global_step, loss);
-      if (save_every && progress.global_step % *save_every == 0 && progress.step_in_epoch + 1 < steps_per_epoch) {
+      if (save_every && progress.global_step % *save_every == 0 &&
+          progress.step_in_epoch + 1 < steps_per_epoch) {
         TrainingProgress at = progress;
         at.step_in_epoch += 1;
         at.loader = loader.state();

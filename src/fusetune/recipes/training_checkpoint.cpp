@@ -1,5 +1,7 @@
 #include "fusetune/recipes/training_checkpoint.h"
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "fusetune/io/hf_checkpoint.h"
@@ -15,21 +17,31 @@ void save_training_checkpoint(const fs::path& dir, const CheckpointContent& c) {
   NamedTensors model;
   for (const auto& [name, shape] : expected_parameters(*c.config)) {
     auto it = c.params->find(name);
-    FT_CHECK(it != c.params->end(), "checkpoint: parameter '" + name + "' is missing from the model");
+    FT_CHECK(it != c.params->end(),
+             "checkpoint: parameter '" + name + "' is missing from the model");
     model.push_back({name, it->second});
   }
   SaveOptions so;
   so.dtype = c.save_dtype;
   so.max_shard_bytes = c.max_shard_bytes;
   so.copy_files_from = c.copy_files_from;
-  save_hf_checkpoint(dir, *c.config, model, so);
+  // Only ever replace a checkpoint (a directory we would otherwise wipe may be the user's).
+  std::error_code ec;
+  FT_CHECK(!fs::exists(dir, ec) || (fs::is_directory(dir, ec) &&
+                                    (fs::is_empty(dir, ec) || fs::exists(dir / "config.json", ec))),
+           "refusing to replace '" + dir.string() + "': it is not a checkpoint directory");
+  // The model files and the recipe state are published together, in one rename: a run killed
+  // mid-save leaves a `<dir>.tmp-*` directory, never a `<dir>` with weights but no state (or,
+  // when replacing, the new weights beside the old state).
+  AtomicDirectory staging(dir);
+  save_hf_checkpoint(staging.path(), *c.config, model, so);
 
   NamedTensors state;
   if (c.optimizer) c.optimizer->save_state(state);
   for (auto& [name, t] : state) name = "optimizer." + name;
   if (c.save_dtype != DType::F32)  // the HF files lost precision: keep exact weights to resume
     for (const auto& [name, t] : model) state.push_back({"master." + name, t});
-  save_safetensors(dir / "recipe_state.safetensors", state);
+  save_safetensors(staging.path() / "recipe_state.safetensors", state);
 
   nlohmann::json j;
   j["format"] = "fusetune.recipe_state.v1";
@@ -41,10 +53,22 @@ void save_training_checkpoint(const fs::path& dir, const CheckpointContent& c) {
   j["seed"] = c.progress.seed;
   j["optimizer"] = c.optimizer ? c.optimizer->name() : "";
   j["master_weights"] = c.save_dtype != DType::F32;
-  write_file_atomic(dir / "recipe_state.json", j.dump(2) + "\n");
+  write_file_atomic(staging.path() / "recipe_state.json", j.dump(2) + "\n");
+  staging.commit();
 }
 
 namespace {
+
+// epoch_<n> or step_<n> exactly: not the `.tmp-*` staging or `.old-*` leftovers of a save.
+bool is_checkpoint_name(const std::string& name) {
+  std::string digits;
+  if (name.rfind("epoch_", 0) == 0)
+    digits = name.substr(6);
+  else if (name.rfind("step_", 0) == 0)
+    digits = name.substr(5);
+  return !digits.empty() &&
+         std::all_of(digits.begin(), digits.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+}
 
 std::optional<TrainingProgress> read_progress(const fs::path& dir) {
   std::error_code ec;
@@ -70,8 +94,7 @@ std::optional<fs::path> latest_resumable_checkpoint(const fs::path& output_dir) 
   if (!fs::is_directory(output_dir, ec)) return best;
   for (const auto& entry : fs::directory_iterator(output_dir, ec)) {
     const std::string name = entry.path().filename().string();
-    if (!entry.is_directory() || (name.rfind("epoch_", 0) != 0 && name.rfind("step_", 0) != 0)) continue;
-    if (name.find(".tmp") != std::string::npos) continue;
+    if (!entry.is_directory() || !is_checkpoint_name(name)) continue;
     try {
       auto p = read_progress(entry.path());
       if (p && p->global_step > best_step) {
@@ -87,15 +110,18 @@ std::optional<fs::path> latest_resumable_checkpoint(const fs::path& output_dir) 
 
 ResumedState load_training_checkpoint(const fs::path& dir, DType dtype) {
   auto progress = read_progress(dir);
-  FT_CHECK(progress, "cannot resume from " + dir.string() + ": recipe_state.json is missing or unreadable");
+  FT_CHECK(progress,
+           "cannot resume from " + dir.string() + ": recipe_state.json is missing or unreadable");
   ResumedState r;
   r.progress = *progress;
   HFCheckpoint ck = load_hf_checkpoint(dir, {}, dtype);
   for (auto& [name, t] : ck.tensors) r.params[name] = t.clone();
   SafetensorsFile st = SafetensorsFile::open(dir / "recipe_state.safetensors");
   for (const std::string& name : st.names()) {
-    if (name.rfind("optimizer.", 0) == 0) r.optimizer[name.substr(10)] = st.tensor(name).clone();
-    else if (name.rfind("master.", 0) == 0) r.params[name.substr(7)] = st.tensor(name).to(dtype);
+    if (name.rfind("optimizer.", 0) == 0)
+      r.optimizer[name.substr(10)] = st.tensor(name).clone();
+    else if (name.rfind("master.", 0) == 0)
+      r.params[name.substr(7)] = st.tensor(name).to(dtype);
   }
   return r;
 }

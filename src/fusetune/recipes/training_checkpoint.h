@@ -3,8 +3,9 @@
 // step_N) is a Hugging Face model directory that any HF tool loads, plus:
 //   recipe_state.safetensors  optimizer moments, and fp32 master weights when the model files
 //                             were saved in a lower precision
-//   recipe_state.json         where training stands (written last, atomically: a directory
-//                             without it is not resumable, so a crash mid-save is harmless)
+//   recipe_state.json         where training stands (a directory without it is not resumable)
+// The directory is staged as `<dir>.tmp-*` and published whole, in one rename, so a crash
+// mid-save never leaves a complete-looking `<dir>`.
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -18,10 +19,10 @@
 namespace fusetune {
 
 struct TrainingProgress {
-  int64_t epoch = 0;         // the epoch in progress (0-based)
-  int64_t step_in_epoch = 0; // optimizer steps already taken in that epoch
-  int64_t global_step = 0;   // optimizer steps taken in total
-  DataLoader::State loader;  // the next batch the loader will hand out
+  int64_t epoch = 0;          // the epoch in progress (0-based)
+  int64_t step_in_epoch = 0;  // optimizer steps already taken in that epoch
+  int64_t global_step = 0;    // optimizer steps taken in total
+  DataLoader::State loader;   // the next batch the loader will hand out
   uint64_t seed = 0;
 };
 
@@ -37,13 +38,15 @@ struct CheckpointContent {
 
 void save_training_checkpoint(const std::filesystem::path& dir, const CheckpointContent& c);
 
-// The resumable checkpoint under output_dir with the most optimizer steps, if any.
-std::optional<std::filesystem::path> latest_resumable_checkpoint(const std::filesystem::path& output_dir);
+// The resumable checkpoint under output_dir (an epoch_<n> or step_<n> directory with a
+// readable recipe_state.json) with the most optimizer steps, if any.
+std::optional<std::filesystem::path> latest_resumable_checkpoint(
+    const std::filesystem::path& output_dir);
 
 struct ResumedState {
   TrainingProgress progress;
-  TensorMap params;     // fp32 weights (master copies when present)
-  StateMap optimizer;   // for Optimizer::load_state
+  TensorMap params;    // fp32 weights (master copies when present)
+  StateMap optimizer;  // for Optimizer::load_state
 };
 
 ResumedState load_training_checkpoint(const std::filesystem::path& dir, DType dtype);
