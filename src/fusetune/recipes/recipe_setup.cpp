@@ -104,7 +104,7 @@ std::unique_ptr<Dataset> build_dataset_from_config(const Config& cfg, const Toke
   if (d.has("column_map"))
     for (const std::string& k : d.sub("column_map").keys()) o.column_map[k] = d.str("column_map." + k);
   o.split = d.str("split", "train");
-  o.train_on_input = d.boolean("train_on_input", false);
+  o.train_on_input = d.boolean("train_on_input", o.kind == "alpaca");  // the schema's defaults, as torchtune
   o.max_seq_len = configured_max_seq_len(cfg);
   o.packed = d.boolean("packed", false);
   o.template_name = d.str("template", "auto");
