@@ -216,6 +216,43 @@ std::vector<Synthetic> synthetic_tokenizers() {
                    tokenizer(spm_model(false, fuse), norm, nullptr, nullptr, dec,
                              json::array({added(1, "<s>", true), added(2, "</s>", true)}))});
   }
+  // Word-piece style affixes: continuing_subword_prefix "##", end_of_word_suffix "</w>" with
+  // the BPEDecoder; unknown characters become <unk>.
+  for (bool suffix : {false, true}) {
+    json vocab = {{"<unk>", 0}};
+    for (char c = '!'; c <= '~'; ++c) {
+      const std::string ch(1, c);
+      vocab[ch] = int(vocab.size());
+      vocab[suffix ? ch + "</w>" : "##" + ch] = int(vocab.size());
+    }
+    std::vector<std::pair<std::string, std::string>> pairs =
+        suffix ? std::vector<std::pair<std::string, std::string>>{{"t", "h"}, {"th", "e</w>"},
+                                                                  {"i", "n"}, {"in", "g</w>"},
+                                                                  {"a", "n"}, {"an", "d</w>"}}
+               : std::vector<std::pair<std::string, std::string>>{{"t", "##h"},   {"th", "##e"},
+                                                                  {"i", "##n"},   {"in", "##g"},
+                                                                  {"##i", "##n"}, {"##in", "##g"}};
+    json merges = json::array();
+    for (const auto& [a, b] : pairs) {
+      std::string merged = a + (suffix ? b : b.substr(2));
+      if (!vocab.contains(merged)) vocab[merged] = int(vocab.size());
+      merges.push_back(a + " " + b);
+    }
+    json model = {{"type", "BPE"},
+                  {"dropout", nullptr},
+                  {"unk_token", "<unk>"},
+                  {"continuing_subword_prefix", suffix ? json() : json("##")},
+                  {"end_of_word_suffix", suffix ? json("</w>") : json()},
+                  {"fuse_unk", false},
+                  {"byte_fallback", false},
+                  {"ignore_merges", false},
+                  {"vocab", vocab},
+                  {"merges", merges}};
+    json dec = suffix ? json{{"type", "BPEDecoder"}, {"suffix", "</w>"}} : json();
+    out.push_back({suffix ? "end_of_word_suffix" : "continuing_subword_prefix",
+                   tokenizer(model, nullptr, {{"type", "WhitespaceSplit"}}, nullptr, dec,
+                             json::array({added(0, "<unk>", true)}))});
+  }
   // Post-processors (compared with add_special_tokens): Roberta, Bert, a Sequence of them.
   json roberta = {{"type", "RobertaProcessing"},
                   {"sep", {"<|end|>", 276}},

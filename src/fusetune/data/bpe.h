@@ -121,7 +121,6 @@ class BpeModel {
   BpeOptions opt_;
   std::optional<int32_t> unk_id_;
   std::array<int32_t, 256> byte_ids_{};  // <0xXX> ids for byte_fallback; -1 when absent
-  bool all_bytes_ = false;
 
   // Bounded word cache, sharded to keep lock contention low when loader threads share one
   // tokenizer. Like tokenizers' cache, a full shard takes no new words (no eviction churn;
