@@ -20,10 +20,12 @@ int cmd_run(const std::vector<std::string>& args);
 int cmd_ls(const std::vector<std::string>& args);
 int cmd_cp(const std::vector<std::string>& args);
 int cmd_validate(const std::vector<std::string>& args);
+int cmd_merge(const std::vector<std::string>& args);
 extern const char* const kRunHelp;
 extern const char* const kLsHelp;
 extern const char* const kCpHelp;
 extern const char* const kValidateHelp;
+extern const char* const kMergeHelp;
 
 // Prints warnings from validation to stderr, one "fusetune: warning: ..." line each.
 void print_warnings(const std::vector<std::string>& warnings);

@@ -15,6 +15,7 @@ const std::vector<Command>& commands() {
       {"ls", "List the recipes and their built-in configs", kLsHelp, cmd_ls},
       {"cp", "Copy a built-in config to a file you can edit", kCpHelp, cmd_cp},
       {"validate", "Check a config against a recipe's schema", kValidateHelp, cmd_validate},
+      {"merge", "Merge a PEFT LoRA/DoRA adapter into its base checkpoint", kMergeHelp, cmd_merge},
       // Future rows: plan, bench, merge, generate (see command.h).
   };
   return table;
