@@ -136,6 +136,8 @@ TEST(LoraRecipe, BadLoraSettingsFailBeforeTraining) {
   write_file_atomic(tmp / "cfg.yaml", lora_yaml(tmp / "run"));
   EXPECT_THROW(run_recipe(tmp / "cfg.yaml", {"model.use_dora=true", "model.quantize_base=true"}),
                Error);
-  EXPECT_THROW(run_recipe(tmp / "cfg.yaml", {"model.lora_attn_modules=[]"}), Error);
+  EXPECT_THROW(
+      run_recipe(tmp / "cfg.yaml", {"model.lora_attn_modules=[]", "model.apply_lora_to_mlp=false"}),
+      Error);
   EXPECT_FALSE(fs::exists(tmp / "run" / "epoch_0"));
 }
