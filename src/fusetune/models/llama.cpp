@@ -20,7 +20,8 @@ struct Layer {
   }
   // x W^T for the projection `name` ("self_attn.q_proj") with W [out, in].
   Value linear(Value x, const std::string& name, int64_t out, int64_t in) {
-    LinearSite site{prefix + name, out, in, trainable(prefix + name + ".weight"), prefix + name + ".weight"};
+    const std::string weight = prefix + name + ".weight";
+    LinearSite site{prefix + name, out, in, trainable(weight), weight};
     return linear_fn(b, x, site);
   }
 };
