@@ -16,6 +16,7 @@ const std::vector<Command>& commands() {
       {"cp", "Copy a built-in config to a file you can edit", kCpHelp, cmd_cp},
       {"validate", "Check a config against a recipe's schema", kValidateHelp, cmd_validate},
       {"plan", "Show the compiled step and its peak memory for each compile mode, without training", kPlanHelp, cmd_plan},
+      {"merge", "Merge a PEFT LoRA/DoRA adapter into its base checkpoint", kMergeHelp, cmd_merge},
       // Future rows: plan, bench, merge, generate (see command.h).
   };
   return table;

@@ -126,6 +126,9 @@ struct Backward {
         dx[0] = op(Op::SliceBackward, {dy}, at);
         break;
       }
+      case Op::Dropout: dx[0] = op(Op::Dropout, {dy, in[1]}, a); break;  // the same mask
+      case Op::RowInvNorm: break;  // detached, as PEFT's DoRA detaches the weight norm
+      case Op::NF4MatMul: dx[0] = op(Op::NF4MatMulBackward, {dy, in[1], in[2], in[3]}, a); break;
       default:
         throw Error(std::string("autodiff: no VJP rule for op ") + op_name(n.op));
     }

@@ -37,6 +37,10 @@ const char* op_name(Op op) {
     case Op::Slice: return "slice";
     case Op::SliceBackward: return "slice_backward";
     case Op::FusedLinearCrossEntropy: return "fused_linear_cross_entropy";
+    case Op::Dropout: return "dropout";
+    case Op::RowInvNorm: return "row_inv_norm";
+    case Op::NF4MatMul: return "nf4_matmul";
+    case Op::NF4MatMulBackward: return "nf4_matmul_backward";
     case Op::kCount: break;
   }
   return "?";

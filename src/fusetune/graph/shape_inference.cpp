@@ -197,6 +197,30 @@ std::vector<TensorType> infer_types(const Graph& g, Op op, const std::vector<Val
       if (S(2) != Shape{S(0)[0]}) fail(op, "labels must be [N]");
       return {{Shape{}, fd}, {S(0), fd}, {S(1), fd}};
     }
+    case Op::Dropout:
+      arity(2, 2);
+      need_float(0);
+      need_i32(1);
+      if (!S(1).empty()) fail(op, "the seed must be a scalar");
+      if (a.scalar < 0 || a.scalar >= 1) fail(op, "p must be in [0, 1)");
+      return {{S(0), fd}};
+    case Op::RowInvNorm:
+      arity(1, 1);
+      need_float(0);
+      if (S(0).size() != 2) fail(op, "expects a matrix [O, K], got " + shape_str(S(0)));
+      return {{Shape{S(0)[0]}, fd}};
+    case Op::NF4MatMul:
+    case Op::NF4MatMulBackward: {
+      arity(4, 4);
+      need_float(0);
+      for (size_t i = 1; i < 4; ++i) need_i32(i);
+      if (a.shape.size() != 2) fail(op, "attrs.shape must be the weight's [O, K]");
+      const bool fwd = op == Op::NF4MatMul;
+      const int64_t in_dim = fwd ? a.shape[1] : a.shape[0], out_dim = fwd ? a.shape[0] : a.shape[1];
+      if (S(0).size() != 2 || S(0)[1] != in_dim)
+        fail(op, "input " + shape_str(S(0)) + " does not match the weight " + shape_str(a.shape));
+      return {{Shape{S(0)[0], out_dim}, fd}};
+    }
     case Op::kCount: break;
   }
   fail(op, "unknown op");

@@ -13,4 +13,12 @@ Value build_cross_entropy(Builder& b, Value hidden, Value head, Value labels, Va
   return loss;
 }
 
+Value build_cross_entropy_from_logits(Builder& b, Value logits, Value labels, Value scale) {
+  Graph& g = b.graph();
+  g.set_region(1);
+  Value loss = b.mul(b.nll_sum(b.log_softmax(logits), labels), scale);
+  g.set_region(0);
+  return loss;
+}
+
 }  // namespace fusetune

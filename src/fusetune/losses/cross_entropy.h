@@ -11,4 +11,8 @@ namespace fusetune {
 // micro-batches of the optimizer step). Returns the scalar loss.
 Value build_cross_entropy(Builder& b, Value hidden, Value head, Value labels, Value scale);
 
+// The same loss from logits [N, V] the model computed itself (a head with a LoRA adapter);
+// the fused linear + cross-entropy pass does not apply to it.
+Value build_cross_entropy_from_logits(Builder& b, Value logits, Value labels, Value scale);
+
 }  // namespace fusetune

@@ -11,11 +11,18 @@ struct Layer {
   Builder& b;
   const ModelConfig& cfg;
   const TrainablePredicate& trainable;
+  const LinearFn& linear_fn;
   std::string prefix;
 
   Value param(const std::string& name, Shape shape) {
     std::string full = prefix + name;
     return b.graph().param(full, std::move(shape), trainable(full));
+  }
+  // x W^T for the projection `name` ("self_attn.q_proj") with W [out, in].
+  Value linear(Value x, const std::string& name, int64_t out, int64_t in) {
+    const std::string weight = prefix + name + ".weight";
+    LinearSite site{prefix + name, out, in, trainable(weight), weight};
+    return linear_fn(b, x, site);
   }
 };
 
@@ -24,9 +31,9 @@ Value attention(Layer& L, Value x, const LlamaInputs& in, Value cos, Value sin, 
   const ModelConfig& c = L.cfg;
   const int64_t H = c.num_attention_heads, KV = c.num_key_value_heads, hd = c.head_dim, D = c.hidden_size;
   auto proj = [&](const std::string& name, int64_t heads) {
-    Value w = L.param("self_attn." + name + ".weight", {heads * hd, D});
-    Value bias = c.attention_bias ? L.param("self_attn." + name + ".bias", {heads * hd}) : Value{};
-    return b.reshape(b.linear(x, w, bias), {B, T, heads, hd});
+    Value y = L.linear(x, "self_attn." + name, heads * hd, D);
+    if (c.attention_bias) y = b.add(y, L.param("self_attn." + name + ".bias", {heads * hd}));
+    return b.reshape(y, {B, T, heads, hd});
   };
   Value q = b.rope(proj("q_proj", H), cos, sin, in.positions);
   Value k = b.rope(proj("k_proj", KV), cos, sin, in.positions);
@@ -38,21 +45,27 @@ Value attention(Layer& L, Value x, const LlamaInputs& in, Value cos, Value sin, 
   Value probs = b.softmax(b.causal_mask(scores, in.doc_ids));
   Value ctx = b.transpose(b.matmul(probs, v), 1, 2);     // [B, T, H, hd]
   ctx = b.reshape(ctx, {B, T, H * hd});
-  return b.linear(ctx, L.param("self_attn.o_proj.weight", {D, H * hd}));
+  return L.linear(ctx, "self_attn.o_proj", D, H * hd);
 }
 
 Value mlp(Layer& L, Value x) {
   Builder& b = L.b;
   const int64_t D = L.cfg.hidden_size, F = L.cfg.intermediate_size;
-  Value gate = b.linear(x, L.param("mlp.gate_proj.weight", {F, D}));
-  Value up = b.linear(x, L.param("mlp.up_proj.weight", {F, D}));
-  return b.linear(b.mul(b.silu(gate), up), L.param("mlp.down_proj.weight", {D, F}));
+  Value gate = L.linear(x, "mlp.gate_proj", F, D);
+  Value up = L.linear(x, "mlp.up_proj", F, D);
+  return L.linear(b.mul(b.silu(gate), up), "mlp.down_proj", D, F);
 }
 
 }  // namespace
 
+Value default_linear(Builder& b, Value x, const LinearSite& site) {
+  Value w = b.graph().param(site.weight, {site.out, site.in}, site.trainable);
+  return b.linear(x, w);
+}
+
 LlamaOutputs build_llama(Builder& b, const ModelConfig& cfg, const LlamaInputs& in,
-                         const TrainablePredicate& trainable) {
+                         const TrainablePredicate& trainable, const LlamaOptions& options) {
+  const LinearFn linear_fn = options.linear ? options.linear : LinearFn(default_linear);
   Graph& g = b.graph();
   const Shape& ts = g.shape(in.tokens);
   const int64_t B = ts[0], T = ts[1], D = cfg.hidden_size, V = cfg.vocab_size;
@@ -64,7 +77,7 @@ LlamaOutputs build_llama(Builder& b, const ModelConfig& cfg, const LlamaInputs& 
   Value embed = g.param("model.embed_tokens.weight", {V, D}, trainable("model.embed_tokens.weight"));
   Value h = b.embedding(embed, in.tokens);  // [B, T, D]
   for (int64_t i = 0; i < cfg.num_hidden_layers; ++i) {
-    Layer L{b, cfg, trainable, "model.layers." + std::to_string(i) + "."};
+    Layer L{b, cfg, trainable, linear_fn, "model.layers." + std::to_string(i) + "."};
     g.set_layer(int(i));
     Value attn_in = b.rmsnorm(h, L.param("input_layernorm.weight", {D}), cfg.rms_norm_eps);
     h = b.add(h, attention(L, attn_in, in, cos, sin, B, T));
@@ -74,8 +87,14 @@ LlamaOutputs build_llama(Builder& b, const ModelConfig& cfg, const LlamaInputs& 
   g.set_layer(-1);
   Value norm_w = g.param("model.norm.weight", {D}, trainable("model.norm.weight"));
   Value hidden = b.reshape(b.rmsnorm(h, norm_w, cfg.rms_norm_eps), {B * T, D});
+  if (options.head) {
+    // The head as a linear site; a tied head's weight is the embedding.
+    const std::string w = cfg.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+    LinearSite site{"lm_head", V, D, trainable(w), w};
+    return {hidden, Value{}, options.head(b, hidden, site)};
+  }
   Value head = cfg.tie_word_embeddings ? embed : g.param("lm_head.weight", {V, D}, trainable("lm_head.weight"));
-  return {hidden, head};
+  return {hidden, head, Value{}};
 }
 
 }  // namespace fusetune

@@ -17,12 +17,37 @@ struct LlamaInputs {
 
 struct LlamaOutputs {
   Value hidden;   // [B*T, D] after the final norm
-  Value lm_head;  // [V, D]: lm_head.weight, or embed_tokens when tied
+  Value lm_head;  // [V, D]: lm_head.weight, or embed_tokens when tied (invalid when `logits`)
+  Value logits;   // [B*T, V] only when LlamaOptions::head is set
 };
 
 using TrainablePredicate = std::function<bool(const std::string& param_name)>;
 
+// One linear layer of the model, named as Hugging Face names the module
+// ("model.layers.0.self_attn.q_proj"); weight [out, in]; its bias (if any) is added by the model.
+struct LinearSite {
+  std::string module;
+  int64_t out = 0, in = 0;
+  bool trainable = false;  // what the predicate says of `weight`
+  std::string weight;      // the weight's parameter name: module + ".weight", except a tied
+                           // head (module "lm_head", weight "model.embed_tokens.weight")
+};
+
+// Computes x W^T for a site: x [..., in] -> [..., out]. It creates whatever leaves it needs
+// (the default: Param module + ".weight"). PEFT adapters and NF4 base weights plug in here.
+using LinearFn = std::function<Value(Builder& b, Value x, const LinearSite& site)>;
+
+// The plain linear: Param `site.weight` and b.linear(x, W).
+Value default_linear(Builder& b, Value x, const LinearSite& site);
+
+struct LlamaOptions {
+  LinearFn linear;  // for the q/k/v/o and MLP projections; empty = default_linear
+  // Applied to the head (site "lm_head") instead of returning it in LlamaOutputs (LoRA on
+  // lm_head): when set, LlamaOutputs::logits is head(hidden) [B*T, V].
+  LinearFn head;
+};
+
 LlamaOutputs build_llama(Builder& b, const ModelConfig& cfg, const LlamaInputs& in,
-                         const TrainablePredicate& trainable);
+                         const TrainablePredicate& trainable, const LlamaOptions& options = {});
 
 }  // namespace fusetune

@@ -18,22 +18,25 @@ TrainingGraph build_training_graph(const ModelConfig& cfg, const TrainingGraphOp
   if (o.packed) in.doc_ids = g.input("doc_ids", {B, T}, DType::I32);
   Value scale = g.input("loss_scale", {}, o.dtype);
 
-  LlamaOutputs m = build_llama(b, cfg, in, o.trainable);
-  Value loss = build_cross_entropy(b, m.hidden, m.lm_head, b.reshape(labels, {B * T}), scale);
+  LlamaOutputs m = build_llama(b, cfg, in, o.trainable, o.llama);
+  Value flat_labels = b.reshape(labels, {B * T});
+  Value loss = m.logits.valid() ? build_cross_entropy_from_logits(b, m.logits, flat_labels, scale)
+                                : build_cross_entropy(b, m.hidden, m.lm_head, flat_labels, scale);
   g.mark_output("loss", loss);
   for (auto& [name, grad] : append_backward(g, loss)) tg.trainable_params.push_back(name);
   verify_graph(g);
   return tg;
 }
 
-Graph build_logits_graph(const ModelConfig& cfg, int64_t batch_size, int64_t seq_len, DType dtype) {
+Graph build_logits_graph(const ModelConfig& cfg, int64_t batch_size, int64_t seq_len, DType dtype,
+                         const LlamaOptions& llama) {
   Graph g(dtype);
   Builder b(g);
   LlamaInputs in;
   in.tokens = g.input("tokens", {batch_size, seq_len}, DType::I32);
   in.positions = g.input("positions", {batch_size, seq_len}, DType::I32);
-  LlamaOutputs m = build_llama(b, cfg, in, [](const std::string&) { return false; });
-  g.mark_output("logits", b.matmul(m.hidden, m.lm_head, false, true));
+  LlamaOutputs m = build_llama(b, cfg, in, [](const std::string&) { return false; }, llama);
+  g.mark_output("logits", m.logits.valid() ? m.logits : b.matmul(m.hidden, m.lm_head, false, true));
   verify_graph(g);
   return g;
 }

@@ -17,6 +17,7 @@ struct TrainingGraphOptions {
   bool packed = false;
   DType dtype = DType::F32;
   TrainablePredicate trainable = [](const std::string&) { return true; };
+  LlamaOptions llama;  // linear-layer hooks (PEFT adapters, NF4 base weights)
 };
 
 struct TrainingGraph {
@@ -27,6 +28,7 @@ struct TrainingGraph {
 TrainingGraph build_training_graph(const ModelConfig& cfg, const TrainingGraphOptions& opts);
 
 // Forward only, returning "logits" [B*T, V] (for evaluation, generation and golden checks).
-Graph build_logits_graph(const ModelConfig& cfg, int64_t batch_size, int64_t seq_len, DType dtype);
+Graph build_logits_graph(const ModelConfig& cfg, int64_t batch_size, int64_t seq_len, DType dtype,
+                         const LlamaOptions& llama = {});
 
 }  // namespace fusetune

@@ -1,12 +1,179 @@
-// Placeholder: the recipe is written on its own branch and replaces this file at merge.
+// lora_finetune_single_device: LoRA / DoRA / QLoRA adapters on a frozen base, one device.
+// The training loop is full fine-tuning's (train_loop.h); this file says what changes:
+// the model's linear layers (peft/lora.h), which parameters train (the adapters only), the
+// base weights' storage (NF4 with quantize_base), and what a checkpoint holds:
+//   output_dir/epoch_N/adapter_model.safetensors + adapter_config.json  (PEFT format)
+//   output_dir/epoch_N/config.json + model*.safetensors  merged weights, unless
+//                                                        save_adapter_weights_only
+//   output_dir/epoch_N/recipe_state.{json,safetensors}   optimizer state of the adapters
 #include "fusetune/recipes/lora_finetune_single_device.h"
 
+#include <nlohmann/json.hpp>
+
+#include "fusetune/io/hf_checkpoint.h"
+#include "fusetune/io/safetensors.h"
+#include "fusetune/peft/adapter.h"
+#include "fusetune/recipes/train_loop.h"
 #include "fusetune/util/error.h"
+#include "fusetune/util/fs.h"
 
 namespace fusetune {
 
-int lora_finetune_single_device(const Config&) {
-  throw Error("recipe lora_finetune_single_device is not implemented yet");
+namespace fs = std::filesystem;
+
+namespace {
+
+peft::LoraConfig lora_config_from(const Config& cfg) {
+  peft::LoraConfig c;
+  const Config m = cfg.sub("model");
+  c.attn_modules = m.str_list("lora_attn_modules");
+  c.apply_to_mlp = m.boolean("apply_lora_to_mlp", false);
+  c.apply_to_output = m.boolean("apply_lora_to_output", false);
+  c.rank = m.i64("lora_rank", 8);
+  c.alpha = m.f64("lora_alpha", 16);
+  c.dropout = m.f64("lora_dropout", 0.0);
+  c.use_dora = m.boolean("use_dora", false);
+  c.quantize_base = m.boolean("quantize_base", false);
+  c.validate();
+  return c;
+}
+
+// What the hooks share: filled by `prepare`, read by the linear hooks and the checkpointing.
+struct LoraRun {
+  peft::LoraConfig lora;
+  std::shared_ptr<peft::NF4Store> nf4;  // empty unless quantize_base
+  ModelConfig model;
+  std::string base_name;
+};
+
+nlohmann::json progress_json(const TrainingProgress& p, const std::string& optimizer) {
+  nlohmann::json j;
+  j["format"] = "fusetune.recipe_state.v1";  // what latest_resumable_checkpoint looks for
+  j["epoch"] = p.epoch;
+  j["step_in_epoch"] = p.step_in_epoch;
+  j["global_step"] = p.global_step;
+  j["loader_epoch"] = p.loader.epoch;
+  j["loader_index"] = p.loader.index;
+  j["seed"] = p.seed;
+  j["optimizer"] = optimizer;
+  j["master_weights"] = false;
+  j["adapter"] = true;
+  return j;
+}
+
+void save_lora_checkpoint(const LoraRun& run, bool adapter_only, const fs::path& dir,
+                          const CheckpointContent& c) {
+  if (!adapter_only) {
+    // Merged weights: the base (dequantized where it is NF4) plus the adapters.
+    TensorMap full = *c.params;
+    if (run.nf4)
+      for (const auto& [name, w] : *run.nf4) full[name] = peft::dequantize_nf4(w, DType::F32);
+    peft::merge_adapters(full, *c.config, run.lora);
+    NamedTensors model;
+    for (const auto& [name, shape] : expected_parameters(*c.config)) {
+      auto it = full.find(name);
+      FT_CHECK(it != full.end(), "checkpoint: parameter '" + name + "' is missing from the model");
+      model.push_back({name, it->second});
+    }
+    SaveOptions so;
+    so.dtype = c.save_dtype;
+    so.max_shard_bytes = c.max_shard_bytes;
+    so.copy_files_from = c.copy_files_from;
+    save_hf_checkpoint(dir, *c.config, model, so);  // first: it replaces the directory
+  }
+  peft::save_peft_adapter(dir, run.lora, *c.params, run.base_name);
+  NamedTensors state;
+  if (c.optimizer) c.optimizer->save_state(state);
+  for (auto& [name, t] : state) name = "optimizer." + name;
+  save_safetensors(dir / "recipe_state.safetensors", state);
+  write_file_atomic(
+      dir / "recipe_state.json",
+      progress_json(c.progress, c.optimizer ? c.optimizer->name() : "").dump(2) + "\n");
+}
+
+ResumedState load_lora_checkpoint(const LoraRun& run, const fs::path& dir) {
+  nlohmann::json j = nlohmann::json::parse(read_file(dir / "recipe_state.json"), nullptr, false);
+  FT_CHECK(!j.is_discarded() && j.value("format", "") == "fusetune.recipe_state.v1",
+           "cannot resume from " + dir.string() + ": recipe_state.json is unreadable");
+  ResumedState r;
+  try {
+    r.progress.epoch = j.at("epoch").get<int64_t>();
+    r.progress.step_in_epoch = j.at("step_in_epoch").get<int64_t>();
+    r.progress.global_step = j.at("global_step").get<int64_t>();
+    r.progress.loader.epoch = j.at("loader_epoch").get<int64_t>();
+    r.progress.loader.index = j.at("loader_index").get<int64_t>();
+    r.progress.seed = j.at("seed").get<uint64_t>();
+  } catch (const nlohmann::json::exception& e) {
+    throw Error((dir / "recipe_state.json").string() + ": " + e.what());
+  }
+  peft::Adapter a = peft::load_peft_adapter(dir, run.model);
+  FT_CHECK(a.config.rank == run.lora.rank && a.config.use_dora == run.lora.use_dora &&
+               peft::target_modules(a.config) == peft::target_modules(run.lora),
+           "cannot resume from " + dir.string() +
+               ": its adapter (r, target_modules, use_dora) differs from the config's");
+  r.params = std::move(a.tensors);
+  SafetensorsFile st = SafetensorsFile::open(dir / "recipe_state.safetensors");
+  for (const std::string& name : st.names())
+    if (name.rfind("optimizer.", 0) == 0) r.optimizer[name.substr(10)] = st.tensor(name).clone();
+  return r;
+}
+
+}  // namespace
+
+int lora_finetune_single_device(const Config& cfg) {
+  auto run = std::make_shared<LoraRun>();
+  run->lora = lora_config_from(cfg);
+  const bool adapter_only = cfg.boolean("save_adapter_weights_only", false);
+  const uint64_t seed = uint64_t(cfg.i64("seed", 0));
+
+  TrainJob job;
+  job.recipe = "lora_finetune_single_device";
+  job.trainable = [](const std::string& name) { return peft::is_adapter_param(name); };
+  // The hooks read run->nf4 when a graph is built, after `prepare` filled it.
+  LlamaOptions hooks;
+  hooks.linear = [run](Builder& b, Value x, const LinearSite& s) {
+    return peft::lora_llama_options(run->lora, run->nf4).linear(b, x, s);
+  };
+  if (run->lora.apply_to_output)
+    hooks.head = [run](Builder& b, Value x, const LinearSite& s) {
+      return peft::lora_llama_options(run->lora, run->nf4).head(b, x, s);
+    };
+  job.llama = hooks;
+  job.prepare = [run, &cfg, seed](LoadedModel& m) {
+    run->model = m.config;
+    run->base_name = m.checkpoint_dir.empty() ? m.description : m.checkpoint_dir.string();
+    for (auto& [name, t] : m.params)
+      FT_CHECK(!peft::is_adapter_param(name),
+               "the base checkpoint already has adapter tensor '" + name + "'");
+    if (run->lora.quantize_base) run->nf4 = peft::quantize_base_weights(m.params, m.config);
+    peft::init_adapters(m.params, m.config, run->lora, seed, DType::F32, run->nf4.get());
+    if (cfg.has("checkpointer.adapter_checkpoint")) {
+      // Start from a saved PEFT adapter (checkpoint_dir/adapter_checkpoint).
+      const fs::path dir = fs::path(cfg.str("checkpointer.checkpoint_dir")) /
+                           cfg.str("checkpointer.adapter_checkpoint");
+      peft::Adapter a = peft::load_peft_adapter(dir, m.config);
+      FT_CHECK(a.config.rank == run->lora.rank &&
+                   peft::target_modules(a.config) == peft::target_modules(run->lora) &&
+                   a.config.use_dora == run->lora.use_dora,
+               "checkpointer.adapter_checkpoint: the adapter in " + dir.string() +
+                   " does not match the model's LoRA settings");
+      for (auto& [name, t] : a.tensors) m.params[name] = t;
+    }
+  };
+  if (run->lora.dropout > 0) {
+    const int64_t accum = cfg.i64("gradient_accumulation_steps", 1);
+    job.add_inputs = [seed, accum](TensorMap& in, int64_t step, int64_t micro) {
+      Tensor t = Tensor::empty({}, DType::I32);
+      t.data<int32_t>()[0] =
+          int32_t(uint32_t((seed * 1000003u + uint64_t(step * accum + micro)) & 0x7fffffffu));
+      in[peft::kDropoutSeedInput] = t;
+    };
+  }
+  job.save = [run, adapter_only](const fs::path& dir, const CheckpointContent& c) {
+    save_lora_checkpoint(*run, adapter_only, dir, c);
+  };
+  job.load = [run](const fs::path& dir, DType) { return load_lora_checkpoint(*run, dir); };
+  return run_training(cfg, job);
 }
 
 }  // namespace fusetune

@@ -46,6 +46,7 @@ TensorMap step_inputs(const Batch& b, double loss_scale) {
 struct StepCache {
   const ModelConfig& model;
   TrainablePredicate trainable;
+  LlamaOptions llama;
   PassOptions passes;
   struct Entry {
     TrainingGraph tg;
@@ -63,6 +64,7 @@ struct StepCache {
     o.seq_len = b.seq_len;
     o.packed = !b.doc_ids.empty();
     o.trainable = trainable;
+    o.llama = llama;
     TrainingGraph tg = build_training_graph(model, o);
     CompiledStep step = compile_graph(tg.graph, passes);
     *compile_s += seconds_since(t0);
@@ -99,6 +101,7 @@ int run_training(const Config& cfg, const TrainJob& job) {
 
   // ---- model, tokenizer, data -------------------------------------------------------------
   LoadedModel model = load_model(cfg, dtype);
+  if (job.prepare) job.prepare(model);
   auto tokenizer = build_tokenizer(cfg);
   FT_CHECK(tokenizer->vocab_size() <= model.config.vocab_size,
            "the tokenizer has " + std::to_string(tokenizer->vocab_size()) +
@@ -134,7 +137,7 @@ int run_training(const Config& cfg, const TrainJob& job) {
     auto dir = latest_resumable_checkpoint(output_dir);
     FT_CHECK(dir, "resume_from_checkpoint is true but " + output_dir.string() +
                       " holds no resumable checkpoint");
-    ResumedState r = load_training_checkpoint(*dir, dtype);
+    ResumedState r = job.load ? job.load(*dir, dtype) : load_training_checkpoint(*dir, dtype);
     // Another seed would shuffle the data differently: the run would silently not be the one
     // it claims to continue.
     FT_CHECK(r.progress.seed == progress.seed,
@@ -184,12 +187,13 @@ int run_training(const Config& cfg, const TrainJob& job) {
     c.save_dtype = cfg.str("checkpointer.save_dtype", "fp32") == "bf16" ? DType::BF16 : DType::F32;
     c.max_shard_bytes = cfg.bytes("checkpointer.max_shard_size", int64_t(5) << 30);
     c.copy_files_from = model.checkpoint_dir;
-    save_training_checkpoint(output_dir / name, c);
+    if (job.save) job.save(output_dir / name, c);
+    else save_training_checkpoint(output_dir / name, c);
     logger.message("Saved checkpoint to " + (output_dir / name).string());
   };
 
   // ---- train --------------------------------------------------------------------------------
-  StepCache steps{model.config, job.trainable, passes, {}};
+  StepCache steps{model.config, job.trainable, job.llama, passes, {}};
   for (; progress.epoch < epochs; ++progress.epoch, progress.step_in_epoch = 0) {
     if (progress.step_in_epoch == 0)
       loader.set_state({progress.epoch, 0});
@@ -210,8 +214,9 @@ int run_training(const Config& cfg, const TrainJob& job) {
       double loss = 0;
       for (size_t k = 0; k < micro.size(); ++k) {
         auto& entry = steps.get(micro[k], &compile_s);
-        std::vector<Tensor> out =
-            entry.step.executor->run(step_inputs(micro[k], scale), model.params);
+        TensorMap inputs = step_inputs(micro[k], scale);
+        if (job.add_inputs) job.add_inputs(inputs, progress.global_step, int64_t(k));
+        std::vector<Tensor> out = entry.step.executor->run(inputs, model.params);
         loss += element_as_double(out[0], 0);
         for (size_t gi = 0; gi < entry.tg.trainable_params.size(); ++gi) {
           const std::string& name = entry.tg.trainable_params[gi];

@@ -5,6 +5,8 @@
 
 #include "fusetune/kernels/cpu/fused_linear_cross_entropy.h"
 #include "fusetune/kernels/cpu/kernels.h"
+#include "fusetune/kernels/cpu/nf4.h"
+#include "fusetune/kernels/cpu/peft_ops.h"
 #include "fusetune/util/error.h"
 
 namespace fusetune {
@@ -140,6 +142,17 @@ void run_typed(const Node& n, const std::vector<Tensor>& in, std::vector<Tensor>
       const int64_t N = in[0].dim(0), D = in[0].dim(1), V = in[1].dim(0);
       Y[0] = T(k::fused_linear_cross_entropy<T>(X(0), X(1), I(2), X(3)[0], N, D, V, a.chunk_rows,
                                                 out[1].data<T>(), out[2].data<T>()));
+      break;
+    }
+    case Op::Dropout:
+      k::dropout<T>(X(0), Y, in[0].numel(), a.scalar, uint64_t(uint32_t(I(1)[0])), uint64_t(a.start));
+      break;
+    case Op::RowInvNorm: k::row_inv_norm<T>(X(0), Y, in[0].dim(0), in[0].dim(1)); break;
+    case Op::NF4MatMul:
+    case Op::NF4MatMulBackward: {
+      k::NF4View w{I(1), I(2), reinterpret_cast<const float*>(I(3)), float(a.scalar), a.shape[0], a.shape[1]};
+      if (n.op == Op::NF4MatMul) k::nf4_matmul<T>(w, X(0), in[0].dim(0), Y);
+      else k::nf4_matmul_backward<T>(w, X(0), in[0].dim(0), Y);
       break;
     }
     default:

@@ -1,0 +1,149 @@
+// Full fine-tuning vs LoRA vs QLoRA (NF4 base), each in every compile mode, on one shape:
+// same init, same data. LoRA/QLoRA adapt q/v/o and the MLP (rank 16, alpha 32), as
+// torchtune's 1B LoRA config does.
+//   bench_lora --shape mid --steps 5 [--methods full,lora,qlora] [--modes false,model,true]
+//   [--threads 2]
+// Prints a table, then the same results as one JSON line. Nothing here asserts a timing.
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "fusetune/peft/lora.h"
+#include "fusetune/util/strings.h"
+#include "step_runner.h"
+
+using namespace fusetune;
+using namespace fusetune::bench;
+
+namespace {
+
+struct Result {
+  std::string method, mode;
+  double tokens_per_s = 0, compile_s = 0;
+  int64_t peak_bytes = 0, trainable = 0, weight_bytes = 0;
+  std::vector<double> losses;
+};
+
+Result run(const BenchShape& shape, const std::string& method, CompileMode mode, int steps) {
+  Result r;
+  r.method = method;
+  r.mode = compile_mode_name(mode);
+  peft::LoraConfig lc;
+  lc.attn_modules = {"q_proj", "v_proj", "output_proj"};
+  lc.apply_to_mlp = true;
+  lc.rank = 16;
+  lc.alpha = 32;
+  lc.quantize_base = method == "qlora";
+  const int64_t base = memory::current_bytes();
+  {
+    TrainingGraph plain = build_training_graph(shape.config, TrainingGraphOptions{});
+    TensorMap params = init_parameters(graph_parameters(plain.graph), 1234, DType::F32);
+    std::shared_ptr<peft::NF4Store> store;
+    TrainingGraphOptions o;
+    o.batch_size = shape.batch;
+    o.seq_len = shape.seq;
+    if (method != "full") {
+      if (lc.quantize_base) store = peft::quantize_base_weights(params, shape.config);
+      peft::init_adapters(params, shape.config, lc, 1, DType::F32, store.get());
+      o.trainable = peft::is_adapter_param;
+      o.llama = peft::lora_llama_options(lc, store);
+    }
+    for (const auto& [n, t] : params) r.weight_bytes += int64_t(t.nbytes());
+    if (store)
+      for (const auto& [n, w] : *store) r.weight_bytes += w.nbytes();
+    TrainingGraph tg = build_training_graph(shape.config, o);
+    for (const auto& n : tg.trainable_params) r.trainable += params.at(n).numel();
+    AdamW opt(AdamWOptions{});
+    memory::reset_peak();
+    auto t0 = std::chrono::steady_clock::now();
+    PassOptions po;
+    po.mode = mode;
+    CompiledStep step = compile_graph(tg.graph, po);
+    r.compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::vector<double> times;
+    for (int s = 0; s < steps; ++s) {
+      Batch b = synthetic_batch(shape, 99 + uint64_t(s));
+      TensorMap in;
+      in["tokens"] = ids(b.tokens, b.batch_size, b.seq_len);
+      in["labels"] = ids(b.labels, b.batch_size, b.seq_len);
+      in["positions"] = ids(b.positions, b.batch_size, b.seq_len);
+      Tensor scale = Tensor::empty({}, DType::F32);
+      scale.data<float>()[0] = float(1.0 / double(b.num_valid_labels()));
+      in["loss_scale"] = scale;
+      auto ts = std::chrono::steady_clock::now();
+      std::vector<Tensor> out = step.executor->run(in, params);
+      std::vector<ParamRef> refs;
+      for (size_t i = 0; i < tg.trainable_params.size(); ++i)
+        refs.push_back({tg.trainable_params[i], &params[tg.trainable_params[i]], &out[1 + i]});
+      opt.step(refs, 1e-4);
+      times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - ts).count());
+      r.losses.push_back(out[0].data<float>()[0]);
+    }
+    r.peak_bytes = memory::peak_bytes() - base;
+    std::sort(times.begin() + 1, times.end());
+    r.tokens_per_s = double(shape.batch * shape.seq) / times[1 + (times.size() - 1) / 2];
+  }
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  std::string shape_name = "mid", methods = "full,lora,qlora", modes = "false,model,true";
+  int steps = 5;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      FT_CHECK(i + 1 < argc, "missing value after " + a);
+      return argv[++i];
+    };
+    if (a == "--shape")
+      shape_name = next();
+    else if (a == "--steps")
+      steps = std::stoi(next());
+    else if (a == "--methods")
+      methods = next();
+    else if (a == "--modes")
+      modes = next();
+    else if (a == "--threads")
+      omp_set_num_threads(std::stoi(next()));
+    else
+      throw Error("unknown argument '" + a +
+                  "' (use --shape, --steps, --methods, --modes, --threads)");
+  }
+  FT_CHECK(steps >= 2, "--steps must be >= 2 (the first step is not timed)");
+  const BenchShape& shape = find_shape(shape_name);
+  std::printf(
+      "shape %s: vocab %lld, dim %lld, layers %lld, ffn %lld, batch %lld x %lld; %d threads\n\n",
+      shape.name.c_str(), (long long)shape.config.vocab_size, (long long)shape.config.hidden_size,
+      (long long)shape.config.num_hidden_layers, (long long)shape.config.intermediate_size,
+      (long long)shape.batch, (long long)shape.seq, omp_get_max_threads());
+  std::vector<Result> results;
+  for (const std::string& m : split(methods, ','))
+    for (const std::string& c : split(modes, ',')) {
+      FT_CHECK(m == "full" || m == "lora" || m == "qlora", "--methods: unknown method '" + m + "'");
+      results.push_back(run(shape, m, parse_compile_mode(c), steps));
+    }
+  std::printf("%-6s %-7s %12s %12s %12s %10s %10s %10s\n", "method", "compile", "trainable",
+              "weights MiB", "tokens/s", "peak MiB", "compile s", "last loss");
+  for (const Result& r : results)
+    std::printf("%-6s %-7s %12lld %12.1f %12.1f %10.1f %10.3f %10.5f\n", r.method.c_str(),
+                r.mode.c_str(), (long long)r.trainable, double(r.weight_bytes) / (1 << 20),
+                r.tokens_per_s, double(r.peak_bytes) / (1 << 20), r.compile_s, r.losses.back());
+  nlohmann::json j;
+  j["shape"] = shape.name;
+  for (const Result& r : results)
+    j["runs"].push_back({{"method", r.method},
+                         {"compile", r.mode},
+                         {"tokens_per_s", r.tokens_per_s},
+                         {"peak_bytes", r.peak_bytes},
+                         {"weight_bytes", r.weight_bytes},
+                         {"trainable", r.trainable},
+                         {"compile_s", r.compile_s},
+                         {"losses", r.losses}});
+  std::printf("%s\n", j.dump().c_str());
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "bench_lora: error: %s\n", e.what());
+  return 1;
+}

@@ -1,0 +1,182 @@
+#include "fusetune/kernels/cpu/nf4.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "fusetune/kernels/cpu/kernels.h"
+#include "fusetune/kernels/cpu/parallel.h"
+
+namespace fusetune::kernels {
+namespace {
+
+// bitsandbytes' NF4 code book (functional.py get_4bit_type("nf4")).
+constexpr float kNF4[16] = {-1.0f,
+                            -0.6961928009986877f,
+                            -0.5250730514526367f,
+                            -0.39491748809814453f,
+                            -0.28444138169288635f,
+                            -0.18477343022823334f,
+                            -0.09105003625154495f,
+                            0.0f,
+                            0.07958029955625534f,
+                            0.16093020141124725f,
+                            0.24611230194568634f,
+                            0.33791524171829224f,
+                            0.44070982933044434f,
+                            0.5626170039176941f,
+                            0.7229568362236328f,
+                            1.0f};
+
+// bitsandbytes create_dynamic_map(signed=True, max_exponent_bits=7, total_bits=8): for
+// exponent i in 0..6, 2^i fraction steps (midpoints of linspace(0.1, 1, 2^i + 1)) times
+// 10^(i-6), both signs, plus 0 and 1; sorted.
+std::vector<float> build_dynamic_map() {
+  std::vector<float> data;
+  for (int i = 0; i < 7; ++i) {
+    const int items = (1 << i) + 1;
+    for (int k = 0; k + 1 < items; ++k) {
+      const double b0 = 0.1 + 0.9 * double(k) / double(items - 1);
+      const double b1 = 0.1 + 0.9 * double(k + 1) / double(items - 1);
+      const double v = std::pow(10.0, double(i - 6)) * (b0 + b1) / 2.0;
+      data.push_back(float(v));
+      data.push_back(float(-v));
+    }
+  }
+  data.push_back(0.0f);
+  data.push_back(1.0f);
+  std::sort(data.begin(), data.end());
+  return data;
+}
+
+int nearest(const float* table, int n, float v) {
+  const float* it = std::lower_bound(table, table + n, v);
+  int hi = int(it - table);
+  if (hi == 0) return 0;
+  if (hi == n) return n - 1;
+  return (v - table[hi - 1]) <= (table[hi] - v) ? hi - 1 : hi;
+}
+
+inline int code_at(const int32_t* codes, int64_t i) {
+  return int((uint32_t(codes[i >> 3]) >> (4 * (i & 7))) & 15u);
+}
+
+int64_t tile_rows(const NF4View& w) {
+  const int64_t by_bytes = (int64_t(1) << 18) / std::max<int64_t>(1, w.cols);  // 1 MiB of fp32
+  return std::min(w.rows, std::max<int64_t>(64, by_bytes));
+}
+
+}  // namespace
+
+const float* nf4_table() { return kNF4; }
+
+const float* nf4_dynamic_map() {
+  static const std::vector<float> m = build_dynamic_map();
+  return m.data();
+}
+
+NF4Sizes nf4_sizes(int64_t numel) {
+  NF4Sizes s;
+  s.blocks = (numel + kNF4Block - 1) / kNF4Block;
+  s.code_words = (numel + 7) / 8;
+  s.absmax_words = (s.blocks + 3) / 4;
+  s.scales = (s.blocks + kNF4AbsmaxBlock - 1) / kNF4AbsmaxBlock;
+  return s;
+}
+
+template <class T>
+void nf4_quantize(const T* w, int64_t n, int32_t* codes, int32_t* absmax_codes,
+                  float* absmax_scales, float* offset) {
+  const NF4Sizes s = nf4_sizes(n);
+  std::fill(codes, codes + s.code_words, 0);
+  std::fill(absmax_codes, absmax_codes + s.absmax_words, 0);
+  std::vector<float> absmax(size_t(s.blocks), 0.0f);
+  for (int64_t b = 0; b < s.blocks; ++b) {
+    const int64_t i0 = b * kNF4Block, i1 = std::min(n, i0 + kNF4Block);
+    float am = 0;
+    for (int64_t i = i0; i < i1; ++i) am = std::max(am, float(std::abs(double(w[i]))));
+    absmax[size_t(b)] = am;
+    for (int64_t i = i0; i < i1; ++i) {
+      const int c = am > 0 ? nearest(kNF4, 16, float(double(w[i]) / double(am))) : 7;  // 7: 0.0
+      codes[i >> 3] = int32_t(uint32_t(codes[i >> 3]) | (uint32_t(c) << (4 * (i & 7))));
+    }
+  }
+  // Double quantization (bitsandbytes: absmax - mean, then blockwise 8-bit dynamic map).
+  double mean = 0;
+  for (float a : absmax) mean += a;
+  mean = s.blocks ? mean / double(s.blocks) : 0.0;
+  *offset = float(mean);
+  const float* map = nf4_dynamic_map();
+  for (int64_t sb = 0; sb < s.scales; ++sb) {
+    const int64_t b0 = sb * kNF4AbsmaxBlock, b1 = std::min(s.blocks, b0 + kNF4AbsmaxBlock);
+    float scale = 0;
+    for (int64_t b = b0; b < b1; ++b)
+      scale = std::max(scale, std::abs(absmax[size_t(b)] - *offset));
+    absmax_scales[sb] = scale;
+    for (int64_t b = b0; b < b1; ++b) {
+      const float v = scale > 0 ? (absmax[size_t(b)] - *offset) / scale : 0.0f;
+      const int c = nearest(map, 256, v);
+      absmax_codes[b >> 2] =
+          int32_t(uint32_t(absmax_codes[b >> 2]) | (uint32_t(c) << (8 * (b & 3))));
+    }
+  }
+}
+
+float nf4_block_absmax(const NF4View& w, int64_t b) {
+  const int c = int((uint32_t(w.absmax_codes[b >> 2]) >> (8 * (b & 3))) & 255u);
+  return nf4_dynamic_map()[c] * w.absmax_scales[b / kNF4AbsmaxBlock] + w.offset;
+}
+
+template <class T>
+void nf4_dequantize_rows(const NF4View& w, int64_t r0, int64_t r1, T* out) {
+  const int64_t K = w.cols;
+#pragma omp parallel for schedule(static) if ((r1 - r0) * K >= detail::kParallelMin)
+  for (int64_t r = r0; r < r1; ++r) {
+    T* o = out + (r - r0) * K;
+    int64_t cur = -1;
+    float am = 0;
+    for (int64_t j = 0; j < K; ++j) {
+      const int64_t i = r * K + j;
+      const int64_t b = i / kNF4Block;
+      if (b != cur) {
+        cur = b;
+        am = nf4_block_absmax(w, b);
+      }
+      o[j] = T(kNF4[code_at(w.codes, i)]) * T(am);
+    }
+  }
+}
+
+template <class T>
+void nf4_matmul(const NF4View& w, const T* x, int64_t N, T* y) {
+  const int64_t tr = tile_rows(w), K = w.cols, O = w.rows;
+  std::vector<T> tile(size_t(tr * K));
+  for (int64_t r0 = 0; r0 < O; r0 += tr) {
+    const int64_t r1 = std::min(O, r0 + tr);
+    nf4_dequantize_rows(w, r0, r1, tile.data());
+    gemm<T>(false, true, N, r1 - r0, K, T(1), x, K, tile.data(), K, T(0), y + r0, O);
+  }
+}
+
+template <class T>
+void nf4_matmul_backward(const NF4View& w, const T* dy, int64_t N, T* dx) {
+  const int64_t tr = tile_rows(w), K = w.cols, O = w.rows;
+  std::vector<T> tile(size_t(tr * K));
+  for (int64_t r0 = 0; r0 < O; r0 += tr) {
+    const int64_t r1 = std::min(O, r0 + tr);
+    nf4_dequantize_rows(w, r0, r1, tile.data());
+    gemm<T>(false, false, N, K, r1 - r0, T(1), dy + r0, O, tile.data(), K, r0 == 0 ? T(0) : T(1),
+            dx, K);
+  }
+}
+
+#define FT_NF4(T)                                                                       \
+  template void nf4_quantize<T>(const T*, int64_t, int32_t*, int32_t*, float*, float*); \
+  template void nf4_dequantize_rows<T>(const NF4View&, int64_t, int64_t, T*);           \
+  template void nf4_matmul<T>(const NF4View&, const T*, int64_t, T*);                   \
+  template void nf4_matmul_backward<T>(const NF4View&, const T*, int64_t, T*);
+FT_NF4(float)
+FT_NF4(double)
+#undef FT_NF4
+
+}  // namespace fusetune::kernels

@@ -1,0 +1,61 @@
+#pragma once
+// NF4 (4-bit NormalFloat, QLoRA) weights: quantization, dequantization of row ranges, and the
+// matmuls that dequantize the weight tile by tile inside the GEMM (never a whole fp32 copy).
+//
+// Format, following bitsandbytes' quantize_4bit(quant_type="nf4", blocksize=64,
+// compress_statistics=True) on the row-major flattened weight:
+//   - blocks of 64 consecutive elements; each stores 4-bit indices into the 16-value NF4 table
+//     of w / absmax(block) (nearest table value);
+//   - double quantization of the per-block absmax: offset = mean(absmax); (absmax - offset) is
+//     quantized blockwise (256 absmax values per block) to 8-bit indices into bitsandbytes'
+//     signed dynamic map (create_dynamic_map), each 256-block with its own fp32 scale.
+// Packing is ours (so the data can live in I32 tensors): 8 4-bit codes per int32, element i
+// in bits [4*(i%8), 4*(i%8)+4); 4 8-bit absmax codes per int32, block b in byte b%4.
+#include <cstdint>
+
+namespace fusetune::kernels {
+
+inline constexpr int64_t kNF4Block = 64;         // weights per absmax
+inline constexpr int64_t kNF4AbsmaxBlock = 256;  // absmax values per fp32 scale
+
+const float* nf4_table();        // 16 values, ascending, -1 .. 1
+const float* nf4_dynamic_map();  // 256 values, ascending (bitsandbytes signed dynamic map)
+
+struct NF4Sizes {
+  int64_t blocks = 0;        // ceil(numel / 64)
+  int64_t code_words = 0;    // int32 words of 4-bit codes: ceil(numel / 8)
+  int64_t absmax_words = 0;  // int32 words of 8-bit absmax codes: ceil(blocks / 4)
+  int64_t scales = 0;        // fp32 scales: ceil(blocks / 256)
+};
+NF4Sizes nf4_sizes(int64_t numel);
+
+// A read-only view of one quantized [rows, cols] weight.
+struct NF4View {
+  const int32_t* codes;
+  const int32_t* absmax_codes;
+  const float* absmax_scales;
+  float offset;
+  int64_t rows, cols;
+};
+
+// Quantizes n values; outputs sized by nf4_sizes(n) (padding codes are 0).
+template <class T>
+void nf4_quantize(const T* w, int64_t n, int32_t* codes, int32_t* absmax_codes,
+                  float* absmax_scales, float* offset);
+
+// The dequantized absmax of block b (what dequantization multiplies by).
+float nf4_block_absmax(const NF4View& w, int64_t block);
+
+// out[(r - r0) * cols + j] = W[r, j] for r in [r0, r1).
+template <class T>
+void nf4_dequantize_rows(const NF4View& w, int64_t r0, int64_t r1, T* out);
+
+// y [N, rows] = x [N, cols] W^T, dequantizing W a tile of rows at a time into a scratch of at
+// most max(64 rows, 1 MiB) (sized so each tile is still a good GEMM).
+template <class T>
+void nf4_matmul(const NF4View& w, const T* x, int64_t N, T* y);
+// dx [N, cols] = dy [N, rows] W, tile by tile (accumulating into dx).
+template <class T>
+void nf4_matmul_backward(const NF4View& w, const T* dy, int64_t N, T* dx);
+
+}  // namespace fusetune::kernels

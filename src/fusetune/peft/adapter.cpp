@@ -1,0 +1,154 @@
+#include "fusetune/peft/adapter.h"
+
+#include <cmath>
+
+#include <nlohmann/json.hpp>
+
+#include "fusetune/io/safetensors.h"
+#include "fusetune/util/error.h"
+#include "fusetune/util/fs.h"
+
+namespace fusetune::peft {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kPrefix = "base_model.model.";
+
+std::vector<std::string> adapter_names(const LinearSite& s, const LoraConfig& c) {
+  std::vector<std::string> n = {s.module + ".lora_A.weight", s.module + ".lora_B.weight"};
+  if (c.use_dora) n.push_back(s.module + ".lora_magnitude_vector");
+  return n;
+}
+
+Shape adapter_shape(const std::string& name, const LinearSite& s, const LoraConfig& c) {
+  if (name.find(".lora_A.") != std::string::npos) return {c.rank, s.in};
+  if (name.find(".lora_B.") != std::string::npos) return {s.out, c.rank};
+  return {s.out};
+}
+
+}  // namespace
+
+void save_peft_adapter(const fs::path& dir, const LoraConfig& c, const TensorMap& params,
+                       const std::string& base) {
+  fs::create_directories(dir);
+  NamedTensors tensors;
+  nlohmann::json j;
+  j["peft_type"] = "LORA";
+  j["task_type"] = "CAUSAL_LM";
+  j["r"] = c.rank;
+  j["lora_alpha"] = c.alpha;
+  j["lora_dropout"] = c.dropout;
+  j["target_modules"] = target_modules(c);
+  j["use_dora"] = c.use_dora;
+  j["use_rslora"] = false;
+  j["bias"] = "none";
+  j["fan_in_fan_out"] = false;
+  j["inference_mode"] = true;
+  j["init_lora_weights"] = true;
+  j["modules_to_save"] = nullptr;
+  j["base_model_name_or_path"] = base;
+  // Sorted (TensorMap is unordered) so the file is byte-identical across runs.
+  std::vector<std::string> names;
+  for (const auto& [name, t] : params)
+    if (is_adapter_param(name)) names.push_back(name);
+  std::sort(names.begin(), names.end());
+  FT_CHECK(!names.empty(), "save_peft_adapter: no adapter parameters to save");
+  for (const auto& n : names)
+    tensors.push_back({kPrefix + n, params.at(n).dtype() == DType::F32
+                                        ? params.at(n)
+                                        : params.at(n).to(DType::F32)});
+  save_safetensors(dir / "adapter_model.safetensors", tensors, {{"format", "pt"}});
+  write_file_atomic(dir / "adapter_config.json", j.dump(2) + "\n");
+}
+
+Adapter load_peft_adapter(const fs::path& dir, const ModelConfig& model) {
+  const fs::path cfg_path = dir / "adapter_config.json";
+  std::error_code ec;
+  FT_CHECK(fs::is_regular_file(cfg_path, ec), "no adapter_config.json in " + dir.string());
+  nlohmann::json j = nlohmann::json::parse(read_file(cfg_path), nullptr, false);
+  FT_CHECK(!j.is_discarded() && j.is_object(), cfg_path.string() + ": not valid JSON");
+  auto need = [&](const char* key) -> const nlohmann::json& {
+    FT_CHECK(j.contains(key), cfg_path.string() + ": missing key '" + key + "'");
+    return j.at(key);
+  };
+  Adapter a;
+  try {
+    FT_CHECK(need("peft_type").get<std::string>() == "LORA",
+             cfg_path.string() + ": peft_type is '" + j.at("peft_type").get<std::string>() +
+                 "', expected LORA");
+    a.config.rank = need("r").get<int64_t>();
+    a.config.alpha = need("lora_alpha").get<double>();
+    a.config.dropout = j.value("lora_dropout", 0.0);
+    a.config.use_dora = j.value("use_dora", false);
+    FT_CHECK(!j.value("use_rslora", false),
+             cfg_path.string() + ": use_rslora adapters are not supported");
+    FT_CHECK(!j.value("fan_in_fan_out", false),
+             cfg_path.string() + ": fan_in_fan_out adapters are not supported");
+    for (const char* k : {"rank_pattern", "alpha_pattern"})
+      FT_CHECK(!j.contains(k) || j.at(k).is_null() || j.at(k).empty(),
+               cfg_path.string() + ": " + k + " is not supported");
+    const auto& tm = need("target_modules");
+    FT_CHECK(tm.is_array(), cfg_path.string() + ": target_modules must be a list of module names");
+    set_targets_from_hf(a.config, tm.get<std::vector<std::string>>());
+    if (j.contains("base_model_name_or_path") && j.at("base_model_name_or_path").is_string())
+      a.base_model_name_or_path = j.at("base_model_name_or_path").get<std::string>();
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(cfg_path.string() + ": " + e.what());
+  }
+  FT_CHECK(a.config.rank >= 1, cfg_path.string() + ": r must be >= 1");
+
+  SafetensorsFile st = SafetensorsFile::open(dir / "adapter_model.safetensors");
+  for (const LinearSite& s : lora_sites(model, a.config))
+    for (const std::string& n : adapter_names(s, a.config)) {
+      FT_CHECK(st.has(kPrefix + n), st.path() + ": missing tensor '" + kPrefix + n + "'");
+      Tensor t = st.tensor(kPrefix + n);
+      const Shape want = adapter_shape(n, s, a.config);
+      FT_CHECK(t.shape() == want, st.path() + ": tensor '" + kPrefix + n + "' is " +
+                                      shape_str(t.shape()) + ", expected " + shape_str(want));
+      a.tensors[n] = t.to(DType::F32);
+    }
+  for (const std::string& n : st.names())
+    FT_CHECK(n.rfind(kPrefix, 0) == 0 && a.tensors.count(n.substr(kPrefix.size())),
+             st.path() + ": unexpected tensor '" + printable(n) +
+                 "' (not an adapter of the targeted layers)");
+  return a;
+}
+
+void merge_adapters(TensorMap& params, const ModelConfig& model, const LoraConfig& c) {
+  const double s = c.scale();
+  for (const LinearSite& site : lora_sites(model, c)) {
+    FT_CHECK(!(site.module == "lm_head" && model.tie_word_embeddings),
+             "cannot merge an lm_head adapter into a model with tied embeddings");
+    auto wit = params.find(site.weight);
+    FT_CHECK(wit != params.end(), "merge: base weight '" + site.weight + "' is missing");
+    const Tensor A = params.at(site.module + ".lora_A.weight").to(DType::F64);
+    const Tensor B = params.at(site.module + ".lora_B.weight").to(DType::F64);
+    Tensor W = wit->second.to(DType::F64);
+    const int64_t O = site.out, I = site.in, r = c.rank;
+    double* w = W.data<double>();
+    const double *a = A.data<double>(), *bm = B.data<double>();
+    for (int64_t o = 0; o < O; ++o)
+      for (int64_t k = 0; k < r; ++k) {
+        const double f = s * bm[o * r + k];
+        if (f == 0) continue;
+        for (int64_t i = 0; i < I; ++i) w[o * I + i] += f * a[k * I + i];
+      }
+    if (c.use_dora) {
+      const Tensor m = params.at(site.module + ".lora_magnitude_vector").to(DType::F64);
+      for (int64_t o = 0; o < O; ++o) {
+        double n2 = 0;
+        for (int64_t i = 0; i < I; ++i) n2 += w[o * I + i] * w[o * I + i];
+        const double f = m.data<double>()[o] / std::max(std::sqrt(n2), 1e-30);
+        for (int64_t i = 0; i < I; ++i) w[o * I + i] *= f;
+      }
+      params.erase(site.module + ".lora_magnitude_vector");
+    }
+    wit->second = W.to(wit->second.dtype());
+    params.erase(site.module + ".lora_A.weight");
+    params.erase(site.module + ".lora_B.weight");
+  }
+}
+
+}  // namespace fusetune::peft

@@ -1,0 +1,33 @@
+#pragma once
+// PEFT adapter directories (what `model.save_pretrained` writes for a LoRA/DoRA adapter):
+//   adapter_config.json        peft_type LORA, task_type CAUSAL_LM, r, lora_alpha, lora_dropout,
+//                              target_modules (HF names), use_dora, bias "none",
+//                              base_model_name_or_path
+//   adapter_model.safetensors  "base_model.model." + our names
+// and merging an adapter into its base weights.
+#include <filesystem>
+#include <string>
+
+#include "fusetune/peft/lora.h"
+
+namespace fusetune::peft {
+
+struct Adapter {
+  LoraConfig config;
+  TensorMap tensors;  // our names (model.layers.0.self_attn.q_proj.lora_A.weight ...), F32
+  std::string base_model_name_or_path;
+};
+
+void save_peft_adapter(const std::filesystem::path& dir, const LoraConfig& c,
+                       const TensorMap& params, const std::string& base_model_name_or_path);
+
+// Reads and checks an adapter directory: every targeted layer of `model` must have its A and B
+// (and magnitude with DoRA) with the right shapes; throws fusetune::Error naming file and key.
+Adapter load_peft_adapter(const std::filesystem::path& dir, const ModelConfig& model);
+
+// Merges the adapters of `params` (our names) into the base weights of `params` in place:
+// W += s B A, and with DoRA W = m / ||W + s B A||_row * (W + s B A). Adapter tensors are then
+// removed. A tied head cannot take an lm_head adapter (it would change the embedding).
+void merge_adapters(TensorMap& params, const ModelConfig& model, const LoraConfig& c);
+
+}  // namespace fusetune::peft

@@ -1,0 +1,198 @@
+#include "fusetune/peft/lora.h"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "fusetune/util/error.h"
+
+namespace fusetune::peft {
+namespace {
+
+// torchtune attention names -> Hugging Face module names.
+std::string hf_attn_name(const std::string& m) {
+  if (m == "output_proj") return "o_proj";
+  if (m == "q_proj" || m == "k_proj" || m == "v_proj") return m;
+  throw Error("config key 'model.lora_attn_modules': unknown module '" + m +
+              "' (expected q_proj, k_proj, v_proj, output_proj)");
+}
+
+bool ends_with(const std::string& s, const std::string& t) {
+  return s.size() >= t.size() && s.compare(s.size() - t.size(), t.size(), t) == 0;
+}
+
+// The last component of a module name ("model.layers.0.self_attn.q_proj" -> "q_proj").
+std::string leaf(const std::string& module) {
+  auto p = module.rfind('.');
+  return p == std::string::npos ? module : module.substr(p + 1);
+}
+
+// FNV-1a: a stable per-module salt for the dropout mask.
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+Value dropout_seed(Graph& g) {
+  for (size_t i = 0; i < g.nodes().size(); ++i)
+    if (g.nodes()[i].op == Op::Input && g.nodes()[i].name == kDropoutSeedInput) return {int(i), 0};
+  return g.input(kDropoutSeedInput, {}, DType::I32);
+}
+
+}  // namespace
+
+void LoraConfig::validate() const {
+  FT_CHECK(rank >= 1, "config key 'model.lora_rank' must be >= 1, got " + std::to_string(rank));
+  FT_CHECK(alpha >= 0, "config key 'model.lora_alpha' must be >= 0");
+  FT_CHECK(dropout >= 0 && dropout < 1,
+           "config key 'model.lora_dropout' must be in [0, 1), got " + std::to_string(dropout));
+  for (const auto& m : attn_modules) hf_attn_name(m);
+  FT_CHECK(!(use_dora && quantize_base),
+           "config keys 'model.use_dora' and 'model.quantize_base': DoRA on an NF4 base is not "
+           "supported yet");
+  FT_CHECK(!target_modules(*this).empty(),
+           "config key 'model.lora_attn_modules' is empty and neither apply_lora_to_mlp nor "
+           "apply_lora_to_output is set: "
+           "nothing would be trained");
+}
+
+std::vector<std::string> target_modules(const LoraConfig& c) {
+  std::vector<std::string> out;
+  for (const char* m : {"q_proj", "k_proj", "v_proj", "output_proj"})
+    if (std::find(c.attn_modules.begin(), c.attn_modules.end(), m) != c.attn_modules.end())
+      out.push_back(hf_attn_name(m));
+  if (c.apply_to_mlp)
+    for (const char* m : {"gate_proj", "up_proj", "down_proj"}) out.push_back(m);
+  if (c.apply_to_output) out.push_back("lm_head");
+  return out;
+}
+
+void set_targets_from_hf(LoraConfig& c, const std::vector<std::string>& hf) {
+  auto has = [&](const char* m) { return std::find(hf.begin(), hf.end(), m) != hf.end(); };
+  c.attn_modules.clear();
+  for (const char* m : {"q_proj", "k_proj", "v_proj"})
+    if (has(m)) c.attn_modules.push_back(m);
+  if (has("o_proj")) c.attn_modules.push_back("output_proj");
+  c.apply_to_mlp = has("gate_proj") || has("up_proj") || has("down_proj");
+  FT_CHECK(!c.apply_to_mlp || (has("gate_proj") && has("up_proj") && has("down_proj")),
+           "adapter target_modules name only some of gate_proj, up_proj, down_proj: not supported");
+  c.apply_to_output = has("lm_head");
+  for (const auto& m : hf)
+    FT_CHECK(m == "q_proj" || m == "k_proj" || m == "v_proj" || m == "o_proj" || m == "gate_proj" ||
+                 m == "up_proj" || m == "down_proj" || m == "lm_head",
+             "adapter target module '" + m + "' is not a Llama linear layer");
+}
+
+std::vector<LinearSite> lora_sites(const ModelConfig& m, const LoraConfig& c) {
+  const auto targets = target_modules(c);
+  auto on = [&](const std::string& n) {
+    return std::find(targets.begin(), targets.end(), n) != targets.end();
+  };
+  const int64_t D = m.hidden_size, F = m.intermediate_size, hd = m.head_dim;
+  const int64_t H = m.num_attention_heads, KV = m.num_key_value_heads;
+  std::vector<LinearSite> out;
+  for (int64_t l = 0; l < m.num_hidden_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    auto add = [&](const std::string& sub, int64_t o, int64_t i) {
+      if (on(leaf(sub))) out.push_back({p + sub, o, i, false, p + sub + ".weight"});
+    };
+    add("self_attn.q_proj", H * hd, D);
+    add("self_attn.k_proj", KV * hd, D);
+    add("self_attn.v_proj", KV * hd, D);
+    add("self_attn.o_proj", D, H * hd);
+    add("mlp.gate_proj", F, D);
+    add("mlp.up_proj", F, D);
+    add("mlp.down_proj", D, F);
+  }
+  if (on("lm_head"))
+    out.push_back({"lm_head", m.vocab_size, D, false,
+                   m.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight"});
+  return out;
+}
+
+bool is_adapter_param(const std::string& n) {
+  return n.find(".lora_A.") != std::string::npos || n.find(".lora_B.") != std::string::npos ||
+         ends_with(n, ".lora_magnitude_vector");
+}
+
+void init_adapters(TensorMap& params, const ModelConfig& model, const LoraConfig& c, uint64_t seed,
+                   DType dtype, const NF4Store* nf4) {
+  c.validate();
+  std::mt19937_64 rng(seed ^ 0x10a4a11ce5eedull);
+  auto uniform = [&] { return (double(rng() >> 11) + 0.5) * (1.0 / 9007199254740992.0); };
+  for (const LinearSite& s : lora_sites(model, c)) {
+    Tensor a = Tensor::empty({c.rank, s.in}, DType::F64);
+    const double bound = 1.0 / std::sqrt(double(s.in));
+    for (int64_t i = 0; i < a.numel(); ++i) a.data<double>()[i] = (2 * uniform() - 1) * bound;
+    params[s.module + ".lora_A.weight"] = a.to(dtype);
+    params[s.module + ".lora_B.weight"] = Tensor::zeros({s.out, c.rank}, dtype);
+    if (!c.use_dora) continue;
+    // m = ||W + s B A||_row = ||W||_row since B = 0.
+    Tensor w;
+    if (auto it = params.find(s.weight); it != params.end())
+      w = it->second.to(DType::F64);
+    else if (nf4 && nf4->count(s.weight))
+      w = dequantize_nf4(nf4->at(s.weight), DType::F64);
+    else
+      throw Error("LoRA: the base weight '" + s.weight + "' is missing");
+    Tensor m = Tensor::empty({s.out}, DType::F64);
+    for (int64_t r = 0; r < s.out; ++r) {
+      double acc = 0;
+      for (int64_t j = 0; j < s.in; ++j)
+        acc += w.data<double>()[r * s.in + j] * w.data<double>()[r * s.in + j];
+      m.data<double>()[r] = std::sqrt(acc);
+    }
+    params[s.module + ".lora_magnitude_vector"] = m.to(dtype);
+  }
+}
+
+LlamaOptions lora_llama_options(const LoraConfig& c, std::shared_ptr<const NF4Store> nf4) {
+  c.validate();
+  const auto targets = target_modules(c);
+  LinearFn fn = [c, targets, nf4](Builder& b, Value x, const LinearSite& site) -> Value {
+    Graph& g = b.graph();
+    const bool target =
+        std::find(targets.begin(), targets.end(), leaf(site.module)) != targets.end();
+    // The frozen base.
+    Value w;  // the float base weight, when there is one (DoRA needs it)
+    Value y;
+    if (nf4 && nf4->count(site.weight)) {
+      y = nf4_linear(b, x, nf4->at(site.weight), site.weight);
+    } else {
+      w = g.param(site.weight, {site.out, site.in}, site.trainable);
+      y = b.linear(x, w);
+    }
+    if (!target) return y;
+    const Shape xs = b.shape(x);
+    const int64_t rows = shape_numel(xs) / site.in;
+    Value x2 = b.reshape(x, {rows, site.in});
+    Value y2 = b.reshape(y, {rows, site.out});
+    if (c.dropout > 0) {
+      Attrs at;
+      at.scalar = c.dropout;
+      at.start = int64_t(fnv1a(site.module) >> 1);
+      x2 = g.add1(Op::Dropout, {x2, dropout_seed(g)}, at);
+    }
+    Value A = g.param(site.module + ".lora_A.weight", {c.rank, site.in}, true);
+    Value B = g.param(site.module + ".lora_B.weight", {site.out, c.rank}, true);
+    Value lora = b.matmul(b.matmul(x2, A, false, true), B, false, true);  // [rows, out]
+    Value out = b.add(y2, b.scale(lora, c.scale()));
+    if (c.use_dora) {
+      FT_CHECK(w.valid(), "DoRA needs a float base weight for '" + site.weight + "'");
+      Value merged = b.add(w, b.scale(b.matmul(B, A), c.scale()));  // W + s B A  [out, in]
+      Value inv_norm = g.add1(Op::RowInvNorm, {merged});
+      Value mag = g.param(site.module + ".lora_magnitude_vector", {site.out}, true);
+      out = b.mul(out, b.mul(mag, inv_norm));
+    }
+    Shape os = xs;
+    os.back() = site.out;
+    return b.reshape(out, os);
+  };
+  LlamaOptions o;
+  o.linear = fn;
+  if (c.apply_to_output) o.head = fn;
+  return o;
+}
+
+}  // namespace fusetune::peft

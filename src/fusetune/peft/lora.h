@@ -1,0 +1,61 @@
+#pragma once
+// LoRA and DoRA adapters (PEFT semantics) on the Llama model's linear layers.
+//
+//   LoRA: y = x W^T + s * (dropout(x) A^T) B^T,  s = alpha / r,
+//         A [r, in] ~ U(-1/sqrt(in), 1/sqrt(in)) (PEFT's kaiming_uniform_(a=sqrt(5))), B [out, r] =
+//         0 so the model at step 0 is the base model.
+//   DoRA: y = (m / ||W + s B A||_row) * (x W^T + s * (dropout(x) A^T) B^T), m [out] initialized to
+//         the row norms of W; the norm is detached (no gradient flows through it), as PEFT does.
+//
+// Parameter names are PEFT's without the "base_model.model." prefix:
+//   model.layers.0.self_attn.q_proj.lora_A.weight, ...lora_B.weight, ...lora_magnitude_vector.
+// Base weights stay frozen (not trainable: no gradient, no optimizer state); with
+// quantize_base they are NF4 (peft/nf4_weight.h).
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fusetune/models/llama.h"
+#include "fusetune/peft/nf4_weight.h"
+
+namespace fusetune::peft {
+
+struct LoraConfig {
+  // torchtune's attention module names: q_proj, k_proj, v_proj, output_proj.
+  std::vector<std::string> attn_modules = {"q_proj", "v_proj"};
+  bool apply_to_mlp = false;
+  bool apply_to_output = false;
+  int64_t rank = 8;
+  double alpha = 16;
+  double dropout = 0.0;
+  bool use_dora = false;
+  bool quantize_base = false;
+
+  double scale() const { return alpha / double(rank); }
+  void validate() const;  // throws fusetune::Error naming the key at fault
+};
+
+// Hugging Face module names that get adapters ("q_proj", "o_proj", "gate_proj", "lm_head"...),
+// as PEFT's adapter_config.json lists target_modules.
+std::vector<std::string> target_modules(const LoraConfig& c);
+// The inverse: torchtune-style config from PEFT target_modules (o_proj -> output_proj, ...).
+void set_targets_from_hf(LoraConfig& c, const std::vector<std::string>& hf_modules);
+
+// The linear layers of `model` that carry an adapter (module, out, in, weight name).
+std::vector<LinearSite> lora_sites(const ModelConfig& model, const LoraConfig& c);
+
+bool is_adapter_param(const std::string& name);
+
+// Adds freshly initialized adapter parameters to `params` (which must hold the base weights of
+// the targeted layers, or `nf4` must). Deterministic in `seed`.
+void init_adapters(TensorMap& params, const ModelConfig& model, const LoraConfig& c, uint64_t seed,
+                   DType dtype, const NF4Store* nf4 = nullptr);
+
+// The model hooks: targeted layers get adapters, NF4 base weights (when `nf4` holds the
+// layer's weight) replace the float Param. `dropout_seed` names the [] I32 graph input that
+// seeds lora_dropout (fed per step); it is only created when dropout > 0.
+LlamaOptions lora_llama_options(const LoraConfig& c, std::shared_ptr<const NF4Store> nf4 = nullptr);
+
+inline constexpr const char* kDropoutSeedInput = "lora_dropout_seed";
+
+}  // namespace fusetune::peft

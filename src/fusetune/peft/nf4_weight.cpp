@@ -1,0 +1,84 @@
+#include "fusetune/peft/nf4_weight.h"
+
+#include <cstring>
+
+#include "fusetune/util/error.h"
+
+namespace fusetune::peft {
+
+kernels::NF4View NF4Weight::view() const {
+  return {codes.data<int32_t>(),
+          absmax_codes.data<int32_t>(),
+          reinterpret_cast<const float*>(absmax_scales.data<int32_t>()),
+          offset,
+          shape[0],
+          shape[1]};
+}
+
+NF4Weight quantize_nf4(const Tensor& w) {
+  FT_CHECK(w.rank() == 2, "NF4: expected a matrix, got " + shape_str(w.shape()));
+  FT_CHECK(w.dtype() == DType::F32 || w.dtype() == DType::F64,
+           std::string("NF4: cannot quantize dtype ") + dtype_name(w.dtype()));
+  const kernels::NF4Sizes s = kernels::nf4_sizes(w.numel());
+  NF4Weight q;
+  q.shape = w.shape();
+  q.codes = Tensor::empty({s.code_words}, DType::I32);
+  q.absmax_codes = Tensor::empty({s.absmax_words}, DType::I32);
+  q.absmax_scales = Tensor::empty({s.scales}, DType::I32);
+  float* scales = reinterpret_cast<float*>(q.absmax_scales.data<int32_t>());
+  if (w.dtype() == DType::F32)
+    kernels::nf4_quantize(w.data<float>(), w.numel(), q.codes.data<int32_t>(),
+                          q.absmax_codes.data<int32_t>(), scales, &q.offset);
+  else
+    kernels::nf4_quantize(w.data<double>(), w.numel(), q.codes.data<int32_t>(),
+                          q.absmax_codes.data<int32_t>(), scales, &q.offset);
+  return q;
+}
+
+Tensor dequantize_nf4(const NF4Weight& w, DType dtype) {
+  Tensor out = Tensor::empty(w.shape, dtype);
+  if (dtype == DType::F64)
+    kernels::nf4_dequantize_rows(w.view(), 0, w.shape[0], out.data<double>());
+  else if (dtype == DType::F32)
+    kernels::nf4_dequantize_rows(w.view(), 0, w.shape[0], out.data<float>());
+  else
+    throw Error(std::string("NF4: cannot dequantize to ") + dtype_name(dtype));
+  return out;
+}
+
+std::shared_ptr<NF4Store> quantize_base_weights(TensorMap& params, const ModelConfig& cfg) {
+  auto store = std::make_shared<NF4Store>();
+  static const char* kProj[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+                                "self_attn.o_proj", "mlp.gate_proj",    "mlp.up_proj",
+                                "mlp.down_proj"};
+  for (int64_t l = 0; l < cfg.num_hidden_layers; ++l)
+    for (const char* p : kProj) {
+      const std::string name = "model.layers." + std::to_string(l) + "." + p + ".weight";
+      auto it = params.find(name);
+      FT_CHECK(it != params.end(), "quantize_base: parameter '" + name + "' is missing");
+      (*store)[name] = quantize_nf4(it->second);
+      params.erase(it);  // the fp32 copy is gone: NF4 is the base now
+    }
+  return store;
+}
+
+Value nf4_linear(Builder& b, Value x, const NF4Weight& w, const std::string& name) {
+  Graph& g = b.graph();
+  Shape xs = b.shape(x);
+  const int64_t k = xs.back();
+  FT_CHECK(k == w.shape[1], "NF4 weight '" + name + "' is " + shape_str(w.shape) +
+                                " but its input is " + shape_str(xs));
+  Value x2 = b.reshape(x, {shape_numel(xs) / k, k});
+  Value codes = g.constant(w.codes, name + ".nf4_codes");
+  Value am = g.constant(w.absmax_codes, name + ".nf4_absmax_codes");
+  Value sc = g.constant(w.absmax_scales, name + ".nf4_absmax_scales");
+  Attrs at;
+  at.shape = w.shape;
+  at.scalar = double(w.offset);
+  Value y = g.add1(Op::NF4MatMul, {x2, codes, am, sc}, at, name);
+  Shape out = xs;
+  out.back() = w.shape[0];
+  return b.reshape(y, out);
+}
+
+}  // namespace fusetune::peft

@@ -1,0 +1,45 @@
+#pragma once
+// QLoRA's frozen base weights: a linear weight quantized to NF4 (kernels/cpu/nf4.h has the
+// format). The three parts are I32 tensors so they can be graph Constants: the graph shares
+// their storage, so every step graph built for a new batch shape reads the same bytes. The
+// fp32 weight is dropped once quantized; dequantizing (merge, save) makes a temporary copy.
+#include <map>
+#include <memory>
+#include <string>
+
+#include "fusetune/graph/builder.h"
+#include "fusetune/kernels/cpu/nf4.h"
+#include "fusetune/models/model_config.h"
+#include "fusetune/runtime/executor.h"
+
+namespace fusetune::peft {
+
+struct NF4Weight {
+  Shape shape;           // [out, in]
+  Tensor codes;          // I32 [ceil(numel / 8)]
+  Tensor absmax_codes;   // I32 [ceil(blocks / 4)]
+  Tensor absmax_scales;  // I32 [ceil(blocks / 256)], fp32 bit patterns
+  float offset = 0;
+
+  kernels::NF4View view() const;
+  int64_t nbytes() const {
+    return int64_t(codes.nbytes() + absmax_codes.nbytes() + absmax_scales.nbytes());
+  }
+};
+
+// `w` is a float matrix (F32 or F64).
+NF4Weight quantize_nf4(const Tensor& w);
+Tensor dequantize_nf4(const NF4Weight& w, DType dtype);
+
+// Quantized weights by parameter name ("model.layers.0.self_attn.q_proj.weight").
+using NF4Store = std::map<std::string, NF4Weight>;
+
+// Quantizes every decoder-layer projection (q/k/v/o, gate/up/down) of `params` and removes the
+// float weights from it. The embedding, norms, biases and lm_head stay as they are (as in
+// torchtune's QLoRA models).
+std::shared_ptr<NF4Store> quantize_base_weights(TensorMap& params, const ModelConfig& cfg);
+
+// x [..., in] -> x W^T [..., out] with W dequantized tile by tile inside the GEMM.
+Value nf4_linear(Builder& b, Value x, const NF4Weight& w, const std::string& name);
+
+}  // namespace fusetune::peft
