@@ -1,11 +1,6 @@
-#include <chrono>
-
 #include "fusetune/runtime/eager_executor.h"
 
-#include <climits>
-
-#include "fusetune/runtime/node_kernels.h"
-#include "fusetune/runtime/op_profile.h"
+#include "fusetune/runtime/run_nodes.h"
 #include "fusetune/util/error.h"
 
 namespace fusetune {
@@ -22,56 +17,11 @@ const Tensor& bind_leaf(const Node& n, const TensorMap& inputs, const TensorMap&
   return t;
 }
 
-EagerExecutor::EagerExecutor(const Graph& g) : g_(g), last_use_(g.nodes().size(), -1) {
-  for (size_t i = 0; i < g.nodes().size(); ++i)
-    for (const Value& v : g.nodes()[i].inputs) last_use_[v.node] = int(i);
-  for (const auto& [name, v] : g.outputs()) last_use_[v.node] = INT_MAX;
-}
+EagerExecutor::EagerExecutor(const Graph& g) : g_(g), release_at_(release_points(g_)) {}
 
 std::vector<Tensor> EagerExecutor::run(const TensorMap& inputs, const TensorMap& params) {
-  const auto& nodes = g_.nodes();
-  std::vector<std::vector<Tensor>> values(nodes.size());
-  std::vector<Tensor> in;
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    const Node& n = nodes[i];
-    if (last_use_[i] < 0 && n.op != Op::Param && n.op != Op::Input) continue;  // dead code
-    switch (n.op) {
-      case Op::Input:
-      case Op::Param:
-        values[i] = {bind_leaf(n, inputs, params)};
-        break;
-      case Op::Constant:
-        values[i] = {n.constant};
-        break;
-      default: {
-        in.clear();
-        for (const Value& v : n.inputs) in.push_back(values[v.node][v.index]);
-        std::vector<Tensor> out;
-        if (is_view_op(n.op)) {
-          out.push_back(in[0].reshape(n.outputs[0].shape));
-        } else {
-          for (const auto& t : n.outputs) out.push_back(Tensor::empty(t.shape, t.dtype));
-          if (op_profile::enabled()) {
-            const auto t0 = std::chrono::steady_clock::now();
-            run_node_kernel(g_, n, in, out);
-            double bytes = 0;
-            for (const auto& t : out) bytes += double(t.nbytes());
-            op_profile::add(n.op, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), bytes);
-          } else {
-            run_node_kernel(g_, n, in, out);
-          }
-        }
-        values[i] = std::move(out);
-        in.clear();
-      }
-    }
-    // Release every value whose last reader was this node.
-    for (const Value& v : n.inputs)
-      if (last_use_[v.node] == int(i)) values[v.node].clear();
-  }
-  std::vector<Tensor> result;
-  for (const auto& [name, v] : g_.outputs()) result.push_back(values[v.node][v.index]);
-  return result;
+  return run_nodes(g_, release_at_, inputs, params,
+                   [](size_t, size_t, const TensorType& t) { return Tensor::empty(t.shape, t.dtype); });
 }
 
 }  // namespace fusetune

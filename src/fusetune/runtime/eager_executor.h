@@ -21,7 +21,7 @@ class EagerExecutor : public Executor {
 
  private:
   Graph g_;  // a copy: cheap (constants share storage) and the executor cannot dangle
-  std::vector<int> last_use_;  // per node: index of the last node reading it (or INT_MAX if an output)
+  std::vector<int> release_at_;  // see release_points()
 };
 
 // Looks up a bound tensor and checks shape and dtype against the graph, naming it on mismatch.

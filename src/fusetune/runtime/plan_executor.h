@@ -17,8 +17,7 @@ class PlanExecutor : public Executor {
  private:
   Graph g_;
   MemoryPlan plan_;
-  std::vector<int> last_use_;     // including reads through views (keeps arena slots valid)
-  std::vector<int> direct_last_;  // last direct reader: when to drop our reference
+  std::vector<int> release_at_;  // see release_points()
   Tensor arena_;
 };
 

@@ -1,0 +1,22 @@
+#pragma once
+// The node loop both executors share: nodes in graph order, leaves bound by name, views
+// aliasing their input, one kernel per other node, each value dropped after its last direct
+// reader (graph outputs are kept and returned). Only where outputs live differs: the caller's
+// `allocate` decides (a fresh allocation in eager, an arena slot in a compiled plan).
+#include <functional>
+#include <vector>
+
+#include "fusetune/graph/graph.h"
+#include "fusetune/runtime/executor.h"
+
+namespace fusetune {
+
+// Per node, the index of its last direct reader; INT_MAX for graph outputs; -1 when unread.
+std::vector<int> release_points(const Graph& g);
+
+using AllocateOutput = std::function<Tensor(size_t node, size_t output, const TensorType& type)>;
+
+std::vector<Tensor> run_nodes(const Graph& g, const std::vector<int>& release_at, const TensorMap& inputs,
+                              const TensorMap& params, const AllocateOutput& allocate);
+
+}  // namespace fusetune
