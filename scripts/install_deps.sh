@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Installs every Debian package fusetune needs to build, test and benchmark.
 # Idempotent: does nothing when all packages are already present.
+#   --with-reference  also makes sure Node.js and npm exist (the independent tokenizer
+#                     implementation the conformance tests compare against; tests skip
+#                     without it, so a failure here only warns).
 set -euo pipefail
 pkgs=(
   cmake ninja-build g++ clang pkg-config   # build
@@ -12,7 +15,6 @@ pkgs=(
   libicu-dev                               # Unicode normalization (NFC...) for tokenizer.json normalizers
   libgtest-dev googletest                  # unit tests
   libbenchmark-dev                         # micro-benchmarks
-  nodejs npm                               # reference tokenizer for conformance tests
 )
 missing=()
 for p in "${pkgs[@]}"; do
@@ -23,4 +25,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "installing: ${missing[*]}" >&2
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# Node.js + npm: checked by command, not package, since a machine may carry Node from
+# elsewhere (with npm bundled), where Debian's npm package would conflict.
+if [ "${1:-}" = "--with-reference" ] && ! { command -v node && command -v npm; } >/dev/null 2>&1; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null ||
+    echo "warning: could not install nodejs/npm; tokenizer conformance tests will skip" >&2
 fi

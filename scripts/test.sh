@@ -4,7 +4,7 @@
 # Then the unit tests again under ASan+UBSan (preset asan). FUSETUNE_TEST_PRESETS=release skips that.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install_deps.sh
+scripts/install_deps.sh --with-reference
 scripts/prepare_reference_tokenizer.sh || echo "note: reference tokenizer unavailable; its conformance tests will skip" >&2
 for preset in ${FUSETUNE_TEST_PRESETS:-release asan}; do
   scripts/build.sh "$preset"
