@@ -20,7 +20,6 @@ struct CompiledStep {
   std::vector<std::string> report;  // one line per pass, then the memory plan
   double compile_seconds = 0.0;
   int64_t arena_bytes = 0;
-  int64_t kernels = 0;  // nodes that launch a kernel
 };
 
 // Runs the passes for `opts.mode` on a copy of `g` and returns an executor for the result.
