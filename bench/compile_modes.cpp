@@ -30,40 +30,61 @@ int main(int argc, char** argv) try {
       FT_CHECK(i + 1 < argc, "missing value after " + a);
       return argv[++i];
     };
-    if (a == "--shape") shape_name = next();
-    else if (a == "--steps") steps = std::stoi(next());
-    else if (a == "--modes") modes_arg = next();
-    else if (a == "--config") config_path = next();
-    else if (a == "--batch") batch = std::stoll(next());
-    else if (a == "--seq") seq = std::stoll(next());
-    else if (a == "--threads") omp_set_num_threads(std::stoi(next()));
-    else if (a == "--ce-budget-mb") ce_budget = std::stoll(next()) << 20;
-    else throw Error("unknown argument '" + a + "' (use --shape, --steps, --modes, --config, --batch, --seq, --threads, --ce-budget-mb)");
+    if (a == "--shape")
+      shape_name = next();
+    else if (a == "--steps")
+      steps = std::stoi(next());
+    else if (a == "--modes")
+      modes_arg = next();
+    else if (a == "--config")
+      config_path = next();
+    else if (a == "--batch")
+      batch = std::stoll(next());
+    else if (a == "--seq")
+      seq = std::stoll(next());
+    else if (a == "--threads")
+      omp_set_num_threads(std::stoi(next()));
+    else if (a == "--ce-budget-mb")
+      ce_budget = std::stoll(next()) << 20;
+    else
+      throw Error(
+          "unknown argument '" + a +
+          "' (use --shape, --steps, --modes, --config, --batch, --seq, --threads, --ce-budget-mb)");
   }
   FT_CHECK(steps >= 2, "--steps must be >= 2 (the first step is not timed)");
-  BenchShape shape = config_path.empty() ? find_shape(shape_name) : BenchShape{config_path, load_model_config(config_path), batch, seq};
+  BenchShape shape = config_path.empty()
+                         ? find_shape(shape_name)
+                         : BenchShape{config_path, load_model_config(config_path), batch, seq};
 
   const double peak = kernels::measure_peak_gemm_gflops(1024);
-  const double fpt = training_flops_per_token(shape.config, shape.seq, [](const std::string&) { return true; });
-  std::printf("shape %s: vocab %lld, dim %lld, layers %lld, heads %lld/%lld kv, ffn %lld, batch %lld x %lld; %d threads\n",
-              shape.name.c_str(), (long long)shape.config.vocab_size, (long long)shape.config.hidden_size,
-              (long long)shape.config.num_hidden_layers, (long long)shape.config.num_attention_heads,
-              (long long)shape.config.num_key_value_heads, (long long)shape.config.intermediate_size,
-              (long long)shape.batch, (long long)shape.seq, omp_get_max_threads());
-  std::printf("measured BLAS sgemm peak: %.1f GFLOP/s; training FLOPs per token: %.3g\n\n", peak, fpt);
+  const double fpt =
+      training_flops_per_token(shape.config, shape.seq, [](const std::string&) { return true; });
+  std::printf(
+      "shape %s: vocab %lld, dim %lld, layers %lld, heads %lld/%lld kv, ffn %lld, batch %lld x "
+      "%lld; %d threads\n",
+      shape.name.c_str(), (long long)shape.config.vocab_size, (long long)shape.config.hidden_size,
+      (long long)shape.config.num_hidden_layers, (long long)shape.config.num_attention_heads,
+      (long long)shape.config.num_key_value_heads, (long long)shape.config.intermediate_size,
+      (long long)shape.batch, (long long)shape.seq, omp_get_max_threads());
+  std::printf("measured BLAS sgemm peak: %.1f GFLOP/s; training FLOPs per token: %.3g\n\n", peak,
+              fpt);
 
   std::vector<RunResult> results;
   for (const std::string& m : split(modes_arg, ',')) {
     op_profile::reset();
     results.push_back(run_mode(shape, parse_compile_mode(m), steps, fpt, ce_budget));
-    if (op_profile::enabled()) std::printf("profile of compile=%s (%d steps):\n%s\n", m.c_str(), steps, op_profile::report().c_str());
+    if (op_profile::enabled())
+      std::printf("profile of compile=%s (%d steps):\n%s\n", m.c_str(), steps,
+                  op_profile::report().c_str());
     std::fflush(stdout);
   }
   const double eager_tps = results.front().tokens_per_s;
-  std::printf("%-8s %12s %9s %10s %10s %7s\n", "compile", "tokens/s", "vs first", "peak GiB", "compile s", "MFU");
+  std::printf("%-8s %12s %9s %10s %10s %7s\n", "compile", "tokens/s", "vs first", "peak GiB",
+              "compile s", "MFU");
   for (const RunResult& r : results)
-    std::printf("%-8s %12.1f %8.2fx %10.3f %10.3f %6.1f%%\n", r.mode.c_str(), r.tokens_per_s, r.tokens_per_s / eager_tps,
-                double(r.peak_bytes) / (1 << 30), r.compile_s, 100.0 * fpt * r.tokens_per_s / (peak * 1e9));
+    std::printf("%-8s %12.1f %8.2fx %10.3f %10.3f %6.1f%%\n", r.mode.c_str(), r.tokens_per_s,
+                r.tokens_per_s / eager_tps, double(r.peak_bytes) / (1 << 30), r.compile_s,
+                100.0 * fpt * r.tokens_per_s / (peak * 1e9));
   std::printf("\nloss per step:\n");
   double max_diff = 0;
   for (int s = 0; s < steps; ++s) {
@@ -82,8 +103,11 @@ int main(int argc, char** argv) try {
   j["blas_gflops"] = peak;
   j["max_rel_loss_diff"] = max_diff;
   for (const RunResult& r : results)
-    j["modes"][r.mode] = {{"tokens_per_s", r.tokens_per_s}, {"peak_bytes", r.peak_bytes}, {"compile_s", r.compile_s},
-                          {"losses", r.losses}, {"mfu", fpt * r.tokens_per_s / (peak * 1e9)}};
+    j["modes"][r.mode] = {{"tokens_per_s", r.tokens_per_s},
+                          {"peak_bytes", r.peak_bytes},
+                          {"compile_s", r.compile_s},
+                          {"losses", r.losses},
+                          {"mfu", fpt * r.tokens_per_s / (peak * 1e9)}};
   std::printf("%s\n", j.dump().c_str());
   return 0;
 } catch (const std::exception& e) {

@@ -28,8 +28,8 @@ struct BenchShape {
   int64_t batch, seq;
 };
 
-inline ModelConfig llama_shape(int64_t vocab, int64_t dim, int64_t layers, int64_t heads, int64_t kv, int64_t ffn,
-                               bool tied) {
+inline ModelConfig llama_shape(int64_t vocab, int64_t dim, int64_t layers, int64_t heads,
+                               int64_t kv, int64_t ffn, bool tied) {
   ModelConfig c;
   c.vocab_size = vocab;
   c.hidden_size = dim;
@@ -79,7 +79,8 @@ inline Batch synthetic_batch(const BenchShape& s, uint64_t seed) {
   b.batch_size = s.batch;
   b.seq_len = s.seq;
   std::mt19937_64 rng(seed);
-  for (int64_t i = 0; i < s.batch * s.seq; ++i) b.tokens.push_back(int32_t(rng() % uint64_t(s.config.vocab_size)));
+  for (int64_t i = 0; i < s.batch * s.seq; ++i)
+    b.tokens.push_back(int32_t(rng() % uint64_t(s.config.vocab_size)));
   for (int64_t r = 0; r < s.batch; ++r)
     for (int64_t t = 0; t < s.seq; ++t) {
       b.positions.push_back(int32_t(t));
@@ -96,7 +97,8 @@ inline Tensor ids(const std::vector<int32_t>& v, int64_t B, int64_t T) {
 
 // Runs `steps` optimizer steps of `shape` in `mode` from the same init and data as every other
 // mode (seeded), returning per-step losses and times.
-inline RunResult run_mode(const BenchShape& shape, CompileMode mode, int steps, double flops_per_token,
+inline RunResult run_mode(const BenchShape& shape, CompileMode mode, int steps,
+                          double flops_per_token,
                           int64_t ce_budget_bytes = PassOptions{}.ce_chunk_budget_bytes) {
   RunResult r;
   r.mode = compile_mode_name(mode);
@@ -130,12 +132,14 @@ inline RunResult run_mode(const BenchShape& shape, CompileMode mode, int steps, 
       for (size_t i = 0; i < tg.trainable_params.size(); ++i)
         refs.push_back({tg.trainable_params[i], &params[tg.trainable_params[i]], &out[1 + i]});
       opt.step(refs, 1e-4);
-      r.step_s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - ts).count());
+      r.step_s.push_back(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - ts).count());
       r.losses.push_back(out[0].data<float>()[0]);
     }
     r.peak_bytes = memory::peak_bytes() - base;
   }
-  std::vector<double> tail(r.step_s.begin() + std::min<size_t>(1, r.step_s.size() - 1), r.step_s.end());
+  std::vector<double> tail(r.step_s.begin() + std::min<size_t>(1, r.step_s.size() - 1),
+                           r.step_s.end());
   std::sort(tail.begin(), tail.end());
   const double median = tail[tail.size() / 2];
   r.tokens_per_s = double(shape.batch * shape.seq) / median;

@@ -48,7 +48,8 @@ inline double check_gradients(Graph& g, Value loss, TensorMap params, const Tens
       double a = analytic.data<double>()[i];
       double err = std::abs(a - numeric) / std::max(1.0, std::abs(numeric));
       worst = std::max(worst, err);
-      EXPECT_LT(err, tol) << "param " << name << " element " << i << ": analytic " << a << " numeric " << numeric;
+      EXPECT_LT(err, tol) << "param " << name << " element " << i << ": analytic " << a
+                          << " numeric " << numeric;
     }
   }
   return worst;

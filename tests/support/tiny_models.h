@@ -39,7 +39,8 @@ inline Batch random_batch(int64_t B, int64_t T, int64_t V, uint64_t seed, bool p
       b.positions.push_back(int32_t(second ? t - split : t));
       if (packed) b.doc_ids.push_back(second ? 1 : 0);
       const bool doc_end = t == T - 1 || (packed && t == split - 1);
-      b.labels.push_back(doc_end || rng() % 5 == 0 ? kIgnoreIndex : b.tokens[size_t(r * T + t + 1)]);
+      b.labels.push_back(doc_end || rng() % 5 == 0 ? kIgnoreIndex
+                                                   : b.tokens[size_t(r * T + t + 1)]);
     }
   return b;
 }
@@ -52,8 +53,10 @@ inline Tensor ids_tensor(const std::vector<int32_t>& v, Shape s) {
 
 inline Tensor scalar_tensor(double x, DType dt) {
   Tensor t = Tensor::empty({}, dt);
-  if (dt == DType::F64) t.data<double>()[0] = x;
-  else t.data<float>()[0] = float(x);
+  if (dt == DType::F64)
+    t.data<double>()[0] = x;
+  else
+    t.data<float>()[0] = float(x);
   return t;
 }
 

@@ -28,7 +28,8 @@ TEST(MemoryEstimate, PredictedPeakMatchesMeasuredInEveryMode) {
     Graph run = run_passes(tg.graph, po, nullptr);
     MemoryPlan plan;
     if (mode != CompileMode::None) plan = plan_memory(run, mode == CompileMode::Model ? 1 : -1);
-    const MemoryBreakdown predicted = estimate_step_memory(run, mode == CompileMode::None ? nullptr : &plan, 2.0);
+    const MemoryBreakdown predicted =
+        estimate_step_memory(run, mode == CompileMode::None ? nullptr : &plan, 2.0);
 
     const int64_t base = memory::current_bytes();
     int64_t measured = 0;
@@ -49,8 +50,8 @@ TEST(MemoryEstimate, PredictedPeakMatchesMeasuredInEveryMode) {
       }
     }
     const double ratio = double(predicted.total()) / double(measured);
-    EXPECT_NEAR(ratio, 1.0, 0.10) << "compile " << compile_mode_name(mode) << ": predicted " << predicted.total()
-                                  << " measured " << measured;
+    EXPECT_NEAR(ratio, 1.0, 0.10) << "compile " << compile_mode_name(mode) << ": predicted "
+                                  << predicted.total() << " measured " << measured;
   }
 }
 
@@ -73,13 +74,15 @@ TEST(MemoryPlan, LiveBuffersNeverOverlap) {
   for (size_t i = 0; i < g.nodes().size(); ++i)
     for (size_t k = 0; k < g.nodes()[i].outputs.size(); ++k)
       if (plan.offsets[i][k] >= 0)
-        bufs.push_back({int(i), last[i], plan.offsets[i][k], plan.offsets[i][k] + int64_t(g.nodes()[i].outputs[k].nbytes())});
+        bufs.push_back({int(i), last[i], plan.offsets[i][k],
+                        plan.offsets[i][k] + int64_t(g.nodes()[i].outputs[k].nbytes())});
   ASSERT_GT(bufs.size(), 20u);
   for (size_t a = 0; a < bufs.size(); ++a)
     for (size_t b = a + 1; b < bufs.size(); ++b) {
       const bool live_together = bufs[a].begin <= bufs[b].end && bufs[b].begin <= bufs[a].end;
       const bool share_bytes = bufs[a].lo < bufs[b].hi && bufs[b].lo < bufs[a].hi;
-      EXPECT_FALSE(live_together && share_bytes) << "buffers of nodes " << bufs[a].begin << " and " << bufs[b].begin;
+      EXPECT_FALSE(live_together && share_bytes)
+          << "buffers of nodes " << bufs[a].begin << " and " << bufs[b].begin;
     }
   EXPECT_LT(plan.arena_bytes, plan.placed_bytes);  // reuse happened
 }

@@ -28,7 +28,8 @@ struct Family {
 
 std::vector<std::pair<std::string, Shape>> hf_tensor_names(const Family& f) {
   // D 16, 4 heads of 4, 2 kv heads, ffn 24, vocab 32, 2 layers.
-  std::vector<std::pair<std::string, Shape>> t = {{"model.embed_tokens.weight", {32, 16}}, {"model.norm.weight", {16}}};
+  std::vector<std::pair<std::string, Shape>> t = {{"model.embed_tokens.weight", {32, 16}},
+                                                  {"model.norm.weight", {16}}};
   for (int i = 0; i < 2; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
     t.push_back({p + "input_layernorm.weight", {16}});
@@ -51,9 +52,10 @@ std::vector<std::pair<std::string, Shape>> hf_tensor_names(const Family& f) {
 }
 
 json base_config(const char* type) {
-  return {{"model_type", type}, {"hidden_size", 16}, {"intermediate_size", 24}, {"num_hidden_layers", 2},
-          {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"vocab_size", 32}, {"rms_norm_eps", 1e-5},
-          {"max_position_embeddings", 64}, {"hidden_act", "silu"}, {"torch_dtype", "bfloat16"}};
+  return {{"model_type", type},     {"hidden_size", 16},        {"intermediate_size", 24},
+          {"num_hidden_layers", 2}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
+          {"vocab_size", 32},       {"rms_norm_eps", 1e-5},     {"max_position_embeddings", 64},
+          {"hidden_act", "silu"},   {"torch_dtype", "bfloat16"}};
 }
 
 std::vector<Family> families() {
@@ -63,8 +65,11 @@ std::vector<Family> families() {
   llama3["head_dim"] = 4;
   llama3["tie_word_embeddings"] = true;
   llama3["attention_bias"] = false;
-  llama3["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 32.0}, {"low_freq_factor", 1.0},
-                            {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8}};
+  llama3["rope_scaling"] = {{"rope_type", "llama3"},
+                            {"factor", 32.0},
+                            {"low_freq_factor", 1.0},
+                            {"high_freq_factor", 4.0},
+                            {"original_max_position_embeddings", 8}};
   llama3["eos_token_id"] = {1, 2};
   json llama2 = base_config("llama");
   llama2["architectures"] = {"LlamaForCausalLM"};
@@ -78,7 +83,9 @@ std::vector<Family> families() {
   qwen2["tie_word_embeddings"] = true;
   qwen2["use_sliding_window"] = false;
   qwen2["sliding_window"] = 32768;
-  return {{"llama3.2", llama3, false, true}, {"llama2", llama2, false, false}, {"mistral", mistral, false, false},
+  return {{"llama3.2", llama3, false, true},
+          {"llama2", llama2, false, false},
+          {"mistral", mistral, false, false},
           {"qwen2", qwen2, true, true}};
 }
 
@@ -94,7 +101,8 @@ TEST(ModelFamilies, EachLoadsFromItsHfLayoutAndRuns) {
     std::normal_distribution<float> normal(0.f, 0.3f);
     for (const auto& [name, shape] : hf_tensor_names(f)) {
       Tensor t = Tensor::empty(shape, DType::F32);
-      for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = normal(rng) + (name.find("norm") != std::string::npos ? 1.f : 0.f);
+      for (int64_t i = 0; i < t.numel(); ++i)
+        t.data<float>()[i] = normal(rng) + (name.find("norm") != std::string::npos ? 1.f : 0.f);
       tensors.push_back({name, t.to(DType::BF16)});
     }
     save_safetensors(dir / "model.safetensors", tensors, {{"format", "pt"}});
@@ -104,7 +112,8 @@ TEST(ModelFamilies, EachLoadsFromItsHfLayoutAndRuns) {
     Graph g = build_logits_graph(ck.config, 1, 5, DType::F32);
     TensorMap params;
     for (const ParamInfo& p : graph_parameters(g)) {
-      ASSERT_TRUE(ck.tensors.count(p.name)) << "the model wants " << p.name << ", which the file lacks";
+      ASSERT_TRUE(ck.tensors.count(p.name))
+          << "the model wants " << p.name << ", which the file lacks";
       params[p.name] = ck.tensors.at(p.name);
     }
     EXPECT_EQ(graph_parameters(g).size(), tensors.size()) << "every tensor of the file is used";

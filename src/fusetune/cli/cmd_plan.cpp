@@ -25,7 +25,8 @@ const char* const kPlanHelp =
 int cmd_plan(const std::vector<std::string>& argv) {
   Args a = parse_args(argv, {{"config"}, {}, true});
   FT_CHECK(a.positional.size() == 1, "usage: fusetune plan RECIPE --config CONFIG [key=value ...]");
-  Config cfg = prepare_recipe_config(a.positional[0], a, "fusetune plan RECIPE --config CONFIG [key=value ...]");
+  Config cfg = prepare_recipe_config(a.positional[0], a,
+                                     "fusetune plan RECIPE --config CONFIG [key=value ...]");
   const ModelConfig model = model_architecture(cfg);
   const int64_t T = configured_max_seq_len(cfg);
   FT_CHECK(T > 0, "plan needs a sequence length: set dataset.max_seq_len or tokenizer.max_seq_len");
@@ -34,9 +35,10 @@ int cmd_plan(const std::vector<std::string>& argv) {
   o.seq_len = T;
   o.packed = cfg.boolean("dataset.packed", false);
   TrainingGraph tg = build_training_graph(model, o);
-  std::printf("recipe %s: %s model, %lld layers, vocab %lld; step of %lld x %lld tokens%s\n\n", a.positional[0].c_str(),
-              model.model_type.c_str(), (long long)model.num_hidden_layers, (long long)model.vocab_size,
-              (long long)o.batch_size, (long long)T, o.packed ? " (packed)" : "");
+  std::printf("recipe %s: %s model, %lld layers, vocab %lld; step of %lld x %lld tokens%s\n\n",
+              a.positional[0].c_str(), model.model_type.c_str(), (long long)model.num_hidden_layers,
+              (long long)model.vocab_size, (long long)o.batch_size, (long long)T,
+              o.packed ? " (packed)" : "");
   std::vector<ModePlan> plans;
   for (CompileMode mode : {CompileMode::None, CompileMode::Model, CompileMode::Full}) {
     PassOptions po;
@@ -47,9 +49,10 @@ int cmd_plan(const std::vector<std::string>& argv) {
   }
   std::printf("%-8s %9s %14s\n", "compile", "kernels", "peak");
   for (const ModePlan& p : plans)
-    std::printf("%-8s %9lld %14s%s\n", compile_mode_name(p.mode), (long long)(p.kernels[0] + p.kernels[1]),
-                format_bytes(double(p.memory.total())).c_str(),
-                p.mode == parse_compile_mode(cfg.str("compile", "false")) ? "   <- this config" : "");
+    std::printf(
+        "%-8s %9lld %14s%s\n", compile_mode_name(p.mode), (long long)(p.kernels[0] + p.kernels[1]),
+        format_bytes(double(p.memory.total())).c_str(),
+        p.mode == parse_compile_mode(cfg.str("compile", "false")) ? "   <- this config" : "");
   return 0;
 }
 

@@ -10,7 +10,9 @@ namespace fusetune::passes::activation_checkpointing {
 
 std::string run(Graph& g, const PassOptions& opts) {
   if (!opts.activation_checkpointing) return "activation_checkpointing: off";
-  auto is_leaf = [](const Node& n) { return n.op == Op::Input || n.op == Op::Param || n.op == Op::Constant; };
+  auto is_leaf = [](const Node& n) {
+    return n.op == Op::Input || n.op == Op::Param || n.op == Op::Constant;
+  };
   std::map<int, std::vector<int>> forward;  // layer -> its forward (non-leaf) nodes, in order
   for (int i = 0; i < int(g.nodes().size()); ++i) {
     const Node& n = g.nodes()[i];
@@ -30,7 +32,8 @@ std::string run(Graph& g, const PassOptions& opts) {
     for (int i = 0; i < int(g.nodes().size()); ++i) {
       const Node& n = g.nodes()[i];
       if (!n.backward) continue;
-      if (std::any_of(n.inputs.begin(), n.inputs.end(), [&](const Value& v) { return inside.count(v.node) > 0; })) {
+      if (std::any_of(n.inputs.begin(), n.inputs.end(),
+                      [&](const Value& v) { return inside.count(v.node) > 0; })) {
         first_reader = i;
         break;
       }
@@ -63,8 +66,8 @@ std::string run(Graph& g, const PassOptions& opts) {
     recomputed += int(nodes.size());
   }
   compact(g, keys);
-  return "activation_checkpointing: " + std::to_string(layers) + " layers, " + std::to_string(recomputed) +
-         " forward nodes recomputed in the backward";
+  return "activation_checkpointing: " + std::to_string(layers) + " layers, " +
+         std::to_string(recomputed) + " forward nodes recomputed in the backward";
 }
 
 }  // namespace fusetune::passes::activation_checkpointing

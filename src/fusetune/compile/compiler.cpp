@@ -24,9 +24,12 @@ CompileMode parse_compile_mode(const std::string& v) {
 
 const char* compile_mode_name(CompileMode m) {
   switch (m) {
-    case CompileMode::None: return "false";
-    case CompileMode::Model: return "model";
-    case CompileMode::Full: return "true";
+    case CompileMode::None:
+      return "false";
+    case CompileMode::Model:
+      return "model";
+    case CompileMode::Full:
+      return "true";
   }
   return "?";
 }
@@ -49,7 +52,8 @@ CompiledStep compile_graph(const Graph& g, const PassOptions& opts) {
   auto t0 = std::chrono::steady_clock::now();
   CompiledStep step;
   if (opts.mode == CompileMode::None) {
-    step.executor = std::make_unique<EagerExecutor>(opts.activation_checkpointing ? run_passes(g, opts, &step.report) : g);
+    step.executor = std::make_unique<EagerExecutor>(
+        opts.activation_checkpointing ? run_passes(g, opts, &step.report) : g);
   } else {
     Graph compiled = run_passes(g, opts, &step.report);
     MemoryPlan plan = plan_memory(compiled, opts.mode == CompileMode::Model ? 1 : -1);
@@ -59,7 +63,8 @@ CompiledStep compile_graph(const Graph& g, const PassOptions& opts) {
                           format_gib(double(plan.arena_bytes)) + " GiB arena");
     step.executor = std::make_unique<PlanExecutor>(std::move(compiled), std::move(plan));
   }
-  step.compile_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  step.compile_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return step;
 }
 

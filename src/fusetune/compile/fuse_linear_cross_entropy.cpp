@@ -27,7 +27,8 @@ bool is_graph_output(const Graph& g, int node) {
   return false;
 }
 
-std::optional<Match> match_at(const Graph& g, const std::vector<std::vector<int>>& readers, int nll) {
+std::optional<Match> match_at(const Graph& g, const std::vector<std::vector<int>>& readers,
+                              int nll) {
   const auto& N = g.nodes();
   const Node& nn = N[nll];
   if (nn.op != Op::Nll) return std::nullopt;
@@ -38,14 +39,17 @@ std::optional<Match> match_at(const Graph& g, const std::vector<std::vector<int>
   if (ls.op != Op::LogSoftmax) return std::nullopt;
   m.matmul = ls.inputs[0].node;
   const Node& mm = N[m.matmul];
-  if (mm.op != Op::MatMul || mm.attrs.trans_a || !mm.attrs.trans_b || mm.outputs[0].shape.size() != 2) return std::nullopt;
+  if (mm.op != Op::MatMul || mm.attrs.trans_a || !mm.attrs.trans_b ||
+      mm.outputs[0].shape.size() != 2)
+    return std::nullopt;
   // The logits feed only the log_softmax, and are not a graph output.
   if (readers[m.matmul].size() != 1 || is_graph_output(g, m.matmul)) return std::nullopt;
   // The nll feeds exactly one Mul by a scalar: the loss.
   if (readers[nll].size() != 1 || is_graph_output(g, nll)) return std::nullopt;
   m.loss = readers[nll][0];
   const Node& ln = N[m.loss];
-  if (ln.op != Op::Mul || !(ln.inputs[0] == Value{nll, 0}) || !g.shape(ln.inputs[1]).empty()) return std::nullopt;
+  if (ln.op != Op::Mul || !(ln.inputs[0] == Value{nll, 0}) || !g.shape(ln.inputs[1]).empty())
+    return std::nullopt;
   const Value scale = ln.inputs[1];
   // Backward: log_softmax's other reader is its VJP, fed by NllBackward(Mul(seed 1, scale)).
   int lsb = -1;
@@ -60,16 +64,22 @@ std::optional<Match> match_at(const Graph& g, const std::vector<std::vector<int>
   const Node& dl = N[nb.inputs[0].node];
   if (dl.op != Op::Mul || !(dl.inputs[1] == scale)) return std::nullopt;
   const Node& seed = N[dl.inputs[0].node];
-  if (seed.op != Op::Fill || seed.attrs.scalar != 1.0 || !seed.outputs[0].shape.empty()) return std::nullopt;
+  if (seed.op != Op::Fill || seed.attrs.scalar != 1.0 || !seed.outputs[0].shape.empty())
+    return std::nullopt;
   // The loss's own gradient must be that seed: the loss is the graph's differentiated output.
   if (!is_graph_output(g, m.loss)) return std::nullopt;
   if (readers[N[lsb].inputs[1].node].size() != 1) return std::nullopt;
   for (int r : readers[lsb]) {
     const Node& bm = N[r];
     if (bm.op != Op::MatMul) return std::nullopt;
-    if (!bm.attrs.trans_a && !bm.attrs.trans_b && bm.inputs[0] == Value{lsb, 0} && bm.inputs[1] == mm.inputs[1]) m.dh = r;
-    else if (bm.attrs.trans_a && !bm.attrs.trans_b && bm.inputs[0] == Value{lsb, 0} && bm.inputs[1] == mm.inputs[0]) m.dw = r;
-    else return std::nullopt;
+    if (!bm.attrs.trans_a && !bm.attrs.trans_b && bm.inputs[0] == Value{lsb, 0} &&
+        bm.inputs[1] == mm.inputs[1])
+      m.dh = r;
+    else if (bm.attrs.trans_a && !bm.attrs.trans_b && bm.inputs[0] == Value{lsb, 0} &&
+             bm.inputs[1] == mm.inputs[0])
+      m.dw = r;
+    else
+      return std::nullopt;
   }
   return m;
 }
@@ -77,7 +87,8 @@ std::optional<Match> match_at(const Graph& g, const std::vector<std::vector<int>
 }  // namespace
 
 std::string run(Graph& g, const PassOptions& opts) {
-  if (opts.max_region() < 1) return "fuse_linear_cross_entropy: skipped (the loss region is not compiled)";
+  if (opts.max_region() < 1)
+    return "fuse_linear_cross_entropy: skipped (the loss region is not compiled)";
   int fused = 0;
   int64_t chunk = 0, vocab = 0;
   for (int i = 0; i < int(g.nodes().size()); ++i) {
@@ -91,8 +102,8 @@ std::string run(Graph& g, const PassOptions& opts) {
     const int64_t N = g.shape(h)[0];
     vocab = g.shape(W)[0];
     Attrs at;
-    at.chunk_rows = chunk = kernels::fused_ce_chunk_rows(N, vocab, int64_t(dtype_size(g.float_dtype())),
-                                                         opts.ce_chunk_budget_bytes);
+    at.chunk_rows = chunk = kernels::fused_ce_chunk_rows(
+        N, vocab, int64_t(dtype_size(g.float_dtype())), opts.ce_chunk_budget_bytes);
     g.set_region(1);
     auto f = g.add(Op::FusedLinearCrossEntropy, {h, W, labels, scale}, at, "fused_linear_ce");
     g.set_region(0);
@@ -104,8 +115,8 @@ std::string run(Graph& g, const PassOptions& opts) {
     i = -1;  // indices changed: rescan
   }
   if (!fused) return "fuse_linear_cross_entropy: no match";
-  return "fuse_linear_cross_entropy: fused " + std::to_string(fused) + " (chunk " + std::to_string(chunk) +
-         " tokens x vocab " + std::to_string(vocab) + ")";
+  return "fuse_linear_cross_entropy: fused " + std::to_string(fused) + " (chunk " +
+         std::to_string(chunk) + " tokens x vocab " + std::to_string(vocab) + ")";
 }
 
 }  // namespace fusetune::passes::fuse_linear_cross_entropy

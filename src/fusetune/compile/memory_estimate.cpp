@@ -7,13 +7,15 @@
 
 namespace fusetune {
 
-MemoryBreakdown estimate_step_memory(const Graph& g, const MemoryPlan* plan, double optimizer_state_per_param) {
+MemoryBreakdown estimate_step_memory(const Graph& g, const MemoryPlan* plan,
+                                     double optimizer_state_per_param) {
   MemoryBreakdown m;
   const auto& nodes = g.nodes();
   for (const Node& n : nodes)
     if (n.op == Op::Param) {
       m.parameters += int64_t(n.outputs[0].nbytes());
-      if (n.trainable) m.optimizer_state += int64_t(double(n.outputs[0].nbytes()) * optimizer_state_per_param);
+      if (n.trainable)
+        m.optimizer_state += int64_t(double(n.outputs[0].nbytes()) * optimizer_state_per_param);
     }
   for (const auto& [name, v] : g.outputs())
     if (name.rfind("grad:", 0) == 0) m.gradients += int64_t(g.type(v).nbytes());
@@ -35,7 +37,8 @@ MemoryBreakdown estimate_step_memory(const Graph& g, const MemoryPlan* plan, dou
     }
     int64_t scratch = 0;
     if (n.op == Op::FusedLinearCrossEntropy) {
-      const int64_t C = n.attrs.chunk_rows, D = g.shape(n.inputs[0])[1], V = g.shape(n.inputs[1])[0];
+      const int64_t C = n.attrs.chunk_rows, D = g.shape(n.inputs[0])[1],
+                    V = g.shape(n.inputs[1])[0];
       scratch = (C * V + 2 * C * D) * int64_t(dtype_size(g.float_dtype()));
       m.workspace = std::max(m.workspace, scratch);
     }

@@ -17,12 +17,15 @@ struct MemoryBreakdown {
   int64_t optimizer_state = 0;
   int64_t activations = 0;  // at the step's peak, gradients excluded
   int64_t workspace = 0;    // largest kernel scratch (fused cross-entropy chunk)
-  int64_t total() const { return parameters + optimizer_state + gradients + activations + workspace; }
+  int64_t total() const {
+    return parameters + optimizer_state + gradients + activations + workspace;
+  }
 };
 
 // `g` is the graph as it will run (after passes for compiled modes, with `plan` its memory
 // plan; plan == nullptr for eager). Optimizer state is `optimizer_state_per_param` bytes of
 // state per byte of trainable parameter (AdamW: 2, SGD with momentum: 1, plain SGD: 0).
-MemoryBreakdown estimate_step_memory(const Graph& g, const MemoryPlan* plan, double optimizer_state_per_param);
+MemoryBreakdown estimate_step_memory(const Graph& g, const MemoryPlan* plan,
+                                     double optimizer_state_per_param);
 
 }  // namespace fusetune

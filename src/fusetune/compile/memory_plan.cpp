@@ -61,7 +61,8 @@ MemoryPlan plan_memory(const Graph& g, int dynamic_region) {
   // placed buffers whose lifetimes overlap its own.
   std::vector<int> order(bufs.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = int(i);
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return bufs[a].bytes > bufs[b].bytes; });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int a, int b) { return bufs[a].bytes > bufs[b].bytes; });
   std::vector<int> placed;
   std::vector<std::pair<int64_t, int64_t>> busy;
   for (int bi : order) {

@@ -22,8 +22,9 @@ ModePlan plan_mode(const Graph& g, const PassOptions& opts, double optimizer_sta
     if (leaf || is_view_op(n.op) || last[i] < 0) continue;
     ++p.kernels[n.region ? 1 : 0];
     if (n.op == Op::FusedLinearCrossEntropy)
-      p.fused.push_back(std::string(op_name(n.op)) + ": h " + shape_str(run.shape(n.inputs[0])) + " x W " +
-                        shape_str(run.shape(n.inputs[1])) + ", chunks of " + std::to_string(n.attrs.chunk_rows) +
+      p.fused.push_back(std::string(op_name(n.op)) + ": h " + shape_str(run.shape(n.inputs[0])) +
+                        " x W " + shape_str(run.shape(n.inputs[1])) + ", chunks of " +
+                        std::to_string(n.attrs.chunk_rows) +
                         " tokens (logits, log-probs and their gradients never materialized)");
   }
   p.memory = estimate_step_memory(run, compiled ? &mp : nullptr, optimizer_state_per_param);
@@ -32,18 +33,20 @@ ModePlan plan_mode(const Graph& g, const PassOptions& opts, double optimizer_sta
 
 std::string format_mode_plan(const ModePlan& p) {
   std::string out = std::string("compile: ") + compile_mode_name(p.mode) + "\n";
-  out += "  kernels: " + std::to_string(p.kernels[0]) + " in the model region, " + std::to_string(p.kernels[1]) +
-         " in the loss region" + (p.mode == CompileMode::Model ? " (eager)" : "") + "\n";
+  out += "  kernels: " + std::to_string(p.kernels[0]) + " in the model region, " +
+         std::to_string(p.kernels[1]) + " in the loss region" +
+         (p.mode == CompileMode::Model ? " (eager)" : "") + "\n";
   for (const auto& line : p.passes) out += "  pass " + line + "\n";
   for (const auto& line : p.fused) out += "  fused " + line + "\n";
   const MemoryBreakdown& m = p.memory;
   char buf[256];
-  std::snprintf(buf, sizeof buf,
-                "  peak memory: parameters %s + gradients %s + optimizer state %s + activations %s + "
-                "workspace %s = %s\n",
-                format_bytes(double(m.parameters)).c_str(), format_bytes(double(m.gradients)).c_str(),
-                format_bytes(double(m.optimizer_state)).c_str(), format_bytes(double(m.activations)).c_str(),
-                format_bytes(double(m.workspace)).c_str(), format_bytes(double(m.total())).c_str());
+  std::snprintf(
+      buf, sizeof buf,
+      "  peak memory: parameters %s + gradients %s + optimizer state %s + activations %s + "
+      "workspace %s = %s\n",
+      format_bytes(double(m.parameters)).c_str(), format_bytes(double(m.gradients)).c_str(),
+      format_bytes(double(m.optimizer_state)).c_str(), format_bytes(double(m.activations)).c_str(),
+      format_bytes(double(m.workspace)).c_str(), format_bytes(double(m.total())).c_str());
   return out + buf;
 }
 

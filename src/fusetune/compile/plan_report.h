@@ -9,8 +9,8 @@ namespace fusetune {
 
 struct ModePlan {
   CompileMode mode = CompileMode::None;
-  int64_t kernels[2] = {0, 0};  // per region: model, loss
-  std::vector<std::string> fused;  // one line per fused node
+  int64_t kernels[2] = {0, 0};      // per region: model, loss
+  std::vector<std::string> fused;   // one line per fused node
   std::vector<std::string> passes;  // the pass report
   MemoryBreakdown memory;
 };

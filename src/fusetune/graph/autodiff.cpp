@@ -10,7 +10,9 @@ namespace {
 struct Backward {
   Graph& g;
 
-  Value op(Op o, std::vector<Value> in, Attrs at = {}) { return g.add1(o, std::move(in), std::move(at)); }
+  Value op(Op o, std::vector<Value> in, Attrs at = {}) {
+    return g.add1(o, std::move(in), std::move(at));
+  }
 
   // Reduces a gradient of a broadcast result back to the shape of the broadcast operand.
   Value unbroadcast(Value dy, const Shape& to) {
@@ -31,12 +33,26 @@ struct Backward {
         Value A = in[0], B = in[1];
         Attrs at;
         if (need[0]) {
-          if (!a.trans_a) { at.trans_a = false; at.trans_b = !a.trans_b; dx[0] = op(Op::MatMul, {dy, B}, at); }
-          else { at.trans_a = a.trans_b; at.trans_b = true; dx[0] = op(Op::MatMul, {B, dy}, at); }
+          if (!a.trans_a) {
+            at.trans_a = false;
+            at.trans_b = !a.trans_b;
+            dx[0] = op(Op::MatMul, {dy, B}, at);
+          } else {
+            at.trans_a = a.trans_b;
+            at.trans_b = true;
+            dx[0] = op(Op::MatMul, {B, dy}, at);
+          }
         }
         if (need[1]) {
-          if (!a.trans_b) { at.trans_a = !a.trans_a; at.trans_b = false; dx[1] = op(Op::MatMul, {A, dy}, at); }
-          else { at.trans_a = true; at.trans_b = a.trans_a; dx[1] = op(Op::MatMul, {dy, A}, at); }
+          if (!a.trans_b) {
+            at.trans_a = !a.trans_a;
+            at.trans_b = false;
+            dx[1] = op(Op::MatMul, {A, dy}, at);
+          } else {
+            at.trans_a = true;
+            at.trans_b = a.trans_a;
+            dx[1] = op(Op::MatMul, {dy, A}, at);
+          }
         }
         break;
       }
@@ -54,14 +70,18 @@ struct Backward {
         dx[0] = op(Op::Scale, {dy}, at);
         break;
       }
-      case Op::Silu: dx[0] = op(Op::SiluBackward, {in[0], dy}); break;
+      case Op::Silu:
+        dx[0] = op(Op::SiluBackward, {in[0], dy});
+        break;
       case Op::SumAll: {
         Attrs at;
         at.shape = g.shape(in[0]);
         dx[0] = op(Op::Expand, {dy}, at);
         break;
       }
-      case Op::Expand: dx[0] = op(Op::SumAll, {dy}); break;
+      case Op::Expand:
+        dx[0] = op(Op::SumAll, {dy});
+        break;
       case Op::SumToShape: {
         // Broadcasting back: y = sum over leading dims, so dx = dy repeated. Expressed as
         // Add(zeros, dy) with suffix broadcast.
@@ -83,8 +103,12 @@ struct Backward {
         dx[0] = op(Op::Rope, {dy, in[1], in[2], in[3]}, at);
         break;
       }
-      case Op::Softmax: dx[0] = op(Op::SoftmaxBackward, {y, dy}); break;
-      case Op::LogSoftmax: dx[0] = op(Op::LogSoftmaxBackward, {y, dy}); break;
+      case Op::Softmax:
+        dx[0] = op(Op::SoftmaxBackward, {y, dy});
+        break;
+      case Op::LogSoftmax:
+        dx[0] = op(Op::LogSoftmaxBackward, {y, dy});
+        break;
       case Op::Nll: {
         Attrs at;
         at.dim0 = int(g.shape(in[0])[1]);
@@ -112,7 +136,9 @@ struct Backward {
         dx[0] = op(Op::RepeatHeadsBackward, {dy}, at);
         break;
       }
-      case Op::Reshape: dx[0] = reshape(dy, g.shape(in[0])); break;
+      case Op::Reshape:
+        dx[0] = reshape(dy, g.shape(in[0]));
+        break;
       case Op::Transpose: {
         Attrs at;
         at.dim0 = a.dim0;
@@ -126,9 +152,14 @@ struct Backward {
         dx[0] = op(Op::SliceBackward, {dy}, at);
         break;
       }
-      case Op::Dropout: dx[0] = op(Op::Dropout, {dy, in[1]}, a); break;  // the same mask
-      case Op::RowInvNorm: break;  // detached, as PEFT's DoRA detaches the weight norm
-      case Op::NF4MatMul: dx[0] = op(Op::NF4MatMulBackward, {dy, in[1], in[2], in[3]}, a); break;
+      case Op::Dropout:
+        dx[0] = op(Op::Dropout, {dy, in[1]}, a);
+        break;  // the same mask
+      case Op::RowInvNorm:
+        break;  // detached, as PEFT's DoRA detaches the weight norm
+      case Op::NF4MatMul:
+        dx[0] = op(Op::NF4MatMulBackward, {dy, in[1], in[2], in[3]}, a);
+        break;
       default:
         throw Error(std::string("autodiff: no VJP rule for op ") + op_name(n.op));
     }
@@ -145,7 +176,8 @@ struct Backward {
 }  // namespace
 
 std::vector<std::pair<std::string, Value>> append_backward(Graph& g, Value loss) {
-  FT_CHECK(g.shape(loss).empty(), "append_backward: the loss must be a scalar, got " + shape_str(g.shape(loss)));
+  FT_CHECK(g.shape(loss).empty(),
+           "append_backward: the loss must be a scalar, got " + shape_str(g.shape(loss)));
   const int n_forward = int(g.nodes().size());
   std::vector<bool> needs(n_forward, false);
   for (int i = 0; i < n_forward; ++i) {
@@ -169,7 +201,8 @@ std::vector<std::pair<std::string, Value>> append_backward(Graph& g, Value loss)
     if (!needs[i] || !grad.count(i)) continue;
     const Node n = g.nodes()[i];  // copy: emitting nodes may reallocate the node vector
     if (n.op == Op::Param || n.op == Op::Input || n.op == Op::Constant) continue;
-    FT_CHECK(n.outputs.size() == 1, std::string("autodiff: multi-output op ") + op_name(n.op) + " in the forward graph");
+    FT_CHECK(n.outputs.size() == 1,
+             std::string("autodiff: multi-output op ") + op_name(n.op) + " in the forward graph");
     g.set_region(n.region);
     g.set_layer(n.layer);
     std::vector<bool> need(n.inputs.size());
@@ -180,8 +213,10 @@ std::vector<std::pair<std::string, Value>> append_backward(Graph& g, Value loss)
       if (!need[j] || !dx[j].valid()) continue;
       int src = n.inputs[j].node;
       auto it = grad.find(src);
-      if (it == grad.end()) grad[src] = dx[j];
-      else it->second = g.add1(Op::Add, {it->second, dx[j]});
+      if (it == grad.end())
+        grad[src] = dx[j];
+      else
+        it->second = g.add1(Op::Add, {it->second, dx[j]});
     }
   }
   g.set_region(0);

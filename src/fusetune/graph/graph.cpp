@@ -58,9 +58,9 @@ Value Graph::fill(Shape shape, double value) {
 
 std::vector<Value> Graph::add(Op op, std::vector<Value> inputs, Attrs attrs, std::string name) {
   for (const Value& v : inputs)
-    FT_CHECK(v.valid() && v.node < int(nodes_.size()) &&
-                 v.index < int(nodes_[v.node].outputs.size()),
-             std::string("invalid input value to ") + op_name(op));
+    FT_CHECK(
+        v.valid() && v.node < int(nodes_.size()) && v.index < int(nodes_[v.node].outputs.size()),
+        std::string("invalid input value to ") + op_name(op));
   Node n;
   n.op = op;
   n.outputs = infer_types(*this, op, inputs, attrs);
@@ -72,7 +72,8 @@ std::vector<Value> Graph::add(Op op, std::vector<Value> inputs, Attrs attrs, std
   n.backward = backward_;
   nodes_.push_back(std::move(n));
   std::vector<Value> out;
-  for (int i = 0; i < int(nodes_.back().outputs.size()); ++i) out.push_back({int(nodes_.size()) - 1, i});
+  for (int i = 0; i < int(nodes_.back().outputs.size()); ++i)
+    out.push_back({int(nodes_.size()) - 1, i});
   return out;
 }
 

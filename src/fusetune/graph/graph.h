@@ -42,7 +42,7 @@ struct Node {
   std::vector<Value> inputs;
   std::vector<TensorType> outputs;
   Attrs attrs;
-  std::string name;       // inputs and params: the binding name; others: optional label
+  std::string name;        // inputs and params: the binding name; others: optional label
   bool trainable = false;  // params only
   Tensor constant;         // Op::Constant only
   int region = 0;          // 0 = model, 1 = loss (compile: model stops at the loss region)

@@ -25,7 +25,8 @@ std::string print_graph(const Graph& g) {
     for (const auto& t : n.outputs) os << " " << shape_str(t.shape) << " " << dtype_name(t.dtype);
     os << (n.region ? " {loss}" : " {model}") << "\n";
   }
-  for (const auto& [name, v] : g.outputs()) os << "output " << name << " = " << value_str(v) << "\n";
+  for (const auto& [name, v] : g.outputs())
+    os << "output " << name << " = " << value_str(v) << "\n";
   return os.str();
 }
 

@@ -19,7 +19,8 @@ bool is_suffix(const Shape& small, const Shape& big) {
 int norm_dim(Op op, int d, size_t rank) {
   int r = int(rank);
   int nd = d < 0 ? d + r : d;
-  if (nd < 0 || nd >= r) fail(op, "dim " + std::to_string(d) + " out of range for rank " + std::to_string(r));
+  if (nd < 0 || nd >= r)
+    fail(op, "dim " + std::to_string(d) + " out of range for rank " + std::to_string(r));
   return nd;
 }
 
@@ -28,13 +29,16 @@ int norm_dim(Op op, int d, size_t rank) {
 std::vector<TensorType> infer_types(const Graph& g, Op op, const std::vector<Value>& in,
                                     const Attrs& a) {
   auto arity = [&](size_t lo, size_t hi) {
-    if (in.size() < lo || in.size() > hi) fail(op, "wrong number of inputs (" + std::to_string(in.size()) + ")");
+    if (in.size() < lo || in.size() > hi)
+      fail(op, "wrong number of inputs (" + std::to_string(in.size()) + ")");
   };
   auto T = [&](size_t i) -> const TensorType& { return g.type(in[i]); };
   auto S = [&](size_t i) -> const Shape& { return g.type(in[i]).shape; };
   const DType fd = g.float_dtype();
   auto need_float = [&](size_t i) {
-    if (T(i).dtype != fd) fail(op, "input " + std::to_string(i) + " must be " + dtype_name(fd) + ", got " + dtype_name(T(i).dtype));
+    if (T(i).dtype != fd)
+      fail(op, "input " + std::to_string(i) + " must be " + dtype_name(fd) + ", got " +
+                   dtype_name(T(i).dtype));
   };
   auto need_i32 = [&](size_t i) {
     if (T(i).dtype != DType::I32) fail(op, "input " + std::to_string(i) + " must be I32 ids");
@@ -56,13 +60,17 @@ std::vector<TensorType> infer_types(const Graph& g, Op op, const std::vector<Val
       need_float(1);
       const Shape &sa = S(0), &sb = S(1);
       if (sa.size() < 2 || sb.size() < 2) fail(op, "operands must have rank >= 2");
-      if (sa.size() != sb.size()) fail(op, "operands must have equal rank: " + shape_str(sa) + " x " + shape_str(sb));
-      if (!std::equal(sa.begin(), sa.end() - 2, sb.begin())) fail(op, "batch dims differ: " + shape_str(sa) + " x " + shape_str(sb));
+      if (sa.size() != sb.size())
+        fail(op, "operands must have equal rank: " + shape_str(sa) + " x " + shape_str(sb));
+      if (!std::equal(sa.begin(), sa.end() - 2, sb.begin()))
+        fail(op, "batch dims differ: " + shape_str(sa) + " x " + shape_str(sb));
       int64_t m = a.trans_a ? sa[sa.size() - 1] : sa[sa.size() - 2];
       int64_t k1 = a.trans_a ? sa[sa.size() - 2] : sa[sa.size() - 1];
       int64_t k2 = a.trans_b ? sb[sb.size() - 1] : sb[sb.size() - 2];
       int64_t n = a.trans_b ? sb[sb.size() - 2] : sb[sb.size() - 1];
-      if (k1 != k2) fail(op, "inner dims differ: " + shape_str(sa) + (a.trans_a ? "^T" : "") + " x " + shape_str(sb) + (a.trans_b ? "^T" : ""));
+      if (k1 != k2)
+        fail(op, "inner dims differ: " + shape_str(sa) + (a.trans_a ? "^T" : "") + " x " +
+                     shape_str(sb) + (a.trans_b ? "^T" : ""));
       Shape out(sa.begin(), sa.end() - 2);
       out.push_back(m);
       out.push_back(n);
@@ -73,7 +81,8 @@ std::vector<TensorType> infer_types(const Graph& g, Op op, const std::vector<Val
       arity(2, 2);
       need_float(0);
       need_float(1);
-      if (!is_suffix(S(1), S(0))) fail(op, shape_str(S(1)) + " does not broadcast to " + shape_str(S(0)));
+      if (!is_suffix(S(1), S(0)))
+        fail(op, shape_str(S(1)) + " does not broadcast to " + shape_str(S(0)));
       return {{S(0), fd}};
     }
     case Op::Scale:
@@ -99,11 +108,13 @@ std::vector<TensorType> infer_types(const Graph& g, Op op, const std::vector<Val
       return {{a.shape, fd}};
     case Op::SumToShape:
       arity(1, 1);
-      if (!is_suffix(a.shape, S(0))) fail(op, shape_str(a.shape) + " is not a suffix of " + shape_str(S(0)));
+      if (!is_suffix(a.shape, S(0)))
+        fail(op, shape_str(a.shape) + " is not a suffix of " + shape_str(S(0)));
       return {{a.shape, fd}};
     case Op::RMSNorm:
       arity(2, 2);
-      if (S(1).size() != 1 || S(0).empty() || S(0).back() != S(1)[0]) fail(op, "weight " + shape_str(S(1)) + " does not match " + shape_str(S(0)));
+      if (S(1).size() != 1 || S(0).empty() || S(0).back() != S(1)[0])
+        fail(op, "weight " + shape_str(S(1)) + " does not match " + shape_str(S(0)));
       return {{S(0), fd}};
     case Op::RMSNormBackward:
       arity(3, 3);
@@ -114,7 +125,8 @@ std::vector<TensorType> infer_types(const Graph& g, Op op, const std::vector<Val
       const Shape& x = S(0);
       if (x.size() != 4) fail(op, "x must be [B, T, H, Dh], got " + shape_str(x));
       if (x[3] % 2) fail(op, "head dim must be even");
-      if (S(1).size() != 2 || S(1)[1] != x[3] / 2 || S(2) != S(1)) fail(op, "cos/sin tables must be [max_pos, Dh/2]");
+      if (S(1).size() != 2 || S(1)[1] != x[3] / 2 || S(2) != S(1))
+        fail(op, "cos/sin tables must be [max_pos, Dh/2]");
       need_i32(3);
       if (S(3) != Shape{x[0], x[1]}) fail(op, "positions must be [B, T]");
       return {{x, fd}};
@@ -122,7 +134,9 @@ std::vector<TensorType> infer_types(const Graph& g, Op op, const std::vector<Val
     case Op::Nll:
       arity(2, 2);
       need_i32(1);
-      if (S(0).size() != 2 || S(1) != Shape{S(0)[0]}) fail(op, "expects logp [N, V] and labels [N], got " + shape_str(S(0)) + " and " + shape_str(S(1)));
+      if (S(0).size() != 2 || S(1) != Shape{S(0)[0]})
+        fail(op, "expects logp [N, V] and labels [N], got " + shape_str(S(0)) + " and " +
+                     shape_str(S(1)));
       return {{Shape{}, fd}};
     case Op::NllBackward:
       arity(2, 2);
@@ -146,7 +160,8 @@ std::vector<TensorType> infer_types(const Graph& g, Op op, const std::vector<Val
     case Op::CausalMaskBackward: {
       arity(1, 2);
       const Shape& s = S(0);
-      if (s.size() != 4 || s[2] != s[3]) fail(op, "scores must be [B, H, T, T], got " + shape_str(s));
+      if (s.size() != 4 || s[2] != s[3])
+        fail(op, "scores must be [B, H, T, T], got " + shape_str(s));
       if (in.size() == 2) {
         need_i32(1);
         if (S(1) != Shape{s[0], s[2]}) fail(op, "doc_ids must be [B, T]");
@@ -162,14 +177,16 @@ std::vector<TensorType> infer_types(const Graph& g, Op op, const std::vector<Val
     }
     case Op::RepeatHeadsBackward: {
       arity(1, 1);
-      if (S(0).size() != 4 || S(0)[1] % a.groups) fail(op, "expects [B, H, T, D] with H divisible by groups");
+      if (S(0).size() != 4 || S(0)[1] % a.groups)
+        fail(op, "expects [B, H, T, D] with H divisible by groups");
       Shape out = S(0);
       out[1] /= a.groups;
       return {{out, fd}};
     }
     case Op::Reshape:
       arity(1, 1);
-      if (shape_numel(a.shape) != T(0).numel()) fail(op, "cannot view " + shape_str(S(0)) + " as " + shape_str(a.shape));
+      if (shape_numel(a.shape) != T(0).numel())
+        fail(op, "cannot view " + shape_str(S(0)) + " as " + shape_str(a.shape));
       return {{a.shape, T(0).dtype}};
     case Op::Transpose: {
       arity(1, 1);
@@ -192,7 +209,8 @@ std::vector<TensorType> infer_types(const Graph& g, Op op, const std::vector<Val
     }
     case Op::FusedLinearCrossEntropy: {
       arity(4, 4);
-      if (S(0).size() != 2 || S(1).size() != 2 || S(0)[1] != S(1)[1]) fail(op, "expects h [N, D] and W [V, D]");
+      if (S(0).size() != 2 || S(1).size() != 2 || S(0)[1] != S(1)[1])
+        fail(op, "expects h [N, D] and W [V, D]");
       need_i32(2);
       if (S(2) != Shape{S(0)[0]}) fail(op, "labels must be [N]");
       return {{Shape{}, fd}, {S(0), fd}, {S(1), fd}};
@@ -221,7 +239,8 @@ std::vector<TensorType> infer_types(const Graph& g, Op op, const std::vector<Val
         fail(op, "input " + shape_str(S(0)) + " does not match the weight " + shape_str(a.shape));
       return {{Shape{S(0)[0], out_dim}, fd}};
     }
-    case Op::kCount: break;
+    case Op::kCount:
+      break;
   }
   fail(op, "unknown op");
 }

@@ -2,7 +2,8 @@
 
 namespace fusetune {
 
-double training_flops_per_token(const ModelConfig& c, int64_t seq_len, const TrainablePredicate& trainable) {
+double training_flops_per_token(const ModelConfig& c, int64_t seq_len,
+                                const TrainablePredicate& trainable) {
   const double D = double(c.hidden_size), F = double(c.intermediate_size), hd = double(c.head_dim);
   const double H = double(c.num_attention_heads), KV = double(c.num_key_value_heads);
   auto linear = [&](const std::string& name, double in, double out) {
@@ -11,8 +12,10 @@ double training_flops_per_token(const ModelConfig& c, int64_t seq_len, const Tra
   double total = 0;
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
-    total += linear(p + "self_attn.q_proj.weight", D, H * hd) + linear(p + "self_attn.k_proj.weight", D, KV * hd) +
-             linear(p + "self_attn.v_proj.weight", D, KV * hd) + linear(p + "self_attn.o_proj.weight", H * hd, D);
+    total += linear(p + "self_attn.q_proj.weight", D, H * hd) +
+             linear(p + "self_attn.k_proj.weight", D, KV * hd) +
+             linear(p + "self_attn.v_proj.weight", D, KV * hd) +
+             linear(p + "self_attn.o_proj.weight", H * hd, D);
     total += linear(p + "mlp.gate_proj.weight", D, F) + linear(p + "mlp.up_proj.weight", D, F) +
              linear(p + "mlp.down_proj.weight", F, D);
     total += 3 * 2 * 2 * double(seq_len) * hd * H;

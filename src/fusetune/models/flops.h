@@ -9,6 +9,7 @@
 
 namespace fusetune {
 
-double training_flops_per_token(const ModelConfig& c, int64_t seq_len, const TrainablePredicate& trainable);
+double training_flops_per_token(const ModelConfig& c, int64_t seq_len,
+                                const TrainablePredicate& trainable);
 
 }  // namespace fusetune

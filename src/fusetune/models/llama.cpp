@@ -26,10 +26,12 @@ struct Layer {
   }
 };
 
-Value attention(Layer& L, Value x, const LlamaInputs& in, Value cos, Value sin, int64_t B, int64_t T) {
+Value attention(Layer& L, Value x, const LlamaInputs& in, Value cos, Value sin, int64_t B,
+                int64_t T) {
   Builder& b = L.b;
   const ModelConfig& c = L.cfg;
-  const int64_t H = c.num_attention_heads, KV = c.num_key_value_heads, hd = c.head_dim, D = c.hidden_size;
+  const int64_t H = c.num_attention_heads, KV = c.num_key_value_heads, hd = c.head_dim,
+                D = c.hidden_size;
   auto proj = [&](const std::string& name, int64_t heads) {
     Value y = L.linear(x, "self_attn." + name, heads * hd, D);
     if (c.attention_bias) y = b.add(y, L.param("self_attn." + name + ".bias", {heads * hd}));
@@ -38,12 +40,12 @@ Value attention(Layer& L, Value x, const LlamaInputs& in, Value cos, Value sin, 
   Value q = b.rope(proj("q_proj", H), cos, sin, in.positions);
   Value k = b.rope(proj("k_proj", KV), cos, sin, in.positions);
   Value v = proj("v_proj", KV);
-  q = b.transpose(q, 1, 2);                              // [B, H, T, hd]
-  k = b.repeat_heads(b.transpose(k, 1, 2), H / KV);      // [B, H, T, hd]
+  q = b.transpose(q, 1, 2);                          // [B, H, T, hd]
+  k = b.repeat_heads(b.transpose(k, 1, 2), H / KV);  // [B, H, T, hd]
   v = b.repeat_heads(b.transpose(v, 1, 2), H / KV);
   Value scores = b.scale(b.matmul(q, k, false, true), 1.0 / std::sqrt(double(hd)));  // [B, H, T, T]
   Value probs = b.softmax(b.causal_mask(scores, in.doc_ids));
-  Value ctx = b.transpose(b.matmul(probs, v), 1, 2);     // [B, T, H, hd]
+  Value ctx = b.transpose(b.matmul(probs, v), 1, 2);  // [B, T, H, hd]
   ctx = b.reshape(ctx, {B, T, H * hd});
   return L.linear(ctx, "self_attn.o_proj", D, H * hd);
 }
@@ -74,7 +76,8 @@ LlamaOutputs build_llama(Builder& b, const ModelConfig& cfg, const LlamaInputs& 
   Value cos = g.constant(cos_t, "rope.cos");
   Value sin = g.constant(sin_t, "rope.sin");
 
-  Value embed = g.param("model.embed_tokens.weight", {V, D}, trainable("model.embed_tokens.weight"));
+  Value embed =
+      g.param("model.embed_tokens.weight", {V, D}, trainable("model.embed_tokens.weight"));
   Value h = b.embedding(embed, in.tokens);  // [B, T, D]
   for (int64_t i = 0; i < cfg.num_hidden_layers; ++i) {
     Layer L{b, cfg, trainable, linear_fn, "model.layers." + std::to_string(i) + "."};
@@ -93,7 +96,9 @@ LlamaOutputs build_llama(Builder& b, const ModelConfig& cfg, const LlamaInputs& 
     LinearSite site{"lm_head", V, D, trainable(w), w};
     return {hidden, Value{}, options.head(b, hidden, site)};
   }
-  Value head = cfg.tie_word_embeddings ? embed : g.param("lm_head.weight", {V, D}, trainable("lm_head.weight"));
+  Value head = cfg.tie_word_embeddings
+                   ? embed
+                   : g.param("lm_head.weight", {V, D}, trainable("lm_head.weight"));
   return {hidden, head, Value{}};
 }
 

@@ -10,17 +10,20 @@ std::vector<ParamInfo> graph_parameters(const Graph& g) {
   std::vector<ParamInfo> out;
   std::set<std::string> seen;
   for (const Node& n : g.nodes())
-    if (n.op == Op::Param && seen.insert(n.name).second) out.push_back({n.name, n.outputs[0].shape, n.trainable});
+    if (n.op == Op::Param && seen.insert(n.name).second)
+      out.push_back({n.name, n.outputs[0].shape, n.trainable});
   return out;
 }
 
 namespace {
 bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 }  // namespace
 
-TensorMap init_parameters(const std::vector<ParamInfo>& params, uint64_t seed, DType dtype, double std) {
+TensorMap init_parameters(const std::vector<ParamInfo>& params, uint64_t seed, DType dtype,
+                          double std) {
   TensorMap out;
   std::mt19937_64 rng(seed);
   // Box-Muller on raw 53-bit uniforms: identical across standard libraries, unlike

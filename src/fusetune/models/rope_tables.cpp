@@ -23,7 +23,8 @@ std::vector<double> rope_inv_freq(const ModelConfig& cfg) {
       if (wavelen > low_wavelen) {
         f = f / rs.factor;
       } else if (wavelen >= high_wavelen) {
-        const double smooth = (old_ctx / wavelen - rs.low_freq_factor) / (rs.high_freq_factor - rs.low_freq_factor);
+        const double smooth =
+            (old_ctx / wavelen - rs.low_freq_factor) / (rs.high_freq_factor - rs.low_freq_factor);
         f = (1 - smooth) * f / rs.factor + smooth * f;
       }
     }
@@ -44,7 +45,8 @@ std::pair<Tensor, Tensor> rope_tables(const ModelConfig& cfg, int64_t n_position
   for (int64_t p = 0; p < n_positions; ++p)
     for (int64_t i = 0; i < half; ++i) {
       // float32 angle as transformers computes it (inv_freq and positions in fp32).
-      const double angle = dtype == DType::F32 ? double(float(p) * float(inv[size_t(i)])) : double(p) * inv[size_t(i)];
+      const double angle = dtype == DType::F32 ? double(float(p) * float(inv[size_t(i)]))
+                                               : double(p) * inv[size_t(i)];
       c.data<double>()[p * half + i] = std::cos(angle);
       s.data<double>()[p * half + i] = std::sin(angle);
     }

@@ -35,7 +35,8 @@ Graph build_logits_graph(const ModelConfig& cfg, int64_t batch_size, int64_t seq
   LlamaInputs in;
   in.tokens = g.input("tokens", {batch_size, seq_len}, DType::I32);
   in.positions = g.input("positions", {batch_size, seq_len}, DType::I32);
-  LlamaOutputs m = build_llama(b, cfg, in, [](const std::string&) { return false; }, llama);
+  LlamaOutputs m = build_llama(
+      b, cfg, in, [](const std::string&) { return false; }, llama);
   g.mark_output("logits", m.logits.valid() ? m.logits : b.matmul(m.hidden, m.lm_head, false, true));
   verify_graph(g);
   return g;

@@ -39,8 +39,9 @@ ModelConfig random_model_config(const Config& m) {
   if (m.has("config")) return load_model_config(m.str("config"));
   nlohmann::json j;
   j["model_type"] = m.str("model_type", "llama");
-  for (const char* k : {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-                        "num_attention_heads", "num_key_value_heads", "head_dim", "max_position_embeddings"})
+  for (const char* k :
+       {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+        "num_attention_heads", "num_key_value_heads", "head_dim", "max_position_embeddings"})
     if (m.has(k)) j[k] = m.i64(k);
   for (const char* k : {"rope_theta", "rms_norm_eps"})
     if (m.has(k)) j[k] = m.f64(k);
@@ -64,9 +65,11 @@ LoadedModel load_model(const Config& cfg, DType dtype) {
     out.description = "random init (seed " + std::to_string(cfg.i64("seed", 0)) + ")";
     return out;
   }
-  FT_CHECK(init == "checkpoint", "config key 'model.init' must be 'random' or 'checkpoint', got '" + init + "'");
+  FT_CHECK(init == "checkpoint",
+           "config key 'model.init' must be 'random' or 'checkpoint', got '" + init + "'");
   out.checkpoint_dir = cfg.str("checkpointer.checkpoint_dir");
-  HFCheckpoint ck = load_hf_checkpoint(out.checkpoint_dir, checkpoint_file_list(cfg.sub("checkpointer")), dtype);
+  HFCheckpoint ck =
+      load_hf_checkpoint(out.checkpoint_dir, checkpoint_file_list(cfg.sub("checkpointer")), dtype);
   out.config = ck.config;
   // Own the weights in counted memory: they are trained in place, and the mapped file must
   // stay untouched (it may be the checkpoint we later overwrite).
@@ -92,19 +95,23 @@ double optimizer_state_ratio(const Config& cfg) {
 
 std::unique_ptr<Tokenizer> build_tokenizer(const Config& cfg) {
   const std::string kind = canonical_component(cfg, "tokenizer");
-  return load_tokenizer(kind, kind == "byte" ? std::filesystem::path() : std::filesystem::path(cfg.str("tokenizer.path")));
+  return load_tokenizer(kind, kind == "byte" ? std::filesystem::path()
+                                             : std::filesystem::path(cfg.str("tokenizer.path")));
 }
 
-std::unique_ptr<Dataset> build_dataset_from_config(const Config& cfg, const Tokenizer& tok, const ModelConfig& model) {
+std::unique_ptr<Dataset> build_dataset_from_config(const Config& cfg, const Tokenizer& tok,
+                                                   const ModelConfig& model) {
   const Config d = cfg.sub("dataset");
   DatasetOptions o;
   o.kind = canonical_component(cfg, "dataset");
   o.source = d.has("data_files") ? d.str("data_files") : d.str("source");
   o.column = d.str(o.kind == "chat" ? "conversation_column" : "column", "");
   if (d.has("column_map"))
-    for (const std::string& k : d.sub("column_map").keys()) o.column_map[k] = d.str("column_map." + k);
+    for (const std::string& k : d.sub("column_map").keys())
+      o.column_map[k] = d.str("column_map." + k);
   o.split = d.str("split", "train");
-  o.train_on_input = d.boolean("train_on_input", o.kind == "alpaca");  // the schema's defaults, as torchtune
+  o.train_on_input =
+      d.boolean("train_on_input", o.kind == "alpaca");  // the schema's defaults, as torchtune
   o.max_seq_len = configured_max_seq_len(cfg);
   o.packed = d.boolean("packed", false);
   o.template_name = d.str("template", "auto");
@@ -152,7 +159,8 @@ LRSchedule build_lr_schedule(const Config& cfg, int64_t total_steps) {
   const std::string kind = canonical_component(cfg, "lr_scheduler");
   const int64_t warmup = cfg.i64("lr_scheduler.num_warmup_steps", 0);
   if (kind == "cosine_with_warmup")
-    return LRSchedule::cosine_with_warmup(lr, warmup, total_steps, cfg.f64("lr_scheduler.num_cycles", 0.5));
+    return LRSchedule::cosine_with_warmup(lr, warmup, total_steps,
+                                          cfg.f64("lr_scheduler.num_cycles", 0.5));
   if (kind == "linear_with_warmup") return LRSchedule::linear_with_warmup(lr, warmup, total_steps);
   return warmup > 0 ? LRSchedule::constant_with_warmup(lr, warmup) : LRSchedule::constant(lr);
 }

@@ -21,9 +21,9 @@ int configure_threads(const Config& cfg);
 
 struct LoadedModel {
   ModelConfig config;
-  TensorMap params;                    // counted, owned, in the run's dtype, by HF name
+  TensorMap params;                      // counted, owned, in the run's dtype, by HF name
   std::filesystem::path checkpoint_dir;  // where the weights came from (empty: random init)
-  std::string description;             // for the run header
+  std::string description;               // for the run header
 };
 
 // `model.init: random` builds the architecture from `model` (inline keys or `model.config`, a

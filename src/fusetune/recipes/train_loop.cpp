@@ -187,8 +187,10 @@ int run_training(const Config& cfg, const TrainJob& job) {
     c.save_dtype = cfg.str("checkpointer.save_dtype", "fp32") == "bf16" ? DType::BF16 : DType::F32;
     c.max_shard_bytes = cfg.bytes("checkpointer.max_shard_size", int64_t(5) << 30);
     c.copy_files_from = model.checkpoint_dir;
-    if (job.save) job.save(output_dir / name, c);
-    else save_training_checkpoint(output_dir / name, c);
+    if (job.save)
+      job.save(output_dir / name, c);
+    else
+      save_training_checkpoint(output_dir / name, c);
     logger.message("Saved checkpoint to " + (output_dir / name).string());
   };
 

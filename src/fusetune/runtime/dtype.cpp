@@ -7,32 +7,44 @@ namespace fusetune {
 
 size_t dtype_size(DType t) {
   switch (t) {
-    case DType::F32: return 4;
-    case DType::F64: return 8;
-    case DType::BF16: return 2;
-    case DType::F16: return 2;
-    case DType::I32: return 4;
-    case DType::I64: return 8;
+    case DType::F32:
+      return 4;
+    case DType::F64:
+      return 8;
+    case DType::BF16:
+      return 2;
+    case DType::F16:
+      return 2;
+    case DType::I32:
+      return 4;
+    case DType::I64:
+      return 8;
   }
   return 0;
 }
 
 const char* dtype_name(DType t) {
   switch (t) {
-    case DType::F32: return "F32";
-    case DType::F64: return "F64";
-    case DType::BF16: return "BF16";
-    case DType::F16: return "F16";
-    case DType::I32: return "I32";
-    case DType::I64: return "I64";
+    case DType::F32:
+      return "F32";
+    case DType::F64:
+      return "F64";
+    case DType::BF16:
+      return "BF16";
+    case DType::F16:
+      return "F16";
+    case DType::I32:
+      return "I32";
+    case DType::I64:
+      return "I64";
   }
   return "?";
 }
 
 bool dtype_from_name(const std::string& name, DType* out) {
-  static const std::pair<const char*, DType> table[] = {
-      {"F32", DType::F32}, {"F64", DType::F64}, {"BF16", DType::BF16},
-      {"F16", DType::F16}, {"I32", DType::I32}, {"I64", DType::I64}};
+  static const std::pair<const char*, DType> table[] = {{"F32", DType::F32},   {"F64", DType::F64},
+                                                        {"BF16", DType::BF16}, {"F16", DType::F16},
+                                                        {"I32", DType::I32},   {"I64", DType::I64}};
   for (auto& [n, t] : table) {
     if (name == n) {
       *out = t;

@@ -12,16 +12,18 @@ const Tensor& bind_leaf(const Node& n, const TensorMap& inputs, const TensorMap&
   FT_CHECK(it != m.end(), std::string("no tensor bound for graph ") + kind + " '" + n.name + "'");
   const Tensor& t = it->second;
   FT_CHECK(t.shape() == n.outputs[0].shape && t.dtype() == n.outputs[0].dtype,
-           std::string(kind) + " '" + n.name + "' is " + shape_str(t.shape()) + " " + dtype_name(t.dtype()) +
-               " but the graph expects " + shape_str(n.outputs[0].shape) + " " + dtype_name(n.outputs[0].dtype));
+           std::string(kind) + " '" + n.name + "' is " + shape_str(t.shape()) + " " +
+               dtype_name(t.dtype()) + " but the graph expects " + shape_str(n.outputs[0].shape) +
+               " " + dtype_name(n.outputs[0].dtype));
   return t;
 }
 
 EagerExecutor::EagerExecutor(const Graph& g) : g_(g), release_at_(release_points(g_)) {}
 
 std::vector<Tensor> EagerExecutor::run(const TensorMap& inputs, const TensorMap& params) {
-  return run_nodes(g_, release_at_, inputs, params,
-                   [](size_t, size_t, const TensorType& t) { return Tensor::empty(t.shape, t.dtype); });
+  return run_nodes(g_, release_at_, inputs, params, [](size_t, size_t, const TensorType& t) {
+    return Tensor::empty(t.shape, t.dtype);
+  });
 }
 
 }  // namespace fusetune

@@ -38,19 +38,37 @@ void run_typed(const Node& n, const std::vector<Tensor>& in, std::vector<Tensor>
       int64_t K = a.trans_a ? sa[r - 2] : sa[r - 1];
       int64_t N = a.trans_b ? sb[r - 2] : sb[r - 1];
       if (batch == 1)
-        k::gemm<T>(a.trans_a, a.trans_b, M, N, K, T(1), X(0), sa[r - 1], X(1), sb[r - 1], T(0), Y, N);
+        k::gemm<T>(a.trans_a, a.trans_b, M, N, K, T(1), X(0), sa[r - 1], X(1), sb[r - 1], T(0), Y,
+                   N);
       else
-        k::gemm_batched<T>(batch, a.trans_a, a.trans_b, M, N, K, T(1), X(0), M * K, X(1), K * N, T(0), Y, M * N);
+        k::gemm_batched<T>(batch, a.trans_a, a.trans_b, M, N, K, T(1), X(0), M * K, X(1), K * N,
+                           T(0), Y, M * N);
       break;
     }
-    case Op::Add: k::add<T>(X(0), X(1), Y, in[0].numel(), in[1].numel()); break;
-    case Op::Mul: k::mul<T>(X(0), X(1), Y, in[0].numel(), in[1].numel()); break;
-    case Op::Scale: k::scale<T>(X(0), T(a.scalar), Y, in[0].numel()); break;
-    case Op::Silu: k::silu<T>(X(0), Y, in[0].numel()); break;
-    case Op::SiluBackward: k::silu_backward<T>(X(0), X(1), Y, in[0].numel()); break;
-    case Op::SumAll: Y[0] = T(k::sum_all<T>(X(0), in[0].numel())); break;
-    case Op::Expand: std::fill(Y, Y + out[0].numel(), X(0)[0]); break;
-    case Op::SumToShape: k::sum_to_suffix<T>(X(0), Y, in[0].numel(), out[0].numel()); break;
+    case Op::Add:
+      k::add<T>(X(0), X(1), Y, in[0].numel(), in[1].numel());
+      break;
+    case Op::Mul:
+      k::mul<T>(X(0), X(1), Y, in[0].numel(), in[1].numel());
+      break;
+    case Op::Scale:
+      k::scale<T>(X(0), T(a.scalar), Y, in[0].numel());
+      break;
+    case Op::Silu:
+      k::silu<T>(X(0), Y, in[0].numel());
+      break;
+    case Op::SiluBackward:
+      k::silu_backward<T>(X(0), X(1), Y, in[0].numel());
+      break;
+    case Op::SumAll:
+      Y[0] = T(k::sum_all<T>(X(0), in[0].numel()));
+      break;
+    case Op::Expand:
+      std::fill(Y, Y + out[0].numel(), X(0)[0]);
+      break;
+    case Op::SumToShape:
+      k::sum_to_suffix<T>(X(0), Y, in[0].numel(), out[0].numel());
+      break;
     case Op::RMSNorm: {
       int64_t D = in[0].shape().back();
       k::rmsnorm_forward<T>(X(0), X(1), Y, in[0].numel() / D, D, a.eps);
@@ -102,8 +120,10 @@ void run_typed(const Node& n, const std::vector<Tensor>& in, std::vector<Tensor>
     case Op::CausalMaskBackward: {
       const Shape& s = in[0].shape();
       const int32_t* docs = in.size() > 1 ? I(1) : nullptr;
-      if (n.op == Op::CausalMask) k::causal_mask<T>(X(0), docs, Y, s[0], s[1], s[2]);
-      else k::causal_mask_backward<T>(X(0), docs, Y, s[0], s[1], s[2]);
+      if (n.op == Op::CausalMask)
+        k::causal_mask<T>(X(0), docs, Y, s[0], s[1], s[2]);
+      else
+        k::causal_mask_backward<T>(X(0), docs, Y, s[0], s[1], s[2]);
       break;
     }
     case Op::RepeatHeads: {
@@ -126,7 +146,8 @@ void run_typed(const Node& n, const std::vector<Tensor>& in, std::vector<Tensor>
         std::memcpy(Y, X(0), in[0].nbytes());
         break;
       }
-      k::transpose<T>(X(0), Y, prod(s, 0, d0), s[d0], prod(s, d0 + 1, d1), s[d1], prod(s, d1 + 1, r));
+      k::transpose<T>(X(0), Y, prod(s, 0, d0), s[d0], prod(s, d0 + 1, d1), s[d1],
+                      prod(s, d1 + 1, r));
       break;
     }
     case Op::Slice:
@@ -134,8 +155,11 @@ void run_typed(const Node& n, const std::vector<Tensor>& in, std::vector<Tensor>
       const Shape& full = n.op == Op::Slice ? in[0].shape() : out[0].shape();
       size_t r = full.size();
       size_t d = size_t(a.dim0 < 0 ? a.dim0 + int(r) : a.dim0);
-      if (n.op == Op::Slice) k::slice<T>(X(0), Y, prod(full, 0, d), full[d], prod(full, d + 1, r), a.start, a.len);
-      else k::slice_backward<T>(X(0), Y, prod(full, 0, d), full[d], prod(full, d + 1, r), a.start, a.len);
+      if (n.op == Op::Slice)
+        k::slice<T>(X(0), Y, prod(full, 0, d), full[d], prod(full, d + 1, r), a.start, a.len);
+      else
+        k::slice_backward<T>(X(0), Y, prod(full, 0, d), full[d], prod(full, d + 1, r), a.start,
+                             a.len);
       break;
     }
     case Op::FusedLinearCrossEntropy: {
@@ -145,14 +169,20 @@ void run_typed(const Node& n, const std::vector<Tensor>& in, std::vector<Tensor>
       break;
     }
     case Op::Dropout:
-      k::dropout<T>(X(0), Y, in[0].numel(), a.scalar, uint64_t(uint32_t(I(1)[0])), uint64_t(a.start));
+      k::dropout<T>(X(0), Y, in[0].numel(), a.scalar, uint64_t(uint32_t(I(1)[0])),
+                    uint64_t(a.start));
       break;
-    case Op::RowInvNorm: k::row_inv_norm<T>(X(0), Y, in[0].dim(0), in[0].dim(1)); break;
+    case Op::RowInvNorm:
+      k::row_inv_norm<T>(X(0), Y, in[0].dim(0), in[0].dim(1));
+      break;
     case Op::NF4MatMul:
     case Op::NF4MatMulBackward: {
-      k::NF4View w{I(1), I(2), reinterpret_cast<const float*>(I(3)), float(a.scalar), a.shape[0], a.shape[1]};
-      if (n.op == Op::NF4MatMul) k::nf4_matmul<T>(w, X(0), in[0].dim(0), Y);
-      else k::nf4_matmul_backward<T>(w, X(0), in[0].dim(0), Y);
+      k::NF4View w{I(1),       I(2),      reinterpret_cast<const float*>(I(3)), float(a.scalar),
+                   a.shape[0], a.shape[1]};
+      if (n.op == Op::NF4MatMul)
+        k::nf4_matmul<T>(w, X(0), in[0].dim(0), Y);
+      else
+        k::nf4_matmul_backward<T>(w, X(0), in[0].dim(0), Y);
       break;
     }
     default:
@@ -166,8 +196,10 @@ bool is_view_op(Op op) { return op == Op::Reshape; }
 
 void run_node_kernel(const Graph& g, const Node& n, const std::vector<Tensor>& inputs,
                      std::vector<Tensor>& outputs) {
-  if (g.float_dtype() == DType::F64) run_typed<double>(n, inputs, outputs);
-  else run_typed<float>(n, inputs, outputs);
+  if (g.float_dtype() == DType::F64)
+    run_typed<double>(n, inputs, outputs);
+  else
+    run_typed<float>(n, inputs, outputs);
 }
 
 }  // namespace fusetune

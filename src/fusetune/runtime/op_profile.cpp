@@ -55,8 +55,8 @@ std::string report() {
   char line[160];
   for (auto [s, i] : order) {
     const Entry& e = table()[i];
-    std::snprintf(line, sizeof line, "%-26s %7ld %10.3f %6.1f%% %10.2f\n", op_name(Op(i)), e.calls, e.seconds,
-                  total > 0 ? 100 * s / total : 0.0, e.bytes / 1e9);
+    std::snprintf(line, sizeof line, "%-26s %7ld %10.3f %6.1f%% %10.2f\n", op_name(Op(i)), e.calls,
+                  e.seconds, total > 0 ? 100 * s / total : 0.0, e.bytes / 1e9);
     out += line;
   }
   std::snprintf(line, sizeof line, "%-26s %7s %10.3f\n", "total", "", total);

@@ -11,10 +11,12 @@ PlanExecutor::PlanExecutor(Graph g, MemoryPlan plan)
 
 std::vector<Tensor> PlanExecutor::run(const TensorMap& inputs, const TensorMap& params) {
   char* base = static_cast<char*>(arena_.raw());
-  return run_nodes(g_, release_at_, inputs, params, [&](size_t node, size_t k, const TensorType& t) {
-    const int64_t off = plan_.offsets[node][k];
-    return off >= 0 ? Tensor::borrow(base + off, t.shape, t.dtype, nullptr) : Tensor::empty(t.shape, t.dtype);
-  });
+  return run_nodes(g_, release_at_, inputs, params,
+                   [&](size_t node, size_t k, const TensorType& t) {
+                     const int64_t off = plan_.offsets[node][k];
+                     return off >= 0 ? Tensor::borrow(base + off, t.shape, t.dtype, nullptr)
+                                     : Tensor::empty(t.shape, t.dtype);
+                   });
 }
 
 }  // namespace fusetune

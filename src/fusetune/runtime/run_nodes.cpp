@@ -19,19 +19,22 @@ std::vector<int> release_points(const Graph& g) {
 
 namespace {
 
-void run_kernel(const Graph& g, const Node& n, const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+void run_kernel(const Graph& g, const Node& n, const std::vector<Tensor>& in,
+                std::vector<Tensor>& out) {
   if (!op_profile::enabled()) return run_node_kernel(g, n, in, out);
   const auto t0 = std::chrono::steady_clock::now();
   run_node_kernel(g, n, in, out);
   double bytes = 0;
   for (const auto& t : out) bytes += double(t.nbytes());
-  op_profile::add(n.op, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), bytes);
+  op_profile::add(
+      n.op, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), bytes);
 }
 
 }  // namespace
 
-std::vector<Tensor> run_nodes(const Graph& g, const std::vector<int>& release_at, const TensorMap& inputs,
-                              const TensorMap& params, const AllocateOutput& allocate) {
+std::vector<Tensor> run_nodes(const Graph& g, const std::vector<int>& release_at,
+                              const TensorMap& inputs, const TensorMap& params,
+                              const AllocateOutput& allocate) {
   const auto& nodes = g.nodes();
   std::vector<std::vector<Tensor>> values(nodes.size());
   std::vector<Tensor> in;

@@ -16,7 +16,8 @@ std::vector<int> release_points(const Graph& g);
 
 using AllocateOutput = std::function<Tensor(size_t node, size_t output, const TensorType& type)>;
 
-std::vector<Tensor> run_nodes(const Graph& g, const std::vector<int>& release_at, const TensorMap& inputs,
-                              const TensorMap& params, const AllocateOutput& allocate);
+std::vector<Tensor> run_nodes(const Graph& g, const std::vector<int>& release_at,
+                              const TensorMap& inputs, const TensorMap& params,
+                              const AllocateOutput& allocate);
 
 }  // namespace fusetune

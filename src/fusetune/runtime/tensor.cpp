@@ -74,12 +74,18 @@ void Tensor::fill_zero() {
 
 double element_as_double(const Tensor& t, int64_t i) {
   switch (t.dtype()) {
-    case DType::F32: return t.data<float>()[i];
-    case DType::F64: return t.data<double>()[i];
-    case DType::BF16: return bf16_to_f32(t.data<uint16_t>()[i]);
-    case DType::F16: return f16_to_f32(t.data<uint16_t>()[i]);
-    case DType::I32: return t.data<int32_t>()[i];
-    case DType::I64: return double(t.data<int64_t>()[i]);
+    case DType::F32:
+      return t.data<float>()[i];
+    case DType::F64:
+      return t.data<double>()[i];
+    case DType::BF16:
+      return bf16_to_f32(t.data<uint16_t>()[i]);
+    case DType::F16:
+      return f16_to_f32(t.data<uint16_t>()[i]);
+    case DType::I32:
+      return t.data<int32_t>()[i];
+    case DType::I64:
+      return double(t.data<int64_t>()[i]);
   }
   return 0;
 }

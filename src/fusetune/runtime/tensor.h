@@ -19,8 +19,8 @@ std::string shape_str(const Shape& s);  // "[4, 256, 64]"
 
 class Storage {
  public:
-  explicit Storage(size_t bytes);                                         // counted, uninitialized
-  Storage(void* data, size_t bytes, std::shared_ptr<const void> owner);   // borrowed
+  explicit Storage(size_t bytes);                                        // counted, uninitialized
+  Storage(void* data, size_t bytes, std::shared_ptr<const void> owner);  // borrowed
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;

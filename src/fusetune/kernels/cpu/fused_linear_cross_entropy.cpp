@@ -71,14 +71,16 @@ double fused_linear_cross_entropy(const T* h, const T* W, const int32_t* labels,
     for (int64_t i = 0; i < c; ++i) total += row_loss[size_t(i)];
 
     gemm<T>(false, false, c, D, V, T(1), z, V, W, D, T(0), dhc, D);
-    for (int64_t i = 0; i < c; ++i) std::memcpy(dh + rows[i] * D, dhc + i * D, sizeof(T) * size_t(D));
+    for (int64_t i = 0; i < c; ++i)
+      std::memcpy(dh + rows[i] * D, dhc + i * D, sizeof(T) * size_t(D));
     gemm<T>(true, false, V, D, c, T(1), z, V, hc, D, T(1), dW, D);
   }
   return total * double(scale);
 }
 
 template double fused_linear_cross_entropy<float>(const float*, const float*, const int32_t*, float,
-                                                  int64_t, int64_t, int64_t, int64_t, float*, float*);
+                                                  int64_t, int64_t, int64_t, int64_t, float*,
+                                                  float*);
 template double fused_linear_cross_entropy<double>(const double*, const double*, const int32_t*,
                                                    double, int64_t, int64_t, int64_t, int64_t,
                                                    double*, double*);
