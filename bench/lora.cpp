@@ -63,13 +63,7 @@ Result run(const BenchShape& shape, const std::string& method, CompileMode mode,
     std::vector<double> times;
     for (int s = 0; s < steps; ++s) {
       Batch b = synthetic_batch(shape, 99 + uint64_t(s));
-      TensorMap in;
-      in["tokens"] = ids(b.tokens, b.batch_size, b.seq_len);
-      in["labels"] = ids(b.labels, b.batch_size, b.seq_len);
-      in["positions"] = ids(b.positions, b.batch_size, b.seq_len);
-      Tensor scale = Tensor::empty({}, DType::F32);
-      scale.data<float>()[0] = float(1.0 / double(b.num_valid_labels()));
-      in["loss_scale"] = scale;
+      const TensorMap in = step_inputs(b);
       auto ts = std::chrono::steady_clock::now();
       std::vector<Tensor> out = step.executor->run(in, params);
       std::vector<ParamRef> refs;

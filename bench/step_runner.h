@@ -95,6 +95,18 @@ inline Tensor ids(const std::vector<int32_t>& v, int64_t B, int64_t T) {
   return t;
 }
 
+// The step graph's inputs for one batch (loss normalized by its unmasked labels).
+inline TensorMap step_inputs(const Batch& b) {
+  TensorMap in;
+  in["tokens"] = ids(b.tokens, b.batch_size, b.seq_len);
+  in["labels"] = ids(b.labels, b.batch_size, b.seq_len);
+  in["positions"] = ids(b.positions, b.batch_size, b.seq_len);
+  Tensor scale = Tensor::empty({}, DType::F32);
+  scale.data<float>()[0] = float(1.0 / double(b.num_valid_labels()));
+  in["loss_scale"] = scale;
+  return in;
+}
+
 // Runs `steps` optimizer steps of `shape` in `mode` from the same init and data as every other
 // mode (seeded), returning per-step losses and times.
 inline RunResult run_mode(const BenchShape& shape, CompileMode mode, int steps,
@@ -119,13 +131,7 @@ inline RunResult run_mode(const BenchShape& shape, CompileMode mode, int steps,
     r.compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     for (int s = 0; s < steps; ++s) {
       Batch b = synthetic_batch(shape, 99 + uint64_t(s));
-      TensorMap in;
-      in["tokens"] = ids(b.tokens, b.batch_size, b.seq_len);
-      in["labels"] = ids(b.labels, b.batch_size, b.seq_len);
-      in["positions"] = ids(b.positions, b.batch_size, b.seq_len);
-      Tensor scale = Tensor::empty({}, DType::F32);
-      scale.data<float>()[0] = float(1.0 / double(b.num_valid_labels()));
-      in["loss_scale"] = scale;
+      const TensorMap in = step_inputs(b);
       auto ts = std::chrono::steady_clock::now();
       std::vector<Tensor> out = step.executor->run(in, params);
       std::vector<ParamRef> refs;
