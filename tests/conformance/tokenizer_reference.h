@@ -25,11 +25,11 @@ struct ReferenceCase {
 };
 
 inline std::filesystem::path reference_dir() {
-  return std::filesystem::path(FUSETUNE_SOURCE_DIR) / "tools" / "tokenizer-ref";
+  return std::filesystem::path(::fusetune::testing::source_dir()) / "tools" / "tokenizer-ref";
 }
 
 inline std::filesystem::path tokenizer_corpus() {
-  return std::filesystem::path(FUSETUNE_TEST_DATA_DIR) / "tokenizer_corpus.jsonl";
+  return std::filesystem::path(::fusetune::testing::test_data_dir()) / "tokenizer_corpus.jsonl";
 }
 
 // "" when the reference can run, else why not.

@@ -19,6 +19,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "test_paths.h"
+
 namespace fusetune::testing {
 
 namespace rr_fs = std::filesystem;
@@ -52,7 +54,7 @@ inline const std::string kPassiveWait = "OMP_WAIT_POLICY=passive ";
 inline std::string run_command(const std::string& recipe, const std::string& config,
                                const Overrides& o) {
   std::string cmd =
-      shell_quote(FUSETUNE_BINARY) + " run " + recipe + " --config " + shell_quote(config);
+      shell_quote(::fusetune::testing::binary_path()) + " run " + recipe + " --config " + shell_quote(config);
   // Deletions (`~key`, empty value) first, so that the keys set after them stay.
   for (const auto& [k, v] : o)
     if (!k.empty() && k[0] == '~') cmd += " " + shell_quote(k);
@@ -72,7 +74,7 @@ struct CliRun {
 inline CliRun run_shell(const std::string& command, const rr_fs::path& scratch) {
   rr_fs::create_directories(scratch);
   const rr_fs::path out = scratch / "stdout.txt", err = scratch / "stderr.txt";
-  const std::string cmd = "cd " + shell_quote(FUSETUNE_SOURCE_DIR) + " && " + kPassiveWait +
+  const std::string cmd = "cd " + shell_quote(::fusetune::testing::source_dir()) + " && " + kPassiveWait +
                           command + " >" + shell_quote(out) + " 2>" + shell_quote(err);
   const int status = std::system(cmd.c_str());
   CliRun r;
@@ -161,7 +163,7 @@ class SpawnedRun {
  public:
   SpawnedRun(const std::string& command, const rr_fs::path& scratch) {
     rr_fs::create_directories(scratch);
-    const std::string cmd = "cd " + shell_quote(FUSETUNE_SOURCE_DIR) + " && " + kPassiveWait +
+    const std::string cmd = "cd " + shell_quote(::fusetune::testing::source_dir()) + " && " + kPassiveWait +
                             "exec " + command + " >" + shell_quote(scratch / "stdout.txt") + " 2>" +
                             shell_quote(scratch / "stderr.txt");
     pid_ = ::fork();

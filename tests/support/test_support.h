@@ -8,12 +8,14 @@
 
 #include <gtest/gtest.h>
 
+#include "test_paths.h"
+
 namespace fusetune::testing {
 
 // ../shared/assets beside the checkout, or $FUSETUNE_ASSETS. Empty when absent.
 inline std::filesystem::path assets_dir() {
   if (const char* env = std::getenv("FUSETUNE_ASSETS")) return env;
-  std::filesystem::path p = std::filesystem::path(FUSETUNE_SOURCE_DIR) / ".." / "shared" / "assets";
+  std::filesystem::path p = std::filesystem::path(::fusetune::testing::source_dir()) / ".." / "shared" / "assets";
   return std::filesystem::exists(p) ? std::filesystem::canonical(p) : std::filesystem::path();
 }
 

@@ -38,7 +38,7 @@ TEST(ConfigBuiltin, TheExpectedConfigsAreEmbedded) {
 
 TEST(ConfigBuiltin, EmbeddedTextMatchesTheSourceTree) {
   namespace fs = std::filesystem;
-  fs::path root = fs::path(FUSETUNE_SOURCE_DIR) / "configs";
+  fs::path root = fs::path(::fusetune::testing::source_dir()) / "configs";
   size_t on_disk = 0;
   for (const auto& e : fs::recursive_directory_iterator(root)) {
     if (e.path().extension() != ".yaml") continue;

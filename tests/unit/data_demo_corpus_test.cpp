@@ -5,6 +5,7 @@
 #include "fusetune/data/byte_tokenizer.h"
 #include "fusetune/data/dataset_factory.h"
 #include "fusetune/data/loader.h"
+#include "test_paths.h"
 
 namespace fusetune {
 namespace {
@@ -12,7 +13,7 @@ namespace {
 TEST(DataDemoCorpus, LoadsAsStoriesAndPacks) {
   ByteTokenizer tok;
   DatasetOptions o;
-  o.source = std::string(FUSETUNE_SOURCE_DIR) + "/configs/demo/demo_corpus.txt";
+  o.source = std::string(::fusetune::testing::source_dir()) + "/configs/demo/demo_corpus.txt";
   auto ds = build_dataset(o, tok);
   EXPECT_EQ(ds->size(), 34);  // stories separated by <|endoftext|>
   int64_t bytes = 0;

@@ -33,7 +33,7 @@ std::string lora_yaml(const fs::path& out) {
        "lora_rank: 8\n"
     << "  lora_alpha: 16\n  lora_dropout: 0.0\n"
     << "tokenizer:\n  _component_: byte\n  max_seq_len: 64\n"
-    << "dataset:\n  _component_: text_completion\n  source: " << FUSETUNE_SOURCE_DIR
+    << "dataset:\n  _component_: text_completion\n  source: " << ::fusetune::testing::source_dir()
     << "/configs/demo/demo_corpus.txt\n"
     << "  packed: true\n"
     << "seed: 42\nshuffle: true\nbatch_size: 2\nepochs: 1\nmax_steps_per_epoch: "

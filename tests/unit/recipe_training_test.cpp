@@ -116,7 +116,7 @@ TEST(RecipeTraining, CompileModesAgree) {
 TEST(RecipeTraining, GradientAccumulationEqualsLargerBatch) {
   TempDir tmp;
   const std::string corpus =
-      fusetune::testing::read_text(fs::path(FUSETUNE_SOURCE_DIR) / "configs/demo/demo_corpus.txt");
+      fusetune::testing::read_text(fs::path(::fusetune::testing::source_dir()) / "configs/demo/demo_corpus.txt");
   std::vector<std::string> sentences;
   for (size_t pos = 0; sentences.size() < 40;) {
     const size_t end = corpus.find(". ", pos);
