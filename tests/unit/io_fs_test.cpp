@@ -135,6 +135,39 @@ TEST(IoFs, AtomicDirectoryCrashBeforeCommitLeavesNoFinalDirectory) {
   EXPECT_EQ(left[0].rfind("ckpt.tmp-", 0), 0u) << left[0];  // only an obviously partial dir
 }
 
+// A pid that belonged to a process that has exited (and been reaped).
+pid_t dead_pid() {
+  pid_t pid = fork();
+  if (pid == 0) _exit(0);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return pid;
+}
+
+TEST(IoFs, NextSaveRemovesStagingOfKilledProcessesOnly) {
+  TempDir tmp;
+  const std::string dead = std::to_string(dead_pid()), self = std::to_string(::getpid());
+  for (const std::string& name : std::vector<std::string>{
+           "ckpt.tmp-" + dead + "-0", "ckpt.tmp-" + self + "-99", "ckpt.old-" + dead + "-1",
+           "other.tmp-" + dead + "-0", "ckpt.tmp-notapid"}) {
+    fs::create_directories(tmp / name);
+    write_file_atomic(tmp / name / "model.safetensors", "partial");
+  }
+  write_file_atomic(tmp / ("state.json.tmp-" + dead + "-3"), "partial");
+  {
+    AtomicDirectory d(tmp / "ckpt");
+    write_file_atomic(d.path() / "model.safetensors", "complete");
+    d.commit();
+  }
+  write_file_atomic(tmp / "state.json", "{}");
+  // Gone: the killed process's staging of ckpt and of state.json. Kept: a live process's
+  // staging (this one), the .old- copy (it may be the only copy), other names.
+  EXPECT_EQ(
+      entries(tmp.path()),
+      (std::vector<std::string>{"ckpt", "ckpt.old-" + dead + "-1", "ckpt.tmp-" + self + "-99",
+                                "ckpt.tmp-notapid", "other.tmp-" + dead + "-0", "state.json"}));
+}
+
 TEST(IoFs, AtomicDirectoryTrailingSlashAndBadNames) {
   TempDir tmp;
   {

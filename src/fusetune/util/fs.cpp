@@ -1,14 +1,17 @@
 #include "fusetune/util/fs.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <system_error>
+#include <vector>
 
 #include "fusetune/util/error.h"
 
@@ -40,6 +43,32 @@ fs::path unique_sibling(const fs::path& path, std::string_view tag) {
   std::string name = p.filename().string() + std::string(tag) + "-" + std::to_string(::getpid()) +
                      "-" + std::to_string(counter.fetch_add(1));
   return p.parent_path() / name;
+}
+
+// True when `name` is `<base>.tmp-<pid>-<n>` for a process other than this one that no longer
+// exists: the staging left behind by a save that was killed. Such a leftover is always
+// partial (it was never renamed), so it is safe to delete.
+bool is_dead_process_temp(const std::string& name, const std::string& base) {
+  const std::string prefix = base + ".tmp-";
+  if (name.rfind(prefix, 0) != 0) return false;
+  const std::string rest = name.substr(prefix.size());
+  const size_t dash = rest.find('-');
+  if (dash == 0 || dash == std::string::npos) return false;
+  for (size_t i = 0; i < rest.size(); ++i)
+    if (i != dash && (rest[i] < '0' || rest[i] > '9')) return false;
+  const long pid = std::strtol(rest.substr(0, dash).c_str(), nullptr, 10);
+  if (pid <= 0 || pid == long(::getpid())) return false;
+  return ::kill(pid_t(pid), 0) != 0 && errno == ESRCH;
+}
+
+void remove_dead_temps(const fs::path& target) {
+  const fs::path parent = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  const std::string base = target.filename().string();
+  std::error_code ec;
+  std::vector<fs::path> dead;
+  for (fs::directory_iterator it(parent, ec), end; !ec && it != end; it.increment(ec))
+    if (is_dead_process_temp(it->path().filename().string(), base)) dead.push_back(it->path());
+  for (const fs::path& p : dead) fs::remove_all(p, ec);  // best effort
 }
 
 std::string read_file(const fs::path& path) {
@@ -125,6 +154,7 @@ void FileWriter::close() {
 
 void write_file_atomic(const fs::path& path, std::string_view bytes) {
   fs::path target = strip_trailing_slash(path);
+  remove_dead_temps(target);
   fs::path tmp = unique_sibling(target, ".tmp");
   try {
     FileWriter w(tmp);
@@ -147,6 +177,7 @@ AtomicDirectory::AtomicDirectory(fs::path final_dir) : final_(strip_trailing_sla
   std::error_code ec;
   if (final_.has_parent_path()) fs::create_directories(final_.parent_path(), ec);
   FT_CHECK(!ec, "cannot create " + quoted(final_.parent_path()) + ": " + ec.message());
+  remove_dead_temps(final_);
   tmp_ = unique_sibling(final_, ".tmp");
   FT_CHECK(::mkdir(tmp_.c_str(), 0755) == 0,
            "cannot create directory " + quoted(tmp_) + ": " + errno_str());

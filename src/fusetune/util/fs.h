@@ -14,6 +14,7 @@ std::string read_file(const std::filesystem::path& path);
 
 // Writes `bytes` to a temp file beside `path`, fsyncs it, renames it over `path` and fsyncs
 // the directory. On failure the temp file is removed and an existing `path` is left intact.
+// Temp files that a killed process left beside `path` are removed first.
 void write_file_atomic(const std::filesystem::path& path, std::string_view bytes);
 
 // fsync() on a directory, so a rename inside it survives a crash.
@@ -44,7 +45,8 @@ class FileWriter {
 // commit() fsyncs it and swaps it in as `<final>`, replacing an existing `<final>` (atomic
 // exchange where the filesystem supports it, else: old aside, new in, old removed). Without
 // commit() the destructor removes the temp directory. At no point does a `<final>` exist
-// that holds a partial save.
+// that holds a partial save. Staging directories of `<final>` left by a killed process (its pid
+// no longer exists) are removed when the next save of `<final>` starts; `.old-` copies are kept.
 class AtomicDirectory {
  public:
   explicit AtomicDirectory(std::filesystem::path final_dir);
