@@ -59,6 +59,14 @@ std::shared_ptr<NF4Store> quantize_base_weights(TensorMap& params, const ModelCo
       (*store)[name] = quantize_nf4(it->second);
       params.erase(it);  // the fp32 copy is gone: NF4 is the base now
     }
+  std::vector<std::string> big = {"model.embed_tokens.weight"};
+  if (!cfg.tie_word_embeddings) big.push_back("lm_head.weight");
+  for (const std::string& name : big) {
+    auto it = params.find(name);
+    FT_CHECK(it != params.end(), "quantize_base: parameter '" + name + "' is missing");
+    (*store)[name] = quantize_nf4(it->second);
+    params.erase(it);
+  }
   return store;
 }
 
@@ -79,6 +87,22 @@ Value nf4_linear(Builder& b, Value x, const NF4Weight& w, const std::string& nam
   Shape out = xs;
   out.back() = w.shape[0];
   return b.reshape(y, out);
+}
+
+}  // namespace fusetune::peft
+
+namespace fusetune::peft {
+
+Value nf4_embedding(Builder& b, Value ids, const NF4Weight& table, const std::string& name) {
+  Graph& g = b.graph();
+  Attrs at;
+  at.shape = table.shape;
+  at.scalar = double(table.offset);
+  return g.add1(Op::NF4Embedding,
+                {ids, g.constant(table.codes, name + ".nf4_codes"),
+                 g.constant(table.absmax_codes, name + ".nf4_absmax_codes"),
+                 g.constant(table.absmax_scales, name + ".nf4_absmax_scales")},
+                at, name);
 }
 
 }  // namespace fusetune::peft

@@ -134,9 +134,15 @@ int lora_finetune_single_device(const Config& cfg) {
   hooks.linear = [run](Builder& b, Value x, const LinearSite& s) {
     return peft::lora_llama_options(run->lora, run->nf4).linear(b, x, s);
   };
-  if (run->lora.apply_to_output)
+  // quantize_base stores the embedding and the head as NF4 too (peft/nf4_weight.h): both
+  // then have hooks.
+  if (run->lora.apply_to_output || run->lora.quantize_base)
     hooks.head = [run](Builder& b, Value x, const LinearSite& s) {
       return peft::lora_llama_options(run->lora, run->nf4).head(b, x, s);
+    };
+  if (run->lora.quantize_base)
+    hooks.embedding = [run](Builder& b, Value ids, const LinearSite& s) {
+      return peft::lora_llama_options(run->lora, run->nf4).embedding(b, ids, s);
     };
   job.llama = hooks;
   job.prepare = [run, &cfg, seed](LoadedModel& m) {
