@@ -203,3 +203,53 @@ TEST(LoraRecipe, QloraWithNf4EmbeddingAndHeadTrainsMergesAndResumes) {
           << "tied " << tied << " step " << i + 1;
   }
 }
+
+// `fusetune plan` builds the recipe's own step (adapters trainable, NF4 base with
+// quantize_base) and predicts the run's measured peak within 10%, LoRA and QLoRA alike.
+TEST(LoraRecipe, PlanPredictsTheMeasuredPeakOfLoraAndQloraRuns) {
+  TempDir tmp;
+  write_file_atomic(tmp / "cfg.yaml", lora_yaml(tmp / "run"));
+  int runs = 0;
+  for (const char* quantize : {"model.quantize_base=false", "model.quantize_base=true"})
+    for (const char* mode : {"compile=false", "compile=true"}) {
+      const std::vector<std::string> o = {
+          quantize,
+          mode,
+          "model.vocab_size=4096",
+          "model.hidden_size=128",
+          "model.intermediate_size=352",
+          "max_steps_per_epoch=2",
+          "enable_activation_checkpointing=true",
+          "output_dir=" + (tmp / ("run" + std::to_string(++runs))).string()};
+      std::vector<std::string> args = {"lora_finetune_single_device", "--config",
+                                       (tmp / "cfg.yaml").string()};
+      args.insert(args.end(), o.begin(), o.end());
+      ::testing::internal::CaptureStdout();
+      const int rc = cli::cmd_plan(args);
+      const std::string plan = ::testing::internal::GetCapturedStdout();
+      ASSERT_EQ(rc, 0);
+      // The compile: true section (printed for every config) fuses the NF4 head with the loss.
+      EXPECT_EQ(plan.find("fused_nf4_linear_cross_entropy") != std::string::npos,
+                std::string(quantize) == "model.quantize_base=true")
+          << plan;
+      // The summary line of the configured mode: "<mode>  <kernels>  <N> MiB   <- this config".
+      double predicted_mib = 0;
+      std::istringstream lines(plan);
+      for (std::string line; std::getline(lines, line);)
+        if (line.find("<- this config") != std::string::npos) {
+          std::istringstream f(line);
+          std::string name, kernels, unit;
+          f >> name >> kernels >> predicted_mib >> unit;
+          ASSERT_EQ(unit, "MiB") << line;
+        }
+      ASSERT_GT(predicted_mib, 0.0) << plan;
+      ASSERT_EQ(run_recipe(tmp / "cfg.yaml", o), 0);
+      std::istringstream in(
+          read_file(tmp / ("run" + std::to_string(runs)) / "logs" / "metrics.jsonl"));
+      double measured = 0;
+      for (std::string line; std::getline(in, line);)
+        if (!line.empty())
+          measured = nlohmann::json::parse(line).at("peak_memory_alloc_bytes").get<double>();
+      EXPECT_NEAR(predicted_mib * 1048576.0 / measured, 1.0, 0.10) << quantize << " " << mode;
+    }
+}

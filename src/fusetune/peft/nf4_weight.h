@@ -41,6 +41,10 @@ using NF4Store = std::map<std::string, NF4Weight>;
 // too, on purpose: on small models they are most of the weight bytes (configs/README.md).
 std::shared_ptr<NF4Store> quantize_base_weights(TensorMap& params, const ModelConfig& cfg);
 
+// The store quantize_base_weights makes for `cfg`, with every tensor sized but its contents
+// unset: for `fusetune plan`, which predicts a step's memory without reading weights.
+std::shared_ptr<NF4Store> nf4_store_layout(const ModelConfig& cfg);
+
 // x [..., in] -> x W^T [..., out] with W dequantized tile by tile inside the GEMM.
 Value nf4_linear(Builder& b, Value x, const NF4Weight& w, const std::string& name);
 

@@ -21,8 +21,6 @@ namespace fusetune {
 
 namespace fs = std::filesystem;
 
-namespace {
-
 peft::LoraConfig lora_config_from(const Config& cfg) {
   peft::LoraConfig c;
   const Config m = cfg.sub("model");
@@ -37,6 +35,8 @@ peft::LoraConfig lora_config_from(const Config& cfg) {
   c.validate();
   return c;
 }
+
+namespace {
 
 // What the hooks share: filled by `prepare`, read by the linear hooks and the checkpointing.
 struct LoraRun {
