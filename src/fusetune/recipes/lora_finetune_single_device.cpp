@@ -1,7 +1,8 @@
 // lora_finetune_single_device: LoRA / DoRA / QLoRA adapters on a frozen base, one device.
 // The training loop is full fine-tuning's (train_loop.h); this file says what changes:
 // the model's linear layers (peft/lora.h), which parameters train (the adapters only), the
-// base weights' storage (NF4 with quantize_base), and what a checkpoint holds:
+// base weights' storage (with quantize_base: the layers' projections, the embedding table and
+// the head as NF4; configs/README.md), and what a checkpoint holds:
 //   output_dir/epoch_N/adapter_model.safetensors + adapter_config.json  (PEFT format)
 //   output_dir/epoch_N/config.json + model*.safetensors  merged weights, unless
 //                                                        save_adapter_weights_only
