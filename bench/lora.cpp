@@ -1,13 +1,20 @@
 // Full fine-tuning vs LoRA vs QLoRA (NF4 base), each in every compile mode, on one shape:
 // same init, same data. LoRA/QLoRA adapt q/v/o and the MLP (rank 16, alpha 32), as
-// torchtune's 1B LoRA config does.
+// torchtune's 1B LoRA config does. QLoRA stores every frozen big matrix as NF4: the layers'
+// projections, the embedding table and the head (peft/nf4_weight.h).
 //   bench_lora --shape mid --steps 5 [--methods full,lora,qlora] [--modes false,model,true]
-//   [--threads 2]
-// Prints a table, then the same results as one JSON line. Nothing here asserts a timing.
+//   [--threads 2] [--ckpt]
+// --ckpt turns on activation checkpointing for every method alike (torchtune's LoRA/QLoRA
+// configs enable it by default).
+// Prints a table with the ratios the targets name (LoRA/full tokens/s, QLoRA/LoRA peak and
+// tokens/s, same compile mode), a memory breakdown (measured weights, gradients + optimizer
+// state; predicted activations and workspace from compile/memory_estimate.h), then the same
+// results as one JSON line. Nothing here asserts a timing.
 #include <iostream>
 
 #include <nlohmann/json.hpp>
 
+#include "fusetune/compile/plan_report.h"
 #include "fusetune/peft/lora.h"
 #include "fusetune/util/strings.h"
 #include "step_runner.h"
@@ -21,10 +28,12 @@ struct Result {
   std::string method, mode;
   double tokens_per_s = 0, compile_s = 0;
   int64_t peak_bytes = 0, trainable = 0, weight_bytes = 0;
+  MemoryBreakdown predicted;
   std::vector<double> losses;
 };
 
-Result run(const BenchShape& shape, const std::string& method, CompileMode mode, int steps) {
+Result run(const BenchShape& shape, const std::string& method, CompileMode mode, int steps,
+           bool ckpt) {
   Result r;
   r.method = method;
   r.mode = compile_mode_name(mode);
@@ -58,6 +67,7 @@ Result run(const BenchShape& shape, const std::string& method, CompileMode mode,
     auto t0 = std::chrono::steady_clock::now();
     PassOptions po;
     po.mode = mode;
+    po.activation_checkpointing = ckpt;
     CompiledStep step = compile_graph(tg.graph, po);
     r.compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::vector<double> times;
@@ -74,6 +84,7 @@ Result run(const BenchShape& shape, const std::string& method, CompileMode mode,
       r.losses.push_back(out[0].data<float>()[0]);
     }
     r.peak_bytes = memory::peak_bytes() - base;
+    r.predicted = plan_mode(tg.graph, po, 2.0).memory;  // AdamW: 2 states per parameter
     std::sort(times.begin() + 1, times.end());
     r.tokens_per_s = double(shape.batch * shape.seq) / times[1 + (times.size() - 1) / 2];
   }
@@ -85,6 +96,7 @@ Result run(const BenchShape& shape, const std::string& method, CompileMode mode,
 int main(int argc, char** argv) try {
   std::string shape_name = "mid", methods = "full,lora,qlora", modes = "false,model,true";
   int steps = 5;
+  bool ckpt = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -101,31 +113,73 @@ int main(int argc, char** argv) try {
       modes = next();
     else if (a == "--threads")
       omp_set_num_threads(std::stoi(next()));
+    else if (a == "--ckpt")
+      ckpt = true;
     else
       throw Error("unknown argument '" + a +
-                  "' (use --shape, --steps, --methods, --modes, --threads)");
+                  "' (use --shape, --steps, --methods, --modes, --threads, --ckpt)");
   }
   FT_CHECK(steps >= 2, "--steps must be >= 2 (the first step is not timed)");
   const BenchShape& shape = find_shape(shape_name);
   std::printf(
-      "shape %s: vocab %lld, dim %lld, layers %lld, ffn %lld, batch %lld x %lld; %d threads\n\n",
+      "shape %s: vocab %lld, dim %lld, layers %lld, ffn %lld, batch %lld x %lld, %s; %d threads; "
+      "activation checkpointing %s\n\n",
       shape.name.c_str(), (long long)shape.config.vocab_size, (long long)shape.config.hidden_size,
       (long long)shape.config.num_hidden_layers, (long long)shape.config.intermediate_size,
-      (long long)shape.batch, (long long)shape.seq, omp_get_max_threads());
+      (long long)shape.batch, (long long)shape.seq,
+      shape.config.tie_word_embeddings ? "tied" : "untied", omp_get_max_threads(),
+      ckpt ? "on" : "off");
   std::vector<Result> results;
   for (const std::string& m : split(methods, ','))
     for (const std::string& c : split(modes, ',')) {
       FT_CHECK(m == "full" || m == "lora" || m == "qlora", "--methods: unknown method '" + m + "'");
-      results.push_back(run(shape, m, parse_compile_mode(c), steps));
+      results.push_back(run(shape, m, parse_compile_mode(c), steps, ckpt));
     }
-  std::printf("%-6s %-7s %12s %12s %12s %10s %10s %10s\n", "method", "compile", "trainable",
-              "weights MiB", "tokens/s", "peak MiB", "compile s", "last loss");
+  auto find = [&](const std::string& method, const std::string& mode) -> const Result* {
+    for (const Result& r : results)
+      if (r.method == method && r.mode == mode) return &r;
+    return nullptr;
+  };
+  // The targets' ratios, each against the same compile mode: lora rows LoRA/full tokens/s,
+  // qlora rows QLoRA/LoRA peak and tokens/s.
+  auto ratios = [&](const Result& r) {
+    char buf[96] = "";
+    if (r.method == "lora") {
+      if (const Result* f = find("full", r.mode))
+        std::snprintf(buf, sizeof buf, "tok/s x%.2f of full", r.tokens_per_s / f->tokens_per_s);
+    } else if (r.method == "qlora") {
+      if (const Result* l = find("lora", r.mode))
+        std::snprintf(buf, sizeof buf, "peak x%.2f, tok/s x%.2f of lora",
+                      double(r.peak_bytes) / double(l->peak_bytes),
+                      r.tokens_per_s / l->tokens_per_s);
+    }
+    return std::string(buf);
+  };
+  const double MiB = 1 << 20;
+  std::printf("%-6s %-7s %10s %11s %10s %9s %9s %10s  %s\n", "method", "compile", "trainable",
+              "weights MiB", "tokens/s", "peak MiB", "compile s", "last loss", "ratios");
   for (const Result& r : results)
-    std::printf("%-6s %-7s %12lld %12.1f %12.1f %10.1f %10.3f %10.5f\n", r.method.c_str(),
-                r.mode.c_str(), (long long)r.trainable, double(r.weight_bytes) / (1 << 20),
-                r.tokens_per_s, double(r.peak_bytes) / (1 << 20), r.compile_s, r.losses.back());
+    std::printf("%-6s %-7s %10lld %11.1f %10.1f %9.1f %9.3f %10.5f  %s\n", r.method.c_str(),
+                r.mode.c_str(), (long long)r.trainable, double(r.weight_bytes) / MiB,
+                r.tokens_per_s, double(r.peak_bytes) / MiB, r.compile_s, r.losses.back(),
+                ratios(r).c_str());
+  // Where the peak goes: weights and trainable state are exact; activations (arena + eager
+  // buffers at the peak) and workspace are the memory estimate's, which `fusetune plan` prints.
+  std::printf(
+      "\nmemory breakdown, MiB (weights, grads, optimizer state: exact; activations, "
+      "workspace: predicted)\n");
+  std::printf("%-6s %-7s %9s %7s %9s %11s %9s %10s %9s\n", "method", "compile", "weights", "grads",
+              "opt state", "activations", "workspace", "predicted", "measured");
+  for (const Result& r : results) {
+    const MemoryBreakdown& m = r.predicted;
+    std::printf("%-6s %-7s %9.1f %7.1f %9.1f %11.1f %9.1f %10.1f %9.1f\n", r.method.c_str(),
+                r.mode.c_str(), double(r.weight_bytes) / MiB, double(m.gradients) / MiB,
+                double(m.optimizer_state) / MiB, double(m.activations) / MiB,
+                double(m.workspace) / MiB, double(m.total()) / MiB, double(r.peak_bytes) / MiB);
+  }
   nlohmann::json j;
   j["shape"] = shape.name;
+  j["activation_checkpointing"] = ckpt;
   for (const Result& r : results)
     j["runs"].push_back({{"method", r.method},
                          {"compile", r.mode},
@@ -134,6 +188,8 @@ int main(int argc, char** argv) try {
                          {"weight_bytes", r.weight_bytes},
                          {"trainable", r.trainable},
                          {"compile_s", r.compile_s},
+                         {"predicted_peak_bytes", r.predicted.total()},
+                         {"predicted_activation_bytes", r.predicted.activations},
                          {"losses", r.losses}});
   std::printf("%s\n", j.dump().c_str());
   return 0;

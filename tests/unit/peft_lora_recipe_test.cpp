@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -140,4 +141,115 @@ TEST(LoraRecipe, BadLoraSettingsFailBeforeTraining) {
       run_recipe(tmp / "cfg.yaml", {"model.lora_attn_modules=[]", "model.apply_lora_to_mlp=false"}),
       Error);
   EXPECT_FALSE(fs::exists(tmp / "run" / "epoch_0"));
+}
+
+// quantize_base stores the embedding and the head as NF4 too (one matrix when tied): QLoRA
+// still lowers the loss (eager, and compiled with activation checkpointing), saves the same
+// PEFT adapter, merges a model whose embedding is the dequantized NF4 table, and resumes.
+TEST(LoraRecipe, QloraWithNf4EmbeddingAndHeadTrainsMergesAndResumes) {
+  for (bool tied : {false, true}) {
+    const std::string tie = std::string("model.tie_word_embeddings=") + (tied ? "true" : "false");
+    TempDir tmp;
+    write_file_atomic(tmp / "cfg.yaml", lora_yaml(tmp / "run"));
+    for (const char* mode : {"compile=false", "compile=true"}) {
+      const fs::path out = tmp / (std::string("run_") + mode);
+      ASSERT_EQ(run_recipe(tmp / "cfg.yaml",
+                           {"model.quantize_base=true", tie, mode,
+                            "enable_activation_checkpointing=true", "output_dir=" + out.string()}),
+                0)
+          << mode;
+      auto losses = logged_losses(out);
+      ASSERT_EQ(losses.size(), 12u) << mode;
+      EXPECT_LT(mean(losses, 9, 12), mean(losses, 0, 3) - 0.1) << "tied " << tied << " " << mode;
+      const fs::path ep = out / "epoch_0";
+      // The adapter: only the targeted layers' lora_A/B (q, v, o, gate, up, down x 2 layers).
+      SafetensorsFile ad = SafetensorsFile::open(ep / "adapter_model.safetensors");
+      EXPECT_EQ(ad.names().size(), 24u);
+      for (const auto& n : ad.names()) {
+        EXPECT_NE(n.find("lora_"), std::string::npos) << n;
+        EXPECT_EQ(n.find("embed"), std::string::npos) << n;
+        EXPECT_EQ(n.find("lm_head"), std::string::npos) << n;
+      }
+      // The merged model: every base tensor, the embedding dequantized from NF4 (at most 16
+      // distinct values per block of 64: the table times the block's absmax).
+      HFCheckpoint ck = load_hf_checkpoint(ep);
+      ASSERT_TRUE(ck.tensors.count("model.embed_tokens.weight"));
+      EXPECT_EQ(ck.tensors.count("lm_head.weight"), tied ? 0u : 1u);
+      const Tensor e = ck.tensors.at("model.embed_tokens.weight").to(DType::F64);
+      for (int64_t b0 = 0; b0 + 64 <= e.numel(); b0 += 64) {
+        std::set<double> distinct(e.data<double>() + b0, e.data<double>() + b0 + 64);
+        EXPECT_LE(distinct.size(), 16u) << "block at " << b0;
+      }
+    }
+    // Resume (compiled): the same losses as the uninterrupted run.
+    const std::vector<std::string> q = {"model.quantize_base=true", tie, "compile=true"};
+    auto with = [&](std::vector<std::string> extra) {
+      extra.insert(extra.end(), q.begin(), q.end());
+      return extra;
+    };
+    ASSERT_EQ(run_recipe(tmp / "cfg.yaml", with({"epochs=2", "max_steps_per_epoch=6",
+                                                 "output_dir=" + (tmp / "full").string()})),
+              0);
+    auto full = logged_losses(tmp / "full");
+    ASSERT_EQ(full.size(), 12u);
+    ASSERT_EQ(run_recipe(tmp / "cfg.yaml", with({"epochs=1", "max_steps_per_epoch=6"})), 0);
+    ASSERT_EQ(run_recipe(tmp / "cfg.yaml", with({"epochs=2", "max_steps_per_epoch=6",
+                                                 "resume_from_checkpoint=true"})),
+              0);
+    auto resumed = logged_losses(tmp / "run");
+    ASSERT_EQ(resumed.size(), 12u);
+    for (size_t i = 6; i < 12; ++i)
+      EXPECT_NEAR(resumed[i], full[i], 1e-5 * std::abs(full[i]))
+          << "tied " << tied << " step " << i + 1;
+  }
+}
+
+// `fusetune plan` builds the recipe's own step (adapters trainable, NF4 base with
+// quantize_base) and predicts the run's measured peak within 10%, LoRA and QLoRA alike.
+TEST(LoraRecipe, PlanPredictsTheMeasuredPeakOfLoraAndQloraRuns) {
+  TempDir tmp;
+  write_file_atomic(tmp / "cfg.yaml", lora_yaml(tmp / "run"));
+  int runs = 0;
+  for (const char* quantize : {"model.quantize_base=false", "model.quantize_base=true"})
+    for (const char* mode : {"compile=false", "compile=true"}) {
+      const std::vector<std::string> o = {
+          quantize,
+          mode,
+          "model.vocab_size=4096",
+          "model.hidden_size=128",
+          "model.intermediate_size=352",
+          "max_steps_per_epoch=2",
+          "enable_activation_checkpointing=true",
+          "output_dir=" + (tmp / ("run" + std::to_string(++runs))).string()};
+      std::vector<std::string> args = {"lora_finetune_single_device", "--config",
+                                       (tmp / "cfg.yaml").string()};
+      args.insert(args.end(), o.begin(), o.end());
+      ::testing::internal::CaptureStdout();
+      const int rc = cli::cmd_plan(args);
+      const std::string plan = ::testing::internal::GetCapturedStdout();
+      ASSERT_EQ(rc, 0);
+      // The compile: true section (printed for every config) fuses the NF4 head with the loss.
+      EXPECT_EQ(plan.find("fused_nf4_linear_cross_entropy") != std::string::npos,
+                std::string(quantize) == "model.quantize_base=true")
+          << plan;
+      // The summary line of the configured mode: "<mode>  <kernels>  <N> MiB   <- this config".
+      double predicted_mib = 0;
+      std::istringstream lines(plan);
+      for (std::string line; std::getline(lines, line);)
+        if (line.find("<- this config") != std::string::npos) {
+          std::istringstream f(line);
+          std::string name, kernels, unit;
+          f >> name >> kernels >> predicted_mib >> unit;
+          ASSERT_EQ(unit, "MiB") << line;
+        }
+      ASSERT_GT(predicted_mib, 0.0) << plan;
+      ASSERT_EQ(run_recipe(tmp / "cfg.yaml", o), 0);
+      std::istringstream in(
+          read_file(tmp / ("run" + std::to_string(runs)) / "logs" / "metrics.jsonl"));
+      double measured = 0;
+      for (std::string line; std::getline(in, line);)
+        if (!line.empty())
+          measured = nlohmann::json::parse(line).at("peak_memory_alloc_bytes").get<double>();
+      EXPECT_NEAR(predicted_mib * 1048576.0 / measured, 1.0, 0.10) << quantize << " " << mode;
+    }
 }

@@ -242,7 +242,7 @@ TEST(Lora, Nf4BaseGradientsMatchFiniteDifferencesAndTheDequantizedModel) {
   LossGraph lg = loss_graph(cfg, peft::lora_llama_options(c, store));
   int nf4_nodes = 0;
   for (const Node& n : lg.g.nodes()) nf4_nodes += n.op == Op::NF4MatMul;
-  EXPECT_EQ(nf4_nodes, 7 * cfg.num_hidden_layers);
+  EXPECT_EQ(nf4_nodes, 7 * cfg.num_hidden_layers + 1);  // + the NF4 head
   EXPECT_LT(check_gradients(lg.g, lg.loss, params, lg.inputs, 6, 1e-6), 1e-6);
   auto out = EagerExecutor(lg.g).run(lg.inputs, params);
 
@@ -302,7 +302,8 @@ TEST(Lora, AllCompileModesAgreeInFloat32) {
       std::vector<std::string> report;
       Graph compiled = run_passes(tg.graph, po, &report);
       int fused = 0;
-      for (const Node& n : compiled.nodes()) fused += n.op == Op::FusedLinearCrossEntropy;
+      for (const Node& n : compiled.nodes())
+        fused += n.op == Op::FusedLinearCrossEntropy || n.op == Op::FusedNF4LinearCrossEntropy;
       // The frozen head still fuses (dh only); a head with an adapter computes its own logits.
       EXPECT_EQ(fused, mode == CompileMode::Full && !k.output ? 1 : 0) << k.name;
       auto out = compile_graph(tg.graph, po).executor->run(inputs, params);

@@ -7,6 +7,8 @@
 #include "fusetune/compile/compiler.h"
 #include "fusetune/compile/plan_report.h"
 #include "fusetune/models/training_graph.h"
+#include "fusetune/peft/nf4_weight.h"
+#include "fusetune/recipes/lora_finetune_single_device.h"
 #include "fusetune/recipes/recipe_setup.h"
 #include "fusetune/util/error.h"
 #include "fusetune/util/strings.h"
@@ -34,6 +36,14 @@ int cmd_plan(const std::vector<std::string>& argv) {
   o.batch_size = cfg.i64("batch_size");
   o.seq_len = T;
   o.packed = cfg.boolean("dataset.packed", false);
+  std::shared_ptr<peft::NF4Store> nf4;  // sized, never filled: no weights are read
+  if (a.positional[0] == "lora_finetune_single_device") {
+    // The adapters train; the base is frozen (NF4 with quantize_base, as the recipe runs it).
+    const peft::LoraConfig lc = lora_config_from(cfg);
+    if (lc.quantize_base) nf4 = peft::nf4_store_layout(model);
+    o.trainable = peft::is_adapter_param;
+    o.llama = peft::lora_llama_options(lc, nf4);
+  }
   TrainingGraph tg = build_training_graph(model, o);
   std::printf("recipe %s: %s model, %lld layers, vocab %lld; step of %lld x %lld tokens%s\n\n",
               a.positional[0].c_str(), model.model_type.c_str(), (long long)model.num_hidden_layers,

@@ -1,5 +1,6 @@
 #include "fusetune/compile/fuse_linear_cross_entropy.h"
 
+#include <algorithm>
 #include <optional>
 
 #include "fusetune/compile/rewrite.h"
@@ -39,9 +40,10 @@ std::optional<Match> match_at(const Graph& g, const std::vector<std::vector<int>
   if (ls.op != Op::LogSoftmax) return std::nullopt;
   m.matmul = ls.inputs[0].node;
   const Node& mm = N[m.matmul];
-  if (mm.op != Op::MatMul || mm.attrs.trans_a || !mm.attrs.trans_b ||
-      mm.outputs[0].shape.size() != 2)
-    return std::nullopt;
+  // The head: a dense h W^T, or a frozen NF4 head (QLoRA) whose only gradient is dh.
+  const bool nf4 = mm.op == Op::NF4MatMul;
+  if (!nf4 && (mm.op != Op::MatMul || mm.attrs.trans_a || !mm.attrs.trans_b)) return std::nullopt;
+  if (mm.outputs[0].shape.size() != 2) return std::nullopt;
   // The logits feed only the log_softmax, and are not a graph output.
   if (readers[m.matmul].size() != 1 || is_graph_output(g, m.matmul)) return std::nullopt;
   // The nll feeds exactly one Mul by a scalar: the loss.
@@ -71,6 +73,14 @@ std::optional<Match> match_at(const Graph& g, const std::vector<std::vector<int>
   if (readers[N[lsb].inputs[1].node].size() != 1) return std::nullopt;
   for (int r : readers[lsb]) {
     const Node& bm = N[r];
+    if (nf4) {
+      if (bm.op != Op::NF4MatMulBackward || m.dh >= 0 || !(bm.inputs[0] == Value{lsb, 0}) ||
+          !std::equal(bm.inputs.begin() + 1, bm.inputs.end(), mm.inputs.begin() + 1) ||
+          bm.attrs.shape != mm.attrs.shape || bm.attrs.scalar != mm.attrs.scalar)
+        return std::nullopt;
+      m.dh = r;
+      continue;
+    }
     if (bm.op != Op::MatMul) return std::nullopt;
     if (!bm.attrs.trans_a && !bm.attrs.trans_b && bm.inputs[0] == Value{lsb, 0} &&
         bm.inputs[1] == mm.inputs[1])
@@ -96,16 +106,31 @@ std::string run(Graph& g, const PassOptions& opts) {
     auto m = match_at(g, readers, i);
     if (!m) continue;
     const Node mm = g.nodes()[m->matmul];
-    const Value h = mm.inputs[0], W = mm.inputs[1];
+    const bool nf4 = mm.op == Op::NF4MatMul;
+    const Value h = mm.inputs[0];
     const Value labels = g.nodes()[m->nll].inputs[1];
     const Value scale = g.nodes()[m->loss].inputs[1];
     const int64_t N = g.shape(h)[0];
-    vocab = g.shape(W)[0];
+    vocab = g.shape({m->matmul, 0})[1];
     Attrs at;
     at.chunk_rows = chunk = kernels::fused_ce_chunk_rows(
         N, vocab, int64_t(dtype_size(g.float_dtype())), opts.ce_chunk_budget_bytes);
     g.set_region(1);
-    auto f = g.add(Op::FusedLinearCrossEntropy, {h, W, labels, scale}, at, "fused_linear_ce");
+    std::vector<Value> f;
+    if (nf4) {
+      // The NF4 head is dequantized tile by tile inside the chunked GEMMs; no dW (frozen).
+      at.shape = mm.attrs.shape;
+      at.scalar = mm.attrs.scalar;
+      f = g.add(Op::FusedNF4LinearCrossEntropy,
+                {h, labels, scale, mm.inputs[1], mm.inputs[2], mm.inputs[3]}, at,
+                "fused_nf4_linear_ce");
+    } else {
+      // A frozen head (LoRA) has no dW reader: the kernel then skips the dW GEMM and the
+      // [V, D] output altogether.
+      at.no_weight_grad = m->dw < 0;
+      f = g.add(Op::FusedLinearCrossEntropy, {h, mm.inputs[1], labels, scale}, at,
+                "fused_linear_ce");
+    }
     g.set_region(0);
     replace_all_uses(g, {m->loss, 0}, f[0]);
     if (m->dh >= 0) replace_all_uses(g, {m->dh, 0}, f[1]);

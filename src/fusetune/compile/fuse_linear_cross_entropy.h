@@ -4,6 +4,8 @@
 //   NllBackward -> LogSoftmaxBackward -> (dlogits W, dlogits^T h)
 // and replaces all of it by one FusedLinearCrossEntropy node that yields the loss, dh and dW
 // chunk by chunk. The [tokens, vocab] logits, log-probs and their gradients never exist.
+// A frozen head (no dW reader) gets no dW output; a frozen NF4 head (QLoRA: NF4MatMul and
+// NF4MatMulBackward) becomes FusedNF4LinearCrossEntropy, which dequantizes W tile by tile.
 // Needs the loss region, so it does nothing under `compile: model`.
 #include "fusetune/compile/pass.h"
 

@@ -2,6 +2,10 @@
 
 #include <algorithm>
 #include <climits>
+#include <set>
+
+#include "fusetune/kernels/cpu/fused_linear_cross_entropy.h"
+#include "fusetune/kernels/cpu/nf4.h"
 
 #include "fusetune/runtime/node_kernels.h"
 
@@ -11,11 +15,15 @@ MemoryBreakdown estimate_step_memory(const Graph& g, const MemoryPlan* plan,
                                      double optimizer_state_per_param) {
   MemoryBreakdown m;
   const auto& nodes = g.nodes();
+  std::set<const void*> constants;  // graph-owned weights (NF4 base), each storage once
   for (const Node& n : nodes)
     if (n.op == Op::Param) {
       m.parameters += int64_t(n.outputs[0].nbytes());
       if (n.trainable)
         m.optimizer_state += int64_t(double(n.outputs[0].nbytes()) * optimizer_state_per_param);
+    } else if (n.op == Op::Constant && n.constant.defined() &&
+               constants.insert(n.constant.raw()).second) {
+      m.parameters += int64_t(n.constant.nbytes());
     }
   for (const auto& [name, v] : g.outputs())
     if (name.rfind("grad:", 0) == 0) m.gradients += int64_t(g.type(v).nbytes());
@@ -35,13 +43,21 @@ MemoryBreakdown estimate_step_memory(const Graph& g, const MemoryPlan* plan,
         if (!plan || plan->offsets[i][k] < 0) held[i] += int64_t(n.outputs[k].nbytes());
       live += held[i];
     }
+    // Kernel scratch (counted tensors the kernel allocates and frees while it runs).
+    const int64_t elem = int64_t(dtype_size(g.float_dtype()));
     int64_t scratch = 0;
-    if (n.op == Op::FusedLinearCrossEntropy) {
-      const int64_t C = n.attrs.chunk_rows, D = g.shape(n.inputs[0])[1],
-                    V = g.shape(n.inputs[1])[0];
-      scratch = (C * V + 2 * C * D) * int64_t(dtype_size(g.float_dtype()));
-      m.workspace = std::max(m.workspace, scratch);
+    if (n.op == Op::FusedLinearCrossEntropy || n.op == Op::FusedNF4LinearCrossEntropy) {
+      const bool nf4 = n.op == Op::FusedNF4LinearCrossEntropy;
+      const int64_t D = g.shape(n.inputs[0])[1];
+      const int64_t V = nf4 ? n.attrs.shape[0] : g.shape(n.inputs[1])[0];
+      const int64_t C = std::max<int64_t>(1, std::min(n.attrs.chunk_rows, g.shape(n.inputs[0])[0]));
+      scratch = kernels::fused_ce_scratch_bytes(C, D, V, elem, nf4);
+    } else if (n.op == Op::NF4MatMul || n.op == Op::NF4MatMulBackward) {
+      scratch =
+          kernels::nf4_tile_rows(n.attrs.shape[0], n.attrs.shape[1]) * n.attrs.shape[1] * elem;
     }
+    if (last[i] < 0) scratch = 0;  // dead: never runs
+    m.workspace = std::max(m.workspace, scratch);
     peak = std::max(peak, live + scratch);
     for (int j : freed_after[i]) {
       live -= held[size_t(j)];

@@ -12,11 +12,11 @@
 namespace fusetune {
 
 struct MemoryBreakdown {
-  int64_t parameters = 0;
+  int64_t parameters = 0;  // Param leaves + graph-owned constants (NF4 base weights, RoPE)
   int64_t gradients = 0;
   int64_t optimizer_state = 0;
   int64_t activations = 0;  // at the step's peak, gradients excluded
-  int64_t workspace = 0;    // largest kernel scratch (fused cross-entropy chunk)
+  int64_t workspace = 0;    // largest kernel scratch (fused cross-entropy chunk, NF4 tiles)
   int64_t total() const {
     return parameters + optimizer_state + gradients + activations + workspace;
   }

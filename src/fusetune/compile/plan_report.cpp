@@ -21,10 +21,13 @@ ModePlan plan_mode(const Graph& g, const PassOptions& opts, double optimizer_sta
     const bool leaf = n.op == Op::Input || n.op == Op::Param || n.op == Op::Constant;
     if (leaf || is_view_op(n.op) || last[i] < 0) continue;
     ++p.kernels[n.region ? 1 : 0];
-    if (n.op == Op::FusedLinearCrossEntropy)
+    if (n.op == Op::FusedLinearCrossEntropy || n.op == Op::FusedNF4LinearCrossEntropy)
       p.fused.push_back(std::string(op_name(n.op)) + ": h " + shape_str(run.shape(n.inputs[0])) +
-                        " x W " + shape_str(run.shape(n.inputs[1])) + ", chunks of " +
-                        std::to_string(n.attrs.chunk_rows) +
+                        " x W " +
+                        (n.op == Op::FusedNF4LinearCrossEntropy
+                             ? shape_str(n.attrs.shape) + " (NF4, dequantized tile by tile)"
+                             : shape_str(run.shape(n.inputs[1]))) +
+                        ", chunks of " + std::to_string(n.attrs.chunk_rows) +
                         " tokens (logits, log-probs and their gradients never materialized)");
   }
   p.memory = estimate_step_memory(run, compiled ? &mp : nullptr, optimizer_state_per_param);

@@ -199,7 +199,7 @@ Schema build_lora() {
                 .max(1, true)
                 .doc("dropout on the adapter input"));
   model.add(Field::Bool("use_dora").def("false").doc("DoRA: learn a magnitude vector too"));
-  model.add(Field::Bool("quantize_base").def("false").doc("store base weights as NF4 (QLoRA)"));
+  model.add(Field::Bool("quantize_base").def("false").doc("store the frozen base as NF4 (QLoRA): layer projections, embedding and head"));
   s.add(model);
   s.field("checkpointer")
       .add(Field::String("adapter_checkpoint")

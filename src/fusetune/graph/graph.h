@@ -34,7 +34,8 @@ struct Attrs {
   double eps = 0.0;
   double scalar = 0.0;
   Shape shape;
-  int64_t chunk_rows = 0;  // FusedLinearCrossEntropy: tokens per chunk
+  int64_t chunk_rows = 0;       // FusedLinearCrossEntropy: tokens per chunk
+  bool no_weight_grad = false;  // FusedLinearCrossEntropy: W is frozen (no dW output)
 };
 
 struct Node {

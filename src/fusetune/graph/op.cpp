@@ -78,6 +78,10 @@ const char* op_name(Op op) {
       return "nf4_matmul";
     case Op::NF4MatMulBackward:
       return "nf4_matmul_backward";
+    case Op::NF4Embedding:
+      return "nf4_embedding";
+    case Op::FusedNF4LinearCrossEntropy:
+      return "fused_nf4_linear_cross_entropy";
     case Op::kCount:
       break;
   }

@@ -49,12 +49,18 @@ enum class Op : uint8_t {
   SliceBackward,
   // fused ops created by compile passes
   FusedLinearCrossEntropy,  // (h [N,D], W [V,D], labels [N], scale []) -> (loss [], dh, dW)
+                            // attrs.chunk_rows; attrs.no_weight_grad: W frozen, (loss, dh) only
   // PEFT adapters (peft/): LoRA dropout, DoRA's detached norm, QLoRA's NF4 base weights
   Dropout,            // (x, seed [] I32) attrs.scalar = p, attrs.start = salt; seeded mask
   RowInvNorm,         // W [O, K] -> 1 / ||W[o, :]|| [O]; no gradient (DoRA detaches the norm)
   NF4MatMul,          // (x [N, K], codes, absmax_codes, absmax_scales) -> x W^T [N, O]; W NF4
                       // attrs.shape = [O, K], attrs.scalar = absmax offset (kernels/cpu/nf4.h)
   NF4MatMulBackward,  // (dy [N, O], codes, absmax_codes, absmax_scales) -> dy W [N, K]
+  NF4Embedding,       // (ids [...] I32, codes, absmax_codes, absmax_scales) -> [..., D]: rows of
+                      // an NF4 table dequantized on gather; attrs.shape = [V, D]; no gradient
+  FusedNF4LinearCrossEntropy,  // (h [N,D], labels [N], scale [], codes, absmax_codes,
+                               // absmax_scales) -> (loss [], dh): FusedLinearCrossEntropy with a
+                               // frozen NF4 head; attrs.shape = [V, D], scalar, chunk_rows
   kCount
 };
 

@@ -213,6 +213,7 @@ std::vector<TensorType> infer_types(const Graph& g, Op op, const std::vector<Val
         fail(op, "expects h [N, D] and W [V, D]");
       need_i32(2);
       if (S(2) != Shape{S(0)[0]}) fail(op, "labels must be [N]");
+      if (a.no_weight_grad) return {{Shape{}, fd}, {S(0), fd}};
       return {{Shape{}, fd}, {S(0), fd}, {S(1), fd}};
     }
     case Op::Dropout:
@@ -238,6 +239,27 @@ std::vector<TensorType> infer_types(const Graph& g, Op op, const std::vector<Val
       if (S(0).size() != 2 || S(0)[1] != in_dim)
         fail(op, "input " + shape_str(S(0)) + " does not match the weight " + shape_str(a.shape));
       return {{Shape{S(0)[0], out_dim}, fd}};
+    }
+    case Op::NF4Embedding: {
+      arity(4, 4);
+      for (size_t i = 0; i < 4; ++i) need_i32(i);
+      if (a.shape.size() != 2) fail(op, "attrs.shape must be the table's [V, D]");
+      Shape out = S(0);
+      out.push_back(a.shape[1]);
+      return {{out, fd}};
+    }
+    case Op::FusedNF4LinearCrossEntropy: {
+      arity(6, 6);
+      need_float(0);
+      need_i32(1);
+      for (size_t i = 3; i < 6; ++i) need_i32(i);
+      if (a.shape.size() != 2) fail(op, "attrs.shape must be the head's [V, D]");
+      if (S(0).size() != 2 || S(0)[1] != a.shape[1])
+        fail(op,
+             "expects h [N, D] for the head " + shape_str(a.shape) + ", got " + shape_str(S(0)));
+      if (S(1) != Shape{S(0)[0]}) fail(op, "labels must be [N]");
+      if (!S(2).empty()) fail(op, "the scale must be a scalar");
+      return {{Shape{}, fd}, {S(0), fd}};
     }
     case Op::kCount:
       break;

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "fusetune/models/rope_tables.h"
+#include "fusetune/util/error.h"
 
 namespace fusetune {
 namespace {
@@ -76,9 +77,15 @@ LlamaOutputs build_llama(Builder& b, const ModelConfig& cfg, const LlamaInputs& 
   Value cos = g.constant(cos_t, "rope.cos");
   Value sin = g.constant(sin_t, "rope.sin");
 
-  Value embed =
-      g.param("model.embed_tokens.weight", {V, D}, trainable("model.embed_tokens.weight"));
-  Value h = b.embedding(embed, in.tokens);  // [B, T, D]
+  const std::string ew = "model.embed_tokens.weight";
+  Value embed;  // the float table, when there is one (a tied head reuses it)
+  Value h;      // [B, T, D]
+  if (options.embedding) {
+    h = options.embedding(b, in.tokens, LinearSite{"model.embed_tokens", V, D, trainable(ew), ew});
+  } else {
+    embed = g.param(ew, {V, D}, trainable(ew));
+    h = b.embedding(embed, in.tokens);
+  }
   for (int64_t i = 0; i < cfg.num_hidden_layers; ++i) {
     Layer L{b, cfg, trainable, linear_fn, "model.layers." + std::to_string(i) + "."};
     g.set_layer(int(i));
@@ -96,6 +103,8 @@ LlamaOutputs build_llama(Builder& b, const ModelConfig& cfg, const LlamaInputs& 
     LinearSite site{"lm_head", V, D, trainable(w), w};
     return {hidden, Value{}, options.head(b, hidden, site)};
   }
+  FT_CHECK(!cfg.tie_word_embeddings || embed.valid(),
+           "build_llama: a tied model with an embedding hook needs a head hook too");
   Value head = cfg.tie_word_embeddings
                    ? embed
                    : g.param("lm_head.weight", {V, D}, trainable("lm_head.weight"));

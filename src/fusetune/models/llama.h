@@ -40,11 +40,18 @@ using LinearFn = std::function<Value(Builder& b, Value x, const LinearSite& site
 // The plain linear: Param `site.weight` and b.linear(x, W).
 Value default_linear(Builder& b, Value x, const LinearSite& site);
 
+// Token embeddings: ids [B, T] I32 -> [B, T, D] for the table `site.weight` [V, D] (site
+// "model.embed_tokens", out = V, in = D). NF4 base weights plug in here.
+using EmbeddingFn = std::function<Value(Builder& b, Value ids, const LinearSite& site)>;
+
 struct LlamaOptions {
   LinearFn linear;  // for the q/k/v/o and MLP projections; empty = default_linear
   // Applied to the head (site "lm_head") instead of returning it in LlamaOutputs (LoRA on
-  // lm_head): when set, LlamaOutputs::logits is head(hidden) [B*T, V].
+  // lm_head, an NF4 head): when set, LlamaOutputs::logits is head(hidden) [B*T, V].
   LinearFn head;
+  // Replaces Param "model.embed_tokens.weight" + Embedding (an NF4 table). A tied model with
+  // an embedding hook needs a head hook too (there is no float table to reuse as the head).
+  EmbeddingFn embedding;
 };
 
 LlamaOutputs build_llama(Builder& b, const ModelConfig& cfg, const LlamaInputs& in,

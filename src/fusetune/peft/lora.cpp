@@ -34,6 +34,8 @@ uint64_t fnv1a(const std::string& s) {
   return h;
 }
 
+const char* const kEmbedWeight = "model.embed_tokens.weight";
+
 Value dropout_seed(Graph& g) {
   for (size_t i = 0; i < g.nodes().size(); ++i)
     if (g.nodes()[i].op == Op::Input && g.nodes()[i].name == kDropoutSeedInput) return {int(i), 0};
@@ -191,7 +193,13 @@ LlamaOptions lora_llama_options(const LoraConfig& c, std::shared_ptr<const NF4St
   };
   LlamaOptions o;
   o.linear = fn;
-  if (c.apply_to_output) o.head = fn;
+  // The head goes through `fn` when it has an adapter or an NF4 base (tied: the embedding's).
+  const bool nf4_head = nf4 && (nf4->count("lm_head.weight") || nf4->count(kEmbedWeight));
+  if (c.apply_to_output || nf4_head) o.head = fn;
+  if (nf4 && nf4->count(kEmbedWeight))
+    o.embedding = [nf4](Builder& b, Value ids, const LinearSite& site) {
+      return nf4_embedding(b, ids, nf4->at(site.weight), site.weight);
+    };
   return o;
 }
 

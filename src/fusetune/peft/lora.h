@@ -52,7 +52,9 @@ void init_adapters(TensorMap& params, const ModelConfig& model, const LoraConfig
                    DType dtype, const NF4Store* nf4 = nullptr);
 
 // The model hooks: targeted layers get adapters, NF4 base weights (when `nf4` holds the
-// layer's weight) replace the float Param. `dropout_seed` names the [] I32 graph input that
+// layer's weight) replace the float Param; an NF4 embedding table is gathered from NF4 and an
+// NF4 head (or a tied head whose table is NF4) computes the logits by NF4MatMul (fused with
+// the loss under compile: true). `dropout_seed` names the [] I32 graph input that
 // seeds lora_dropout (fed per step); it is only created when dropout > 0.
 LlamaOptions lora_llama_options(const LoraConfig& c, std::shared_ptr<const NF4Store> nf4 = nullptr);
 

@@ -46,19 +46,52 @@ Tensor dequantize_nf4(const NF4Weight& w, DType dtype) {
   return out;
 }
 
+namespace {
+
+// What quantize_base stores as NF4, with shapes: the layers' projections, the embedding and
+// the untied head.
+std::vector<std::pair<std::string, Shape>> quantized_weights(const ModelConfig& cfg) {
+  const int64_t D = cfg.hidden_size, F = cfg.intermediate_size, hd = cfg.head_dim;
+  const int64_t H = cfg.num_attention_heads, KV = cfg.num_key_value_heads, V = cfg.vocab_size;
+  std::vector<std::pair<std::string, Shape>> out;
+  for (int64_t l = 0; l < cfg.num_hidden_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    out.push_back({p + "self_attn.q_proj.weight", {H * hd, D}});
+    out.push_back({p + "self_attn.k_proj.weight", {KV * hd, D}});
+    out.push_back({p + "self_attn.v_proj.weight", {KV * hd, D}});
+    out.push_back({p + "self_attn.o_proj.weight", {D, H * hd}});
+    out.push_back({p + "mlp.gate_proj.weight", {F, D}});
+    out.push_back({p + "mlp.up_proj.weight", {F, D}});
+    out.push_back({p + "mlp.down_proj.weight", {D, F}});
+  }
+  out.push_back({"model.embed_tokens.weight", {V, D}});
+  if (!cfg.tie_word_embeddings) out.push_back({"lm_head.weight", {V, D}});
+  return out;
+}
+
+}  // namespace
+
 std::shared_ptr<NF4Store> quantize_base_weights(TensorMap& params, const ModelConfig& cfg) {
   auto store = std::make_shared<NF4Store>();
-  static const char* kProj[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
-                                "self_attn.o_proj", "mlp.gate_proj",    "mlp.up_proj",
-                                "mlp.down_proj"};
-  for (int64_t l = 0; l < cfg.num_hidden_layers; ++l)
-    for (const char* p : kProj) {
-      const std::string name = "model.layers." + std::to_string(l) + "." + p + ".weight";
-      auto it = params.find(name);
-      FT_CHECK(it != params.end(), "quantize_base: parameter '" + name + "' is missing");
-      (*store)[name] = quantize_nf4(it->second);
-      params.erase(it);  // the fp32 copy is gone: NF4 is the base now
-    }
+  for (const auto& [name, shape] : quantized_weights(cfg)) {
+    auto it = params.find(name);
+    FT_CHECK(it != params.end(), "quantize_base: parameter '" + name + "' is missing");
+    (*store)[name] = quantize_nf4(it->second);
+    params.erase(it);  // the fp32 copy is gone: NF4 is the base now
+  }
+  return store;
+}
+
+std::shared_ptr<NF4Store> nf4_store_layout(const ModelConfig& cfg) {
+  auto store = std::make_shared<NF4Store>();
+  for (const auto& [name, shape] : quantized_weights(cfg)) {
+    const kernels::NF4Sizes s = kernels::nf4_sizes(shape_numel(shape));
+    NF4Weight& w = (*store)[name];
+    w.shape = shape;
+    w.codes = Tensor::empty({s.code_words}, DType::I32);
+    w.absmax_codes = Tensor::empty({s.absmax_words}, DType::I32);
+    w.absmax_scales = Tensor::empty({s.scales}, DType::I32);
+  }
   return store;
 }
 
@@ -79,6 +112,22 @@ Value nf4_linear(Builder& b, Value x, const NF4Weight& w, const std::string& nam
   Shape out = xs;
   out.back() = w.shape[0];
   return b.reshape(y, out);
+}
+
+}  // namespace fusetune::peft
+
+namespace fusetune::peft {
+
+Value nf4_embedding(Builder& b, Value ids, const NF4Weight& table, const std::string& name) {
+  Graph& g = b.graph();
+  Attrs at;
+  at.shape = table.shape;
+  at.scalar = double(table.offset);
+  return g.add1(Op::NF4Embedding,
+                {ids, g.constant(table.codes, name + ".nf4_codes"),
+                 g.constant(table.absmax_codes, name + ".nf4_absmax_codes"),
+                 g.constant(table.absmax_scales, name + ".nf4_absmax_scales")},
+                at, name);
 }
 
 }  // namespace fusetune::peft

@@ -34,12 +34,21 @@ Tensor dequantize_nf4(const NF4Weight& w, DType dtype);
 // Quantized weights by parameter name ("model.layers.0.self_attn.q_proj.weight").
 using NF4Store = std::map<std::string, NF4Weight>;
 
-// Quantizes every decoder-layer projection (q/k/v/o, gate/up/down) of `params` and removes the
-// float weights from it. The embedding, norms, biases and lm_head stay as they are (as in
-// torchtune's QLoRA models).
+// Quantizes the big frozen matrices of `params` and removes their float copies: every
+// decoder-layer projection (q/k/v/o, gate/up/down), the embedding table and the untied
+// lm_head (a tied head is the embedding: one stored matrix serves both). Norms and biases
+// stay float. torchtune / bitsandbytes keep the embedding and head in bf16; we quantize them
+// too, on purpose: on small models they are most of the weight bytes (configs/README.md).
 std::shared_ptr<NF4Store> quantize_base_weights(TensorMap& params, const ModelConfig& cfg);
+
+// The store quantize_base_weights makes for `cfg`, with every tensor sized but its contents
+// unset: for `fusetune plan`, which predicts a step's memory without reading weights.
+std::shared_ptr<NF4Store> nf4_store_layout(const ModelConfig& cfg);
 
 // x [..., in] -> x W^T [..., out] with W dequantized tile by tile inside the GEMM.
 Value nf4_linear(Builder& b, Value x, const NF4Weight& w, const std::string& name);
+
+// ids [...] I32 -> table rows [..., D], only the gathered rows dequantized. No gradient.
+Value nf4_embedding(Builder& b, Value ids, const NF4Weight& table, const std::string& name);
 
 }  // namespace fusetune::peft

@@ -1,7 +1,8 @@
 // lora_finetune_single_device: LoRA / DoRA / QLoRA adapters on a frozen base, one device.
 // The training loop is full fine-tuning's (train_loop.h); this file says what changes:
 // the model's linear layers (peft/lora.h), which parameters train (the adapters only), the
-// base weights' storage (NF4 with quantize_base), and what a checkpoint holds:
+// base weights' storage (with quantize_base: the layers' projections, the embedding table and
+// the head as NF4; configs/README.md), and what a checkpoint holds:
 //   output_dir/epoch_N/adapter_model.safetensors + adapter_config.json  (PEFT format)
 //   output_dir/epoch_N/config.json + model*.safetensors  merged weights, unless
 //                                                        save_adapter_weights_only
@@ -21,8 +22,6 @@ namespace fusetune {
 
 namespace fs = std::filesystem;
 
-namespace {
-
 peft::LoraConfig lora_config_from(const Config& cfg) {
   peft::LoraConfig c;
   const Config m = cfg.sub("model");
@@ -37,6 +36,8 @@ peft::LoraConfig lora_config_from(const Config& cfg) {
   c.validate();
   return c;
 }
+
+namespace {
 
 // What the hooks share: filled by `prepare`, read by the linear hooks and the checkpointing.
 struct LoraRun {
@@ -134,9 +135,15 @@ int lora_finetune_single_device(const Config& cfg) {
   hooks.linear = [run](Builder& b, Value x, const LinearSite& s) {
     return peft::lora_llama_options(run->lora, run->nf4).linear(b, x, s);
   };
-  if (run->lora.apply_to_output)
+  // quantize_base stores the embedding and the head as NF4 too (peft/nf4_weight.h): both
+  // then have hooks.
+  if (run->lora.apply_to_output || run->lora.quantize_base)
     hooks.head = [run](Builder& b, Value x, const LinearSite& s) {
       return peft::lora_llama_options(run->lora, run->nf4).head(b, x, s);
+    };
+  if (run->lora.quantize_base)
+    hooks.embedding = [run](Builder& b, Value ids, const LinearSite& s) {
+      return peft::lora_llama_options(run->lora, run->nf4).embedding(b, ids, s);
     };
   job.llama = hooks;
   job.prepare = [run, &cfg, seed](LoadedModel& m) {

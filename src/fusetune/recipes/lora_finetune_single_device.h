@@ -1,9 +1,14 @@
 #pragma once
 #include "fusetune/config/config.h"
+#include "fusetune/peft/lora.h"
 
 namespace fusetune {
 
 // The lora_finetune_single_device recipe; see recipes/registry.h for what the config holds.
 int lora_finetune_single_device(const Config& cfg);
+
+// The config's LoRA settings (model.lora_*, apply_lora_to_*, use_dora, quantize_base),
+// validated. `fusetune plan` builds the same step graph from them.
+peft::LoraConfig lora_config_from(const Config& cfg);
 
 }  // namespace fusetune

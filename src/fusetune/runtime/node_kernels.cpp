@@ -165,7 +165,23 @@ void run_typed(const Node& n, const std::vector<Tensor>& in, std::vector<Tensor>
     case Op::FusedLinearCrossEntropy: {
       const int64_t N = in[0].dim(0), D = in[0].dim(1), V = in[1].dim(0);
       Y[0] = T(k::fused_linear_cross_entropy<T>(X(0), X(1), I(2), X(3)[0], N, D, V, a.chunk_rows,
-                                                out[1].data<T>(), out[2].data<T>()));
+                                                out[1].data<T>(),
+                                                a.no_weight_grad ? nullptr : out[2].data<T>()));
+      break;
+    }
+    case Op::FusedNF4LinearCrossEntropy: {
+      const k::NF4View w{
+          I(3),       I(4),      reinterpret_cast<const float*>(I(5)), float(a.scalar),
+          a.shape[0], a.shape[1]};
+      Y[0] = T(k::fused_nf4_linear_cross_entropy<T>(X(0), w, I(1), X(2)[0], in[0].dim(0),
+                                                    a.chunk_rows, out[1].data<T>()));
+      break;
+    }
+    case Op::NF4Embedding: {
+      const k::NF4View w{
+          I(1),       I(2),      reinterpret_cast<const float*>(I(3)), float(a.scalar),
+          a.shape[0], a.shape[1]};
+      k::nf4_gather_rows<T>(w, I(0), in[0].numel(), Y);
       break;
     }
     case Op::Dropout:

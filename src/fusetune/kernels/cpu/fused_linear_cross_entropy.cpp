@@ -12,16 +12,46 @@
 #include "fusetune/util/error.h"
 
 namespace fusetune::kernels {
+namespace {
 
-int64_t fused_ce_chunk_rows(int64_t N, int64_t V, int64_t elem_bytes, int64_t budget_bytes) {
-  int64_t rows = budget_bytes / std::max<int64_t>(1, V * elem_bytes);
-  rows = std::max<int64_t>(16, rows / 16 * 16);
-  return std::min(rows, std::max<int64_t>(1, N));
-}
+// The head's two products for one chunk of c gathered rows: a dense W [V, D], or an NF4 W
+// dequantized a tile of rows at a time (the tile is the only fp32 copy of any part of W).
+template <class T>
+struct DenseHead {
+  const T* W;
+  int64_t D, V;
+  void logits(const T* hc, int64_t c, T* z) const {  // z [c, V] = hc W^T
+    gemm<T>(false, true, c, V, D, T(1), hc, D, W, D, T(0), z, V);
+  }
+  void grad_h(const T* z, int64_t c, T* dhc) const {  // dhc [c, D] = z W
+    gemm<T>(false, false, c, D, V, T(1), z, V, W, D, T(0), dhc, D);
+  }
+};
 
 template <class T>
-double fused_linear_cross_entropy(const T* h, const T* W, const int32_t* labels, T scale, int64_t N,
-                                  int64_t D, int64_t V, int64_t chunk_rows, T* dh, T* dW) {
+struct NF4Head {
+  const NF4View& W;
+  int64_t D, V, tile_rows;
+  T* tile;  // [tile_rows, D]
+  void logits(const T* hc, int64_t c, T* z) const {
+    for (int64_t v0 = 0; v0 < V; v0 += tile_rows) {
+      const int64_t v1 = std::min(V, v0 + tile_rows);
+      nf4_dequantize_rows(W, v0, v1, tile);
+      gemm<T>(false, true, c, v1 - v0, D, T(1), hc, D, tile, D, T(0), z + v0, V);
+    }
+  }
+  void grad_h(const T* z, int64_t c, T* dhc) const {
+    for (int64_t v0 = 0; v0 < V; v0 += tile_rows) {
+      const int64_t v1 = std::min(V, v0 + tile_rows);
+      nf4_dequantize_rows(W, v0, v1, tile);
+      gemm<T>(false, false, c, D, v1 - v0, T(1), z + v0, V, tile, D, v0 == 0 ? T(0) : T(1), dhc, D);
+    }
+  }
+};
+
+template <class T, class Head>
+double fused_ce(const Head& head, const T* h, const int32_t* labels, T scale, int64_t N, int64_t D,
+                int64_t V, int64_t chunk_rows, T* dh, T* dW) {
   const int64_t C = std::max<int64_t>(1, std::min(chunk_rows, N));
   // Scratch: logits/grad of one chunk, its gathered hidden rows and their gradient. Counted
   // memory, so the planner's and the run's peak both see it.
@@ -36,7 +66,7 @@ double fused_linear_cross_entropy(const T* h, const T* W, const int32_t* labels,
   rows.reserve(size_t(C));
 
   std::memset(dh, 0, sizeof(T) * size_t(N * D));
-  std::memset(dW, 0, sizeof(T) * size_t(V * D));
+  if (dW) std::memset(dW, 0, sizeof(T) * size_t(V * D));
   double total = 0.0;
 
   for (int64_t r0 = 0; r0 < N; r0 += C) {
@@ -53,7 +83,7 @@ double fused_linear_cross_entropy(const T* h, const T* W, const int32_t* labels,
     if (c == 0) continue;
     for (int64_t i = 0; i < c; ++i) std::memcpy(hc + i * D, h + rows[i] * D, sizeof(T) * size_t(D));
 
-    gemm<T>(false, true, c, V, D, T(1), hc, D, W, D, T(0), z, V);
+    head.logits(hc, c, z);
 
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < c; ++i) {
@@ -70,19 +100,51 @@ double fused_linear_cross_entropy(const T* h, const T* W, const int32_t* labels,
     }
     for (int64_t i = 0; i < c; ++i) total += row_loss[size_t(i)];
 
-    gemm<T>(false, false, c, D, V, T(1), z, V, W, D, T(0), dhc, D);
+    head.grad_h(z, c, dhc);
     for (int64_t i = 0; i < c; ++i)
       std::memcpy(dh + rows[i] * D, dhc + i * D, sizeof(T) * size_t(D));
-    gemm<T>(true, false, V, D, c, T(1), z, V, hc, D, T(1), dW, D);
+    if (dW) gemm<T>(true, false, V, D, c, T(1), z, V, hc, D, T(1), dW, D);
   }
   return total * double(scale);
 }
 
-template double fused_linear_cross_entropy<float>(const float*, const float*, const int32_t*, float,
-                                                  int64_t, int64_t, int64_t, int64_t, float*,
-                                                  float*);
-template double fused_linear_cross_entropy<double>(const double*, const double*, const int32_t*,
-                                                   double, int64_t, int64_t, int64_t, int64_t,
-                                                   double*, double*);
+}  // namespace
+
+int64_t fused_ce_chunk_rows(int64_t N, int64_t V, int64_t elem_bytes, int64_t budget_bytes) {
+  int64_t rows = budget_bytes / std::max<int64_t>(1, V * elem_bytes);
+  rows = std::max<int64_t>(16, rows / 16 * 16);
+  return std::min(rows, std::max<int64_t>(1, N));
+}
+
+int64_t fused_ce_scratch_bytes(int64_t chunk_rows, int64_t D, int64_t V, int64_t elem_bytes,
+                               bool nf4) {
+  int64_t elems = chunk_rows * V + 2 * chunk_rows * D;
+  if (nf4) elems += nf4_tile_rows(V, D) * D;
+  return elems * elem_bytes;
+}
+
+template <class T>
+double fused_linear_cross_entropy(const T* h, const T* W, const int32_t* labels, T scale, int64_t N,
+                                  int64_t D, int64_t V, int64_t chunk_rows, T* dh, T* dW) {
+  return fused_ce<T>(DenseHead<T>{W, D, V}, h, labels, scale, N, D, V, chunk_rows, dh, dW);
+}
+
+template <class T>
+double fused_nf4_linear_cross_entropy(const T* h, const NF4View& W, const int32_t* labels, T scale,
+                                      int64_t N, int64_t chunk_rows, T* dh) {
+  const int64_t V = W.rows, D = W.cols, tr = nf4_tile_rows(V, D);
+  Tensor tile_buf = Tensor::empty({tr, D}, dtype_of<T>());  // counted scratch
+  return fused_ce<T>(NF4Head<T>{W, D, V, tr, tile_buf.data<T>()}, h, labels, scale, N, D, V,
+                     chunk_rows, dh, static_cast<T*>(nullptr));
+}
+
+#define FT_FUSED_CE(T)                                                                           \
+  template double fused_linear_cross_entropy<T>(const T*, const T*, const int32_t*, T, int64_t,  \
+                                                int64_t, int64_t, int64_t, T*, T*);              \
+  template double fused_nf4_linear_cross_entropy<T>(const T*, const NF4View&, const int32_t*, T, \
+                                                    int64_t, int64_t, T*);
+FT_FUSED_CE(float)
+FT_FUSED_CE(double)
+#undef FT_FUSED_CE
 
 }  // namespace fusetune::kernels

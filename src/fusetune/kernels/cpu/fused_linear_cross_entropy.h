@@ -7,13 +7,28 @@
 // the per-token losses. h [N, D], W [V, D], dh [N, D], dW [V, D].
 #include <cstdint>
 
+#include "fusetune/kernels/cpu/nf4.h"
+
 namespace fusetune::kernels {
 
+// dW == nullptr: W is frozen, no dW is computed (no [V, D] output, no third GEMM).
 template <class T>
 double fused_linear_cross_entropy(const T* h, const T* W, const int32_t* labels, T scale, int64_t N,
                                   int64_t D, int64_t V, int64_t chunk_rows, T* dh, T* dW);
 
+// The same with a frozen NF4 head W [V, D] (QLoRA): per chunk, W is dequantized a tile of
+// nf4_tile_rows(V, D) rows at a time into a small scratch inside both GEMMs (z = h_c W^T and
+// dh_c = dz W), never as a whole fp32 copy. No dW.
+template <class T>
+double fused_nf4_linear_cross_entropy(const T* h, const NF4View& W, const int32_t* labels, T scale,
+                                      int64_t N, int64_t chunk_rows, T* dh);
+
 // Chunk size that keeps the [chunk, V] scratch within `budget_bytes` (at least 16 rows).
 int64_t fused_ce_chunk_rows(int64_t N, int64_t V, int64_t elem_bytes, int64_t budget_bytes);
+
+// Bytes of scratch the kernels above allocate (counted tensors): the [C, V] logits block, the
+// gathered hidden rows and their gradient [C, D] each, and for NF4 the dequantized tile.
+int64_t fused_ce_scratch_bytes(int64_t chunk_rows, int64_t D, int64_t V, int64_t elem_bytes,
+                               bool nf4);
 
 }  // namespace fusetune::kernels

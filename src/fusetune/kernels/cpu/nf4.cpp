@@ -6,6 +6,8 @@
 
 #include "fusetune/kernels/cpu/kernels.h"
 #include "fusetune/kernels/cpu/parallel.h"
+#include "fusetune/runtime/tensor.h"
+#include "fusetune/util/error.h"
 
 namespace fusetune::kernels {
 namespace {
@@ -61,12 +63,24 @@ inline int code_at(const int32_t* codes, int64_t i) {
   return int((uint32_t(codes[i >> 3]) >> (4 * (i & 7))) & 15u);
 }
 
-int64_t tile_rows(const NF4View& w) {
-  const int64_t by_bytes = (int64_t(1) << 18) / std::max<int64_t>(1, w.cols);  // 1 MiB of fp32
-  return std::min(w.rows, std::max<int64_t>(64, by_bytes));
+// o[k] = W_flat[i0 + k] for k < i1 - i0: one absmax look-up per block of 64.
+template <class T>
+void dequantize_range(const NF4View& w, int64_t i0, int64_t i1, T* o) {
+  int64_t i = i0;
+  while (i < i1) {
+    const int64_t b = i / kNF4Block;
+    const int64_t e = std::min(i1, (b + 1) * kNF4Block);
+    const T am = T(nf4_block_absmax(w, b));
+    for (; i < e; ++i) o[i - i0] = T(kNF4[code_at(w.codes, i)]) * am;
+  }
 }
 
 }  // namespace
+
+int64_t nf4_tile_rows(int64_t rows, int64_t cols) {
+  const int64_t by_bytes = (int64_t(1) << 18) / std::max<int64_t>(1, cols);  // 1 MiB of fp32
+  return std::max<int64_t>(1, std::min(rows, std::max<int64_t>(64, by_bytes)));
+}
 
 const float* nf4_table() { return kNF4; }
 
@@ -131,48 +145,50 @@ template <class T>
 void nf4_dequantize_rows(const NF4View& w, int64_t r0, int64_t r1, T* out) {
   const int64_t K = w.cols;
 #pragma omp parallel for schedule(static) if ((r1 - r0) * K >= detail::kParallelMin)
-  for (int64_t r = r0; r < r1; ++r) {
-    T* o = out + (r - r0) * K;
-    int64_t cur = -1;
-    float am = 0;
-    for (int64_t j = 0; j < K; ++j) {
-      const int64_t i = r * K + j;
-      const int64_t b = i / kNF4Block;
-      if (b != cur) {
-        cur = b;
-        am = nf4_block_absmax(w, b);
-      }
-      o[j] = T(kNF4[code_at(w.codes, i)]) * T(am);
-    }
-  }
+  for (int64_t r = r0; r < r1; ++r) dequantize_range(w, r * K, (r + 1) * K, out + (r - r0) * K);
+}
+
+template <class T>
+void nf4_gather_rows(const NF4View& w, const int32_t* ids, int64_t n, T* out) {
+  const int64_t K = w.cols;
+  for (int64_t i = 0; i < n; ++i)
+    FT_CHECK(ids[i] >= 0 && ids[i] < w.rows, "NF4 embedding: token id " + std::to_string(ids[i]) +
+                                                 " at position " + std::to_string(i) +
+                                                 " is outside the vocabulary of size " +
+                                                 std::to_string(w.rows));
+#pragma omp parallel for schedule(static) if (n * K >= detail::kParallelMin)
+  for (int64_t i = 0; i < n; ++i)
+    dequantize_range(w, int64_t(ids[i]) * K, int64_t(ids[i] + 1) * K, out + i * K);
 }
 
 template <class T>
 void nf4_matmul(const NF4View& w, const T* x, int64_t N, T* y) {
-  const int64_t tr = tile_rows(w), K = w.cols, O = w.rows;
-  std::vector<T> tile(size_t(tr * K));
+  const int64_t tr = nf4_tile_rows(w.rows, w.cols), K = w.cols, O = w.rows;
+  Tensor tile_buf = Tensor::empty({tr, K}, dtype_of<T>());  // counted scratch
+  T* tile = tile_buf.data<T>();
   for (int64_t r0 = 0; r0 < O; r0 += tr) {
     const int64_t r1 = std::min(O, r0 + tr);
-    nf4_dequantize_rows(w, r0, r1, tile.data());
-    gemm<T>(false, true, N, r1 - r0, K, T(1), x, K, tile.data(), K, T(0), y + r0, O);
+    nf4_dequantize_rows(w, r0, r1, tile);
+    gemm<T>(false, true, N, r1 - r0, K, T(1), x, K, tile, K, T(0), y + r0, O);
   }
 }
 
 template <class T>
 void nf4_matmul_backward(const NF4View& w, const T* dy, int64_t N, T* dx) {
-  const int64_t tr = tile_rows(w), K = w.cols, O = w.rows;
-  std::vector<T> tile(size_t(tr * K));
+  const int64_t tr = nf4_tile_rows(w.rows, w.cols), K = w.cols, O = w.rows;
+  Tensor tile_buf = Tensor::empty({tr, K}, dtype_of<T>());  // counted scratch
+  T* tile = tile_buf.data<T>();
   for (int64_t r0 = 0; r0 < O; r0 += tr) {
     const int64_t r1 = std::min(O, r0 + tr);
-    nf4_dequantize_rows(w, r0, r1, tile.data());
-    gemm<T>(false, false, N, K, r1 - r0, T(1), dy + r0, O, tile.data(), K, r0 == 0 ? T(0) : T(1),
-            dx, K);
+    nf4_dequantize_rows(w, r0, r1, tile);
+    gemm<T>(false, false, N, K, r1 - r0, T(1), dy + r0, O, tile, K, r0 == 0 ? T(0) : T(1), dx, K);
   }
 }
 
 #define FT_NF4(T)                                                                       \
   template void nf4_quantize<T>(const T*, int64_t, int32_t*, int32_t*, float*, float*); \
   template void nf4_dequantize_rows<T>(const NF4View&, int64_t, int64_t, T*);           \
+  template void nf4_gather_rows<T>(const NF4View&, const int32_t*, int64_t, T*);        \
   template void nf4_matmul<T>(const NF4View&, const T*, int64_t, T*);                   \
   template void nf4_matmul_backward<T>(const NF4View&, const T*, int64_t, T*);
 FT_NF4(float)

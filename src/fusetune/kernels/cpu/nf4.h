@@ -50,8 +50,18 @@ float nf4_block_absmax(const NF4View& w, int64_t block);
 template <class T>
 void nf4_dequantize_rows(const NF4View& w, int64_t r0, int64_t r1, T* out);
 
-// y [N, rows] = x [N, cols] W^T, dequantizing W a tile of rows at a time into a scratch of at
-// most max(64 rows, 1 MiB) (sized so each tile is still a good GEMM).
+// Embedding lookup from an NF4 table W [V, D]: out[i, :] = W[ids[i], :] for i < n, only the
+// gathered rows dequantized. Throws on an id outside [0, V).
+template <class T>
+void nf4_gather_rows(const NF4View& w, const int32_t* ids, int64_t n, T* out);
+
+// Rows of W per dequantized tile in the tiled GEMMs: max(64 rows, 1 MiB of fp32), at most all
+// rows. The scratch is tile_rows x cols elements, allocated as a counted Tensor (runtime
+// memory stats see it; compile/memory_estimate.cpp predicts it with the same function).
+int64_t nf4_tile_rows(int64_t rows, int64_t cols);
+
+// y [N, rows] = x [N, cols] W^T, dequantizing W a tile of rows at a time into the scratch
+// (sized so each tile is still a good GEMM).
 template <class T>
 void nf4_matmul(const NF4View& w, const T* x, int64_t N, T* y);
 // dx [N, cols] = dy [N, rows] W, tile by tile (accumulating into dx).
