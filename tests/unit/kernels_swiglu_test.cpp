@@ -209,3 +209,35 @@ TEST(KernelsRmsnormFused, BadSizesThrow) {
                                                      a.data(), nullptr, 1, 4, -1.0),
                Error);
 }
+
+TEST(KernelsSwiglu, OutputsMayShareAnInputBuffer) {
+  const int64_t n = 40000;  // parallel path
+  const auto g = random_vec<float>(n, 41, -8.0, 8.0);
+  const auto u = random_vec<float>(n, 42, -2.0, 2.0);
+  const auto dy = random_vec<float>(n, 43, -1.0, 1.0);
+  std::vector<float> p(n), dg(n), du(n);
+  kernels::swiglu<float>(g.data(), u.data(), p.data(), n);
+  kernels::swiglu_backward<float>(g.data(), u.data(), dy.data(), dg.data(), du.data(), n);
+  std::vector<float> gp = g;  // out = g's buffer
+  kernels::swiglu<float>(gp.data(), u.data(), gp.data(), n);
+  EXPECT_TRUE(bitwise_equal(gp, p));
+  std::vector<float> dyb = dy, ub = u;  // dg into dy's buffer, du into u's
+  kernels::swiglu_backward<float>(g.data(), ub.data(), dyb.data(), dyb.data(), ub.data(), n);
+  EXPECT_TRUE(bitwise_equal(dyb, dg));
+  EXPECT_TRUE(bitwise_equal(ub, du));
+}
+
+TEST(KernelsRmsnormFused, SumMayShareTheResidualBuffer) {
+  const int64_t rows = 300, D = 130, n = rows * D;
+  const auto h = random_vec<float>(n, 51, -2.0, 2.0);
+  const auto x = random_vec<float>(n, 52, -2.0, 2.0);
+  const auto w = random_vec<float>(D, 53, 0.5, 1.5);
+  std::vector<float> s(n), y(n), y2(n);
+  kernels::add_rmsnorm_forward<float>(h.data(), x.data(), w.data(), s.data(), y.data(), rows, D,
+                                      1e-5);
+  std::vector<float> hs = h;
+  kernels::add_rmsnorm_forward<float>(hs.data(), x.data(), w.data(), hs.data(), y2.data(), rows, D,
+                                      1e-5);
+  EXPECT_TRUE(bitwise_equal(hs, s));
+  EXPECT_TRUE(bitwise_equal(y2, y));
+}

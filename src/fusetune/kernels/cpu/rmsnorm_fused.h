@@ -8,7 +8,7 @@
 
 namespace fusetune::kernels {
 
-// s = h + x; y = s / sqrt(mean(s^2) + eps) * w.
+// s = h + x; y = s / sqrt(mean(s^2) + eps) * w. s may be the buffer of h or x (in place).
 template <class T>
 void add_rmsnorm_forward(const T* h, const T* x, const T* w, T* s, T* y, int64_t rows, int64_t D,
                          double eps);

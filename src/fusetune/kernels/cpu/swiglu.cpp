@@ -10,8 +10,8 @@ template <class T>
 void swiglu(const T* g, const T* u, T* out, int64_t n) {
 #pragma omp parallel for simd schedule(static) if (n >= detail::kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
-    const T silu = g[i] / (T(1) + detail::vexp(-g[i]));
-    out[i] = silu * u[i];
+    const T gi = g[i], ui = u[i];
+    out[i] = (gi / (T(1) + detail::vexp(-gi))) * ui;
   }
 }
 
@@ -19,12 +19,14 @@ template <class T>
 void swiglu_backward(const T* g, const T* u, const T* dy, T* dg, T* du, int64_t n) {
 #pragma omp parallel for simd schedule(static) if (n >= detail::kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
-    const T e1 = T(1) + detail::vexp(-g[i]);
+    // All loads before the stores, so an output may share memory with an input.
+    const T gi = g[i], ui = u[i], dyi = dy[i];
+    const T e1 = T(1) + detail::vexp(-gi);
     const T s = T(1) / e1;
-    const T silu = g[i] / e1;
-    const T dsilu = dy[i] * u[i];
-    dg[i] = dsilu * (s * (T(1) + g[i] * (T(1) - s)));
-    du[i] = dy[i] * silu;
+    const T silu = gi / e1;
+    const T dsilu = dyi * ui;
+    dg[i] = dsilu * (s * (T(1) + gi * (T(1) - s)));
+    du[i] = dyi * silu;
   }
 }
 

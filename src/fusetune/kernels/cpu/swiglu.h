@@ -3,6 +3,8 @@
 // The backward recomputes silu(g) from g instead of reading a saved silu(g), so a compiled step
 // does not keep silu(g) alive between the forward and the backward. The arithmetic is that of
 // the unfused silu / silu_backward / mul kernels (elementwise.cpp), operation for operation.
+// Each element is read before it is written, so an output may be the same buffer as an input
+// (in-place memory planning).
 #include <cstdint>
 
 namespace fusetune::kernels {
