@@ -5,6 +5,8 @@
 #include "fusetune/compile/activation_checkpointing.h"
 #include "fusetune/compile/dead_code.h"
 #include "fusetune/compile/fuse_linear_cross_entropy.h"
+#include "fusetune/compile/fuse_rmsnorm_residual.h"
+#include "fusetune/compile/fuse_swiglu.h"
 #include "fusetune/compile/memory_plan.h"
 #include "fusetune/graph/verifier.h"
 #include "fusetune/runtime/eager_executor.h"
@@ -40,6 +42,8 @@ Graph run_passes(const Graph& g, const PassOptions& opts, std::vector<std::strin
     if (report) report->push_back(std::move(line));
   };
   if (opts.mode != CompileMode::None) {
+    note(passes::fuse_swiglu::run(out, opts));
+    note(passes::fuse_rmsnorm_residual::run(out, opts));
     note(passes::dead_code::run(out, opts));
     note(passes::fuse_linear_cross_entropy::run(out, opts));
   }

@@ -70,6 +70,14 @@ const char* op_name(Op op) {
       return "slice_backward";
     case Op::FusedLinearCrossEntropy:
       return "fused_linear_cross_entropy";
+    case Op::SwiGLU:
+      return "swiglu";
+    case Op::SwiGLUBackward:
+      return "swiglu_backward";
+    case Op::AddRMSNorm:
+      return "add_rmsnorm";
+    case Op::RMSNormBackwardAdd:
+      return "rmsnorm_backward_add";
     case Op::Dropout:
       return "dropout";
     case Op::RowInvNorm:

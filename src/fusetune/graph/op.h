@@ -50,6 +50,12 @@ enum class Op : uint8_t {
   // fused ops created by compile passes
   FusedLinearCrossEntropy,  // (h [N,D], W [V,D], labels [N], scale []) -> (loss [], dh, dW)
                             // attrs.chunk_rows; attrs.no_weight_grad: W frozen, (loss, dh) only
+  SwiGLU,                   // (g, u) -> silu(g) * u            (compile/fuse_swiglu)
+  SwiGLUBackward,           // (g, u, dy) -> (dg, du); recomputes silu(g), reads no saved one
+  AddRMSNorm,               // (h, x, w) -> (s = h + x, y = rmsnorm(s, w))   attrs.eps
+  RMSNormBackwardAdd,       // (x, w, dy, dres) -> (dx + dres, dw)   attrs.eps: RMSNormBackward
+                            // with the residual-stream gradient added into dx in the same pass
+                            // (compile/fuse_rmsnorm_residual)
   // PEFT adapters (peft/): LoRA dropout, DoRA's detached norm, QLoRA's NF4 base weights
   Dropout,            // (x, seed [] I32) attrs.scalar = p, attrs.start = salt; seeded mask
   RowInvNorm,         // W [O, K] -> 1 / ||W[o, :]|| [O]; no gradient (DoRA detaches the norm)

@@ -216,6 +216,32 @@ std::vector<TensorType> infer_types(const Graph& g, Op op, const std::vector<Val
       if (a.no_weight_grad) return {{Shape{}, fd}, {S(0), fd}};
       return {{Shape{}, fd}, {S(0), fd}, {S(1), fd}};
     }
+    case Op::SwiGLU:
+      arity(2, 2);
+      need_float(0);
+      same(0, 1);
+      return {{S(0), fd}};
+    case Op::SwiGLUBackward:
+      arity(3, 3);
+      need_float(0);
+      same(0, 1);
+      same(0, 2);
+      return {{S(0), fd}, {S(0), fd}};
+    case Op::AddRMSNorm:
+      arity(3, 3);
+      need_float(0);
+      same(0, 1);
+      if (S(2).size() != 1 || S(0).empty() || S(0).back() != S(2)[0])
+        fail(op, "weight " + shape_str(S(2)) + " does not match " + shape_str(S(0)));
+      return {{S(0), fd}, {S(0), fd}};
+    case Op::RMSNormBackwardAdd:
+      arity(4, 4);
+      need_float(0);
+      same(0, 2);
+      same(0, 3);
+      if (S(1).size() != 1 || S(0).empty() || S(0).back() != S(1)[0])
+        fail(op, "weight " + shape_str(S(1)) + " does not match " + shape_str(S(0)));
+      return {{S(0), fd}, {S(1), fd}};
     case Op::Dropout:
       arity(2, 2);
       need_float(0);

@@ -7,6 +7,8 @@
 #include "fusetune/kernels/cpu/kernels.h"
 #include "fusetune/kernels/cpu/nf4.h"
 #include "fusetune/kernels/cpu/peft_ops.h"
+#include "fusetune/kernels/cpu/rmsnorm_fused.h"
+#include "fusetune/kernels/cpu/swiglu.h"
 #include "fusetune/util/error.h"
 
 namespace fusetune {
@@ -182,6 +184,23 @@ void run_typed(const Node& n, const std::vector<Tensor>& in, std::vector<Tensor>
           I(1),       I(2),      reinterpret_cast<const float*>(I(3)), float(a.scalar),
           a.shape[0], a.shape[1]};
       k::nf4_gather_rows<T>(w, I(0), in[0].numel(), Y);
+      break;
+    }
+    case Op::SwiGLU:
+      k::swiglu<T>(X(0), X(1), Y, in[0].numel());
+      break;
+    case Op::SwiGLUBackward:
+      k::swiglu_backward<T>(X(0), X(1), X(2), Y, out[1].data<T>(), in[0].numel());
+      break;
+    case Op::AddRMSNorm: {
+      const int64_t D = in[0].shape().back();
+      k::add_rmsnorm_forward<T>(X(0), X(1), X(2), Y, out[1].data<T>(), in[0].numel() / D, D, a.eps);
+      break;
+    }
+    case Op::RMSNormBackwardAdd: {
+      const int64_t D = in[0].shape().back();
+      k::rmsnorm_backward_add<T>(X(0), X(1), X(2), X(3), Y, out[1].data<T>(), in[0].numel() / D, D,
+                                 a.eps);
       break;
     }
     case Op::Dropout:
