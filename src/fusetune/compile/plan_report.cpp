@@ -14,7 +14,7 @@ ModePlan plan_mode(const Graph& g, const PassOptions& opts, double optimizer_sta
   Graph run = run_passes(g, opts, &p.passes);
   MemoryPlan mp;
   const bool compiled = opts.mode != CompileMode::None;
-  if (compiled) mp = plan_memory(run, opts.mode == CompileMode::Model ? 1 : -1);
+  if (compiled) mp = plan_memory(run, opts.mode == CompileMode::Model ? 1 : -1, opts.in_place);
   const std::vector<int> last = last_uses(run);
   for (size_t i = 0; i < run.nodes().size(); ++i) {
     const Node& n = run.nodes()[i];

@@ -35,6 +35,8 @@ struct Attrs {
   double scalar = 0.0;
   Shape shape;
   int64_t chunk_rows = 0;  // FusedLinearCrossEntropy: tokens per chunk
+  std::vector<double>
+      program;  // Elementwise: encoded kernels::EwInstr list (elementwise_program.h)
 };
 
 struct Node {

@@ -70,6 +70,8 @@ const char* op_name(Op op) {
       return "slice_backward";
     case Op::FusedLinearCrossEntropy:
       return "fused_linear_cross_entropy";
+    case Op::Elementwise:
+      return "elementwise";
     case Op::Dropout:
       return "dropout";
     case Op::RowInvNorm:
