@@ -4,6 +4,8 @@
 
 #include "fusetune/compile/activation_checkpointing.h"
 #include "fusetune/compile/dead_code.h"
+#include "fusetune/compile/eliminate_copies.h"
+#include "fusetune/compile/fuse_elementwise.h"
 #include "fusetune/compile/fuse_linear_cross_entropy.h"
 #include "fusetune/compile/fuse_rmsnorm_residual.h"
 #include "fusetune/compile/fuse_swiglu.h"
@@ -46,6 +48,9 @@ Graph run_passes(const Graph& g, const PassOptions& opts, std::vector<std::strin
     note(passes::fuse_rmsnorm_residual::run(out, opts));
     note(passes::dead_code::run(out, opts));
     note(passes::fuse_linear_cross_entropy::run(out, opts));
+    // Generic passes last: they take whatever the pattern fusions above left.
+    if (opts.eliminate_copies) note(passes::eliminate_copies::run(out, opts));
+    if (opts.fuse_elementwise) note(passes::fuse_elementwise::run(out, opts));
   }
   if (opts.activation_checkpointing) note(passes::activation_checkpointing::run(out, opts));
   verify_graph(out);
@@ -60,11 +65,13 @@ CompiledStep compile_graph(const Graph& g, const PassOptions& opts) {
         opts.activation_checkpointing ? run_passes(g, opts, &step.report) : g);
   } else {
     Graph compiled = run_passes(g, opts, &step.report);
-    MemoryPlan plan = plan_memory(compiled, opts.mode == CompileMode::Model ? 1 : -1);
+    MemoryPlan plan =
+        plan_memory(compiled, opts.mode == CompileMode::Model ? 1 : -1, opts.in_place);
     step.arena_bytes = plan.arena_bytes;
     step.report.push_back("memory_plan: " + std::to_string(plan.buffers) + " buffers, " +
                           format_gib(double(plan.placed_bytes)) + " GiB placed in a " +
-                          format_gib(double(plan.arena_bytes)) + " GiB arena");
+                          format_gib(double(plan.arena_bytes)) + " GiB arena (" +
+                          std::to_string(plan.in_place) + " written in place)");
     step.executor = std::make_unique<PlanExecutor>(std::move(compiled), std::move(plan));
   }
   step.compile_seconds =

@@ -14,6 +14,12 @@ int storage_root(const Graph& g, int node) {
   return node;
 }
 
+// The buffer a value really lives in: the same, following views to their source output.
+Value storage_value(const Graph& g, Value v) {
+  while (is_view_op(g.node(v).op)) v = g.node(v).inputs[0];
+  return v;
+}
+
 }  // namespace
 
 std::vector<int> last_uses(const Graph& g) {
@@ -32,44 +38,76 @@ std::vector<int> last_uses(const Graph& g) {
   return last;
 }
 
-MemoryPlan plan_memory(const Graph& g, int dynamic_region) {
+MemoryPlan plan_memory(const Graph& g, int dynamic_region, bool in_place) {
   const auto& nodes = g.nodes();
   const std::vector<int> last = last_uses(g);
   MemoryPlan plan;
   plan.offsets.resize(nodes.size());
+  plan.writes_over.assign(nodes.size(), -1);
   struct Buf {
     int node, index;
     int64_t bytes;
+    int group;  // the in-place group: buffers that share one slot, one after another
+  };
+  // A group is one slot in the arena, live from its first buffer's producer to its last
+  // buffer's last reader.
+  struct Group {
+    int64_t bytes;
     int begin, end;
+    int tail;  // the group's latest buffer
     int64_t offset = -1;
   };
   std::vector<Buf> bufs;
+  std::vector<Group> groups;
+  std::vector<std::vector<int>> buf_of(nodes.size());
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Node& n = nodes[i];
     plan.offsets[i].assign(n.outputs.size(), -1);
+    buf_of[i].assign(n.outputs.size(), -1);
     const bool leaf = n.op == Op::Input || n.op == Op::Param || n.op == Op::Constant;
     if (leaf || is_view_op(n.op) || last[i] == INT_MAX || last[i] < 0) continue;
     if (dynamic_region >= 0 && n.region == dynamic_region) continue;
     for (size_t k = 0; k < n.outputs.size(); ++k) {
-      int64_t bytes = (int64_t(n.outputs[k].nbytes()) + 63) / 64 * 64;
-      bufs.push_back({int(i), int(k), bytes, int(i), last[i]});
+      const int64_t bytes = (int64_t(n.outputs[k].nbytes()) + 63) / 64 * 64;
+      int group = -1;
+      // Output 0 may take over an input's group when this node is that buffer's last reader.
+      for (size_t j = 0; in_place && k == 0 && group < 0 && j < n.inputs.size(); ++j) {
+        if (!can_write_over_input(n, int(j))) continue;
+        const Value src = storage_value(g, n.inputs[j]);
+        const int b = buf_of[src.node][src.index];
+        if (b < 0 || last[src.node] != int(i) || bufs[b].bytes != bytes) continue;
+        if (nodes[src.node].outputs[src.index].nbytes() != n.outputs[k].nbytes()) continue;
+        Group& gr = groups[bufs[b].group];
+        if (gr.tail != b || gr.end != int(i)) continue;
+        group = bufs[b].group;
+        gr.end = last[i];
+        gr.tail = int(bufs.size());
+        plan.writes_over[i] = src.node;
+        ++plan.in_place;
+      }
+      if (group < 0) {
+        group = int(groups.size());
+        groups.push_back({bytes, int(i), last[i], int(bufs.size())});
+      }
+      buf_of[i][k] = int(bufs.size());
+      bufs.push_back({int(i), int(k), bytes, group});
       plan.placed_bytes += bytes;
     }
   }
   plan.buffers = int64_t(bufs.size());
   // Greedy by size: biggest first, each at the lowest offset that fits beside the already
-  // placed buffers whose lifetimes overlap its own.
-  std::vector<int> order(bufs.size());
+  // placed groups whose lifetimes overlap its own.
+  std::vector<int> order(groups.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = int(i);
   std::stable_sort(order.begin(), order.end(),
-                   [&](int a, int b) { return bufs[a].bytes > bufs[b].bytes; });
+                   [&](int a, int b) { return groups[a].bytes > groups[b].bytes; });
   std::vector<int> placed;
   std::vector<std::pair<int64_t, int64_t>> busy;
-  for (int bi : order) {
-    Buf& b = bufs[bi];
+  for (int gi : order) {
+    Group& b = groups[gi];
     busy.clear();
     for (int pi : placed) {
-      const Buf& p = bufs[pi];
+      const Group& p = groups[pi];
       if (p.begin <= b.end && b.begin <= p.end) busy.push_back({p.offset, p.offset + p.bytes});
     }
     std::sort(busy.begin(), busy.end());
@@ -80,9 +118,9 @@ MemoryPlan plan_memory(const Graph& g, int dynamic_region) {
     }
     b.offset = offset;
     plan.arena_bytes = std::max(plan.arena_bytes, offset + b.bytes);
-    plan.offsets[b.node][b.index] = offset;
-    placed.push_back(bi);
+    placed.push_back(gi);
   }
+  for (const Buf& b : bufs) plan.offsets[b.node][b.index] = groups[b.group].offset;
   return plan;
 }
 

@@ -5,6 +5,11 @@
 // by the caller, outputs outlive the step, views alias their source (whose lifetime they
 // extend). With `dynamic_region` >= 0, nodes of that region are left to the eager allocator,
 // as an uncompiled loss runs in PyTorch.
+//
+// In place: a node whose kernel may write its output over an input (can_write_over_input in
+// runtime/node_kernels.h) reuses that input's buffer when the node is the input's last reader
+// (through any view) and the sizes are equal. Leaves, graph outputs and unplaced buffers are
+// never written over: they are not in the arena.
 #include <cstdint>
 #include <vector>
 
@@ -18,9 +23,13 @@ struct MemoryPlan {
   int64_t arena_bytes = 0;
   int64_t placed_bytes = 0;  // sum of placed buffer sizes (what eager would allocate overall)
   int64_t buffers = 0;
+  // writes_over[node]: the node whose buffer this node's output 0 reuses in place, or -1.
+  std::vector<int> writes_over;
+  int64_t in_place = 0;  // number of nodes writing over an input
 };
 
-MemoryPlan plan_memory(const Graph& g, int dynamic_region = -1);
+// `in_place` = false plans every buffer on its own (for comparison and tests).
+MemoryPlan plan_memory(const Graph& g, int dynamic_region = -1, bool in_place = true);
 
 // Per node, the index of the last node that reads it or any view of it (INT_MAX for graph
 // outputs and the views/sources of graph outputs).

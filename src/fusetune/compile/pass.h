@@ -14,6 +14,10 @@ struct PassOptions {
   CompileMode mode = CompileMode::Full;
   int64_t ce_chunk_budget_bytes = 32ll << 20;  // scratch for one [chunk, vocab] logits block
   bool activation_checkpointing = false;       // enable_activation_checkpointing (any mode)
+  // Generic passes, on by default in compiled modes (off: to measure or test the others).
+  bool eliminate_copies = true;
+  bool fuse_elementwise = true;
+  bool in_place = true;  // memory plan: an output may take over its input's buffer
   // Nodes of this region or lower may be rewritten (model-only compilation leaves the loss
   // region as it is).
   int max_region() const { return mode == CompileMode::Full ? 1 : 0; }

@@ -14,7 +14,7 @@ ModePlan plan_mode(const Graph& g, const PassOptions& opts, double optimizer_sta
   Graph run = run_passes(g, opts, &p.passes);
   MemoryPlan mp;
   const bool compiled = opts.mode != CompileMode::None;
-  if (compiled) mp = plan_memory(run, opts.mode == CompileMode::Model ? 1 : -1);
+  if (compiled) mp = plan_memory(run, opts.mode == CompileMode::Model ? 1 : -1, opts.in_place);
   const std::vector<int> last = last_uses(run);
   for (size_t i = 0; i < run.nodes().size(); ++i) {
     const Node& n = run.nodes()[i];
@@ -30,6 +30,15 @@ ModePlan plan_mode(const Graph& g, const PassOptions& opts, double optimizer_sta
                         ", chunks of " + std::to_string(n.attrs.chunk_rows) +
                         " tokens (logits, log-probs and their gradients never materialized)");
   }
+  int elementwise = 0;
+  for (const Node& n : run.nodes()) elementwise += n.op == Op::Elementwise;
+  if (elementwise)
+    p.fused.push_back(std::to_string(elementwise) +
+                      " elementwise programs (trees of add/mul/scale/silu, one pass over memory)");
+  if (compiled)
+    p.passes.push_back("memory_plan: " + std::to_string(mp.in_place) + " of " +
+                       std::to_string(mp.buffers) + " buffers written in place over an input, " +
+                       format_bytes(double(mp.arena_bytes)) + " arena");
   p.memory = estimate_step_memory(run, compiled ? &mp : nullptr, optimizer_state_per_param);
   return p;
 }

@@ -36,6 +36,8 @@ struct Attrs {
   Shape shape;
   int64_t chunk_rows = 0;       // FusedLinearCrossEntropy: tokens per chunk
   bool no_weight_grad = false;  // FusedLinearCrossEntropy: W is frozen (no dW output)
+  std::vector<double>
+      program;  // Elementwise: encoded kernels::EwInstr list (elementwise_program.h)
 };
 
 struct Node {

@@ -78,6 +78,8 @@ const char* op_name(Op op) {
       return "add_rmsnorm";
     case Op::RMSNormBackwardAdd:
       return "rmsnorm_backward_add";
+    case Op::Elementwise:
+      return "elementwise";
     case Op::Dropout:
       return "dropout";
     case Op::RowInvNorm:

@@ -56,6 +56,8 @@ enum class Op : uint8_t {
   RMSNormBackwardAdd,       // (x, w, dy, dres) -> (dx + dres, dw)   attrs.eps: RMSNormBackward
                             // with the residual-stream gradient added into dx in the same pass
                             // (compile/fuse_rmsnorm_residual)
+  Elementwise,  // (x0, x1, ...) -> attrs.shape: attrs.program run per element (fuse_elementwise);
+                // input i repeats every numel(x_i) elements (same-size or suffix broadcast)
   // PEFT adapters (peft/): LoRA dropout, DoRA's detached norm, QLoRA's NF4 base weights
   Dropout,            // (x, seed [] I32) attrs.scalar = p, attrs.start = salt; seeded mask
   RowInvNorm,         // W [O, K] -> 1 / ||W[o, :]|| [O]; no gradient (DoRA detaches the norm)

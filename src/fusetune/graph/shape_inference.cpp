@@ -242,6 +242,19 @@ std::vector<TensorType> infer_types(const Graph& g, Op op, const std::vector<Val
       if (S(1).size() != 1 || S(0).empty() || S(0).back() != S(1)[0])
         fail(op, "weight " + shape_str(S(1)) + " does not match " + shape_str(S(0)));
       return {{S(0), fd}, {S(1), fd}};
+    case Op::Elementwise: {
+      if (in.empty()) fail(op, "needs at least one input");
+      if (a.program.empty()) fail(op, "empty program");
+      const int64_t n = shape_numel(a.shape);
+      for (size_t i = 0; i < in.size(); ++i) {
+        need_float(i);
+        const int64_t ni = T(i).numel();
+        if (ni < 1 || n % ni != 0)
+          fail(op, "input " + std::to_string(i) + " " + shape_str(S(i)) +
+                       " does not repeat evenly over " + shape_str(a.shape));
+      }
+      return {{a.shape, fd}};
+    }
     case Op::Dropout:
       arity(2, 2);
       need_float(0);

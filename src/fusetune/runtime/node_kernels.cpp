@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "fusetune/kernels/cpu/elementwise_program.h"
 #include "fusetune/kernels/cpu/fused_linear_cross_entropy.h"
 #include "fusetune/kernels/cpu/kernels.h"
 #include "fusetune/kernels/cpu/nf4.h"
@@ -203,6 +204,16 @@ void run_typed(const Node& n, const std::vector<Tensor>& in, std::vector<Tensor>
                                  a.eps);
       break;
     }
+    case Op::Elementwise: {
+      std::vector<const T*> xs;
+      std::vector<int64_t> ns;
+      for (size_t i = 0; i < in.size(); ++i) {
+        xs.push_back(X(i));
+        ns.push_back(in[i].numel());
+      }
+      k::elementwise_program<T>(k::decode_program(a.program), xs, ns, Y, out[0].numel());
+      break;
+    }
     case Op::Dropout:
       k::dropout<T>(X(0), Y, in[0].numel(), a.scalar, uint64_t(uint32_t(I(1)[0])),
                     uint64_t(a.start));
@@ -228,6 +239,42 @@ void run_typed(const Node& n, const std::vector<Tensor>& in, std::vector<Tensor>
 }  // namespace
 
 bool is_view_op(Op op) { return op == Op::Reshape; }
+
+bool can_write_over_input(const Node& n, int input) {
+  if (n.outputs.size() != 1 || input < 0 || input >= int(n.inputs.size())) return false;
+  switch (n.op) {
+    // Same-index elementwise loops (kernels/cpu/elementwise.cpp, peft_ops.cpp dropout). For
+    // Add/Mul the planner's equal-size check excludes a broadcast second operand.
+    case Op::Add:
+    case Op::Mul:
+    case Op::SiluBackward:  // dx[i] from x[i], dy[i]
+      return true;
+    case Op::Scale:
+    case Op::Silu:
+    case Op::Dropout:
+      return input == 0;
+    // Row kernels that read their row (max / sums / dot products) before writing it, and
+    // then write element j from element j only: softmax.cpp, norm.cpp (forward only: the
+    // RMSNorm backward reads dy and x again for dw after writing dx), rope.cpp (each lane
+    // pair is read before it is written), attention_mask.cpp (copy or -inf per element).
+    case Op::Softmax:
+    case Op::LogSoftmax:
+    case Op::RMSNorm:
+    case Op::Rope:
+    case Op::CausalMask:
+    case Op::CausalMaskBackward:
+      return input == 0;
+    case Op::SoftmaxBackward:
+    case Op::LogSoftmaxBackward:
+      return true;
+    // elementwise_program.cpp writes each block's result after reading the block's inputs;
+    // only a same-size input can have the output's size.
+    case Op::Elementwise:
+      return true;
+    default:
+      return false;
+  }
+}
 
 void run_node_kernel(const Graph& g, const Node& n, const std::vector<Tensor>& inputs,
                      std::vector<Tensor>& outputs) {

@@ -10,6 +10,14 @@ namespace fusetune {
 // Ops whose output is a view of their first input (no kernel, no allocation).
 bool is_view_op(Op op);
 
+// Whether the kernel bound to `n` stays correct when its output 0 is the same buffer as its
+// input `input` (same byte size; the memory planner checks that and liveness). The one list of
+// in-place-safe kernels; each entry was audited in kernels/cpu: every output element is written
+// only after every input element it depends on has been read (same-index elementwise loops, or
+// row kernels that finish reading a row before writing it). Broadcast operands, reductions and
+// multi-output kernels are not listed.
+bool can_write_over_input(const Node& n, int input);
+
 void run_node_kernel(const Graph& g, const Node& n, const std::vector<Tensor>& inputs,
                      std::vector<Tensor>& outputs);
 
