@@ -4,6 +4,7 @@
 
 #include "fusetune/compile/activation_checkpointing.h"
 #include "fusetune/compile/dead_code.h"
+#include "fusetune/compile/fuse_attention.h"
 #include "fusetune/compile/fuse_linear_cross_entropy.h"
 #include "fusetune/compile/memory_plan.h"
 #include "fusetune/graph/verifier.h"
@@ -40,6 +41,7 @@ Graph run_passes(const Graph& g, const PassOptions& opts, std::vector<std::strin
     if (report) report->push_back(std::move(line));
   };
   if (opts.mode != CompileMode::None) {
+    note(passes::fuse_attention::run(out, opts));
     note(passes::dead_code::run(out, opts));
     note(passes::fuse_linear_cross_entropy::run(out, opts));
   }

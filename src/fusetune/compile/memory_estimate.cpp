@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <climits>
 
+#include <omp.h>
+
+#include "fusetune/kernels/cpu/flash_attention.h"
 #include "fusetune/runtime/node_kernels.h"
 
 namespace fusetune {
@@ -40,6 +43,15 @@ MemoryBreakdown estimate_step_memory(const Graph& g, const MemoryPlan* plan,
       const int64_t C = n.attrs.chunk_rows, D = g.shape(n.inputs[0])[1],
                     V = g.shape(n.inputs[1])[0];
       scratch = (C * V + 2 * C * D) * int64_t(dtype_size(g.float_dtype()));
+      m.workspace = std::max(m.workspace, scratch);
+    }
+    if (n.op == Op::FlashAttention || n.op == Op::FlashAttentionBackward) {
+      // Per-thread score tiles (and, backward, the rows' do.o sums).
+      const Shape& q = g.shape(n.inputs[0]);
+      const kernels::AttentionDims d{q[0], q[1], q[2], g.shape(n.inputs[1])[2], q[3]};
+      scratch = kernels::flash_attention_workspace_bytes(d, int64_t(dtype_size(g.float_dtype())),
+                                                         n.op == Op::FlashAttentionBackward,
+                                                         omp_get_max_threads());
       m.workspace = std::max(m.workspace, scratch);
     }
     peak = std::max(peak, live + scratch);

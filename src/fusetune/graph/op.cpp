@@ -70,6 +70,10 @@ const char* op_name(Op op) {
       return "slice_backward";
     case Op::FusedLinearCrossEntropy:
       return "fused_linear_cross_entropy";
+    case Op::FlashAttention:
+      return "flash_attention";
+    case Op::FlashAttentionBackward:
+      return "flash_attention_backward";
     case Op::Dropout:
       return "dropout";
     case Op::RowInvNorm:

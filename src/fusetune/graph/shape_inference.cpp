@@ -215,6 +215,31 @@ std::vector<TensorType> infer_types(const Graph& g, Op op, const std::vector<Val
       if (S(2) != Shape{S(0)[0]}) fail(op, "labels must be [N]");
       return {{Shape{}, fd}, {S(0), fd}, {S(1), fd}};
     }
+    case Op::FlashAttention:
+    case Op::FlashAttentionBackward: {
+      const bool fwd = op == Op::FlashAttention;
+      const size_t base = fwd ? 3 : 6;
+      arity(base, base + 1);
+      for (size_t i = 0; i < base; ++i) need_float(i);
+      const Shape &q = S(0), &k = S(1);
+      if (q.size() != 4 || k.size() != 4 || q[0] != k[0] || q[1] != k[1] || q[3] != k[3] ||
+          k[2] < 1 || q[2] % k[2])
+        fail(op, "expects q [B, T, H, hd] and k [B, T, KV, hd] with H a multiple of KV, got " +
+                     shape_str(q) + " and " + shape_str(k));
+      same(1, 2);
+      const Shape lse{q[0], q[2], q[1]};
+      if (!fwd) {
+        same(0, 3);
+        same(0, 5);
+        if (S(4) != lse) fail(op, "lse must be " + shape_str(lse) + ", got " + shape_str(S(4)));
+      }
+      if (in.size() == base + 1) {
+        need_i32(base);
+        if (S(base) != Shape{q[0], q[1]}) fail(op, "doc_ids must be [B, T]");
+      }
+      if (fwd) return {{q, fd}, {lse, fd}};
+      return {{q, fd}, {k, fd}, {k, fd}};
+    }
     case Op::Dropout:
       arity(2, 2);
       need_float(0);
