@@ -86,7 +86,7 @@ void check_pass_alone(DType dt, double loss_tol, double grad_tol) {
     TrainingGraph tg = graph_for(c, dt);
     Graph g = tg.graph;
     const std::string line = passes::fuse_attention::run(g, PassOptions{});
-    EXPECT_EQ(line, "fuse_attention: fused 2 attention sites (2 with their backward)") << c.name;
+    EXPECT_EQ(line, "fuse_attention: fused 2 (2 with their backward)") << c.name;
     verify_graph(g);
     EXPECT_EQ(count(g, Op::FlashAttention), 2) << c.name;
     EXPECT_EQ(count(g, Op::FlashAttentionBackward), 2) << c.name;
@@ -153,7 +153,7 @@ TEST(CompileFuseAttention, ForwardOnlyGraphFusesTheForward) {
   Graph g = build_logits_graph(cfg, 2, 90, DType::F64);
   Graph fused = g;
   EXPECT_EQ(passes::fuse_attention::run(fused, PassOptions{}),
-            "fuse_attention: fused 2 attention sites (0 with their backward)");
+            "fuse_attention: fused 2 (0 with their backward)");
   EXPECT_EQ(count(fused, Op::FlashAttention), 2);
   EXPECT_EQ(count(fused, Op::FlashAttentionBackward), 0);
   EXPECT_EQ(count(fused, Op::Softmax), 0);
@@ -171,11 +171,16 @@ TEST(CompileFuseAttention, LeavesInexactMatchesAndUncompiledRegionsAlone) {
     Graph g(DType::F64);
     Builder b(g);
     Value q = g.param("q", {1, 5, 2, 4}, true), k = g.param("k", {1, 5, 1, 4}, true);
+    Value v = g.param("v", {1, 5, 1, 4}, true);
     Value qt = b.transpose(q, 1, 2);
     Value kt = b.repeat_heads(b.transpose(k, 1, 2), 2);
+    Value vt = b.repeat_heads(b.transpose(v, 1, 2), 2);
     Value probs = b.softmax(b.causal_mask(b.scale(b.matmul(qt, kt, false, true), 0.5)));
-    Value o = b.transpose(b.matmul(probs, kt), 1, 2);
+    Value o = b.transpose(b.matmul(probs, vt), 1, 2);
     g.mark_output("o", o);
+    Graph plain = g;  // the same graph without the extra output fuses
+    EXPECT_EQ(passes::fuse_attention::run(plain, PassOptions{}),
+              "fuse_attention: fused 1 (0 with their backward)");
     g.mark_output("probs", probs);
     Graph fused = g;
     EXPECT_EQ(passes::fuse_attention::run(fused, PassOptions{}), "fuse_attention: no match");

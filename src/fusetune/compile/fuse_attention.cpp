@@ -268,7 +268,7 @@ std::string run(Graph& g, const PassOptions& opts) {
   g.set_layer(-1);
   g.set_backward(false);
   compact(g, keys);
-  return "fuse_attention: fused " + std::to_string(sites.size()) + " attention sites (" +
+  return "fuse_attention: fused " + std::to_string(sites.size()) + " (" +
          std::to_string(with_backward) + " with their backward)";
 }
 

@@ -22,7 +22,7 @@ struct AttentionDims {
 };
 
 inline constexpr int64_t kFlashBlockQ = 64;   // query rows per tile
-inline constexpr int64_t kFlashBlockK = 128;  // keys per tile
+inline constexpr int64_t kFlashBlockK = 64;  // keys per tile
 
 template <class T>
 void flash_attention_forward(const T* q, const T* k, const T* v, const int32_t* doc_ids, T* o,
