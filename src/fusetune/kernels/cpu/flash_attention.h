@@ -21,7 +21,7 @@ struct AttentionDims {
   int64_t batch = 0, seq = 0, heads = 0, kv_heads = 0, head_dim = 0;
 };
 
-inline constexpr int64_t kFlashBlockQ = 64;   // query rows per tile
+inline constexpr int64_t kFlashBlockQ = 64;  // query rows per tile
 inline constexpr int64_t kFlashBlockK = 64;  // keys per tile
 
 template <class T>
