@@ -5,6 +5,7 @@
 #include "fusetune/compile/activation_checkpointing.h"
 #include "fusetune/compile/dead_code.h"
 #include "fusetune/compile/eliminate_copies.h"
+#include "fusetune/compile/fuse_attention.h"
 #include "fusetune/compile/fuse_elementwise.h"
 #include "fusetune/compile/fuse_linear_cross_entropy.h"
 #include "fusetune/compile/fuse_rmsnorm_residual.h"
@@ -44,6 +45,7 @@ Graph run_passes(const Graph& g, const PassOptions& opts, std::vector<std::strin
     if (report) report->push_back(std::move(line));
   };
   if (opts.mode != CompileMode::None) {
+    note(passes::fuse_attention::run(out, opts));
     note(passes::fuse_swiglu::run(out, opts));
     note(passes::fuse_rmsnorm_residual::run(out, opts));
     note(passes::dead_code::run(out, opts));

@@ -1,12 +1,14 @@
 #include "fusetune/compile/memory_estimate.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <climits>
 #include <set>
 
+#include "fusetune/kernels/cpu/flash_attention.h"
 #include "fusetune/kernels/cpu/fused_linear_cross_entropy.h"
 #include "fusetune/kernels/cpu/nf4.h"
-
 #include "fusetune/runtime/node_kernels.h"
 
 namespace fusetune {
@@ -55,6 +57,12 @@ MemoryBreakdown estimate_step_memory(const Graph& g, const MemoryPlan* plan,
     } else if (n.op == Op::NF4MatMul || n.op == Op::NF4MatMulBackward) {
       scratch =
           kernels::nf4_tile_rows(n.attrs.shape[0], n.attrs.shape[1]) * n.attrs.shape[1] * elem;
+    } else if (n.op == Op::FlashAttention || n.op == Op::FlashAttentionBackward) {
+      // Per-thread score tiles (and, backward, the rows' do.o sums).
+      const Shape& q = g.shape(n.inputs[0]);
+      const kernels::AttentionDims d{q[0], q[1], q[2], g.shape(n.inputs[1])[2], q[3]};
+      scratch = kernels::flash_attention_workspace_bytes(
+          d, elem, n.op == Op::FlashAttentionBackward, omp_get_max_threads());
     }
     if (last[i] < 0) scratch = 0;  // dead: never runs
     m.workspace = std::max(m.workspace, scratch);

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "fusetune/compile/compiler.h"
+#include "fusetune/kernels/cpu/flash_attention.h"
 #include "fusetune/runtime/node_kernels.h"
 #include "fusetune/util/strings.h"
 
@@ -16,6 +17,7 @@ ModePlan plan_mode(const Graph& g, const PassOptions& opts, double optimizer_sta
   const bool compiled = opts.mode != CompileMode::None;
   if (compiled) mp = plan_memory(run, opts.mode == CompileMode::Model ? 1 : -1, opts.in_place);
   const std::vector<int> last = last_uses(run);
+  std::pair<std::string, int> attention[2];  // flash attention forward/backward: line, count
   for (size_t i = 0; i < run.nodes().size(); ++i) {
     const Node& n = run.nodes()[i];
     const bool leaf = n.op == Op::Input || n.op == Op::Param || n.op == Op::Constant;
@@ -29,7 +31,22 @@ ModePlan plan_mode(const Graph& g, const PassOptions& opts, double optimizer_sta
                              : shape_str(run.shape(n.inputs[1]))) +
                         ", chunks of " + std::to_string(n.attrs.chunk_rows) +
                         " tokens (logits, log-probs and their gradients never materialized)");
+    if (n.op == Op::FlashAttention || n.op == Op::FlashAttentionBackward) {
+      const bool fwd = n.op == Op::FlashAttention;
+      const Shape& q = run.shape(n.inputs[0]);
+      const Shape& k = run.shape(n.inputs[1]);
+      const bool docs = n.inputs.size() == (fwd ? 4u : 7u);
+      attention[fwd ? 0 : 1] = {
+          std::string(op_name(n.op)) + ": q " + shape_str(q) + ", k/v " + shape_str(k) + " (GQA " +
+              std::to_string(q[2] / k[2]) + "), causal" + (docs ? " + doc mask" : "") +
+              ", tiles of " + std::to_string(kernels::kFlashBlockQ) + "x" +
+              std::to_string(kernels::kFlashBlockK) + " (" + shape_str({q[0], q[2], q[1], q[1]}) +
+              (fwd ? " scores and probabilities" : " score gradients") + " never materialized)",
+          attention[fwd ? 0 : 1].second + 1};
+    }
   }
+  for (const auto& [line, count] : attention)
+    if (count > 0) p.fused.push_back(line + " x" + std::to_string(count));
   int elementwise = 0;
   for (const Node& n : run.nodes()) elementwise += n.op == Op::Elementwise;
   if (elementwise)

@@ -80,6 +80,10 @@ const char* op_name(Op op) {
       return "rmsnorm_backward_add";
     case Op::Elementwise:
       return "elementwise";
+    case Op::FlashAttention:
+      return "flash_attention";
+    case Op::FlashAttentionBackward:
+      return "flash_attention_backward";
     case Op::Dropout:
       return "dropout";
     case Op::RowInvNorm:

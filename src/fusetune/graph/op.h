@@ -58,6 +58,11 @@ enum class Op : uint8_t {
                             // (compile/fuse_rmsnorm_residual)
   Elementwise,  // (x0, x1, ...) -> attrs.shape: attrs.program run per element (fuse_elementwise);
                 // input i repeats every numel(x_i) elements (same-size or suffix broadcast)
+  // Causal attention, tiled with an online softmax (kernels/cpu/flash_attention.h); GQA reads
+  // k/v heads in place. attrs.scalar = softmax scale.
+  FlashAttention,  // (q [B,T,H,hd], k, v [B,T,KV,hd] [, doc_ids [B,T]]) -> (o [B,T,H,hd], lse
+                   // [B,H,T])
+  FlashAttentionBackward,  // (q, k, v, o, lse, do [, doc_ids]) -> (dq, dk, dv)
   // PEFT adapters (peft/): LoRA dropout, DoRA's detached norm, QLoRA's NF4 base weights
   Dropout,            // (x, seed [] I32) attrs.scalar = p, attrs.start = salt; seeded mask
   RowInvNorm,         // W [O, K] -> 1 / ||W[o, :]|| [O]; no gradient (DoRA detaches the norm)

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "fusetune/kernels/cpu/elementwise_program.h"
+#include "fusetune/kernels/cpu/flash_attention.h"
 #include "fusetune/kernels/cpu/fused_linear_cross_entropy.h"
 #include "fusetune/kernels/cpu/kernels.h"
 #include "fusetune/kernels/cpu/nf4.h"
@@ -212,6 +213,20 @@ void run_typed(const Node& n, const std::vector<Tensor>& in, std::vector<Tensor>
         ns.push_back(in[i].numel());
       }
       k::elementwise_program<T>(k::decode_program(a.program), xs, ns, Y, out[0].numel());
+      break;
+    }
+    case Op::FlashAttention:
+    case Op::FlashAttentionBackward: {
+      const Shape& qs = in[0].shape();
+      const k::AttentionDims d{qs[0], qs[1], qs[2], in[1].dim(2), qs[3]};
+      if (n.op == Op::FlashAttention) {
+        const int32_t* docs = in.size() > 3 ? I(3) : nullptr;
+        k::flash_attention_forward<T>(X(0), X(1), X(2), docs, Y, out[1].data<T>(), d, a.scalar);
+      } else {
+        const int32_t* docs = in.size() > 6 ? I(6) : nullptr;
+        k::flash_attention_backward<T>(X(0), X(1), X(2), X(3), X(4), X(5), docs, Y,
+                                       out[1].data<T>(), out[2].data<T>(), d, a.scalar);
+      }
       break;
     }
     case Op::Dropout:
