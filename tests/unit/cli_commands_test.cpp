@@ -21,8 +21,8 @@ struct Result {
 
 // Runs the built fusetune binary with `args` (shell words) in `cwd`.
 Result fusetune_cli(const std::string& args, const std::string& cwd = "") {
-  std::string cmd = (cwd.empty() ? "" : "cd '" + cwd + "' && ") + std::string(::fusetune::testing::binary_path()) +
-                    " " + args + " 2>&1";
+  std::string cmd = (cwd.empty() ? "" : "cd '" + cwd + "' && ") +
+                    std::string(::fusetune::testing::binary_path()) + " " + args + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return {-1, "popen failed"};
   std::string out;

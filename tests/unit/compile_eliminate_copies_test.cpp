@@ -14,36 +14,13 @@
 #include "fusetune/models/parameters.h"
 #include "fusetune/models/training_graph.h"
 #include "fusetune/runtime/plan_executor.h"
+#include "graph_compare.h"
 #include "tiny_models.h"
 
 using namespace fusetune;
 using namespace fusetune::testing;
 
 namespace {
-
-double max_rel_diff(const Tensor& a, const Tensor& b) {
-  double worst = 0, scale = 0;
-  for (int64_t i = 0; i < a.numel(); ++i)
-    scale = std::max(scale, std::abs(element_as_double(a, i)));
-  for (int64_t i = 0; i < a.numel(); ++i)
-    worst = std::max(worst, std::abs(element_as_double(a, i) - element_as_double(b, i)) /
-                                std::max(scale, 1e-12));
-  return worst;
-}
-
-Tensor random_input(const Shape& s, uint64_t seed) {
-  Tensor t = Tensor::empty(s, DType::F64);
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> u(-1.0, 1.0);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<double>()[i] = u(rng);
-  return t;
-}
-
-int count(const Graph& g, Op op) {
-  int n = 0;
-  for (const Node& node : g.nodes()) n += node.op == op;
-  return n;
-}
 
 // Runs the pass on a copy of g; checks every output (and the gradients, when `loss` is valid)
 // against eager on the original.
@@ -74,15 +51,16 @@ TEST(EliminateCopies, TransposedMatMulOperandsBecomeFlags) {
   Value z = b.matmul(b.transpose(a, -2, -1), b.transpose(a, 2, 1), true, false);  // [2,5,5]
   Value loss = b.add(b.sum(y), b.sum(z));
   g.mark_output("loss", loss);
-  TensorMap params{{"a", random_input({2, 5, 3}, 1)}, {"w", random_input({2, 4, 5}, 2)}};
+  TensorMap params{{"a", random_tensor({2, 5, 3}, DType::F64, 1)},
+                   {"w", random_tensor({2, 4, 5}, DType::F64, 2)}};
   Graph f = check_pass(g, {}, params, loss);
   // The forward transposes are gone; the backward's (transposes of MatMul results) became
   // MatMuls with swapped operands.
-  EXPECT_EQ(count(f, Op::Transpose), 0);
+  EXPECT_EQ(count_ops(f, Op::Transpose), 0);
   Graph full = g;
   append_backward(full, loss);
-  EXPECT_GT(count(full, Op::Transpose), 4);
-  EXPECT_EQ(count(f, Op::MatMul), count(full, Op::MatMul));
+  EXPECT_GT(count_ops(full, Op::Transpose), 4);
+  EXPECT_EQ(count_ops(f, Op::MatMul), count_ops(full, Op::MatMul));
 }
 
 TEST(EliminateCopies, CancellingAndIdentityTransposesDisappear) {
@@ -96,12 +74,12 @@ TEST(EliminateCopies, CancellingAndIdentityTransposesDisappear) {
   Value loss = b.add(b.add(b.sum(b.mul(tt, x)), b.sum(id)),
                      b.add(b.sum(b.silu(kept)), b.sum(b.silu(other))));
   g.mark_output("loss", loss);
-  TensorMap params{{"x", random_input({2, 3, 4, 5}, 3)}};
+  TensorMap params{{"x", random_tensor({2, 3, 4, 5}, DType::F64, 3)}};
   Graph forward = g;
   Graph f = check_pass(g, {}, params, loss);
   Graph ff = forward;
   passes::eliminate_copies::run(ff, PassOptions{});
-  EXPECT_EQ(count(ff, Op::Transpose), 3);  // kept, and other's two
+  EXPECT_EQ(count_ops(ff, Op::Transpose), 3);  // kept, and other's two
 }
 
 TEST(EliminateCopies, BatchDimTransposeAndSharedTransposeStay) {
@@ -116,9 +94,9 @@ TEST(EliminateCopies, BatchDimTransposeAndSharedTransposeStay) {
   Value y2 = b.matmul(ts, c);
   Value loss = b.add(b.add(b.sum(y), b.sum(y2)), b.sum(b.silu(ts)));
   g.mark_output("loss", loss);
-  TensorMap params{{"a", random_input({3, 2, 4}, 4)},
-                   {"c", random_input({2, 4, 5}, 5)},
-                   {"s", random_input({2, 4, 3}, 6)}};
+  TensorMap params{{"a", random_tensor({3, 2, 4}, DType::F64, 4)},
+                   {"c", random_tensor({2, 4, 5}, DType::F64, 5)},
+                   {"s", random_tensor({2, 4, 3}, DType::F64, 6)}};
   Graph fwd = g;
   check_pass(g, {}, params, loss);
   passes::eliminate_copies::run(fwd, PassOptions{});

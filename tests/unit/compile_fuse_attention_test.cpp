@@ -12,6 +12,7 @@
 #include "fusetune/models/parameters.h"
 #include "fusetune/models/training_graph.h"
 #include "fusetune/runtime/eager_executor.h"
+#include "graph_compare.h"
 #include "tiny_models.h"
 
 using namespace fusetune;
@@ -31,22 +32,6 @@ const Case kCases[] = {
     {"mha_packed", false, false, true, 4, 8},
     {"mqa_tied_packed_long", true, false, true, 1, 140},
 };
-
-double max_rel_diff(const Tensor& a, const Tensor& b) {
-  double worst = 0, scale = 0;
-  for (int64_t i = 0; i < a.numel(); ++i)
-    scale = std::max(scale, std::abs(element_as_double(a, i)));
-  for (int64_t i = 0; i < a.numel(); ++i)
-    worst = std::max(worst, std::abs(element_as_double(a, i) - element_as_double(b, i)) /
-                                std::max(scale, 1e-12));
-  return worst;
-}
-
-int count(const Graph& g, Op op) {
-  int n = 0;
-  for (const Node& node : g.nodes()) n += node.op == op;
-  return n;
-}
 
 ModelConfig config_for(const Case& c) {
   ModelConfig cfg = tiny_config(c.tied, c.bias, c.kv);
@@ -88,8 +73,8 @@ void check_pass_alone(DType dt, double loss_tol, double grad_tol) {
     const std::string line = passes::fuse_attention::run(g, PassOptions{});
     EXPECT_EQ(line, "fuse_attention: fused 2 (2 with their backward)") << c.name;
     verify_graph(g);
-    EXPECT_EQ(count(g, Op::FlashAttention), 2) << c.name;
-    EXPECT_EQ(count(g, Op::FlashAttentionBackward), 2) << c.name;
+    EXPECT_EQ(count_ops(g, Op::FlashAttention), 2) << c.name;
+    EXPECT_EQ(count_ops(g, Op::FlashAttentionBackward), 2) << c.name;
     expect_same_step(c, tg.graph, g, dt, loss_tol, grad_tol);
   }
 }
@@ -107,20 +92,20 @@ TEST(CompileFuseAttention, PassAloneMatchesEagerInFloat32) {
 TEST(CompileFuseAttention, CompiledGraphHoldsNoScoresSoftmaxOrRepeatedHeads) {
   for (const Case& c : kCases) {
     TrainingGraph tg = graph_for(c, DType::F32);
-    EXPECT_EQ(count(tg.graph, Op::Softmax), 2);
+    EXPECT_EQ(count_ops(tg.graph, Op::Softmax), 2);
     for (CompileMode mode : {CompileMode::Model, CompileMode::Full}) {
       PassOptions po;
       po.mode = mode;
       Graph g = run_passes(tg.graph, po, nullptr);
       for (Op op : {Op::Softmax, Op::SoftmaxBackward, Op::RepeatHeads, Op::RepeatHeadsBackward,
                     Op::CausalMask, Op::CausalMaskBackward, Op::Transpose})
-        EXPECT_EQ(count(g, op), 0) << c.name << " " << op_name(op);
+        EXPECT_EQ(count_ops(g, op), 0) << c.name << " " << op_name(op);
       const Shape scores{2, 4, c.seq, c.seq};
       for (const Node& n : g.nodes())
         for (const auto& t : n.outputs)
           EXPECT_NE(t.shape, scores) << c.name << " " << op_name(n.op);
-      EXPECT_EQ(count(g, Op::FlashAttention), 2);
-      EXPECT_EQ(count(g, Op::FlashAttentionBackward), 2);
+      EXPECT_EQ(count_ops(g, Op::FlashAttention), 2);
+      EXPECT_EQ(count_ops(g, Op::FlashAttentionBackward), 2);
       // Each fused node keeps its layer and direction (activation checkpointing relies on it).
       for (const Node& n : g.nodes())
         if (n.op == Op::FlashAttention || n.op == Op::FlashAttentionBackward) {
@@ -142,9 +127,9 @@ TEST(CompileFuseAttention, FrozenProjectionsLeaveSomeGradientsOut) {
   TrainingGraph tg = graph_for(c, DType::F64, trainable);
   Graph g = tg.graph;
   passes::fuse_attention::run(g, PassOptions{});
-  EXPECT_EQ(count(g, Op::FlashAttention), 2);
-  EXPECT_EQ(count(g, Op::FlashAttentionBackward), 2);
-  EXPECT_EQ(count(g, Op::Softmax), 0);
+  EXPECT_EQ(count_ops(g, Op::FlashAttention), 2);
+  EXPECT_EQ(count_ops(g, Op::FlashAttentionBackward), 2);
+  EXPECT_EQ(count_ops(g, Op::Softmax), 0);
   expect_same_step(c, tg.graph, g, DType::F64, 1e-12, 1e-10);
 }
 
@@ -154,9 +139,9 @@ TEST(CompileFuseAttention, ForwardOnlyGraphFusesTheForward) {
   Graph fused = g;
   EXPECT_EQ(passes::fuse_attention::run(fused, PassOptions{}),
             "fuse_attention: fused 2 (0 with their backward)");
-  EXPECT_EQ(count(fused, Op::FlashAttention), 2);
-  EXPECT_EQ(count(fused, Op::FlashAttentionBackward), 0);
-  EXPECT_EQ(count(fused, Op::Softmax), 0);
+  EXPECT_EQ(count_ops(fused, Op::FlashAttention), 2);
+  EXPECT_EQ(count_ops(fused, Op::FlashAttentionBackward), 0);
+  EXPECT_EQ(count_ops(fused, Op::Softmax), 0);
   TensorMap params = init_parameters(graph_parameters(g), 3, DType::F64, 0.3);
   Batch batch = random_batch(2, 90, cfg.vocab_size, 2);
   TensorMap inputs = batch_inputs(batch, DType::F64, 1.0);
@@ -206,7 +191,7 @@ TEST(CompileFuseAttention, LeavesInexactMatchesAndUncompiledRegionsAlone) {
     PassOptions model;
     model.mode = CompileMode::Model;
     EXPECT_EQ(passes::fuse_attention::run(g, model), "fuse_attention: no match");
-    EXPECT_EQ(count(g, Op::Softmax), 2);
+    EXPECT_EQ(count_ops(g, Op::Softmax), 2);
   }
 }
 
@@ -221,8 +206,8 @@ TEST(CompileFuseAttention, WorksWithActivationCheckpointing) {
     Graph g = run_passes(tg.graph, po, &report);
     EXPECT_NE(report.back().find("2 layers"), std::string::npos) << report.back();
     // The forward once in the forward pass and once recomputed before each layer's backward.
-    EXPECT_EQ(count(g, Op::FlashAttention), 4);
-    EXPECT_EQ(count(g, Op::FlashAttentionBackward), 2);
+    EXPECT_EQ(count_ops(g, Op::FlashAttention), 4);
+    EXPECT_EQ(count_ops(g, Op::FlashAttentionBackward), 2);
     expect_same_step(c, tg.graph, g, DType::F64, 1e-12, 1e-10);
     TensorMap params = init_parameters(graph_parameters(tg.graph), 11, DType::F64, 0.2);
     Batch batch = random_batch(2, c.seq, 37, 5, c.packed);

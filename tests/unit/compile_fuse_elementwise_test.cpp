@@ -19,6 +19,7 @@
 #include "fusetune/peft/lora.h"
 #include "fusetune/runtime/plan_executor.h"
 #include "fusetune/util/error.h"
+#include "graph_compare.h"
 #include "tiny_models.h"
 
 using namespace fusetune;
@@ -27,29 +28,6 @@ using kernels::EwInstr;
 using kernels::EwOp;
 
 namespace {
-
-double max_rel_diff(const Tensor& a, const Tensor& b) {
-  double worst = 0, scale = 0;
-  for (int64_t i = 0; i < a.numel(); ++i)
-    scale = std::max(scale, std::abs(element_as_double(a, i)));
-  for (int64_t i = 0; i < a.numel(); ++i)
-    worst = std::max(worst, std::abs(element_as_double(a, i) - element_as_double(b, i)) /
-                                std::max(scale, 1e-12));
-  return worst;
-}
-
-Tensor random_input(const Shape& s, DType dt, uint64_t seed) {
-  Tensor t = Tensor::empty(s, dt);
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> u(-2.0, 2.0);
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    if (dt == DType::F64)
-      t.data<double>()[i] = u(rng);
-    else
-      t.data<float>()[i] = float(u(rng));
-  }
-  return t;
-}
 
 // LoRA B starts at zero; give it values so the adapter path carries gradient.
 void set_lora_b(TensorMap& params) {
@@ -61,12 +39,6 @@ void set_lora_b(TensorMap& params) {
         else
           t.data<float>()[i] = 0.01f * float(i % 5);
       }
-}
-
-int count(const Graph& g, Op op) {
-  int n = 0;
-  for (const Node& node : g.nodes()) n += node.op == op;
-  return n;
 }
 
 EwInstr ins(EwOp op, int a = 0, int b = 0, double c = 0) {
@@ -171,11 +143,11 @@ TEST(FuseElementwise, FusesTreesWhoseIntermediatesHaveNoOtherReader) {
     g.mark_output("acc", acc);
     g.mark_output("other", other);
     g.mark_output("sb", sb);
-    TensorMap in{{"base", random_input({6, 10}, dt, 1)},
-                 {"lora", random_input({6, 10}, dt, 2)},
-                 {"c", random_input({6, 10}, dt, 3)},
-                 {"up", random_input({3, 20}, dt, 4)}};
-    TensorMap params{{"bias", random_input({10}, dt, 5)}};
+    TensorMap in{{"base", random_tensor({6, 10}, dt, 1, 2.0)},
+                 {"lora", random_tensor({6, 10}, dt, 2, 2.0)},
+                 {"c", random_tensor({6, 10}, dt, 3, 2.0)},
+                 {"up", random_tensor({3, 20}, dt, 4, 2.0)}};
+    TensorMap params{{"bias", random_tensor({10}, dt, 5, 2.0)}};
     auto ref = EagerExecutor(g).run(in, params);
 
     Graph f = g;
@@ -184,11 +156,11 @@ TEST(FuseElementwise, FusesTreesWhoseIntermediatesHaveNoOtherReader) {
     // y1: add(reshape(add(base, scale)), bias + bias) -> 1 node of 3 ops (bias + bias has a
     // different element count: an input, a single op left alone); acc and other stay (ab has
     // two readers); sb: 2 ops -> 1.
-    EXPECT_EQ(count(f, Op::Elementwise), 2) << line;
-    EXPECT_EQ(count(f, Op::Scale), 0);
-    EXPECT_EQ(count(f, Op::SiluBackward), 0);
-    EXPECT_EQ(count(f, Op::Silu), 1);         // other: a single op, nothing to fuse
-    EXPECT_EQ(count(f, Op::Add), 3) << line;  // ab, acc (ab is shared), bias + bias (1 op)
+    EXPECT_EQ(count_ops(f, Op::Elementwise), 2) << line;
+    EXPECT_EQ(count_ops(f, Op::Scale), 0);
+    EXPECT_EQ(count_ops(f, Op::SiluBackward), 0);
+    EXPECT_EQ(count_ops(f, Op::Silu), 1);         // other: a single op, nothing to fuse
+    EXPECT_EQ(count_ops(f, Op::Add), 3) << line;  // ab, acc (ab is shared), bias + bias (1 op)
     auto out = EagerExecutor(f).run(in, params);
     auto planned = PlanExecutor(f, plan_memory(f)).run(in, params);
     for (size_t k = 0; k < ref.size(); ++k) {
@@ -212,24 +184,24 @@ TEST(FuseElementwise, BroadcastOperandsAndFillsAndModelOnlyRegion) {
   g.set_region(0);
   g.mark_output("y", y);
   g.mark_output("z", z);
-  TensorMap in{{"x", random_input({4, 6}, DType::F64, 1)},
-               {"s", random_input({}, DType::F64, 2)},
-               {"row", random_input({6}, DType::F64, 3)}};
+  TensorMap in{{"x", random_tensor({4, 6}, DType::F64, 1, 2.0)},
+               {"s", random_tensor({}, DType::F64, 2, 2.0)},
+               {"row", random_tensor({6}, DType::F64, 3, 2.0)}};
   auto ref = EagerExecutor(g).run(in, {});
   PassOptions model;
   model.mode = CompileMode::Model;
   Graph f = g;
   passes::fuse_elementwise::run(f, model);
   verify_graph(f);
-  EXPECT_EQ(count(f, Op::Elementwise), 1);
-  EXPECT_EQ(count(f, Op::Fill), 0);  // became a constant of the program
-  EXPECT_EQ(count(f, Op::Silu), 1);
+  EXPECT_EQ(count_ops(f, Op::Elementwise), 1);
+  EXPECT_EQ(count_ops(f, Op::Fill), 0);  // became a constant of the program
+  EXPECT_EQ(count_ops(f, Op::Silu), 1);
   auto out = EagerExecutor(f).run(in, {});
   for (size_t k = 0; k < ref.size(); ++k) EXPECT_EQ(max_rel_diff(out[k], ref[k]), 0.0) << k;
   Graph full = g;
   passes::fuse_elementwise::run(full, PassOptions{});
-  EXPECT_EQ(count(full, Op::Elementwise), 2);
-  EXPECT_EQ(count(full, Op::Silu), 0);
+  EXPECT_EQ(count_ops(full, Op::Elementwise), 2);
+  EXPECT_EQ(count_ops(full, Op::Silu), 0);
 }
 
 TEST(FuseElementwise, LongChainsSplitWithinTheRegisterBudget) {
@@ -239,14 +211,14 @@ TEST(FuseElementwise, LongChainsSplitWithinTheRegisterBudget) {
   Value v = x;
   for (int i = 0; i < 30; ++i) v = i % 3 == 0 ? b.silu(v) : b.add(b.scale(v, 0.9), x);
   g.mark_output("v", v);
-  TensorMap in{{"x", random_input({5, 7}, DType::F64, 4)}};
+  TensorMap in{{"x", random_tensor({5, 7}, DType::F64, 4, 2.0)}};
   auto ref = EagerExecutor(g).run(in, {});
   Graph f = g;
   passes::fuse_elementwise::run(f, PassOptions{});
   verify_graph(f);
-  EXPECT_GE(count(f, Op::Elementwise), 7);  // 50 ops, at most 7 per node
+  EXPECT_GE(count_ops(f, Op::Elementwise), 7);  // 50 ops, at most 7 per node
   // At most one op is left alone (a remainder of one has nothing to fuse with).
-  EXPECT_LE(count(f, Op::Add) + count(f, Op::Scale) + count(f, Op::Silu), 1);
+  EXPECT_LE(count_ops(f, Op::Add) + count_ops(f, Op::Scale) + count_ops(f, Op::Silu), 1);
   auto out = EagerExecutor(f).run(in, {});
   EXPECT_EQ(max_rel_diff(out[0], ref[0]), 0.0);
 }
@@ -283,7 +255,7 @@ TEST(FuseElementwise, TrainingGraphsMatchEager) {
       passes::dead_code::run(f, PassOptions{});
       std::string line = passes::fuse_elementwise::run(f, PassOptions{});
       verify_graph(f);
-      EXPECT_GE(count(f, Op::Elementwise), lora ? 16 : 4) << line;
+      EXPECT_GE(count_ops(f, Op::Elementwise), lora ? 16 : 4) << line;
       std::printf("%s %s: %s\n", lora ? "lora" : "full", dtype_name(dt), line.c_str());
       const double loss_tol = dt == DType::F64 ? 1e-12 : 1e-5;
       const double grad_tol = dt == DType::F64 ? 1e-10 : 1e-4;

@@ -21,6 +21,7 @@
 #include "fusetune/runtime/eager_executor.h"
 #include "fusetune/runtime/plan_executor.h"
 #include "gradcheck.h"
+#include "graph_compare.h"
 #include "tiny_models.h"
 
 using namespace fusetune;
@@ -29,22 +30,6 @@ using namespace fusetune::testing;
 namespace {
 
 constexpr int64_t kB = 2, kT = 8;
-
-double max_rel_diff(const Tensor& a, const Tensor& b) {
-  double worst = 0, scale = 0;
-  for (int64_t i = 0; i < a.numel(); ++i)
-    scale = std::max(scale, std::abs(element_as_double(a, i)));
-  for (int64_t i = 0; i < a.numel(); ++i)
-    worst = std::max(worst, std::abs(element_as_double(a, i) - element_as_double(b, i)) /
-                                std::max(scale, 1e-12));
-  return worst;
-}
-
-int count(const Graph& g, Op op) {
-  int n = 0;
-  for (const Node& node : g.nodes()) n += node.op == op;
-  return n;
-}
 
 struct Step {
   ModelConfig cfg;
@@ -140,17 +125,17 @@ TEST(CompileFuseSwiglu, AloneMatchesEagerAndLeavesNoSilu) {
     const double* tol = dt == DType::F32 ? kTol32 : kTol64;
     for (bool packed : {false, true}) {
       Step s = make_step(dt, 2, false, packed);
-      ASSERT_EQ(count(s.tg.graph, Op::Silu), 2);
+      ASSERT_EQ(count_ops(s.tg.graph, Op::Silu), 2);
       for (CompileMode mode : {CompileMode::Model, CompileMode::Full}) {
         PassOptions po;
         po.mode = mode;
         Graph g = s.tg.graph;
         const std::string rep = passes::fuse_swiglu::run(g, po);
         EXPECT_EQ(rep, "fuse_swiglu: fused 2 forward, 2 backward, 2 recomputed for the backward");
-        EXPECT_EQ(count(g, Op::Silu), 0);
-        EXPECT_EQ(count(g, Op::SiluBackward), 0);
-        EXPECT_EQ(count(g, Op::SwiGLU), 4);  // forward + recompute per layer
-        EXPECT_EQ(count(g, Op::SwiGLUBackward), 2);
+        EXPECT_EQ(count_ops(g, Op::Silu), 0);
+        EXPECT_EQ(count_ops(g, Op::SiluBackward), 0);
+        EXPECT_EQ(count_ops(g, Op::SwiGLU), 4);  // forward + recompute per layer
+        EXPECT_EQ(count_ops(g, Op::SwiGLUBackward), 2);
         expect_graph_matches(s, g, mode, tol[0], tol[1],
                              std::string("swiglu ") + dtype_name(dt) + " " +
                                  compile_mode_name(mode) + (packed ? " packed" : ""));
@@ -187,11 +172,11 @@ TEST(CompileFuseRmsnormResidual, AloneMatchesEagerAndCountsFusedNodes) {
       // 2 layers: 5 norms; all but the first layer's input norm follow a residual add, and all
       // but the final norm's backward feed a residual-gradient add.
       EXPECT_EQ(rep, "fuse_rmsnorm_residual: fused 4 add+rmsnorm, 4 rmsnorm_backward+add");
-      EXPECT_EQ(count(g, Op::AddRMSNorm), 4);
-      EXPECT_EQ(count(g, Op::RMSNorm), 1);
-      EXPECT_EQ(count(g, Op::RMSNormBackwardAdd), 4);
-      EXPECT_EQ(count(g, Op::RMSNormBackward), 1);
-      EXPECT_EQ(count(g, Op::Add) + 8, count(s.tg.graph, Op::Add));
+      EXPECT_EQ(count_ops(g, Op::AddRMSNorm), 4);
+      EXPECT_EQ(count_ops(g, Op::RMSNorm), 1);
+      EXPECT_EQ(count_ops(g, Op::RMSNormBackwardAdd), 4);
+      EXPECT_EQ(count_ops(g, Op::RMSNormBackward), 1);
+      EXPECT_EQ(count_ops(g, Op::Add) + 8, count_ops(s.tg.graph, Op::Add));
       expect_graph_matches(
           s, g, mode, tol[0], tol[1],
           std::string("rmsnorm ") + dtype_name(dt) + " " + compile_mode_name(mode));
@@ -208,10 +193,10 @@ TEST(CompileFuseNormSwiglu, PipelineMatchesEagerInEveryModeAndReportsTheFusions)
       po.mode = mode;
       std::vector<std::string> report;
       Graph g = run_passes(s.tg.graph, po, &report);
-      EXPECT_EQ(count(g, Op::SwiGLUBackward), 2);
-      EXPECT_EQ(count(g, Op::AddRMSNorm), 4);
-      EXPECT_EQ(count(g, Op::RMSNormBackwardAdd), 4);
-      EXPECT_EQ(count(g, Op::Silu) + count(g, Op::SiluBackward), 0);
+      EXPECT_EQ(count_ops(g, Op::SwiGLUBackward), 2);
+      EXPECT_EQ(count_ops(g, Op::AddRMSNorm), 4);
+      EXPECT_EQ(count_ops(g, Op::RMSNormBackwardAdd), 4);
+      EXPECT_EQ(count_ops(g, Op::Silu) + count_ops(g, Op::SiluBackward), 0);
       bool swiglu_line = false, norm_line = false;
       for (const auto& l : report) {
         swiglu_line |= l.rfind("fuse_swiglu: fused 2 forward", 0) == 0;
@@ -234,9 +219,9 @@ TEST(CompileFuseNormSwiglu, ActivationCheckpointingStillMatchesEager) {
     std::vector<std::string> report;
     Graph g = run_passes(s.tg.graph, po, &report);
     EXPECT_NE(report.back().find("3 layers"), std::string::npos) << report.back();
-    EXPECT_EQ(count(g, Op::SwiGLUBackward), 3);
+    EXPECT_EQ(count_ops(g, Op::SwiGLUBackward), 3);
     // Only the add+norm pairs inside one layer fuse: each layer keeps one saved input.
-    EXPECT_EQ(count(g, Op::AddRMSNorm), 3 * 2);  // the forward and its recomputed copy
+    EXPECT_EQ(count_ops(g, Op::AddRMSNorm), 3 * 2);  // the forward and its recomputed copy
     expect_matches(s, compile_graph(s.tg.graph, po).executor->run(s.inputs, s.params), 1e-12, 1e-10,
                    std::string("checkpointed ") + compile_mode_name(mode));
   }
@@ -256,12 +241,12 @@ TEST(CompileFuseNormSwiglu, LoraOnTheMlpStillFusesAndMatchesEager) {
       PassOptions po;
       po.mode = mode;
       Graph g = run_passes(s.tg.graph, po, nullptr);
-      EXPECT_EQ(count(g, Op::SwiGLUBackward), 2);
-      EXPECT_EQ(count(g, Op::Silu), 0);
+      EXPECT_EQ(count_ops(g, Op::SwiGLUBackward), 2);
+      EXPECT_EQ(count_ops(g, Op::Silu), 0);
       // The first input norm reads the frozen embedding: no gradient flows into it, so 4
       // norm backwards of which the final norm's has no residual add.
-      EXPECT_EQ(count(g, Op::RMSNormBackward) + count(g, Op::RMSNormBackwardAdd), 4);
-      EXPECT_EQ(count(g, Op::RMSNormBackwardAdd), 3);
+      EXPECT_EQ(count_ops(g, Op::RMSNormBackward) + count_ops(g, Op::RMSNormBackwardAdd), 4);
+      EXPECT_EQ(count_ops(g, Op::RMSNormBackwardAdd), 3);
       expect_matches(s, compile_graph(s.tg.graph, po).executor->run(s.inputs, s.params), tol[0],
                      tol[1], std::string("lora ") + dtype_name(dt) + " " + compile_mode_name(mode));
     }
@@ -308,7 +293,9 @@ TEST(CompileFuseNormSwiglu, AForwardOnlyGraphFusesTheForward) {
             "fuse_swiglu: fused 1 forward, 0 backward, 0 recomputed for the backward");
   EXPECT_EQ(passes::fuse_rmsnorm_residual::run(g, po),
             "fuse_rmsnorm_residual: fused 1 add+rmsnorm, 0 rmsnorm_backward+add");
-  EXPECT_EQ(count(g, Op::Silu) + count(g, Op::Mul) + count(g, Op::Add) + count(g, Op::RMSNorm), 0);
+  EXPECT_EQ(count_ops(g, Op::Silu) + count_ops(g, Op::Mul) + count_ops(g, Op::Add) +
+                count_ops(g, Op::RMSNorm),
+            0);
   TensorMap in{{"g", random_tensor({3, 5}, 1, -4, 4)}, {"u", random_tensor({3, 5}, 2)}};
   TensorMap params{{"w", random_tensor({5}, 3, 0.5, 1.5)}};
   const Tensor a = EagerExecutor(ref_graph).run(in, params)[0];

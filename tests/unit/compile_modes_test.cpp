@@ -10,6 +10,7 @@
 #include "fusetune/models/training_graph.h"
 #include "fusetune/runtime/eager_executor.h"
 #include "fusetune/util/error.h"
+#include "graph_compare.h"
 #include "tiny_models.h"
 
 using namespace fusetune;
@@ -22,16 +23,6 @@ struct Case {
   bool tied, bias, packed;
   int64_t kv;
 };
-
-double max_rel_diff(const Tensor& a, const Tensor& b) {
-  double worst = 0, scale = 0;
-  for (int64_t i = 0; i < a.numel(); ++i)
-    scale = std::max(scale, std::abs(element_as_double(a, i)));
-  for (int64_t i = 0; i < a.numel(); ++i)
-    worst = std::max(worst, std::abs(element_as_double(a, i) - element_as_double(b, i)) /
-                                std::max(scale, 1e-12));
-  return worst;
-}
 
 void check_modes(const Case& c, DType dt, double loss_tol, double grad_tol) {
   ModelConfig cfg = tiny_config(c.tied, c.bias, c.kv);

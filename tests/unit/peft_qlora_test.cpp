@@ -23,6 +23,7 @@
 #include "fusetune/runtime/memory.h"
 #include "fusetune/util/error.h"
 #include "gradcheck.h"
+#include "graph_compare.h"
 #include "tiny_models.h"
 
 using namespace fusetune;
@@ -38,26 +39,11 @@ Tensor normal_matrix(int64_t r, int64_t c, uint64_t seed, double std = 0.5) {
   return t;
 }
 
-double max_rel_diff(const Tensor& a, const Tensor& b) {
-  double scale = 0, w = 0;
-  for (int64_t i = 0; i < a.numel(); ++i) {
-    scale = std::max(scale, std::abs(element_as_double(a, i)));
-    w = std::max(w, std::abs(element_as_double(a, i) - element_as_double(b, i)));
-  }
-  return w / std::max(scale, 1e-12);
-}
-
 std::vector<int32_t> labels_with_ignored(int64_t N, int64_t V, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::vector<int32_t> l(static_cast<size_t>(N));
   for (auto& y : l) y = rng() % 4 == 0 ? -100 : int32_t(rng() % uint64_t(V));
   return l;
-}
-
-int count(const Graph& g, Op op) {
-  int n = 0;
-  for (const Node& node : g.nodes()) n += node.op == op;
-  return n;
 }
 
 peft::LoraConfig qlora_config(bool output = false) {
@@ -212,9 +198,9 @@ TEST(QloraHead, CompiledGraphHiddenGradientMatchesEagerAndFiniteDifferences) {
     po.mode = CompileMode::Full;
     po.ce_chunk_budget_bytes = 5 * V * int64_t(dtype_size(dt));
     Graph fused = run_passes(g, po, nullptr);
-    EXPECT_EQ(count(fused, Op::FusedNF4LinearCrossEntropy), 1);
-    EXPECT_EQ(count(fused, Op::NF4MatMul), 0);
-    EXPECT_EQ(count(fused, Op::LogSoftmax), 0);
+    EXPECT_EQ(count_ops(fused, Op::FusedNF4LinearCrossEntropy), 1);
+    EXPECT_EQ(count_ops(fused, Op::NF4MatMul), 0);
+    EXPECT_EQ(count_ops(fused, Op::LogSoftmax), 0);
     auto ref = EagerExecutor(g).run(inputs, params);
     CompiledStep step = compile_graph(g, po);
     auto out = step.executor->run(inputs, params);
@@ -296,9 +282,9 @@ TEST(QloraModel, EmbeddingAndHeadAreNf4AndATiedModelStoresOneMatrix) {
     EXPECT_EQ(q.store->count("lm_head.weight"), tied ? 0u : 1u);
     EXPECT_EQ(q.store->size(), size_t(7 * cfg.num_hidden_layers + (tied ? 1 : 2)));
     const Graph& g = q.tg.graph;
-    EXPECT_EQ(count(g, Op::NF4Embedding), 1);
-    EXPECT_EQ(count(g, Op::Embedding), 0);
-    EXPECT_EQ(count(g, Op::NF4MatMul), 7 * cfg.num_hidden_layers + 1);  // + the head
+    EXPECT_EQ(count_ops(g, Op::NF4Embedding), 1);
+    EXPECT_EQ(count_ops(g, Op::Embedding), 0);
+    EXPECT_EQ(count_ops(g, Op::NF4MatMul), 7 * cfg.num_hidden_layers + 1);  // + the head
     for (const Node& n : g.nodes()) {
       if (n.op != Op::Param) continue;
       EXPECT_TRUE(n.name.find("norm") != std::string::npos || peft::is_adapter_param(n.name))
@@ -377,8 +363,8 @@ TEST(QloraModel, AllCompileModesAgreeWithAndWithoutActivationCheckpointing) {
         po.ce_chunk_budget_bytes = 5 * cfg.vocab_size * 4;
         Graph compiled = run_passes(q.tg.graph, po, nullptr);
         const bool fuses = mode == CompileMode::Full && !k.output;
-        EXPECT_EQ(count(compiled, Op::FusedNF4LinearCrossEntropy), fuses ? 1 : 0) << k.name;
-        EXPECT_EQ(count(compiled, Op::FusedLinearCrossEntropy), 0) << k.name;
+        EXPECT_EQ(count_ops(compiled, Op::FusedNF4LinearCrossEntropy), fuses ? 1 : 0) << k.name;
+        EXPECT_EQ(count_ops(compiled, Op::FusedLinearCrossEntropy), 0) << k.name;
         auto out = compile_graph(q.tg.graph, po).executor->run(inputs, q.params);
         ASSERT_EQ(out.size(), ref.size());
         const std::string where =

@@ -14,20 +14,6 @@ struct Match {
   int dh = -1, dw = -1;                // backward matmuls reading dlogits (either may be absent)
 };
 
-// Readers of each node, in order.
-std::vector<std::vector<int>> readers_of(const Graph& g) {
-  std::vector<std::vector<int>> r(g.nodes().size());
-  for (size_t i = 0; i < g.nodes().size(); ++i)
-    for (const Value& v : g.nodes()[i].inputs) r[v.node].push_back(int(i));
-  return r;
-}
-
-bool is_graph_output(const Graph& g, int node) {
-  for (const auto& [name, v] : g.outputs())
-    if (v.node == node) return true;
-  return false;
-}
-
 std::optional<Match> match_at(const Graph& g, const std::vector<std::vector<int>>& readers,
                               int nll) {
   const auto& N = g.nodes();

@@ -38,7 +38,9 @@ std::vector<int> last_uses(const Graph& g) {
   return last;
 }
 
-MemoryPlan plan_memory(const Graph& g, int dynamic_region, bool in_place) {
+namespace {
+
+MemoryPlan plan_memory_once(const Graph& g, int dynamic_region, bool in_place) {
   const auto& nodes = g.nodes();
   const std::vector<int> last = last_uses(g);
   MemoryPlan plan;
@@ -122,6 +124,17 @@ MemoryPlan plan_memory(const Graph& g, int dynamic_region, bool in_place) {
   }
   for (const Buf& b : bufs) plan.offsets[b.node][b.index] = groups[b.group].offset;
   return plan;
+}
+
+}  // namespace
+
+MemoryPlan plan_memory(const Graph& g, int dynamic_region, bool in_place) {
+  MemoryPlan plain = plan_memory_once(g, dynamic_region, false);
+  if (!in_place) return plain;
+  // Sharing a slot joins two lifetimes into one; with greedy placement that can fragment the
+  // arena. Keep the in-place plan only when its arena is no larger.
+  MemoryPlan shared = plan_memory_once(g, dynamic_region, true);
+  return shared.arena_bytes <= plain.arena_bytes ? shared : plain;
 }
 
 }  // namespace fusetune

@@ -9,7 +9,9 @@
 // In place: a node whose kernel may write its output over an input (can_write_over_input in
 // runtime/node_kernels.h) reuses that input's buffer when the node is the input's last reader
 // (through any view) and the sizes are equal. Leaves, graph outputs and unplaced buffers are
-// never written over: they are not in the arena.
+// never written over: they are not in the arena. Joining lifetimes can make the greedy
+// placement fragment, so the in-place plan is kept only when its arena is no larger than the
+// plan without it.
 #include <cstdint>
 #include <vector>
 

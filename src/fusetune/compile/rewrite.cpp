@@ -76,4 +76,17 @@ void compact(Graph& g, const std::unordered_map<int, double>& order_keys) {
   for (auto& [name, v] : g.mutable_outputs()) v.node = new_id[v.node];
 }
 
+std::vector<std::vector<int>> readers_of(const Graph& g) {
+  std::vector<std::vector<int>> r(g.nodes().size());
+  for (size_t i = 0; i < g.nodes().size(); ++i)
+    for (const Value& v : g.nodes()[i].inputs) r[v.node].push_back(int(i));
+  return r;
+}
+
+bool is_graph_output(const Graph& g, int node) {
+  for (const auto& [name, v] : g.outputs())
+    if (v.node == node) return true;
+  return false;
+}
+
 }  // namespace fusetune

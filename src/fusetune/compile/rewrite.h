@@ -19,4 +19,10 @@ void compact(Graph& g, const std::unordered_map<int, double>& order_keys = {});
 // Number of nodes reading each node (any output), graph outputs counted as readers.
 std::vector<int> use_counts(const Graph& g);
 
+// The nodes reading each node (any output), in order; a node reading twice is listed twice.
+std::vector<std::vector<int>> readers_of(const Graph& g);
+
+// Whether some graph output is an output of `node`.
+bool is_graph_output(const Graph& g, int node);
+
 }  // namespace fusetune

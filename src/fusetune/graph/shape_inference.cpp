@@ -254,81 +254,81 @@ std::vector<TensorType> infer_types(const Graph& g, Op op, const std::vector<Val
                        " does not repeat evenly over " + shape_str(a.shape));
       }
       return {{a.shape, fd}};
-      case Op::FlashAttention:
-      case Op::FlashAttentionBackward: {
-        const bool fwd = op == Op::FlashAttention;
-        const size_t base = fwd ? 3 : 6;
-        arity(base, base + 1);
-        for (size_t i = 0; i < base; ++i) need_float(i);
-        const Shape &q = S(0), &k = S(1);
-        if (q.size() != 4 || k.size() != 4 || q[0] != k[0] || q[1] != k[1] || q[3] != k[3] ||
-            k[2] < 1 || q[2] % k[2])
-          fail(op, "expects q [B, T, H, hd] and k [B, T, KV, hd] with H a multiple of KV, got " +
-                       shape_str(q) + " and " + shape_str(k));
-        same(1, 2);
-        const Shape lse{q[0], q[2], q[1]};
-        if (!fwd) {
-          same(0, 3);
-          same(0, 5);
-          if (S(4) != lse) fail(op, "lse must be " + shape_str(lse) + ", got " + shape_str(S(4)));
-        }
-        if (in.size() == base + 1) {
-          need_i32(base);
-          if (S(base) != Shape{q[0], q[1]}) fail(op, "doc_ids must be [B, T]");
-        }
-        if (fwd) return {{q, fd}, {lse, fd}};
-        return {{q, fd}, {k, fd}, {k, fd}};
-      }
-      case Op::Dropout:
-        arity(2, 2);
-        need_float(0);
-        need_i32(1);
-        if (!S(1).empty()) fail(op, "the seed must be a scalar");
-        if (a.scalar < 0 || a.scalar >= 1) fail(op, "p must be in [0, 1)");
-        return {{S(0), fd}};
-      case Op::RowInvNorm:
-        arity(1, 1);
-        need_float(0);
-        if (S(0).size() != 2) fail(op, "expects a matrix [O, K], got " + shape_str(S(0)));
-        return {{Shape{S(0)[0]}, fd}};
-      case Op::NF4MatMul:
-      case Op::NF4MatMulBackward: {
-        arity(4, 4);
-        need_float(0);
-        for (size_t i = 1; i < 4; ++i) need_i32(i);
-        if (a.shape.size() != 2) fail(op, "attrs.shape must be the weight's [O, K]");
-        const bool fwd = op == Op::NF4MatMul;
-        const int64_t in_dim = fwd ? a.shape[1] : a.shape[0],
-                      out_dim = fwd ? a.shape[0] : a.shape[1];
-        if (S(0).size() != 2 || S(0)[1] != in_dim)
-          fail(op, "input " + shape_str(S(0)) + " does not match the weight " + shape_str(a.shape));
-        return {{Shape{S(0)[0], out_dim}, fd}};
-      }
-      case Op::NF4Embedding: {
-        arity(4, 4);
-        for (size_t i = 0; i < 4; ++i) need_i32(i);
-        if (a.shape.size() != 2) fail(op, "attrs.shape must be the table's [V, D]");
-        Shape out = S(0);
-        out.push_back(a.shape[1]);
-        return {{out, fd}};
-      }
-      case Op::FusedNF4LinearCrossEntropy: {
-        arity(6, 6);
-        need_float(0);
-        need_i32(1);
-        for (size_t i = 3; i < 6; ++i) need_i32(i);
-        if (a.shape.size() != 2) fail(op, "attrs.shape must be the head's [V, D]");
-        if (S(0).size() != 2 || S(0)[1] != a.shape[1])
-          fail(op,
-               "expects h [N, D] for the head " + shape_str(a.shape) + ", got " + shape_str(S(0)));
-        if (S(1) != Shape{S(0)[0]}) fail(op, "labels must be [N]");
-        if (!S(2).empty()) fail(op, "the scale must be a scalar");
-        return {{Shape{}, fd}, {S(0), fd}};
-      }
-      case Op::kCount:
-        break;
     }
-      fail(op, "unknown op");
+    case Op::FlashAttention:
+    case Op::FlashAttentionBackward: {
+      const bool fwd = op == Op::FlashAttention;
+      const size_t base = fwd ? 3 : 6;
+      arity(base, base + 1);
+      for (size_t i = 0; i < base; ++i) need_float(i);
+      const Shape &q = S(0), &k = S(1);
+      if (q.size() != 4 || k.size() != 4 || q[0] != k[0] || q[1] != k[1] || q[3] != k[3] ||
+          k[2] < 1 || q[2] % k[2])
+        fail(op, "expects q [B, T, H, hd] and k [B, T, KV, hd] with H a multiple of KV, got " +
+                     shape_str(q) + " and " + shape_str(k));
+      same(1, 2);
+      const Shape lse{q[0], q[2], q[1]};
+      if (!fwd) {
+        same(0, 3);
+        same(0, 5);
+        if (S(4) != lse) fail(op, "lse must be " + shape_str(lse) + ", got " + shape_str(S(4)));
+      }
+      if (in.size() == base + 1) {
+        need_i32(base);
+        if (S(base) != Shape{q[0], q[1]}) fail(op, "doc_ids must be [B, T]");
+      }
+      if (fwd) return {{q, fd}, {lse, fd}};
+      return {{q, fd}, {k, fd}, {k, fd}};
+    }
+    case Op::Dropout:
+      arity(2, 2);
+      need_float(0);
+      need_i32(1);
+      if (!S(1).empty()) fail(op, "the seed must be a scalar");
+      if (a.scalar < 0 || a.scalar >= 1) fail(op, "p must be in [0, 1)");
+      return {{S(0), fd}};
+    case Op::RowInvNorm:
+      arity(1, 1);
+      need_float(0);
+      if (S(0).size() != 2) fail(op, "expects a matrix [O, K], got " + shape_str(S(0)));
+      return {{Shape{S(0)[0]}, fd}};
+    case Op::NF4MatMul:
+    case Op::NF4MatMulBackward: {
+      arity(4, 4);
+      need_float(0);
+      for (size_t i = 1; i < 4; ++i) need_i32(i);
+      if (a.shape.size() != 2) fail(op, "attrs.shape must be the weight's [O, K]");
+      const bool fwd = op == Op::NF4MatMul;
+      const int64_t in_dim = fwd ? a.shape[1] : a.shape[0], out_dim = fwd ? a.shape[0] : a.shape[1];
+      if (S(0).size() != 2 || S(0)[1] != in_dim)
+        fail(op, "input " + shape_str(S(0)) + " does not match the weight " + shape_str(a.shape));
+      return {{Shape{S(0)[0], out_dim}, fd}};
+    }
+    case Op::NF4Embedding: {
+      arity(4, 4);
+      for (size_t i = 0; i < 4; ++i) need_i32(i);
+      if (a.shape.size() != 2) fail(op, "attrs.shape must be the table's [V, D]");
+      Shape out = S(0);
+      out.push_back(a.shape[1]);
+      return {{out, fd}};
+    }
+    case Op::FusedNF4LinearCrossEntropy: {
+      arity(6, 6);
+      need_float(0);
+      need_i32(1);
+      for (size_t i = 3; i < 6; ++i) need_i32(i);
+      if (a.shape.size() != 2) fail(op, "attrs.shape must be the head's [V, D]");
+      if (S(0).size() != 2 || S(0)[1] != a.shape[1])
+        fail(op,
+             "expects h [N, D] for the head " + shape_str(a.shape) + ", got " + shape_str(S(0)));
+      if (S(1) != Shape{S(0)[0]}) fail(op, "labels must be [N]");
+      if (!S(2).empty()) fail(op, "the scale must be a scalar");
+      return {{Shape{}, fd}, {S(0), fd}};
+    }
+    case Op::kCount:
+      break;
   }
+  fail(op, "unknown op");
+}
 
 }  // namespace fusetune
