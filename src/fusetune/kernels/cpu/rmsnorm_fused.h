@@ -3,7 +3,8 @@
 // the forward reads the two addends once and writes the sum and its norm; the backward adds
 // the incoming residual gradient to dx in the same pass. Rows of length D; the mean of squares
 // and the row dot products accumulate in double, as in rmsnorm_forward / rmsnorm_backward
-// (kernels.h), whose numbers these reproduce.
+// (kernels.h), whose numbers these reproduce: all of them are defined in norm.cpp and share
+// its row helpers.
 #include <cstdint>
 
 namespace fusetune::kernels {
