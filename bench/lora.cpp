@@ -62,31 +62,16 @@ Result run(const BenchShape& shape, const std::string& method, CompileMode mode,
       for (const auto& [n, w] : *store) r.weight_bytes += w.nbytes();
     TrainingGraph tg = build_training_graph(shape.config, o);
     for (const auto& n : tg.trainable_params) r.trainable += params.at(n).numel();
-    AdamW opt(AdamWOptions{});
     memory::reset_peak();
-    auto t0 = std::chrono::steady_clock::now();
     PassOptions po;
     po.mode = mode;
     po.activation_checkpointing = ckpt;
-    CompiledStep step = compile_graph(tg.graph, po);
-    r.compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::vector<double> times;
-    for (int s = 0; s < steps; ++s) {
-      Batch b = synthetic_batch(shape, 99 + uint64_t(s));
-      const TensorMap in = step_inputs(b);
-      auto ts = std::chrono::steady_clock::now();
-      std::vector<Tensor> out = step.executor->run(in, params);
-      std::vector<ParamRef> refs;
-      for (size_t i = 0; i < tg.trainable_params.size(); ++i)
-        refs.push_back({tg.trainable_params[i], &params[tg.trainable_params[i]], &out[1 + i]});
-      opt.step(refs, 1e-4);
-      times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - ts).count());
-      r.losses.push_back(out[0].data<float>()[0]);
-    }
+    TimedSteps t = timed_steps(shape, tg, params, po, steps);
     r.peak_bytes = memory::peak_bytes() - base;
     r.predicted = plan_mode(tg.graph, po, 2.0).memory;  // AdamW: 2 states per parameter
-    std::sort(times.begin() + 1, times.end());
-    r.tokens_per_s = double(shape.batch * shape.seq) / times[1 + (times.size() - 1) / 2];
+    r.compile_s = t.compile_s;
+    r.losses = t.losses;
+    r.tokens_per_s = t.tokens_per_s(shape.batch * shape.seq);
   }
   return r;
 }

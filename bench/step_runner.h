@@ -107,6 +107,43 @@ inline TensorMap step_inputs(const Batch& b) {
   return in;
 }
 
+// What timed_steps measured.
+struct TimedSteps {
+  double compile_s = 0;
+  std::vector<double> step_s, losses;
+  // Tokens per second from the median step time of steps 2..N (step 1 warms up).
+  double tokens_per_s(int64_t tokens) const {
+    std::vector<double> tail(step_s.begin() + std::min<size_t>(1, step_s.size() - 1), step_s.end());
+    std::sort(tail.begin(), tail.end());
+    return double(tokens) / tail[tail.size() / 2];
+  }
+};
+
+// Compiles `g` with `po`, then runs `steps` AdamW steps on the seeded synthetic batches of
+// `shape` (the same data for every mode and method), timing each step as the recipe logs it.
+inline TimedSteps timed_steps(const BenchShape& shape, const TrainingGraph& tg, TensorMap& params,
+                              const PassOptions& po, int steps) {
+  TimedSteps t;
+  AdamW opt(AdamWOptions{});
+  auto t0 = std::chrono::steady_clock::now();
+  CompiledStep step = compile_graph(tg.graph, po);
+  t.compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (int s = 0; s < steps; ++s) {
+    Batch b = synthetic_batch(shape, 99 + uint64_t(s));
+    const TensorMap in = step_inputs(b);
+    auto ts = std::chrono::steady_clock::now();
+    std::vector<Tensor> out = step.executor->run(in, params);
+    std::vector<ParamRef> refs;
+    for (size_t i = 0; i < tg.trainable_params.size(); ++i)
+      refs.push_back({tg.trainable_params[i], &params[tg.trainable_params[i]], &out[1 + i]});
+    opt.step(refs, 1e-4);
+    t.step_s.push_back(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - ts).count());
+    t.losses.push_back(out[0].data<float>()[0]);
+  }
+  return t;
+}
+
 // Runs `steps` optimizer steps of `shape` in `mode` from the same init and data as every other
 // mode (seeded), returning per-step losses and times.
 inline RunResult run_mode(const BenchShape& shape, CompileMode mode, int steps,
@@ -121,34 +158,17 @@ inline RunResult run_mode(const BenchShape& shape, CompileMode mode, int steps,
     o.seq_len = shape.seq;
     TrainingGraph tg = build_training_graph(shape.config, o);
     TensorMap params = init_parameters(graph_parameters(tg.graph), 1234, DType::F32);
-    AdamW opt(AdamWOptions{});
     memory::reset_peak();
-    auto t0 = std::chrono::steady_clock::now();
     PassOptions po;
     po.mode = mode;
     po.ce_chunk_budget_bytes = ce_budget_bytes;
-    CompiledStep step = compile_graph(tg.graph, po);
-    r.compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    for (int s = 0; s < steps; ++s) {
-      Batch b = synthetic_batch(shape, 99 + uint64_t(s));
-      const TensorMap in = step_inputs(b);
-      auto ts = std::chrono::steady_clock::now();
-      std::vector<Tensor> out = step.executor->run(in, params);
-      std::vector<ParamRef> refs;
-      for (size_t i = 0; i < tg.trainable_params.size(); ++i)
-        refs.push_back({tg.trainable_params[i], &params[tg.trainable_params[i]], &out[1 + i]});
-      opt.step(refs, 1e-4);
-      r.step_s.push_back(
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - ts).count());
-      r.losses.push_back(out[0].data<float>()[0]);
-    }
+    TimedSteps t = timed_steps(shape, tg, params, po, steps);
     r.peak_bytes = memory::peak_bytes() - base;
+    r.compile_s = t.compile_s;
+    r.losses = t.losses;
+    r.step_s = t.step_s;
+    r.tokens_per_s = t.tokens_per_s(shape.batch * shape.seq);
   }
-  std::vector<double> tail(r.step_s.begin() + std::min<size_t>(1, r.step_s.size() - 1),
-                           r.step_s.end());
-  std::sort(tail.begin(), tail.end());
-  const double median = tail[tail.size() / 2];
-  r.tokens_per_s = double(shape.batch * shape.seq) / median;
   r.flops_per_step = flops_per_token * double(shape.batch * shape.seq);
   return r;
 }
