@@ -14,6 +14,7 @@
 #include "fusetune/peft/lora.h"
 #include "fusetune/util/error.h"
 #include "gradcheck.h"
+#include "peft_support.h"
 #include "tiny_models.h"
 
 using namespace fusetune;
@@ -35,21 +36,6 @@ TensorMap base_params(const ModelConfig& cfg, DType dt, double std = 0.3) {
   TrainingGraph tg = build_training_graph(cfg, TrainingGraphOptions{});
   TensorMap p = init_parameters(graph_parameters(tg.graph), 7, dt, std);
   return p;
-}
-
-// Adapters as after some training: B no longer zero.
-void perturb_adapters(TensorMap& p, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> u(-0.3, 0.3);
-  for (auto& [name, t] : p) {
-    if (!peft::is_adapter_param(name)) continue;
-    for (int64_t i = 0; i < t.numel(); ++i) {
-      if (t.dtype() == DType::F64)
-        t.data<double>()[i] += u(rng);
-      else
-        t.data<float>()[i] += float(u(rng));
-    }
-  }
 }
 
 std::vector<Tensor> run_logits(const ModelConfig& cfg, const LlamaOptions& o,

@@ -24,6 +24,7 @@
 #include "fusetune/util/error.h"
 #include "gradcheck.h"
 #include "graph_compare.h"
+#include "peft_support.h"
 #include "tiny_models.h"
 
 using namespace fusetune;
@@ -55,21 +56,6 @@ peft::LoraConfig qlora_config(bool output = false) {
   c.alpha = 6;
   c.quantize_base = true;
   return c;
-}
-
-// Adapters as after some training: B no longer zero.
-void perturb_adapters(TensorMap& p, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> u(-0.3, 0.3);
-  for (auto& [name, t] : p) {
-    if (!peft::is_adapter_param(name)) continue;
-    for (int64_t i = 0; i < t.numel(); ++i) {
-      if (t.dtype() == DType::F64)
-        t.data<double>()[i] += u(rng);
-      else
-        t.data<float>()[i] += float(u(rng));
-    }
-  }
 }
 
 struct Qlora {
