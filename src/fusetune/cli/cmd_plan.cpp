@@ -8,7 +8,10 @@
 #include "fusetune/compile/plan_report.h"
 #include "fusetune/models/training_graph.h"
 #include "fusetune/peft/nf4_weight.h"
+#include "fusetune/losses/preference.h"
+#include "fusetune/recipes/dpo_step.h"
 #include "fusetune/recipes/lora_finetune_single_device.h"
+#include "fusetune/recipes/registry.h"
 #include "fusetune/recipes/recipe_setup.h"
 #include "fusetune/util/error.h"
 #include "fusetune/util/strings.h"
@@ -37,12 +40,20 @@ int cmd_plan(const std::vector<std::string>& argv) {
   o.seq_len = T;
   o.packed = cfg.boolean("dataset.packed", false);
   std::shared_ptr<peft::NF4Store> nf4;  // sized, never filled: no weights are read
-  if (a.positional[0] == "lora_finetune_single_device") {
+  const std::string recipe = find_recipe(a.positional[0]).name;
+  const bool dpo = recipe == "lora_dpo_single_device" || recipe == "full_dpo_single_device";
+  if (recipe == "lora_finetune_single_device" || recipe == "lora_dpo_single_device") {
     // The adapters train; the base is frozen (NF4 with quantize_base, as the recipe runs it).
     const peft::LoraConfig lc = lora_config_from(cfg);
     if (lc.quantize_base) nf4 = peft::nf4_store_layout(model);
     o.trainable = peft::is_adapter_param;
     o.llama = peft::lora_llama_options(lc, nf4);
+  }
+  PreferenceLoss pref;
+  if (dpo) {  // B pairs = 2B rows, chosen then rejected
+    pref = preference_loss_from(cfg);
+    o.batch_size *= 2;
+    o.loss = preference_loss_builder(pref);
   }
   TrainingGraph tg = build_training_graph(model, o);
   std::printf("recipe %s: %s model, %lld layers, vocab %lld; step of %lld x %lld tokens%s\n\n",
@@ -56,6 +67,24 @@ int cmd_plan(const std::vector<std::string>& argv) {
     po.activation_checkpointing = cfg.boolean("enable_activation_checkpointing", false);
     plans.push_back(plan_mode(tg.graph, po, optimizer_state_ratio(cfg)));
     std::printf("%s\n", format_mode_plan(plans.back()).c_str());
+  }
+  if (dpo && pref.needs_reference()) {
+    // The reference model's forward pass runs before the policy's step, without gradients.
+    LlamaOptions ref_llama = recipe == "lora_dpo_single_device" ? peft::base_llama_options(nf4)
+                                                                 : LlamaOptions{};
+    Graph ref = build_sequence_log_probs_graph(model, o.batch_size, T, DType::F32, ref_llama);
+    std::printf("reference forward (%s):", cfg.boolean("precompute_ref_log_probs", false)
+                                               ? "once per pair, before training"
+                                               : "every step, before the policy's");
+    for (CompileMode mode : {CompileMode::None, CompileMode::Model, CompileMode::Full}) {
+      PassOptions po;
+      po.mode = mode;
+      const ModePlan p = plan_mode(ref, po, 0.0);
+      std::printf(" %s %s", compile_mode_name(mode),
+                  format_bytes(double(p.memory.activations + p.memory.workspace)).c_str());
+    }
+    std::printf(" (activations + workspace%s)\n\n",
+                recipe == "full_dpo_single_device" ? "; plus a frozen copy of the parameters" : "");
   }
   std::printf("%-8s %9s %14s\n", "compile", "kernels", "peak");
   for (const ModePlan& p : plans)

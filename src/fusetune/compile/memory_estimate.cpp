@@ -8,6 +8,7 @@
 
 #include "fusetune/kernels/cpu/flash_attention.h"
 #include "fusetune/kernels/cpu/fused_linear_cross_entropy.h"
+#include "fusetune/kernels/cpu/fused_linear_log_probs.h"
 #include "fusetune/kernels/cpu/nf4.h"
 #include "fusetune/runtime/node_kernels.h"
 
@@ -54,6 +55,14 @@ MemoryBreakdown estimate_step_memory(const Graph& g, const MemoryPlan* plan,
       const int64_t V = nf4 ? n.attrs.shape[0] : g.shape(n.inputs[1])[0];
       const int64_t C = std::max<int64_t>(1, std::min(n.attrs.chunk_rows, g.shape(n.inputs[0])[0]));
       scratch = kernels::fused_ce_scratch_bytes(C, D, V, elem, nf4);
+    } else if (n.op == Op::FusedLinearLogProbs || n.op == Op::FusedLinearLogProbsBackward) {
+      const bool bwd = n.op == Op::FusedLinearLogProbsBackward;
+      const size_t head = bwd ? 4 : 2;
+      const bool nf4 = n.inputs.size() == head + 3;
+      const int64_t D = g.shape(n.inputs[0])[1];
+      const int64_t V = nf4 ? n.attrs.shape[0] : g.shape(n.inputs[head])[0];
+      const int64_t C = std::max<int64_t>(1, std::min(n.attrs.chunk_rows, g.shape(n.inputs[0])[0]));
+      scratch = kernels::fused_log_probs_scratch_bytes(C, D, V, elem, nf4, bwd);
     } else if (n.op == Op::NF4MatMul || n.op == Op::NF4MatMulBackward) {
       scratch =
           kernels::nf4_tile_rows(n.attrs.shape[0], n.attrs.shape[1]) * n.attrs.shape[1] * elem;

@@ -69,7 +69,37 @@ std::vector<ComponentTable> build_tables() {
                        .ignore("fusetune chooses the chunking of the fused loss itself"),
                    Field::Int("ignore_index")
                        .values({"-100"})
-                       .doc("label id that is not trained on (always -100)")})},
+                       .doc("label id that is not trained on (always -100)")}),
+        // Preference losses (losses/preference.h): the DPO recipes only. torchtune's names,
+        // and TRL's loss_type names, are aliases.
+        Component("DPOLoss",
+                  {"torchtune.rlhf.loss.DPOLoss", "torchtune.modules.rlhf.loss.DPOLoss", "sigmoid"},
+                  "direct preference optimization against a reference model",
+                  {Field::Float("beta").def("0.1").min(0).doc("temperature of the reward"),
+                   Field::Float("label_smoothing")
+                       .def("0.0")
+                       .min(0)
+                       .max(0.5)
+                       .doc("assumed share of flipped preference labels (conservative DPO)")}),
+        Component("RSOLoss",
+                  {"torchtune.rlhf.loss.RSOLoss", "torchtune.modules.rlhf.loss.RSOLoss", "hinge"},
+                  "hinge loss on the reward margin (statistical rejection sampling)",
+                  {Field::Float("gamma").def("0.1").min(0).doc("scale of the margin")}),
+        Component("IPOLoss",
+                  {"torchtune.rlhf.loss.IPOLoss", "torchtune.modules.rlhf.loss.IPOLoss", "ipo"},
+                  "identity preference optimization: squared distance to a target margin",
+                  {Field::Float("tau").def("0.1").min(0).doc("regularization: margin 1/(2 tau)")}),
+        Component("SimPOLoss",
+                  {"torchtune.rlhf.loss.SimPOLoss", "torchtune.modules.rlhf.loss.SimPOLoss",
+                   "simpo"},
+                  "reference-free, length-normalized preference loss",
+                  {Field::Float("beta").def("2.0").min(0).doc("scale of the reward"),
+                   Field::Float("gamma").def("0.5").min(0).doc("target reward margin"),
+                   Field::Float("label_smoothing")
+                       .def("0.0")
+                       .min(0)
+                       .max(0.5)
+                       .doc("assumed share of flipped preference labels")})},
        "cross_entropy"});
 
   t.push_back(
@@ -104,6 +134,10 @@ std::vector<ComponentTable> build_tables() {
                 .values({"true"})
                 .doc("always true: fusetune writes safetensors only")})},
        "FullModelHFCheckpointer"});
+  // full_dpo_single_device's frozen reference model is read the same way.
+  ComponentTable ref = t.back();
+  ref.section = "ref_checkpointer";
+  t.push_back(std::move(ref));
 
   t.push_back(
       {"tokenizer",
@@ -153,6 +187,13 @@ std::vector<ComponentTable> build_tables() {
                    Field::Enum("conversation_style", {"openai", "sharegpt"})
                        .req()
                        .doc("openai: {role, content}; sharegpt: {from, value}"),
+                   Field::String("new_system_prompt").doc("system prompt added to each sample")}),
+        Component("preference", {"torchtune.datasets.preference_dataset"},
+                  "prompt + chosen + rejected answers (the DPO recipes only)",
+                  {column_map(), train_on_input("false"),
+                   Field::Enum("conversation_style", {"auto", "openai", "sharegpt"})
+                       .def("auto")
+                       .doc("turn layout: openai {role, content}, sharegpt {from, value}"),
                    Field::String("new_system_prompt").doc("system prompt added to each sample")})},
        ""});
 

@@ -20,10 +20,11 @@ struct ComponentTable {
 // The table for a map key (the last part of a dotted key), or nullptr. Sections:
 //   optimizer      AdamW | SGD
 //   lr_scheduler   cosine_with_warmup | linear_with_warmup | constant        (default constant)
-//   loss           cross_entropy                                             (default)
+//   loss           cross_entropy (default) | DPOLoss | RSOLoss | IPOLoss | SimPOLoss
 //   checkpointer   FullModelHFCheckpointer                                   (default)
+//   ref_checkpointer  the same (full_dpo_single_device's reference model)
 //   tokenizer      byte | hf | sentencepiece
-//   dataset        text_completion | pretokenized | alpaca | instruct | chat
+//   dataset        text_completion | pretokenized | alpaca | instruct | chat | preference
 //   metric_logger  stdout | disk | jsonl | tensorboard                       (default stdout)
 const ComponentTable* component_table(const std::string& section);
 const std::vector<ComponentTable>& component_tables();

@@ -109,6 +109,8 @@ Field model_field(bool lora_recipe) {
   return model;
 }
 
+void check_objective(const Config& root, bool preference, Problems& p);
+
 // dataset.packed needs a row length.
 void check_packing(const Config& root, const Config&, Problems& p) {
   if (!root.has("dataset") || !root.is_map("dataset")) return;
@@ -119,7 +121,8 @@ void check_packing(const Config& root, const Config&, Problems& p) {
                        ds.where("packed") + ")");
 }
 
-Schema build_full() {
+// preference: the DPO recipes' objective (a preference loss on pairs).
+Schema build_full(bool preference = false) {
   Schema s;
   s.recipe = "full_finetune_single_device";
   auto pos_int = [](const char* name, const char* def, const char* help) {
@@ -177,11 +180,14 @@ Schema build_full() {
             .doc("torchtune's activation offloading; not supported, must be false"));
   s.add(Field::String("log_level").ignore("fusetune has one log level"));
   s.checks.push_back(check_packing);
+  s.checks.push_back([preference](const Config& root, const Config&, Problems& p) {
+    check_objective(root, preference, p);
+  });
   return s;
 }
 
-Schema build_lora() {
-  Schema s = build_full();
+Schema build_lora(bool preference = false) {
+  Schema s = build_full(preference);
   s.recipe = "lora_finetune_single_device";
   Field model = model_field(true);
   model.add(Field::List("lora_attn_modules")
@@ -210,7 +216,71 @@ Schema build_lora() {
   return s;
 }
 
+// Which losses and datasets a recipe takes: the supervised recipes cross-entropy on samples,
+// the DPO recipes a preference loss on pairs.
+void check_objective(const Config& root, bool preference, Problems& p) {
+  auto component = [&](const char* section, const std::string& def) {
+    if (!root.has(section) || !root.is_map(section)) return def;
+    Config m = root.sub(section);
+    if (!m.has("_component_") || m.is_map("_component_")) return def;
+    const std::string v = m.str("_component_");
+    for (const Component& c : component_table(section)->components)
+      if (c.matches(v)) return c.name;
+    return def;  // an unknown name is reported by the section's own check
+  };
+  const std::string loss = component("loss", "cross_entropy");
+  const bool pref_loss = loss != "cross_entropy";
+  if (pref_loss != preference)
+    p.errors.push_back(
+        "config key 'loss._component_' is " + loss + ", but this recipe trains with " +
+        (preference ? "a preference loss (DPOLoss, RSOLoss, IPOLoss or SimPOLoss)"
+                    : "cross_entropy; " + loss + " belongs to lora_dpo_single_device or "
+                                                 "full_dpo_single_device") +
+        " (" + root.where("loss") + ")");
+  const std::string data = component("dataset", "");
+  if (!data.empty() && (data == "preference") != preference)
+    p.errors.push_back(
+        "config key 'dataset._component_' is " + data + ", but this recipe " +
+        (preference ? "needs preference pairs (dataset._component_: preference)"
+                    : "trains on samples; preference pairs belong to the DPO recipes") +
+        " (" + root.where("dataset") + ")");
+}
+
+Field precompute_ref_field() {
+  return Field::Bool("precompute_ref_log_probs")
+      .def("false")
+      .doc("compute the reference model's log-probs once per pair before training (saves a "
+           "forward per step; the losses are the same)");
+}
+
+Schema build_lora_dpo() {
+  Schema s = build_lora(true);
+  s.recipe = "lora_dpo_single_device";
+  s.add(precompute_ref_field());
+  return s;
+}
+
+Schema build_full_dpo() {
+  Schema s = build_full(true);
+  s.recipe = "full_dpo_single_device";
+  s.add(component_section("ref_checkpointer")
+            .doc("the frozen reference model, usually the starting weights (not read by "
+                 "SimPOLoss, which has no reference)"));
+  s.add(precompute_ref_field());
+  return s;
+}
+
 }  // namespace
+
+const Schema& lora_dpo_schema() {
+  static const Schema s = build_lora_dpo();
+  return s;
+}
+
+const Schema& full_dpo_schema() {
+  static const Schema s = build_full_dpo();
+  return s;
+}
 
 const Schema& full_finetune_schema() {
   static const Schema s = build_full();

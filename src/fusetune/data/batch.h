@@ -17,6 +17,8 @@ struct Batch {
   std::vector<int32_t> positions;  // RoPE positions; restart at 0 per packed document
   std::vector<int32_t> doc_ids;    // packed batches: document index per token (attention stays
                                    // inside a document); empty = plain causal attention
+  std::vector<int64_t> items;      // the dataset indices the batch was made from (set by the
+                                   // loader; a preference batch has one per pair)
   int64_t num_valid_labels() const {
     int64_t n = 0;
     for (int32_t l : labels) n += l != kIgnoreIndex;

@@ -81,7 +81,9 @@ Batch DataLoader::next() {
   }
   const int64_t begin = state_.index * opts_.batch_size;
   const int64_t end = std::min<int64_t>(begin + opts_.batch_size, num_items_);
-  Batch b = make_batch_(std::vector<int64_t>(order_.begin() + begin, order_.begin() + end));
+  std::vector<int64_t> items(order_.begin() + begin, order_.begin() + end);
+  Batch b = make_batch_(items);
+  b.items = std::move(items);
   if (++state_.index == steps_per_epoch_) state_ = {state_.epoch + 1, 0};
   return b;
 }

@@ -160,6 +160,28 @@ struct Backward {
       case Op::NF4MatMul:
         dx[0] = op(Op::NF4MatMulBackward, {dy, in[1], in[2], in[3]}, a);
         break;
+      case Op::LabelLogProbs: {
+        Attrs at;
+        at.dim0 = int(g.shape(in[0])[1]);
+        dx[0] = op(Op::LabelLogProbsBackward, {dy, in[1]}, at);
+        break;
+      }
+      case Op::RowSum: {
+        // dx[.., j] = dy[..]: dy as a column times a row of ones.
+        const Shape& xs = g.shape(in[0]);
+        const int64_t C = xs.back(), rows = g.type(in[0]).numel() / C;
+        Attrs at;
+        Value ones = g.fill({1, C}, 1.0);
+        Value d = op(Op::MatMul, {reshape(dy, {rows, 1}), ones}, at);
+        dx[0] = reshape(d, xs);
+        break;
+      }
+      case Op::LogSigmoid:
+        dx[0] = op(Op::LogSigmoidBackward, {in[0], dy});
+        break;
+      case Op::Relu:
+        dx[0] = op(Op::ReluBackward, {in[0], dy});
+        break;
       default:
         throw Error(std::string("autodiff: no VJP rule for op ") + op_name(n.op));
     }

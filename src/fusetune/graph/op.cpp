@@ -96,6 +96,24 @@ const char* op_name(Op op) {
       return "nf4_embedding";
     case Op::FusedNF4LinearCrossEntropy:
       return "fused_nf4_linear_cross_entropy";
+    case Op::LabelLogProbs:
+      return "label_log_probs";
+    case Op::LabelLogProbsBackward:
+      return "label_log_probs_backward";
+    case Op::RowSum:
+      return "row_sum";
+    case Op::LogSigmoid:
+      return "log_sigmoid";
+    case Op::LogSigmoidBackward:
+      return "log_sigmoid_backward";
+    case Op::Relu:
+      return "relu";
+    case Op::ReluBackward:
+      return "relu_backward";
+    case Op::FusedLinearLogProbs:
+      return "fused_linear_log_probs";
+    case Op::FusedLinearLogProbsBackward:
+      return "fused_linear_log_probs_backward";
     case Op::kCount:
       break;
   }

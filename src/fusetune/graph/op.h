@@ -74,6 +74,21 @@ enum class Op : uint8_t {
   FusedNF4LinearCrossEntropy,  // (h [N,D], labels [N], scale [], codes, absmax_codes,
                                // absmax_scales) -> (loss [], dh): FusedLinearCrossEntropy with a
                                // frozen NF4 head; attrs.shape = [V, D], scalar, chunk_rows
+  // Per-token label log-probabilities (preference losses, losses/preference.h)
+  LabelLogProbs,          // (logp [N,V], labels [N] I32) -> [N]: logp[i, y_i], 0 where y = -100
+  LabelLogProbsBackward,  // (dy [N], labels [N]) -> dense [N, V]   attrs.dim0 = V
+  RowSum,                 // x [.., C] -> [..]: the sum over the last dim
+  LogSigmoid,             // log(1 / (1 + exp(-x))), computed without overflow
+  LogSigmoidBackward,     // (x, dy) -> dy * sigmoid(-x)
+  Relu,                   // max(x, 0)
+  ReluBackward,           // (x, dy) -> dy where x > 0, else 0
+  // The LM head + log_softmax + LabelLogProbs fused and chunked (compile/fuse_linear_log_probs):
+  // the head is W [V, D] (one input) or a frozen NF4 table (codes, absmax_codes, absmax_scales;
+  // attrs.shape = [V, D], attrs.scalar). attrs.chunk_rows.
+  FusedLinearLogProbs,  // (h [N,D], labels [N], head...) -> (logp [N], lse [N], zsum [N]):
+                        // label log-prob, logsumexp and sum of logits of each row (0 at y = -100)
+  FusedLinearLogProbsBackward,  // (h, labels, lse, dlogp [N], head...) -> (dh [N,D], dW [V,D]);
+                                // no dW for an NF4 head or attrs.no_weight_grad
   kCount
 };
 

@@ -325,6 +325,67 @@ std::vector<TensorType> infer_types(const Graph& g, Op op, const std::vector<Val
       if (!S(2).empty()) fail(op, "the scale must be a scalar");
       return {{Shape{}, fd}, {S(0), fd}};
     }
+    case Op::LabelLogProbs:
+      arity(2, 2);
+      need_float(0);
+      need_i32(1);
+      if (S(0).size() != 2 || S(1) != Shape{S(0)[0]})
+        fail(op, "expects logp [N, V] and labels [N], got " + shape_str(S(0)) + " and " +
+                     shape_str(S(1)));
+      return {{S(1), fd}};
+    case Op::LabelLogProbsBackward:
+      arity(2, 2);
+      need_float(0);
+      need_i32(1);
+      if (S(0).size() != 1 || S(1) != S(0)) fail(op, "expects dy [N] and labels [N]");
+      if (a.dim0 < 1) fail(op, "attrs.dim0 must be the vocabulary size");
+      return {{Shape{S(0)[0], a.dim0}, fd}};
+    case Op::RowSum: {
+      arity(1, 1);
+      need_float(0);
+      if (S(0).empty()) fail(op, "expects at least one dimension");
+      Shape out(S(0).begin(), S(0).end() - 1);
+      return {{out, fd}};
+    }
+    case Op::LogSigmoid:
+    case Op::Relu:
+      arity(1, 1);
+      need_float(0);
+      return {{S(0), fd}};
+    case Op::LogSigmoidBackward:
+    case Op::ReluBackward:
+      arity(2, 2);
+      need_float(0);
+      need_float(1);
+      same(0, 1);
+      return {{S(0), fd}};
+    case Op::FusedLinearLogProbs:
+    case Op::FusedLinearLogProbsBackward: {
+      const bool fwd = op == Op::FusedLinearLogProbs;
+      const size_t head = fwd ? 2 : 4;  // index of the first head input
+      arity(head + 1, head + 3);
+      const bool nf4 = in.size() == head + 3;
+      need_float(0);
+      need_i32(1);
+      Shape w = nf4 ? a.shape : S(head);
+      if (nf4) {
+        for (size_t i = head; i < head + 3; ++i) need_i32(i);
+        if (w.size() != 2) fail(op, "attrs.shape must be the NF4 head's [V, D]");
+      } else {
+        need_float(head);
+      }
+      if (w.size() != 2 || S(0).size() != 2 || S(0)[1] != w[1])
+        fail(op, "expects h [N, D] and a head [V, D], got " + shape_str(S(0)) + " and " +
+                     shape_str(w));
+      const Shape rows{S(0)[0]};
+      if (S(1) != rows) fail(op, "labels must be [N]");
+      if (fwd) return {{rows, fd}, {rows, fd}, {rows, fd}};
+      need_float(2);
+      need_float(3);
+      if (S(2) != rows || S(3) != rows) fail(op, "lse and dlogp must be [N]");
+      if (nf4 || a.no_weight_grad) return {{S(0), fd}};
+      return {{S(0), fd}, {w, fd}};
+    }
     case Op::kCount:
       break;
   }

@@ -3,8 +3,38 @@
 #include "fusetune/graph/autodiff.h"
 #include "fusetune/graph/verifier.h"
 #include "fusetune/losses/cross_entropy.h"
+#include "fusetune/losses/preference.h"
 
 namespace fusetune {
+
+LossOutputs cross_entropy_loss(Builder& b, const LossContext& c) {
+  LossOutputs out;
+  out.loss = c.model.logits.valid()
+                 ? build_cross_entropy_from_logits(b, c.model.logits, c.labels, c.scale)
+                 : build_cross_entropy(b, c.model.hidden, c.model.lm_head, c.labels, c.scale);
+  return out;
+}
+
+LossBuilder preference_loss_builder(const PreferenceLoss& loss) {
+  return [loss](Builder& b, const LossContext& c) {
+    Graph& g = b.graph();
+    const int64_t rows = c.batch_size, N = rows * c.seq_len;
+    const DType fd = g.float_dtype();
+    Value mask = g.input("response_mask", {N}, fd);
+    Value inv_len = loss.length_normalized() ? g.input("inv_response_len", {rows}, fd) : Value{};
+    Value ref = loss.needs_reference() ? g.input("ref_logps", {rows}, fd) : Value{};
+    SequenceLogProbs s = build_sequence_log_probs(b, c.model.hidden, c.model.lm_head,
+                                                  c.model.logits, c.labels, mask, rows);
+    PreferenceLossOutputs l = build_preference_loss(b, loss, s.logps, ref, inv_len, c.scale);
+    LossOutputs out;
+    out.loss = l.loss;
+    out.report = {{"chosen_rewards", l.chosen_rewards},
+                  {"rejected_rewards", l.rejected_rewards},
+                  {"policy_logps", s.logps},
+                  {"logit_sums", s.logit_sums}};
+    return out;
+  };
+}
 
 TrainingGraph build_training_graph(const ModelConfig& cfg, const TrainingGraphOptions& o) {
   TrainingGraph tg{Graph(o.dtype), {}};
@@ -18,12 +48,16 @@ TrainingGraph build_training_graph(const ModelConfig& cfg, const TrainingGraphOp
   if (o.packed) in.doc_ids = g.input("doc_ids", {B, T}, DType::I32);
   Value scale = g.input("loss_scale", {}, o.dtype);
 
-  LlamaOutputs m = build_llama(b, cfg, in, o.trainable, o.llama);
-  Value flat_labels = b.reshape(labels, {B * T});
-  Value loss = m.logits.valid() ? build_cross_entropy_from_logits(b, m.logits, flat_labels, scale)
-                                : build_cross_entropy(b, m.hidden, m.lm_head, flat_labels, scale);
-  g.mark_output("loss", loss);
-  for (auto& [name, grad] : append_backward(g, loss)) tg.trainable_params.push_back(name);
+  LossContext ctx;
+  ctx.model = build_llama(b, cfg, in, o.trainable, o.llama);
+  ctx.labels = b.reshape(labels, {B * T});
+  ctx.scale = scale;
+  ctx.batch_size = B;
+  ctx.seq_len = T;
+  LossOutputs loss = o.loss ? o.loss(b, ctx) : cross_entropy_loss(b, ctx);
+  g.mark_output("loss", loss.loss);
+  for (auto& [name, grad] : append_backward(g, loss.loss)) tg.trainable_params.push_back(name);
+  for (const auto& [name, v] : loss.report) g.mark_output("report:" + name, v);
   verify_graph(g);
   return tg;
 }
@@ -38,6 +72,25 @@ Graph build_logits_graph(const ModelConfig& cfg, int64_t batch_size, int64_t seq
   LlamaOutputs m = build_llama(
       b, cfg, in, [](const std::string&) { return false; }, llama);
   g.mark_output("logits", m.logits.valid() ? m.logits : b.matmul(m.hidden, m.lm_head, false, true));
+  verify_graph(g);
+  return g;
+}
+
+Graph build_sequence_log_probs_graph(const ModelConfig& cfg, int64_t rows, int64_t seq_len,
+                                     DType dtype, const LlamaOptions& llama) {
+  Graph g(dtype);
+  Builder b(g);
+  LlamaInputs in;
+  in.tokens = g.input("tokens", {rows, seq_len}, DType::I32);
+  Value labels = g.input("labels", {rows, seq_len}, DType::I32);
+  in.positions = g.input("positions", {rows, seq_len}, DType::I32);
+  Value mask = g.input("response_mask", {rows * seq_len}, dtype);
+  LlamaOutputs m = build_llama(
+      b, cfg, in, [](const std::string&) { return false; }, llama);
+  SequenceLogProbs s = build_sequence_log_probs(b, m.hidden, m.lm_head, m.logits,
+                                                b.reshape(labels, {rows * seq_len}), mask, rows);
+  g.mark_output("logps", s.logps);
+  g.mark_output("logit_sums", s.logit_sums);
   verify_graph(g);
   return g;
 }

@@ -1,8 +1,10 @@
 #pragma once
-// The joint training step as one graph: model forward + loss + backward (DESIGN.md §1).
+// The joint training step as one graph: model forward + loss + backward (DESIGN.md §1, §7).
 // Inputs (bound by name each step): "tokens", "labels", "positions" [B, T] I32, "doc_ids"
-// [B, T] I32 when packed, and "loss_scale" [] (1 / valid labels in the optimizer step).
-// Outputs: "loss", then "grad:<param>" for every trainable parameter.
+// [B, T] I32 when packed, "loss_scale" [] (1 / the loss units of the optimizer step), and any
+// inputs the loss adds. Outputs, by name: "loss", then "grad:<param>" for every trainable
+// parameter, then "report:<name>" for every tensor the loss reports (metrics).
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -11,6 +13,30 @@
 
 namespace fusetune {
 
+// What a loss component sees of the model and the step.
+struct LossContext {
+  LlamaOutputs model;  // hidden + head, or logits
+  Value labels;        // [B*T] I32, shifted by the data layer
+  Value scale;         // []
+  int64_t batch_size = 0, seq_len = 0;
+};
+struct LossOutputs {
+  Value loss;                                         // the scalar to differentiate
+  std::vector<std::pair<std::string, Value>> report;  // named tensors for the metrics
+};
+// Builds the loss into the graph (it may add inputs of its own).
+using LossBuilder = std::function<LossOutputs(Builder& b, const LossContext& ctx)>;
+
+// The default loss: mean token cross-entropy (losses/cross_entropy.h).
+LossOutputs cross_entropy_loss(Builder& b, const LossContext& ctx);
+
+struct PreferenceLoss;
+// A preference loss (losses/preference.h) over 2B rows, chosen then rejected. Its inputs:
+// "response_mask" [2B*T], "ref_logps" [2B] (unless reference-free), "inv_response_len" [2B]
+// (length-normalized losses). It reports "chosen_rewards", "rejected_rewards" [B],
+// "policy_logps" and "logit_sums" [2B].
+LossBuilder preference_loss_builder(const PreferenceLoss& loss);
+
 struct TrainingGraphOptions {
   int64_t batch_size = 1;
   int64_t seq_len = 1;
@@ -18,6 +44,7 @@ struct TrainingGraphOptions {
   DType dtype = DType::F32;
   TrainablePredicate trainable = [](const std::string&) { return true; };
   LlamaOptions llama;  // linear-layer hooks (PEFT adapters, NF4 base weights)
+  LossBuilder loss;    // empty: cross_entropy_loss
 };
 
 struct TrainingGraph {
@@ -30,5 +57,11 @@ TrainingGraph build_training_graph(const ModelConfig& cfg, const TrainingGraphOp
 // Forward only, returning "logits" [B*T, V] (for evaluation, generation and golden checks).
 Graph build_logits_graph(const ModelConfig& cfg, int64_t batch_size, int64_t seq_len, DType dtype,
                          const LlamaOptions& llama = {});
+
+// Forward only, for a preference reference model: inputs "tokens", "labels", "positions"
+// [rows, T] and "response_mask" [rows*T]; outputs "logps" [rows] (summed response-token
+// log-probs per row) and "logit_sums" [rows] (losses/preference.h).
+Graph build_sequence_log_probs_graph(const ModelConfig& cfg, int64_t rows, int64_t seq_len,
+                                     DType dtype, const LlamaOptions& llama = {});
 
 }  // namespace fusetune

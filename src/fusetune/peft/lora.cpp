@@ -149,8 +149,10 @@ void init_adapters(TensorMap& params, const ModelConfig& model, const LoraConfig
   }
 }
 
-LlamaOptions lora_llama_options(const LoraConfig& c, std::shared_ptr<const NF4Store> nf4) {
-  c.validate();
+namespace {
+
+// The hooks for the modules `c` targets (none: the frozen base alone).
+LlamaOptions hooks_for(const LoraConfig& c, std::shared_ptr<const NF4Store> nf4) {
   const auto targets = target_modules(c);
   LinearFn fn = [c, targets, nf4](Builder& b, Value x, const LinearSite& site) -> Value {
     Graph& g = b.graph();
@@ -201,6 +203,20 @@ LlamaOptions lora_llama_options(const LoraConfig& c, std::shared_ptr<const NF4St
       return nf4_embedding(b, ids, nf4->at(site.weight), site.weight);
     };
   return o;
+}
+
+}  // namespace
+
+LlamaOptions lora_llama_options(const LoraConfig& c, std::shared_ptr<const NF4Store> nf4) {
+  c.validate();
+  return hooks_for(c, std::move(nf4));
+}
+
+LlamaOptions base_llama_options(std::shared_ptr<const NF4Store> nf4) {
+  LoraConfig none;
+  none.attn_modules.clear();
+  none.apply_to_mlp = none.apply_to_output = false;
+  return hooks_for(none, std::move(nf4));
 }
 
 }  // namespace fusetune::peft

@@ -58,6 +58,10 @@ void init_adapters(TensorMap& params, const ModelConfig& model, const LoraConfig
 // seeds lora_dropout (fed per step); it is only created when dropout > 0.
 LlamaOptions lora_llama_options(const LoraConfig& c, std::shared_ptr<const NF4Store> nf4 = nullptr);
 
+// The frozen base alone, adapters disabled (torchtune's disable_adapter; the LoRA-DPO
+// reference model): NF4 weights where `nf4` holds them, the float parameters elsewhere.
+LlamaOptions base_llama_options(std::shared_ptr<const NF4Store> nf4 = nullptr);
+
 inline constexpr const char* kDropoutSeedInput = "lora_dropout_seed";
 
 }  // namespace fusetune::peft

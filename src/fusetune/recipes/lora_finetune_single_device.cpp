@@ -121,14 +121,14 @@ ResumedState load_lora_checkpoint(const LoraRun& run, const fs::path& dir) {
 
 }  // namespace
 
-int lora_finetune_single_device(const Config& cfg) {
+LoraJob lora_training_job(const Config& cfg, const std::string& recipe) {
   auto run = std::make_shared<LoraRun>();
   run->lora = lora_config_from(cfg);
   const bool adapter_only = cfg.boolean("save_adapter_weights_only", false);
   const uint64_t seed = uint64_t(cfg.i64("seed", 0));
 
   TrainJob job;
-  job.recipe = "lora_finetune_single_device";
+  job.recipe = recipe;
   job.trainable = [](const std::string& name) { return peft::is_adapter_param(name); };
   // The hooks read run->nf4 when a graph is built, after `prepare` filled it.
   LlamaOptions hooks;
@@ -180,7 +180,24 @@ int lora_finetune_single_device(const Config& cfg) {
     save_lora_checkpoint(*run, adapter_only, dir, c);
   };
   job.load = [run](const fs::path& dir, DType) { return load_lora_checkpoint(*run, dir); };
-  return run_training(cfg, job);
+  LoraJob out{std::move(job), {}};
+  // The base without adapters, for the DPO reference; NF4 where `prepare` quantized it.
+  out.base.linear = [run](Builder& b, Value x, const LinearSite& s) {
+    return peft::base_llama_options(run->nf4).linear(b, x, s);
+  };
+  if (run->lora.quantize_base) {
+    out.base.head = [run](Builder& b, Value x, const LinearSite& s) {
+      return peft::base_llama_options(run->nf4).head(b, x, s);
+    };
+    out.base.embedding = [run](Builder& b, Value ids, const LinearSite& s) {
+      return peft::base_llama_options(run->nf4).embedding(b, ids, s);
+    };
+  }
+  return out;
+}
+
+int lora_finetune_single_device(const Config& cfg) {
+  return run_training(cfg, lora_training_job(cfg, "lora_finetune_single_device").job);
 }
 
 }  // namespace fusetune

@@ -1,6 +1,7 @@
 #pragma once
 #include "fusetune/config/config.h"
 #include "fusetune/peft/lora.h"
+#include "fusetune/recipes/train_loop.h"
 
 namespace fusetune {
 
@@ -10,5 +11,13 @@ int lora_finetune_single_device(const Config& cfg);
 // The config's LoRA settings (model.lora_*, apply_lora_to_*, use_dora, quantize_base),
 // validated. `fusetune plan` builds the same step graph from them.
 peft::LoraConfig lora_config_from(const Config& cfg);
+
+// The LoRA recipe's job (adapters, NF4 base, dropout seeds, PEFT checkpoints) for recipes
+// built on it, and the hooks of the frozen base without its adapters (lora_dpo's reference).
+struct LoraJob {
+  TrainJob job;
+  LlamaOptions base;
+};
+LoraJob lora_training_job(const Config& cfg, const std::string& recipe);
 
 }  // namespace fusetune

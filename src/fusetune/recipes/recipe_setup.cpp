@@ -99,8 +99,9 @@ std::unique_ptr<Tokenizer> build_tokenizer(const Config& cfg) {
                                              : std::filesystem::path(cfg.str("tokenizer.path")));
 }
 
-std::unique_ptr<Dataset> build_dataset_from_config(const Config& cfg, const Tokenizer& tok,
-                                                   const ModelConfig& model) {
+namespace {
+
+DatasetOptions dataset_options_from(const Config& cfg, const ModelConfig& model) {
   const Config d = cfg.sub("dataset");
   DatasetOptions o;
   o.kind = canonical_component(cfg, "dataset");
@@ -119,7 +120,19 @@ std::unique_ptr<Dataset> build_dataset_from_config(const Config& cfg, const Toke
   o.conversation_style = d.str("conversation_style", "auto");
   o.new_system_prompt = d.str("new_system_prompt", "");
   o.on_bad_row = d.str("on_bad_row", "error");
-  return build_dataset(o, tok);
+  return o;
+}
+
+}  // namespace
+
+std::unique_ptr<Dataset> build_dataset_from_config(const Config& cfg, const Tokenizer& tok,
+                                                   const ModelConfig& model) {
+  return build_dataset(dataset_options_from(cfg, model), tok);
+}
+
+std::unique_ptr<PreferenceDataset> build_preference_dataset_from_config(
+    const Config& cfg, const Tokenizer& tok, const ModelConfig& model) {
+  return build_preference_dataset(dataset_options_from(cfg, model), tok);
 }
 
 LoaderOptions loader_options_from(const Config& cfg, const Tokenizer& tok) {

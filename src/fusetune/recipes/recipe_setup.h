@@ -7,6 +7,7 @@
 
 #include "fusetune/config/config.h"
 #include "fusetune/data/dataset.h"
+#include "fusetune/data/datasets/preference.h"
 #include "fusetune/data/loader.h"
 #include "fusetune/data/tokenizer.h"
 #include "fusetune/models/model_config.h"
@@ -44,6 +45,9 @@ double optimizer_state_ratio(const Config& cfg);
 std::unique_ptr<Tokenizer> build_tokenizer(const Config& cfg);
 std::unique_ptr<Dataset> build_dataset_from_config(const Config& cfg, const Tokenizer& tok,
                                                    const ModelConfig& model);
+// The DPO recipes' data: preference pairs (data/datasets/preference.h).
+std::unique_ptr<PreferenceDataset> build_preference_dataset_from_config(
+    const Config& cfg, const Tokenizer& tok, const ModelConfig& model);
 LoaderOptions loader_options_from(const Config& cfg, const Tokenizer& tok);
 std::unique_ptr<Optimizer> build_optimizer(const Config& cfg);
 LRSchedule build_lr_schedule(const Config& cfg, int64_t total_steps);

@@ -1,6 +1,7 @@
 #include "fusetune/recipes/registry.h"
 
 #include "fusetune/config/recipe_schemas.h"
+#include "fusetune/recipes/dpo_recipes.h"
 #include "fusetune/recipes/full_finetune_single_device.h"
 #include "fusetune/recipes/lora_finetune_single_device.h"
 #include "fusetune/util/error.h"
@@ -15,6 +16,12 @@ const std::vector<RecipeInfo>& recipes() {
       {"lora_finetune_single_device",
        "LoRA / DoRA / QLoRA fine-tuning on one device: small adapters on a frozen base",
        &lora_finetune_schema(), lora_finetune_single_device},
+      {"lora_dpo_single_device",
+       "Preference optimization (DPO, RSO, IPO, SimPO) of LoRA adapters on one device",
+       &lora_dpo_schema(), lora_dpo_single_device},
+      {"full_dpo_single_device",
+       "Preference optimization (DPO, RSO, IPO, SimPO) of every weight on one device",
+       &full_dpo_schema(), full_dpo_single_device},
   };
   return all;
 }

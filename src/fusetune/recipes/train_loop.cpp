@@ -7,8 +7,6 @@
 #include "fusetune/compile/compiler.h"
 #include "fusetune/kernels/cpu/gemm_peak.h"
 #include "fusetune/metrics/step_logger.h"
-#include "fusetune/models/flops.h"
-#include "fusetune/models/training_graph.h"
 #include "fusetune/optim/grad_clip.h"
 #include "fusetune/recipes/recipe_setup.h"
 #include "fusetune/recipes/training_checkpoint.h"
@@ -23,54 +21,6 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
-
-Tensor ids_tensor(const std::vector<int32_t>& v, int64_t B, int64_t T) {
-  Tensor t = Tensor::empty({B, T}, DType::I32);
-  std::copy(v.begin(), v.end(), t.data<int32_t>());
-  return t;
-}
-
-TensorMap step_inputs(const Batch& b, double loss_scale) {
-  TensorMap m;
-  m["tokens"] = ids_tensor(b.tokens, b.batch_size, b.seq_len);
-  m["labels"] = ids_tensor(b.labels, b.batch_size, b.seq_len);
-  m["positions"] = ids_tensor(b.positions, b.batch_size, b.seq_len);
-  if (!b.doc_ids.empty()) m["doc_ids"] = ids_tensor(b.doc_ids, b.batch_size, b.seq_len);
-  Tensor s = Tensor::empty({}, DType::F32);
-  s.data<float>()[0] = float(loss_scale);
-  m["loss_scale"] = s;
-  return m;
-}
-
-// Compiled steps, one per batch shape (unpacked batches are padded to buckets, so few).
-struct StepCache {
-  const ModelConfig& model;
-  TrainablePredicate trainable;
-  LlamaOptions llama;
-  PassOptions passes;
-  struct Entry {
-    TrainingGraph tg;
-    CompiledStep step;
-  };
-  std::map<std::tuple<int64_t, int64_t, bool>, Entry> entries;
-
-  Entry& get(const Batch& b, double* compile_s) {
-    auto key = std::make_tuple(b.batch_size, b.seq_len, !b.doc_ids.empty());
-    auto it = entries.find(key);
-    if (it != entries.end()) return it->second;
-    auto t0 = Clock::now();
-    TrainingGraphOptions o;
-    o.batch_size = b.batch_size;
-    o.seq_len = b.seq_len;
-    o.packed = !b.doc_ids.empty();
-    o.trainable = trainable;
-    o.llama = llama;
-    TrainingGraph tg = build_training_graph(model, o);
-    CompiledStep step = compile_graph(tg.graph, passes);
-    *compile_s += seconds_since(t0);
-    return entries.emplace(key, Entry{std::move(tg), std::move(step)}).first->second;
-  }
-};
 
 DType parse_dtype(const std::string& s) {
   if (s == "fp32" || s == "float32") return DType::F32;
@@ -106,8 +56,19 @@ int run_training(const Config& cfg, const TrainJob& job) {
   FT_CHECK(tokenizer->vocab_size() <= model.config.vocab_size,
            "the tokenizer has " + std::to_string(tokenizer->vocab_size()) +
                " tokens but the model's vocab_size is " + std::to_string(model.config.vocab_size));
-  auto dataset = build_dataset_from_config(cfg, *tokenizer, model.config);
-  DataLoader loader(*dataset, loader_options_from(cfg, *tokenizer));
+  const LoaderOptions loader_options = loader_options_from(cfg, *tokenizer);
+  std::unique_ptr<Dataset> dataset;
+  std::unique_ptr<PreferenceDataset> pairs;
+  std::unique_ptr<DataLoader> loader_ptr;
+  if (job.preference_data) {
+    pairs = build_preference_dataset_from_config(cfg, *tokenizer, model.config);
+    loader_ptr = std::make_unique<DataLoader>(*pairs, loader_options);
+  } else {
+    dataset = build_dataset_from_config(cfg, *tokenizer, model.config);
+    loader_ptr = std::make_unique<DataLoader>(*dataset, loader_options);
+  }
+  DataLoader& loader = *loader_ptr;
+  const DatasetReport& data_report = pairs ? pairs->report() : dataset->report();
   int64_t steps_per_epoch = loader.steps_per_epoch() / grad_accum;
   if (auto cap = cfg.opt_i64("max_steps_per_epoch"))
     steps_per_epoch = std::min(steps_per_epoch, *cap);
@@ -169,7 +130,7 @@ int run_training(const Config& cfg, const TrainJob& job) {
   header.threads = threads;
   header.dtype = cfg.str("dtype", "fp32");
   header.compile_mode = compile_mode_name(passes.mode);
-  header.extra.push_back({"dataset", dataset->report().summary()});
+  header.extra.push_back({"dataset", data_report.summary()});
   header.extra.push_back({"steps", std::to_string(total_steps) + " (" +
                                        std::to_string(steps_per_epoch) + " per epoch)"});
   const double peak_gflops = kernels::measure_peak_gemm_gflops(512);
@@ -194,8 +155,18 @@ int run_training(const Config& cfg, const TrainJob& job) {
     logger.message("Saved checkpoint to " + (output_dir / name).string());
   };
 
+  // ---- the step ------------------------------------------------------------------------------
+  StepContext ctx{cfg, model, {}, pairs.get(), loader_options,
+                  [&logger](const std::string& line) { logger.message(line); }};
+  ctx.step.model = &model.config;
+  ctx.step.params = &model.params;
+  ctx.step.trainable = job.trainable;
+  ctx.step.llama = job.llama;
+  ctx.step.passes = passes;
+  ctx.step.add_inputs = job.add_inputs;
+  std::unique_ptr<TrainingStep> step = job.make_step ? job.make_step(ctx) : make_sft_step(ctx.step);
+
   // ---- train --------------------------------------------------------------------------------
-  StepCache steps{model.config, job.trainable, job.llama, passes, {}};
   for (; progress.epoch < epochs; ++progress.epoch, progress.step_in_epoch = 0) {
     if (progress.step_in_epoch == 0)
       loader.set_state({progress.epoch, 0});
@@ -204,34 +175,37 @@ int run_training(const Config& cfg, const TrainJob& job) {
     for (; progress.step_in_epoch < steps_per_epoch; ++progress.step_in_epoch) {
       memory::reset_peak();
       const auto t0 = Clock::now();
-      double compile_s = 0;
-      // The loss is normalized by the unmasked tokens of the whole optimizer step.
+      // The loss is normalized by the loss units (tokens, pairs) of the whole optimizer step.
       std::vector<Batch> micro;
-      int64_t valid = 0;
+      int64_t units = 0;
       for (int64_t k = 0; k < grad_accum; ++k) {
         micro.push_back(loader.next());
-        valid += micro.back().num_valid_labels();
+        units += step->loss_units(micro.back());
       }
-      const double scale = valid > 0 ? 1.0 / double(valid) : 0.0;
+      const double scale = units > 0 ? 1.0 / double(units) : 0.0;
       double loss = 0;
+      std::vector<std::pair<std::string, double>> metrics;
       for (size_t k = 0; k < micro.size(); ++k) {
-        auto& entry = steps.get(micro[k], &compile_s);
-        TensorMap inputs = step_inputs(micro[k], scale);
-        if (job.add_inputs) job.add_inputs(inputs, progress.global_step, int64_t(k));
-        std::vector<Tensor> out = entry.step.executor->run(inputs, model.params);
-        loss += element_as_double(out[0], 0);
-        for (size_t gi = 0; gi < entry.tg.trainable_params.size(); ++gi) {
-          const std::string& name = entry.tg.trainable_params[gi];
+        StepOutputs out = step->run(micro[k], scale, progress.global_step, int64_t(k));
+        loss += out.loss;
+        for (auto& [name, g] : out.grads) {
           Tensor& acc = grads[name];
           if (k == 0) {
-            acc = out[1 + gi];
+            acc = std::move(g);
           } else {
             float* a = acc.data<float>();
-            const float* g = out[1 + gi].data<float>();
-            for (int64_t i = 0; i < acc.numel(); ++i) a[i] += g[i];
+            const float* d = g.data<float>();
+            for (int64_t i = 0; i < acc.numel(); ++i) a[i] += d[i];
           }
         }
+        // Metrics are averaged over the micro-batches.
+        if (k == 0) metrics.assign(out.metrics.size(), {});
+        for (size_t i = 0; i < out.metrics.size(); ++i) {
+          metrics[i].first = out.metrics[i].first;
+          metrics[i].second += out.metrics[i].second / double(micro.size());
+        }
       }
+      const double compile_s = step->take_compile_seconds();
       std::vector<ParamRef> refs = param_refs();
       std::optional<double> grad_norm;
       if (clip) grad_norm = clip_grad_norm(refs, *clip);
@@ -245,11 +219,8 @@ int run_training(const Config& cfg, const TrainJob& job) {
 
       const double step_s = seconds_since(t0);
       if (progress.global_step % log_every == 0 || progress.global_step == 1) {
-        int64_t tokens = 0, positions = 0;
-        for (const Batch& b : micro) {
-          tokens += b.num_valid_labels();
-          positions += b.batch_size * b.seq_len;
-        }
+        int64_t tokens = 0;
+        for (const Batch& b : micro) tokens += b.num_valid_labels();
         StepMetrics m;
         m.step = progress.global_step;
         m.epoch = progress.epoch + 1;
@@ -258,9 +229,9 @@ int run_training(const Config& cfg, const TrainJob& job) {
         m.tokens_per_second_per_gpu = double(tokens) / step_s;
         if (log_memory) m.peak_memory_alloc_bytes = memory::peak_bytes();
         m.grad_norm = grad_norm;
-        const double flops =
-            training_flops_per_token(model.config, micro[0].seq_len, job.trainable) *
-            double(positions);
+        double flops = 0;
+        for (const Batch& b : micro) flops += step->flops(b);
+        for (const auto& [name, value] : metrics) m.extra.push_back({name, value, 4});
         m.extra.push_back({"mfu", flops / step_s / (peak_gflops * 1e9), 3});
         if (compile_s > 0) m.extra.push_back({"compile_s", compile_s, 3});
         logger.log(m);

@@ -1,16 +1,31 @@
 #pragma once
 // The training script shared by the single-device recipes. A recipe says what it trains
-// (which parameters, and any change to the model); the loop is the same: load, build the
-// joint step graph, compile it as `compile` says, iterate, log, checkpoint, resume.
+// (which parameters, and any change to the model) and, when it is not supervised
+// fine-tuning, its step (training_step.h); the loop is the same: load, build the step,
+// iterate over micro-batches, accumulate gradients, clip, update, log the step's named
+// metrics, checkpoint, resume.
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "fusetune/config/config.h"
+#include "fusetune/data/datasets/preference.h"
 #include "fusetune/models/llama.h"
 #include "fusetune/recipes/recipe_setup.h"
+#include "fusetune/recipes/sft_step.h"
 #include "fusetune/recipes/training_checkpoint.h"
 
 namespace fusetune {
+
+// What a recipe's step is made from, filled in by the loop.
+struct StepContext {
+  const Config& cfg;
+  LoadedModel& model;
+  ModelStepOptions step;                     // the model, its params, hooks, passes
+  const PreferenceDataset* pairs = nullptr;  // preference recipes: the training pairs
+  const LoaderOptions& loader;
+  std::function<void(const std::string&)> log;  // a line in the run's log
+};
 
 struct TrainJob {
   std::string recipe;
@@ -23,6 +38,10 @@ struct TrainJob {
   // Checkpoint writing and resuming; defaults: save_training_checkpoint, load_training_checkpoint.
   std::function<void(const std::filesystem::path&, const CheckpointContent&)> save;
   std::function<ResumedState(const std::filesystem::path&, DType)> load;
+  // The data: samples (default) or preference pairs (the DPO recipes).
+  bool preference_data = false;
+  // The step; empty: supervised fine-tuning (make_sft_step).
+  std::function<std::unique_ptr<TrainingStep>(const StepContext&)> make_step;
 };
 
 int run_training(const Config& cfg, const TrainJob& job);

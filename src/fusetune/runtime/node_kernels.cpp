@@ -6,9 +6,11 @@
 #include "fusetune/kernels/cpu/elementwise_program.h"
 #include "fusetune/kernels/cpu/flash_attention.h"
 #include "fusetune/kernels/cpu/fused_linear_cross_entropy.h"
+#include "fusetune/kernels/cpu/fused_linear_log_probs.h"
 #include "fusetune/kernels/cpu/kernels.h"
 #include "fusetune/kernels/cpu/nf4.h"
 #include "fusetune/kernels/cpu/peft_ops.h"
+#include "fusetune/kernels/cpu/preference_ops.h"
 #include "fusetune/kernels/cpu/rmsnorm_fused.h"
 #include "fusetune/kernels/cpu/swiglu.h"
 #include "fusetune/util/error.h"
@@ -244,6 +246,55 @@ void run_typed(const Node& n, const std::vector<Tensor>& in, std::vector<Tensor>
         k::nf4_matmul<T>(w, X(0), in[0].dim(0), Y);
       else
         k::nf4_matmul_backward<T>(w, X(0), in[0].dim(0), Y);
+      break;
+    }
+    case Op::LabelLogProbs:
+      k::label_log_probs<T>(X(0), I(1), Y, in[0].dim(0), in[0].dim(1));
+      break;
+    case Op::LabelLogProbsBackward:
+      k::label_log_probs_backward<T>(X(0), I(1), Y, out[0].dim(0), out[0].dim(1));
+      break;
+    case Op::RowSum: {
+      const int64_t C = in[0].shape().back();
+      k::row_sum<T>(X(0), Y, in[0].numel() / C, C);
+      break;
+    }
+    case Op::LogSigmoid:
+      k::log_sigmoid<T>(X(0), Y, in[0].numel());
+      break;
+    case Op::LogSigmoidBackward:
+      k::log_sigmoid_backward<T>(X(0), X(1), Y, in[0].numel());
+      break;
+    case Op::Relu:
+      k::relu<T>(X(0), Y, in[0].numel());
+      break;
+    case Op::ReluBackward:
+      k::relu_backward<T>(X(0), X(1), Y, in[0].numel());
+      break;
+    case Op::FusedLinearLogProbs:
+    case Op::FusedLinearLogProbsBackward: {
+      const bool fwd = n.op == Op::FusedLinearLogProbs;
+      const size_t hi = fwd ? 2 : 4;  // the head's first input
+      const bool nf4 = in.size() == hi + 3;
+      k::NF4View w{};
+      k::LogProbHead<T> head;
+      head.D = in[0].dim(1);
+      if (nf4) {
+        w = {I(hi),      I(hi + 1), reinterpret_cast<const float*>(I(hi + 2)), float(a.scalar),
+             a.shape[0], a.shape[1]};
+        head.nf4 = &w;
+        head.V = a.shape[0];
+      } else {
+        head.W = X(hi);
+        head.V = in[hi].dim(0);
+      }
+      if (fwd)
+        k::fused_linear_log_probs<T>(X(0), I(1), head, in[0].dim(0), a.chunk_rows, Y,
+                                     out[1].data<T>(), out[2].data<T>());
+      else
+        k::fused_linear_log_probs_backward<T>(X(0), I(1), X(2), X(3), head, in[0].dim(0),
+                                              a.chunk_rows, Y,
+                                              out.size() > 1 ? out[1].data<T>() : nullptr);
       break;
     }
     default:

@@ -80,13 +80,19 @@ std::unique_ptr<PreferenceDataset> build_preference_dataset(const DatasetOptions
   for_each_row(records, opts, rep, [&](const nlohmann::json& row) {
     PreferencePair p{format->render(side(row, chosen_col)),
                      format->render(side(row, rejected_col))};
+    // A pair is bad (dataset.on_bad_row) when it carries no preference, or when truncation
+    // leaves one side without a reply token to score.
+    FT_CHECK(p.chosen.tokens != p.rejected.tokens || p.chosen.labels != p.rejected.labels,
+             "the chosen and rejected answers are identical: the pair expresses no preference");
     bool cut = truncate_sample(p.chosen, opts.max_seq_len);
     cut = truncate_sample(p.rejected, opts.max_seq_len) || cut;
     rep.truncated += cut;
-    if (count_targets(p.chosen) == 0 || count_targets(p.rejected) == 0) {
-      ++rep.dropped_no_targets;
-      return;
-    }
+    for (const auto& [s, name] :
+         {std::pair{&p.chosen, "chosen"}, std::pair{&p.rejected, "rejected"}})
+      FT_CHECK(count_targets(*s) > 0,
+               std::string("the prompt fills max_seq_len (") + std::to_string(opts.max_seq_len) +
+                   " tokens): no token of the " + name +
+                   " answer is left to score (raise max_seq_len, or on_bad_row: skip)");
     rep.tokens += static_cast<int64_t>(p.chosen.tokens.size() + p.rejected.tokens.size());
     pairs.push_back(std::move(p));
   });

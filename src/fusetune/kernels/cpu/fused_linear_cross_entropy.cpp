@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "fusetune/kernels/cpu/head_gemm.h"
 #include "fusetune/kernels/cpu/kernels.h"
 #include "fusetune/kernels/cpu/row_softmax.h"
 #include "fusetune/runtime/tensor.h"
@@ -14,40 +15,8 @@
 namespace fusetune::kernels {
 namespace {
 
-// The head's two products for one chunk of c gathered rows: a dense W [V, D], or an NF4 W
-// dequantized a tile of rows at a time (the tile is the only fp32 copy of any part of W).
-template <class T>
-struct DenseHead {
-  const T* W;
-  int64_t D, V;
-  void logits(const T* hc, int64_t c, T* z) const {  // z [c, V] = hc W^T
-    gemm<T>(false, true, c, V, D, T(1), hc, D, W, D, T(0), z, V);
-  }
-  void grad_h(const T* z, int64_t c, T* dhc) const {  // dhc [c, D] = z W
-    gemm<T>(false, false, c, D, V, T(1), z, V, W, D, T(0), dhc, D);
-  }
-};
-
-template <class T>
-struct NF4Head {
-  const NF4View& W;
-  int64_t D, V, tile_rows;
-  T* tile;  // [tile_rows, D]
-  void logits(const T* hc, int64_t c, T* z) const {
-    for (int64_t v0 = 0; v0 < V; v0 += tile_rows) {
-      const int64_t v1 = std::min(V, v0 + tile_rows);
-      nf4_dequantize_rows(W, v0, v1, tile);
-      gemm<T>(false, true, c, v1 - v0, D, T(1), hc, D, tile, D, T(0), z + v0, V);
-    }
-  }
-  void grad_h(const T* z, int64_t c, T* dhc) const {
-    for (int64_t v0 = 0; v0 < V; v0 += tile_rows) {
-      const int64_t v1 = std::min(V, v0 + tile_rows);
-      nf4_dequantize_rows(W, v0, v1, tile);
-      gemm<T>(false, false, c, D, v1 - v0, T(1), z + v0, V, tile, D, v0 == 0 ? T(0) : T(1), dhc, D);
-    }
-  }
-};
+using detail::DenseHead;
+using detail::NF4Head;
 
 template <class T, class Head>
 double fused_ce(const Head& head, const T* h, const int32_t* labels, T scale, int64_t N, int64_t D,

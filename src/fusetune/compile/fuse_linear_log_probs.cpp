@@ -1,0 +1,130 @@
+#include "fusetune/compile/fuse_linear_log_probs.h"
+
+#include <algorithm>
+#include <optional>
+
+#include "fusetune/compile/rewrite.h"
+#include "fusetune/kernels/cpu/fused_linear_cross_entropy.h"
+
+namespace fusetune::passes::fuse_linear_log_probs {
+namespace {
+
+struct Match {
+  int matmul = -1, log_softmax = -1, gather = -1;  // forward nodes
+  std::vector<int> row_sums;                       // RowSum readers of the logits
+  int lsb = -1;                                    // LogSoftmaxBackward (absent: forward only)
+  int dh = -1, dw = -1;                            // backward matmuls reading dlogits
+};
+
+std::optional<Match> match_at(const Graph& g, const std::vector<std::vector<int>>& readers,
+                              int gather) {
+  const auto& N = g.nodes();
+  if (N[gather].op != Op::LabelLogProbs) return std::nullopt;
+  Match m;
+  m.gather = gather;
+  m.log_softmax = N[gather].inputs[0].node;
+  const Node& ls = N[m.log_softmax];
+  if (ls.op != Op::LogSoftmax) return std::nullopt;
+  m.matmul = ls.inputs[0].node;
+  const Node& mm = N[m.matmul];
+  const bool nf4 = mm.op == Op::NF4MatMul;
+  if (!nf4 && (mm.op != Op::MatMul || mm.attrs.trans_a || !mm.attrs.trans_b)) return std::nullopt;
+  if (mm.outputs[0].shape.size() != 2 || g.shape(mm.inputs[0]).size() != 2) return std::nullopt;
+  if (is_graph_output(g, m.matmul) || is_graph_output(g, m.log_softmax)) return std::nullopt;
+  // The logits feed the log_softmax and, for the metrics, row sums; nothing else.
+  for (int r : readers[m.matmul]) {
+    if (r == m.log_softmax) continue;
+    if (N[r].op != Op::RowSum || is_graph_output(g, r)) return std::nullopt;
+    m.row_sums.push_back(r);
+  }
+  // The log-probs feed the gather and, in a training graph, its VJP.
+  for (int r : readers[m.log_softmax]) {
+    if (r == gather) continue;
+    if (N[r].op != Op::LogSoftmaxBackward || m.lsb >= 0) return std::nullopt;
+    m.lsb = r;
+  }
+  if (std::count(readers[m.log_softmax].begin(), readers[m.log_softmax].end(), gather) != 1)
+    return std::nullopt;
+  if (m.lsb < 0) return m;
+  const Node& lsb = N[m.lsb];
+  const Node& gb = N[lsb.inputs[1].node];
+  if (gb.op != Op::LabelLogProbsBackward || !(gb.inputs[1] == N[gather].inputs[1]) ||
+      readers[lsb.inputs[1].node].size() != 1)
+    return std::nullopt;
+  for (int r : readers[m.lsb]) {
+    const Node& bm = N[r];
+    if (nf4) {
+      if (bm.op != Op::NF4MatMulBackward || m.dh >= 0 || !(bm.inputs[0] == Value{m.lsb, 0}) ||
+          !std::equal(bm.inputs.begin() + 1, bm.inputs.end(), mm.inputs.begin() + 1) ||
+          bm.attrs.shape != mm.attrs.shape || bm.attrs.scalar != mm.attrs.scalar)
+        return std::nullopt;
+      m.dh = r;
+      continue;
+    }
+    if (bm.op != Op::MatMul || !(bm.inputs[0] == Value{m.lsb, 0})) return std::nullopt;
+    if (!bm.attrs.trans_a && !bm.attrs.trans_b && bm.inputs[1] == mm.inputs[1] && m.dh < 0)
+      m.dh = r;
+    else if (bm.attrs.trans_a && !bm.attrs.trans_b && bm.inputs[1] == mm.inputs[0] && m.dw < 0)
+      m.dw = r;
+    else
+      return std::nullopt;
+  }
+  return m;
+}
+
+}  // namespace
+
+std::string run(Graph& g, const PassOptions& opts) {
+  if (opts.max_region() < 1)
+    return "fuse_linear_log_probs: skipped (the loss region is not compiled)";
+  int fused = 0;
+  int64_t chunk = 0, vocab = 0;
+  for (int i = 0; i < int(g.nodes().size()); ++i) {
+    auto m = match_at(g, readers_of(g), i);
+    if (!m) continue;
+    const Node mm = g.nodes()[m->matmul];
+    const Node gather = g.nodes()[m->gather];
+    const bool nf4 = mm.op == Op::NF4MatMul;
+    const Value h = mm.inputs[0], labels = gather.inputs[1];
+    std::vector<Value> head(mm.inputs.begin() + 1, mm.inputs.end());
+    vocab = g.shape({m->matmul, 0})[1];
+    Attrs at;
+    at.chunk_rows = chunk = kernels::fused_ce_chunk_rows(
+        g.shape(h)[0], vocab, int64_t(dtype_size(g.float_dtype())), opts.ce_chunk_budget_bytes);
+    if (nf4) {
+      at.shape = mm.attrs.shape;
+      at.scalar = mm.attrs.scalar;
+    }
+    std::vector<Value> fin{h, labels};
+    fin.insert(fin.end(), head.begin(), head.end());
+    g.set_region(1);
+    const std::vector<Value> f = g.add(Op::FusedLinearLogProbs, fin, at, "fused_linear_log_probs");
+    std::unordered_map<int, double> keys{{f[0].node, double(m->gather)}};
+    if (m->lsb >= 0) {
+      const Node& lsb = g.nodes()[m->lsb];
+      const Value dlogp = g.nodes()[lsb.inputs[1].node].inputs[0];
+      Attrs bt = at;
+      bt.no_weight_grad = m->dw < 0;
+      std::vector<Value> bin{h, labels, f[1], dlogp};
+      bin.insert(bin.end(), head.begin(), head.end());
+      g.set_backward(true);
+      const std::vector<Value> b =
+          g.add(Op::FusedLinearLogProbsBackward, bin, bt, "fused_linear_log_probs_backward");
+      g.set_backward(false);
+      keys[b[0].node] = double(m->lsb);
+      if (m->dh >= 0) replace_all_uses(g, {m->dh, 0}, b[0]);
+      if (m->dw >= 0) replace_all_uses(g, {m->dw, 0}, b[1]);
+    }
+    g.set_region(0);
+    replace_all_uses(g, {m->gather, 0}, f[0]);
+    for (int r : m->row_sums) replace_all_uses(g, {r, 0}, f[2]);
+    compact(g, keys);
+    ++fused;
+    i = -1;  // indices changed: rescan
+  }
+  if (!fused) return "fuse_linear_log_probs: no match";
+  return "fuse_linear_log_probs: fused " + std::to_string(fused) + " (chunk " +
+         std::to_string(chunk) + " tokens x vocab " + std::to_string(vocab) + ")";
+}
+
+}  // namespace fusetune::passes::fuse_linear_log_probs

@@ -1,0 +1,137 @@
+#include "fusetune/kernels/cpu/fused_linear_log_probs.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "fusetune/kernels/cpu/head_gemm.h"
+#include "fusetune/kernels/cpu/row_softmax.h"
+#include "fusetune/runtime/tensor.h"
+#include "fusetune/util/error.h"
+
+namespace fusetune::kernels {
+namespace {
+
+// Calls f(head) with the dense or the NF4 product helper (the NF4 tile is counted scratch).
+template <class T, class F>
+void with_head(const LogProbHead<T>& head, F&& f) {
+  if (head.nf4 == nullptr) return f(detail::DenseHead<T>{head.W, head.D, head.V});
+  const int64_t tr = nf4_tile_rows(head.V, head.D);
+  Tensor tile = Tensor::empty({tr, head.D}, dtype_of<T>());
+  f(detail::NF4Head<T>{*head.nf4, head.D, head.V, tr, tile.data<T>()});
+}
+
+// The rows of [r0, r1) that have a label, each checked against the vocabulary.
+void valid_rows(const int32_t* labels, int64_t r0, int64_t r1, int64_t V, std::vector<int64_t>& rows) {
+  rows.clear();
+  for (int64_t r = r0; r < r1; ++r) {
+    const int32_t y = labels[r];
+    if (y == -100) continue;
+    FT_CHECK(y >= 0 && y < V, "label " + std::to_string(y) + " at token " + std::to_string(r) +
+                                  " is outside the vocabulary [0, " + std::to_string(V) + ")");
+    rows.push_back(r);
+  }
+}
+
+}  // namespace
+
+template <class T>
+void fused_linear_log_probs(const T* h, const int32_t* labels, const LogProbHead<T>& head, int64_t N,
+                            int64_t chunk_rows, T* logp, T* lse, T* zsum) {
+  const int64_t D = head.D, V = head.V;
+  const int64_t C = std::max<int64_t>(1, std::min(chunk_rows, N));
+  Tensor z_buf = Tensor::empty({C, V}, dtype_of<T>());
+  Tensor hc_buf = Tensor::empty({C, D}, dtype_of<T>());
+  T* z = z_buf.data<T>();
+  T* hc = hc_buf.data<T>();
+  std::fill(logp, logp + N, T(0));
+  std::fill(lse, lse + N, T(0));
+  std::fill(zsum, zsum + N, T(0));
+  std::vector<int64_t> rows;
+  rows.reserve(size_t(C));
+  with_head(head, [&](const auto& W) {
+    for (int64_t r0 = 0; r0 < N; r0 += C) {
+      valid_rows(labels, r0, std::min(N, r0 + C), V, rows);
+      const int64_t c = int64_t(rows.size());
+      if (c == 0) continue;
+      for (int64_t i = 0; i < c; ++i)
+        std::memcpy(hc + i * D, h + rows[i] * D, sizeof(T) * size_t(D));
+      W.logits(hc, c, z);
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < c; ++i) {
+        const T* zi = z + i * V;
+        const int64_t r = rows[size_t(i)];
+        const T mx = detail::row_max(zi, V);
+        const double l = double(mx) + std::log(detail::sum_exp(zi, mx, static_cast<T*>(nullptr), V));
+        double s = 0;
+        for (int64_t j = 0; j < V; ++j) s += double(zi[j]);
+        lse[r] = T(l);
+        logp[r] = T(double(zi[labels[r]]) - l);
+        zsum[r] = T(s);
+      }
+    }
+  });
+}
+
+template <class T>
+void fused_linear_log_probs_backward(const T* h, const int32_t* labels, const T* lse,
+                                     const T* dlogp, const LogProbHead<T>& head, int64_t N,
+                                     int64_t chunk_rows, T* dh, T* dW) {
+  const int64_t D = head.D, V = head.V;
+  const int64_t C = std::max<int64_t>(1, std::min(chunk_rows, N));
+  Tensor z_buf = Tensor::empty({C, V}, dtype_of<T>());
+  Tensor hc_buf = Tensor::empty({C, D}, dtype_of<T>());
+  Tensor dhc_buf = Tensor::empty({C, D}, dtype_of<T>());
+  T* z = z_buf.data<T>();
+  T* hc = hc_buf.data<T>();
+  T* dhc = dhc_buf.data<T>();
+  std::memset(dh, 0, sizeof(T) * size_t(N * D));
+  if (dW) std::memset(dW, 0, sizeof(T) * size_t(V * D));
+  std::vector<int64_t> rows;
+  rows.reserve(size_t(C));
+  with_head(head, [&](const auto& W) {
+    for (int64_t r0 = 0; r0 < N; r0 += C) {
+      valid_rows(labels, r0, std::min(N, r0 + C), V, rows);
+      const int64_t c = int64_t(rows.size());
+      if (c == 0) continue;
+      for (int64_t i = 0; i < c; ++i)
+        std::memcpy(hc + i * D, h + rows[i] * D, sizeof(T) * size_t(D));
+      W.logits(hc, c, z);
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < c; ++i) {
+        T* zi = z + i * V;
+        const int64_t r = rows[size_t(i)];
+        const T g = dlogp[r], l = lse[r];
+        // dz = -g softmax(z) + g onehot(y): the VJP of log_softmax then the label gather.
+#pragma omp simd
+        for (int64_t j = 0; j < V; ++j) zi[j] = -g * detail::vexp(zi[j] - l);
+        zi[labels[r]] += g;
+      }
+      W.grad_h(z, c, dhc);
+      for (int64_t i = 0; i < c; ++i)
+        std::memcpy(dh + rows[i] * D, dhc + i * D, sizeof(T) * size_t(D));
+      if (dW) gemm<T>(true, false, V, D, c, T(1), z, V, hc, D, T(1), dW, D);
+    }
+  });
+}
+
+int64_t fused_log_probs_scratch_bytes(int64_t chunk_rows, int64_t D, int64_t V, int64_t elem_bytes,
+                                      bool nf4, bool backward) {
+  int64_t elems = chunk_rows * V + (backward ? 2 : 1) * chunk_rows * D;
+  if (nf4) elems += nf4_tile_rows(V, D) * D;
+  return elems * elem_bytes;
+}
+
+#define FT_FUSED_LOGP(T)                                                                          \
+  template void fused_linear_log_probs<T>(const T*, const int32_t*, const LogProbHead<T>&,       \
+                                          int64_t, int64_t, T*, T*, T*);                          \
+  template void fused_linear_log_probs_backward<T>(const T*, const int32_t*, const T*, const T*, \
+                                                   const LogProbHead<T>&, int64_t, int64_t, T*,  \
+                                                   T*);
+FT_FUSED_LOGP(float)
+FT_FUSED_LOGP(double)
+#undef FT_FUSED_LOGP
+
+}  // namespace fusetune::kernels

@@ -1,0 +1,35 @@
+#pragma once
+// Small kernels of the preference losses (losses/preference.h): the label log-probabilities
+// picked out of a log_softmax, row sums, and the two scalar functions the losses use. Raw
+// pointers, like kernels.h; instantiated for float and double.
+#include <cstdint>
+
+namespace fusetune::kernels {
+
+// out[i] = logp[i, labels[i]], or 0 where labels[i] == -100. logp [N, V]. A label outside
+// [0, V) throws, naming the row.
+template <class T>
+void label_log_probs(const T* logp, const int32_t* labels, T* out, int64_t N, int64_t V);
+
+// The VJP: dx [N, V] zero except dx[i, labels[i]] = dy[i] (rows with -100 stay zero).
+template <class T>
+void label_log_probs_backward(const T* dy, const int32_t* labels, T* dx, int64_t N, int64_t V);
+
+// out[r] = sum_j x[r, j] for a row-major [rows, cols] matrix (accumulated in double).
+template <class T>
+void row_sum(const T* x, T* out, int64_t rows, int64_t cols);
+
+// log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|)): finite for every finite x.
+template <class T>
+void log_sigmoid(const T* x, T* out, int64_t n);
+// dx = dy * sigmoid(-x)
+template <class T>
+void log_sigmoid_backward(const T* x, const T* dy, T* dx, int64_t n);
+
+template <class T>
+void relu(const T* x, T* out, int64_t n);
+// dx = x > 0 ? dy : 0
+template <class T>
+void relu_backward(const T* x, const T* dy, T* dx, int64_t n);
+
+}  // namespace fusetune::kernels

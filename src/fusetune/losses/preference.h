@@ -1,0 +1,60 @@
+#pragma once
+// Preference losses (DPO and its relatives) over per-sequence log-probabilities, written the
+// way eager PyTorch runs them: logits = h W^T (materialized), log_softmax, the labels'
+// log-probs gathered, summed per sequence. `compile: true` fuses the head, log_softmax and
+// gather into one chunked kernel (compile/fuse_linear_log_probs); the rest is a few ops on
+// [B] vectors.
+//
+// A batch holds 2B rows: the B chosen answers, then the B rejected ones (torchtune's
+// padded_collate_dpo). With pc, pr the policy's and rc, rr the reference's summed response
+// log-probs, and d = (pc - pr) - (rc - rr):
+//   DPO   (Rafailov et al. 2023; label_smoothing e = the conservative/robust variant)
+//         loss = -(1 - e) log sigmoid(beta d) - e log sigmoid(-beta d); rewards beta (p - r)
+//   RSO   (Liu et al. 2023, hinge)   loss = relu(1 - gamma d);            rewards gamma (p - r)
+//   IPO   (Azar et al. 2023)         loss = (d - 1 / (2 tau))^2;          rewards tau (p - r)
+//   SimPO (Meng et al. 2024, no reference): with pc, pr the *mean* response log-probs,
+//         d = pc - pr - gamma / beta; loss as DPO's;                      rewards beta p
+// The step's loss is the sum over pairs times `scale` (1 / pairs in the optimizer step).
+#include <string>
+
+#include "fusetune/graph/builder.h"
+
+namespace fusetune {
+
+enum class PreferenceLossKind { DPO, RSO, IPO, SimPO };
+
+struct PreferenceLoss {
+  PreferenceLossKind kind = PreferenceLossKind::DPO;
+  double beta = 0.1;             // DPO, SimPO
+  double label_smoothing = 0.0;  // DPO, SimPO
+  double gamma = 0.1;            // RSO (hinge), SimPO (target margin)
+  double tau = 0.1;              // IPO
+  bool needs_reference() const { return kind != PreferenceLossKind::SimPO; }
+  bool length_normalized() const { return kind == PreferenceLossKind::SimPO; }
+  const char* name() const;  // "DPOLoss", ...
+};
+
+// Per-row label log-probs of the model's output, summed per sequence: hidden [N, D] and head
+// W [V, D] (or logits [N, V] when the model computed them itself), labels [N] (-100 ignored),
+// response_mask [N] (1 where a label is trained on). Returns logps [rows] and logit_sums
+// [rows] (the sum of the response tokens' logits over the vocabulary, for the logits/*
+// metrics); rows = N / seq_len.
+struct SequenceLogProbs {
+  Value logps;
+  Value logit_sums;
+};
+SequenceLogProbs build_sequence_log_probs(Builder& b, Value hidden, Value head, Value logits,
+                                          Value labels, Value response_mask, int64_t rows);
+
+// The loss of `policy_logps` [2B] against `ref_logps` [2B] (invalid for SimPO);
+// inv_lengths [2B] = 1 / response tokens per row (SimPO's mean log-probs); scale [].
+struct PreferenceLossOutputs {
+  Value loss;              // []
+  Value chosen_rewards;    // [B]
+  Value rejected_rewards;  // [B]
+};
+PreferenceLossOutputs build_preference_loss(Builder& b, const PreferenceLoss& loss,
+                                            Value policy_logps, Value ref_logps,
+                                            Value inv_lengths, Value scale);
+
+}  // namespace fusetune

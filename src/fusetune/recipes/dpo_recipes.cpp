@@ -1,0 +1,81 @@
+// The two single-device DPO recipes. Both are the shared training loop (train_loop.h) with
+// preference pairs as data and the DPO step (dpo_step.h); they differ in what trains and
+// where the reference model comes from.
+#include "fusetune/recipes/dpo_recipes.h"
+
+#include "fusetune/config/components.h"
+#include "fusetune/config/schema.h"
+#include "fusetune/io/hf_checkpoint.h"
+#include "fusetune/recipes/dpo_step.h"
+#include "fusetune/recipes/lora_finetune_single_device.h"
+#include "fusetune/util/error.h"
+
+namespace fusetune {
+namespace {
+
+DpoStepOptions dpo_options(const StepContext& ctx) {
+  DpoStepOptions o;
+  o.policy = ctx.step;
+  o.loss = preference_loss_from(ctx.cfg);
+  o.precompute_ref = ctx.cfg.boolean("precompute_ref_log_probs", false);
+  o.pairs = ctx.pairs;
+  o.loader = ctx.loader;
+  o.log = ctx.log;
+  return o;
+}
+
+// The reference weights of full DPO: ref_checkpointer's checkpoint, which must be the
+// policy's architecture.
+TensorMap load_reference(const Config& cfg, const LoadedModel& policy) {
+  FT_CHECK(cfg.has("ref_checkpointer"),
+           "full_dpo_single_device: " + canonical_component(cfg, "loss") +
+               " compares the policy with a reference model: set ref_checkpointer "
+               "(checkpoint_dir, checkpoint_files), usually the checkpointer's starting weights");
+  const Config rc = cfg.sub("ref_checkpointer");
+  const std::string dir = rc.str("checkpoint_dir");
+  HFCheckpoint ck = load_hf_checkpoint(dir, checkpoint_file_list(rc), DType::F32);
+  TensorMap ref;
+  for (const auto& [name, t] : policy.params) {
+    auto it = ck.tensors.find(name);
+    FT_CHECK(it != ck.tensors.end(),
+             "ref_checkpointer: " + dir + " has no tensor '" + name + "' (the reference model "
+             "must have the policy's architecture)");
+    FT_CHECK(it->second.shape() == t.shape(),
+             "ref_checkpointer: tensor '" + name + "' in " + dir + " is " +
+                 shape_str(it->second.shape()) + " but the policy's is " + shape_str(t.shape()));
+    ref[name] = it->second.clone();  // owned and counted: the mapped file may be rewritten
+  }
+  return ref;
+}
+
+}  // namespace
+
+int lora_dpo_single_device(const Config& cfg) {
+  LoraJob lora = lora_training_job(cfg, "lora_dpo_single_device");
+  TrainJob job = std::move(lora.job);
+  job.preference_data = true;
+  job.make_step = [base = lora.base](const StepContext& ctx) {
+    DpoStepOptions o = dpo_options(ctx);
+    o.ref_params = &ctx.model.params;  // the graph reads the base weights only
+    o.ref_llama = base;
+    return make_dpo_step(std::move(o));
+  };
+  return run_training(cfg, job);
+}
+
+int full_dpo_single_device(const Config& cfg) {
+  TrainJob job;
+  job.recipe = "full_dpo_single_device";
+  job.trainable = [](const std::string&) { return true; };
+  job.preference_data = true;
+  auto ref = std::make_shared<TensorMap>();
+  job.make_step = [ref](const StepContext& ctx) {
+    DpoStepOptions o = dpo_options(ctx);
+    if (o.loss.needs_reference()) *ref = load_reference(ctx.cfg, ctx.model);
+    o.ref_params = ref.get();
+    return make_dpo_step(std::move(o));
+  };
+  return run_training(cfg, job);
+}
+
+}  // namespace fusetune

@@ -1,0 +1,204 @@
+#include "fusetune/recipes/dpo_step.h"
+
+#include <chrono>
+#include <unordered_map>
+
+#include "fusetune/config/schema.h"
+#include "fusetune/models/flops.h"
+#include "fusetune/models/training_graph.h"
+#include "fusetune/util/error.h"
+
+namespace fusetune {
+namespace {
+
+double mean(const float* x, int64_t n) {
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += double(x[i]);
+  return n > 0 ? s / double(n) : 0.0;
+}
+
+class DpoStep final : public TrainingStep {
+ public:
+  explicit DpoStep(DpoStepOptions o)
+      : o_(std::move(o)),
+        policy_([this](int64_t rows, int64_t T, bool packed) { return policy_graph(rows, T, packed); },
+                o_.policy.passes),
+        reference_(
+            [this](int64_t rows, int64_t T, bool) {
+              return build_sequence_log_probs_graph(*o_.policy.model, rows, T, DType::F32,
+                                                    o_.ref_llama);
+            },
+            o_.policy.passes) {
+    FT_CHECK(!o_.loss.needs_reference() || o_.ref_params,
+             std::string(o_.loss.name()) + " needs a reference model");
+    if (o_.precompute_ref && o_.loss.needs_reference()) precompute();
+  }
+
+  int64_t loss_units(const Batch& b) const override { return b.batch_size / 2; }
+
+  StepOutputs run(const Batch& b, double loss_scale, int64_t step, int64_t micro) override {
+    FT_CHECK(b.batch_size % 2 == 0 && b.doc_ids.empty(),
+             "a preference batch has 2B unpacked rows (chosen, then rejected)");
+    const int64_t rows = b.batch_size, B = rows / 2;
+    TensorMap in = inputs(b);
+    in["loss_scale"] = scalar_input(loss_scale, DType::F32);
+    if (o_.loss.needs_reference()) in["ref_logps"] = reference_logps(b, in);
+    if (o_.policy.add_inputs) o_.policy.add_inputs(in, step, micro);
+    TensorMap out = policy_.run(b, in, *o_.policy.params, &compile_s_);
+
+    StepOutputs r;
+    r.loss = element_as_double(out.at("loss"), 0);
+    r.grads = gradients_of(out);
+    const float* cr = out.at("report:chosen_rewards").data<float>();
+    const float* rr = out.at("report:rejected_rewards").data<float>();
+    const float* lp = out.at("report:policy_logps").data<float>();
+    const float* ls = out.at("report:logit_sums").data<float>();
+    double acc = 0, margin = 0;
+    for (int64_t i = 0; i < B; ++i) {
+      acc += cr[i] > rr[i] ? 1.0 : 0.0;
+      margin += double(cr[i]) - double(rr[i]);
+    }
+    // Response tokens of each side, for the mean logit.
+    int64_t tokens[2] = {0, 0};
+    for (int64_t i = 0; i < rows * b.seq_len; ++i)
+      tokens[i / b.seq_len >= B] += b.labels[size_t(i)] != kIgnoreIndex;
+    const double V = double(o_.policy.model->vocab_size);
+    r.metrics = {{"rewards/chosen", mean(cr, B)},
+                 {"rewards/rejected", mean(rr, B)},
+                 {"rewards/accuracies", acc / double(B)},
+                 {"rewards/margins", margin / double(B)},
+                 {"log_probs/chosen", mean(lp, B)},
+                 {"log_probs/rejected", mean(lp + B, B)},
+                 {"logits/chosen", mean(ls, B) * double(B) / std::max(1.0, V * double(tokens[0]))},
+                 {"logits/rejected",
+                  mean(ls + B, B) * double(B) / std::max(1.0, V * double(tokens[1]))}};
+    return r;
+  }
+
+  double flops(const Batch& b) const override {
+    const ModelConfig& m = *o_.policy.model;
+    double per_token = training_flops_per_token(m, b.seq_len, o_.policy.trainable);
+    // The reference forward: half of what a frozen model's forward + input gradients cost.
+    if (o_.loss.needs_reference() && !o_.precompute_ref)
+      per_token += 0.5 * training_flops_per_token(m, b.seq_len, [](const std::string&) {
+                     return false;
+                   });
+    return per_token * double(b.batch_size * b.seq_len);
+  }
+
+ private:
+  Graph policy_graph(int64_t rows, int64_t T, bool packed) {
+    TrainingGraphOptions g;
+    g.batch_size = rows;
+    g.seq_len = T;
+    g.packed = packed;
+    g.trainable = o_.policy.trainable;
+    g.llama = o_.policy.llama;
+    g.loss = preference_loss_builder(o_.loss);
+    return build_training_graph(*o_.policy.model, g).graph;
+  }
+
+  // The batch's tensors plus the response mask and 1 / response length of each row.
+  static TensorMap inputs(const Batch& b) {
+    TensorMap in = batch_inputs(b);
+    const int64_t rows = b.batch_size, T = b.seq_len;
+    Tensor mask = Tensor::empty({rows * T}, DType::F32);
+    Tensor inv = Tensor::empty({rows}, DType::F32);
+    for (int64_t r = 0; r < rows; ++r) {
+      int64_t n = 0;
+      for (int64_t t = 0; t < T; ++t) {
+        const bool on = b.labels[size_t(r * T + t)] != kIgnoreIndex;
+        mask.data<float>()[r * T + t] = on ? 1.0f : 0.0f;
+        n += on;
+      }
+      FT_CHECK(n > 0, "a preference row has no response token to score");
+      inv.data<float>()[r] = float(1.0 / double(n));
+    }
+    in["response_mask"] = mask;
+    in["inv_response_len"] = inv;
+    return in;
+  }
+
+  // [2B]: chosen then rejected, as the batch's rows.
+  Tensor reference_logps(const Batch& b, const TensorMap& in) {
+    if (!precomputed_.empty()) {
+      const int64_t B = b.batch_size / 2;
+      FT_CHECK(int64_t(b.items.size()) == B, "a preference batch without its pair indices");
+      Tensor t = Tensor::empty({2 * B}, DType::F32);
+      for (int64_t i = 0; i < B; ++i) {
+        const auto& lp = precomputed_.at(b.items[size_t(i)]);
+        t.data<float>()[i] = lp.first;
+        t.data<float>()[B + i] = lp.second;
+      }
+      return t;
+    }
+    return reference_.run(b, in, *o_.ref_params, &compile_s_).at("logps");
+  }
+
+  // One reference pass over the dataset in order, batched and padded as training batches.
+  void precompute() {
+    FT_CHECK(o_.pairs, "precompute_ref_log_probs needs the preference dataset");
+    const auto t0 = std::chrono::steady_clock::now();
+    const int64_t n = o_.pairs->size(), bs = o_.loader.batch_size;
+    for (int64_t start = 0; start < n; start += bs) {
+      std::vector<const PreferencePair*> pairs;
+      std::vector<int64_t> items;
+      for (int64_t i = start; i < std::min(n, start + bs); ++i) {
+        pairs.push_back(&o_.pairs->get(i));
+        items.push_back(i);
+      }
+      Batch b = collate_preference(pairs, o_.loader.collate);
+      b.items = items;
+      Tensor lp = reference_.run(b, inputs(b), *o_.ref_params, &compile_s_).at("logps");
+      const int64_t B = int64_t(items.size());
+      for (int64_t i = 0; i < B; ++i)
+        precomputed_[items[size_t(i)]] = {lp.data<float>()[i], lp.data<float>()[B + i]};
+    }
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (o_.log)
+      o_.log("Precomputed reference log-probs of " + std::to_string(n) + " pairs in " +
+             std::to_string(s).substr(0, std::to_string(s).find('.') + 3) + " s");
+    compile_s_ = 0;  // that pass's compile time is not the first step's
+  }
+
+  DpoStepOptions o_;
+  CompiledGraphs policy_, reference_;
+  std::unordered_map<int64_t, std::pair<float, float>> precomputed_;
+};
+
+}  // namespace
+
+std::unique_ptr<TrainingStep> make_dpo_step(DpoStepOptions opts) {
+  return std::make_unique<DpoStep>(std::move(opts));
+}
+
+PreferenceLoss preference_loss_from(const Config& cfg) {
+  const std::string kind = canonical_component(cfg, "loss");
+  PreferenceLoss l;
+  const Config c = cfg.sub("loss");
+  if (kind == "DPOLoss") {
+    l.kind = PreferenceLossKind::DPO;
+    l.beta = c.f64("beta", 0.1);
+    l.label_smoothing = c.f64("label_smoothing", 0.0);
+  } else if (kind == "RSOLoss") {
+    l.kind = PreferenceLossKind::RSO;
+    l.gamma = c.f64("gamma", 0.1);
+  } else if (kind == "IPOLoss") {
+    l.kind = PreferenceLossKind::IPO;
+    l.tau = c.f64("tau", 0.1);
+  } else if (kind == "SimPOLoss") {
+    l.kind = PreferenceLossKind::SimPO;
+    l.beta = c.f64("beta", 2.0);
+    l.gamma = c.f64("gamma", 0.5);
+    l.label_smoothing = c.f64("label_smoothing", 0.0);
+  } else {
+    throw Error("config key 'loss._component_' is " + kind +
+                ": the DPO recipes train with DPOLoss, RSOLoss, IPOLoss or SimPOLoss");
+  }
+  FT_CHECK(l.kind != PreferenceLossKind::IPO || l.tau > 0, "config key 'loss.tau' must be > 0");
+  FT_CHECK(l.kind != PreferenceLossKind::SimPO || l.beta > 0, "config key 'loss.beta' must be > 0");
+  return l;
+}
+
+}  // namespace fusetune

@@ -1,0 +1,46 @@
+#pragma once
+// The preference-optimization step (lora_dpo_single_device, full_dpo_single_device). A batch
+// holds B pairs as 2B rows, chosen then rejected (collate_preference). Per micro-batch:
+//   1. the reference model's summed response log-probs [2B], without gradients: a forward-only
+//      graph (models/training_graph.h: build_sequence_log_probs_graph), or, with
+//      precompute_ref_log_probs, looked up from a pass over the dataset made before training;
+//      SimPO has no reference at all;
+//   2. the policy's joint graph: model + sequence log-probs + the preference loss + backward.
+// Under compile: true both graphs fuse the head with log_softmax and the label gather
+// (compile/fuse_linear_log_probs), so no [tokens x vocab] tensor exists in either pass.
+// Metrics, as torchtune logs them: rewards/{chosen,rejected,accuracies,margins},
+// log_probs/{chosen,rejected} (summed per sequence, averaged over pairs) and
+// logits/{chosen,rejected} (mean logit over the response tokens and the vocabulary, as TRL).
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "fusetune/config/config.h"
+#include "fusetune/data/datasets/preference.h"
+#include "fusetune/data/loader.h"
+#include "fusetune/losses/preference.h"
+#include "fusetune/recipes/sft_step.h"
+
+namespace fusetune {
+
+struct DpoStepOptions {
+  ModelStepOptions policy;  // the trained model (its params, hooks, passes)
+  PreferenceLoss loss;
+  // The reference model: its params (full DPO: a frozen copy; LoRA: the policy's own, read
+  // through hooks without the adapters) and hooks. Unused by SimPO.
+  const TensorMap* ref_params = nullptr;
+  LlamaOptions ref_llama;
+  // precompute_ref_log_probs: one reference pass over `pairs` before training.
+  bool precompute_ref = false;
+  const PreferenceDataset* pairs = nullptr;
+  LoaderOptions loader;                          // batch size and padding of the pass
+  std::function<void(const std::string&)> log;  // where the precompute pass reports
+};
+
+std::unique_ptr<TrainingStep> make_dpo_step(DpoStepOptions opts);
+
+// The loss component the config names under `loss` (DPOLoss, RSOLoss, IPOLoss, SimPOLoss and
+// their aliases), with its keys.
+PreferenceLoss preference_loss_from(const Config& cfg);
+
+}  // namespace fusetune

@@ -1,0 +1,23 @@
+#pragma once
+// The supervised fine-tuning step (full and LoRA recipes): the joint graph of the model and
+// cross-entropy (models/training_graph.h), loss averaged over the unmasked labels.
+#include <memory>
+
+#include "fusetune/models/llama.h"
+#include "fusetune/recipes/training_step.h"
+
+namespace fusetune {
+
+struct ModelStepOptions {
+  const ModelConfig* model = nullptr;
+  const TensorMap* params = nullptr;  // bound by name at every run
+  TrainablePredicate trainable;
+  LlamaOptions llama;
+  PassOptions passes;
+  // Extra step inputs (a LoRA dropout seed): called for every micro-batch.
+  std::function<void(TensorMap& inputs, int64_t global_step, int64_t micro_step)> add_inputs;
+};
+
+std::unique_ptr<TrainingStep> make_sft_step(ModelStepOptions opts);
+
+}  // namespace fusetune

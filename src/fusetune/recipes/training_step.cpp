@@ -1,0 +1,63 @@
+#include "fusetune/recipes/training_step.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace fusetune {
+namespace {
+
+Tensor ids_tensor(const std::vector<int32_t>& v, int64_t rows, int64_t T) {
+  Tensor t = Tensor::empty({rows, T}, DType::I32);
+  std::copy(v.begin(), v.end(), t.data<int32_t>());
+  return t;
+}
+
+}  // namespace
+
+TensorMap CompiledGraphs::run(const Batch& b, const TensorMap& inputs, const TensorMap& params,
+                              double* compile_s) {
+  const auto key = std::make_tuple(b.batch_size, b.seq_len, !b.doc_ids.empty());
+  auto it = entries_.find(key);
+  if (it == entries_.end()) {
+    const auto t0 = std::chrono::steady_clock::now();
+    Graph g = build_(b.batch_size, b.seq_len, !b.doc_ids.empty());
+    Entry e;
+    for (const auto& [name, v] : g.outputs()) e.output_names.push_back(name);
+    e.step = compile_graph(g, passes_);
+    *compile_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    it = entries_.emplace(key, std::move(e)).first;
+  }
+  std::vector<Tensor> out = it->second.step.executor->run(inputs, params);
+  TensorMap named;
+  for (size_t i = 0; i < out.size(); ++i) named[it->second.output_names[i]] = std::move(out[i]);
+  return named;
+}
+
+TensorMap batch_inputs(const Batch& b) {
+  TensorMap m;
+  m["tokens"] = ids_tensor(b.tokens, b.batch_size, b.seq_len);
+  m["labels"] = ids_tensor(b.labels, b.batch_size, b.seq_len);
+  m["positions"] = ids_tensor(b.positions, b.batch_size, b.seq_len);
+  if (!b.doc_ids.empty()) m["doc_ids"] = ids_tensor(b.doc_ids, b.batch_size, b.seq_len);
+  return m;
+}
+
+Tensor scalar_input(double value, DType dtype) {
+  Tensor s = Tensor::empty({}, dtype);
+  if (dtype == DType::F64)
+    s.data<double>()[0] = value;
+  else
+    s.data<float>()[0] = float(value);
+  return s;
+}
+
+std::vector<std::pair<std::string, Tensor>> gradients_of(const TensorMap& outputs) {
+  std::vector<std::pair<std::string, Tensor>> grads;
+  for (const auto& [name, t] : outputs)
+    if (name.rfind("grad:", 0) == 0) grads.push_back({name.substr(5), t});
+  std::sort(grads.begin(), grads.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  return grads;
+}
+
+}  // namespace fusetune

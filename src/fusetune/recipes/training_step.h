@@ -1,0 +1,73 @@
+#pragma once
+// The training step as a unit (DESIGN.md §7). The loop (train_loop.h) is the same for every
+// recipe: micro-batches -> step -> accumulate gradients -> clip -> optimizer -> log the named
+// metrics -> checkpoint. A recipe supplies its step: what one micro-batch computes, by name.
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "fusetune/compile/compiler.h"
+#include "fusetune/data/batch.h"
+#include "fusetune/graph/graph.h"
+#include "fusetune/runtime/executor.h"
+
+namespace fusetune {
+
+struct StepOutputs {
+  double loss = 0;  // this micro-batch's share of the optimizer step's loss
+  std::vector<std::pair<std::string, Tensor>> grads;    // by parameter name
+  std::vector<std::pair<std::string, double>> metrics;  // averaged over micro-batches by the loop
+};
+
+class TrainingStep {
+ public:
+  virtual ~TrainingStep() = default;
+  // What the loss is averaged over, in one micro-batch (SFT: unmasked labels; DPO: pairs). The
+  // loop sums it over the optimizer step's micro-batches and passes 1 / sum as loss_scale.
+  virtual int64_t loss_units(const Batch& b) const = 0;
+  // Forward + backward of one micro-batch.
+  virtual StepOutputs run(const Batch& b, double loss_scale, int64_t global_step,
+                          int64_t micro_step) = 0;
+  // Model FLOPs the step spends on `b` (the numerator of mfu).
+  virtual double flops(const Batch& b) const = 0;
+  // Seconds spent building and compiling step graphs since the last call.
+  double take_compile_seconds() { return std::exchange(compile_s_, 0.0); }
+
+ protected:
+  double compile_s_ = 0;
+};
+
+// Step graphs compiled once per batch shape (rows, seq_len, packed): unpacked batches are
+// padded to buckets, so there are few.
+class CompiledGraphs {
+ public:
+  using Build = std::function<Graph(int64_t rows, int64_t seq_len, bool packed)>;
+  CompiledGraphs(Build build, PassOptions passes)
+      : build_(std::move(build)), passes_(std::move(passes)) {}
+  // Runs the graph for b's shape (built and compiled on first use, the time added to
+  // *compile_s) and returns its outputs by name.
+  TensorMap run(const Batch& b, const TensorMap& inputs, const TensorMap& params,
+                double* compile_s);
+
+ private:
+  struct Entry {
+    std::vector<std::string> output_names;
+    CompiledStep step;
+  };
+  Build build_;
+  PassOptions passes_;
+  std::map<std::tuple<int64_t, int64_t, bool>, Entry> entries_;
+};
+
+// The inputs every step graph reads: "tokens", "labels", "positions" (and "doc_ids" when
+// packed), [rows, T] I32.
+TensorMap batch_inputs(const Batch& b);
+Tensor scalar_input(double value, DType dtype);
+// The "grad:<param>" outputs of a step graph, by parameter name.
+std::vector<std::pair<std::string, Tensor>> gradients_of(const TensorMap& outputs);
+
+}  // namespace fusetune

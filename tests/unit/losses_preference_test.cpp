@@ -1,0 +1,375 @@
+// Preference losses (losses/preference.h) and the fused label log-prob kernel and pass
+// (kernels/cpu/fused_linear_log_probs.h, compile/fuse_linear_log_probs.h), each against an
+// independent formulation written out here in double precision, against float64 finite
+// differences, and across the three compile modes.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "fusetune/compile/compiler.h"
+#include "fusetune/graph/autodiff.h"
+#include "fusetune/kernels/cpu/fused_linear_log_probs.h"
+#include "fusetune/kernels/cpu/nf4.h"
+#include "fusetune/losses/preference.h"
+#include "fusetune/models/parameters.h"
+#include "fusetune/models/training_graph.h"
+#include "fusetune/runtime/eager_executor.h"
+#include "fusetune/util/error.h"
+#include "gradcheck.h"
+#include "graph_compare.h"
+#include "tiny_models.h"
+
+using namespace fusetune;
+using namespace fusetune::testing;
+
+namespace {
+
+// ---- the fused kernel against a direct double computation ---------------------------------
+
+struct Problem {
+  int64_t N = 11, D = 5, V = 9;
+  std::vector<double> h, W;
+  std::vector<int32_t> labels;
+  explicit Problem(uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<double> u(-1, 1);
+    for (int64_t i = 0; i < N * D; ++i) h.push_back(u(rng));
+    for (int64_t i = 0; i < V * D; ++i) W.push_back(u(rng));
+    for (int64_t i = 0; i < N; ++i) labels.push_back(i % 4 == 2 ? -100 : int32_t(rng() % V));
+  }
+  double logit(const std::vector<double>& hh, const std::vector<double>& ww, int64_t i,
+               int64_t v) const {
+    double z = 0;
+    for (int64_t d = 0; d < D; ++d) z += hh[i * D + d] * ww[v * D + d];
+    return z;
+  }
+  // log p(label_i) written from the definition: z_y - log sum_v exp(z_v).
+  double logp(const std::vector<double>& hh, const std::vector<double>& ww, int64_t i) const {
+    double s = 0;
+    for (int64_t v = 0; v < V; ++v) s += std::exp(logit(hh, ww, i, v));
+    return logit(hh, ww, i, labels[i]) - std::log(s);
+  }
+  // f = sum_i g_i log p(label_i), the scalar whose gradient the backward computes.
+  double f(const std::vector<double>& hh, const std::vector<double>& ww,
+           const std::vector<double>& g) const {
+    double s = 0;
+    for (int64_t i = 0; i < N; ++i)
+      if (labels[i] != -100) s += g[i] * logp(hh, ww, i);
+    return s;
+  }
+};
+
+TEST(FusedLinearLogProbs, ForwardMatchesTheDefinitionOverSeveralChunks) {
+  Problem p(1);
+  for (int64_t chunk : {1, 3, 4, 100}) {
+    std::vector<double> logp(p.N), lse(p.N), zsum(p.N);
+    kernels::LogProbHead<double> head{p.W.data(), nullptr, p.V, p.D};
+    kernels::fused_linear_log_probs<double>(p.h.data(), p.labels.data(), head, p.N, chunk,
+                                            logp.data(), lse.data(), zsum.data());
+    for (int64_t i = 0; i < p.N; ++i) {
+      if (p.labels[i] == -100) {
+        EXPECT_EQ(logp[i], 0.0);
+        EXPECT_EQ(zsum[i], 0.0);
+        continue;
+      }
+      double s = 0;
+      for (int64_t v = 0; v < p.V; ++v) s += p.logit(p.h, p.W, i, v);
+      EXPECT_NEAR(logp[i], p.logp(p.h, p.W, i), 1e-12) << "chunk " << chunk << " row " << i;
+      EXPECT_NEAR(zsum[i], s, 1e-12);
+      EXPECT_NEAR(lse[i], p.logit(p.h, p.W, i, p.labels[i]) - logp[i], 1e-12);
+    }
+  }
+}
+
+TEST(FusedLinearLogProbs, BackwardMatchesFiniteDifferencesOverSeveralChunks) {
+  Problem p(2);
+  std::vector<double> g(p.N);
+  for (int64_t i = 0; i < p.N; ++i) g[i] = 0.3 + 0.1 * double(i % 5) - (i % 2 ? 0.7 : 0.0);
+  for (int64_t chunk : {2, 5}) {
+    std::vector<double> logp(p.N), lse(p.N), zsum(p.N), dh(p.N * p.D), dW(p.V * p.D);
+    kernels::LogProbHead<double> head{p.W.data(), nullptr, p.V, p.D};
+    kernels::fused_linear_log_probs<double>(p.h.data(), p.labels.data(), head, p.N, chunk,
+                                            logp.data(), lse.data(), zsum.data());
+    kernels::fused_linear_log_probs_backward<double>(p.h.data(), p.labels.data(), lse.data(),
+                                                     g.data(), head, p.N, chunk, dh.data(),
+                                                     dW.data());
+    const double eps = 1e-6;
+    for (int64_t k = 0; k < p.N * p.D; ++k) {
+      auto hp = p.h, hm = p.h;
+      hp[k] += eps;
+      hm[k] -= eps;
+      EXPECT_NEAR(dh[k], (p.f(hp, p.W, g) - p.f(hm, p.W, g)) / (2 * eps), 1e-7) << "dh " << k;
+    }
+    for (int64_t k = 0; k < p.V * p.D; ++k) {
+      auto wp = p.W, wm = p.W;
+      wp[k] += eps;
+      wm[k] -= eps;
+      EXPECT_NEAR(dW[k], (p.f(p.h, wp, g) - p.f(p.h, wm, g)) / (2 * eps), 1e-7) << "dW " << k;
+    }
+    // A frozen head: the same dh, no dW.
+    std::vector<double> dh2(p.N * p.D);
+    kernels::fused_linear_log_probs_backward<double>(p.h.data(), p.labels.data(), lse.data(),
+                                                     g.data(), head, p.N, chunk, dh2.data(),
+                                                     nullptr);
+    EXPECT_EQ(dh, dh2);
+  }
+}
+
+TEST(FusedLinearLogProbs, NF4HeadEqualsItsDequantizedDenseHead) {
+  Problem p(3);
+  p.D = 64;  // whole NF4 blocks per row
+  p.W.clear();
+  p.h.clear();
+  std::mt19937_64 rng(4);
+  std::uniform_real_distribution<double> u(-1, 1);
+  for (int64_t i = 0; i < p.V * p.D; ++i) p.W.push_back(u(rng));
+  for (int64_t i = 0; i < p.N * p.D; ++i) p.h.push_back(u(rng));
+  const kernels::NF4Sizes sz = kernels::nf4_sizes(p.V * p.D);
+  std::vector<int32_t> codes(sz.code_words), absmax(sz.absmax_words);
+  std::vector<float> scales(sz.scales);
+  float offset = 0;
+  kernels::nf4_quantize<double>(p.W.data(), p.V * p.D, codes.data(), absmax.data(), scales.data(),
+                                &offset);
+  const kernels::NF4View w{codes.data(), absmax.data(), scales.data(), offset, p.V, p.D};
+  std::vector<double> dense(p.V * p.D);
+  kernels::nf4_dequantize_rows<double>(w, 0, p.V, dense.data());
+  std::vector<double> g(p.N, 0.5);
+  auto run = [&](const kernels::LogProbHead<double>& head, std::vector<double>& logp,
+                 std::vector<double>& dh) {
+    std::vector<double> lse(p.N), zsum(p.N);
+    kernels::fused_linear_log_probs<double>(p.h.data(), p.labels.data(), head, p.N, 4,
+                                            logp.data(), lse.data(), zsum.data());
+    kernels::fused_linear_log_probs_backward<double>(p.h.data(), p.labels.data(), lse.data(),
+                                                     g.data(), head, p.N, 4, dh.data(), nullptr);
+  };
+  std::vector<double> logp_a(p.N), logp_b(p.N), dh_a(p.N * p.D), dh_b(p.N * p.D);
+  run({nullptr, &w, p.V, p.D}, logp_a, dh_a);
+  run({dense.data(), nullptr, p.V, p.D}, logp_b, dh_b);
+  for (int64_t i = 0; i < p.N; ++i) EXPECT_NEAR(logp_a[i], logp_b[i], 1e-12);
+  for (size_t i = 0; i < dh_a.size(); ++i) EXPECT_NEAR(dh_a[i], dh_b[i], 1e-12);
+}
+
+TEST(FusedLinearLogProbs, RejectsALabelOutsideTheVocabulary) {
+  Problem p(5);
+  p.labels[3] = int32_t(p.V);
+  std::vector<double> logp(p.N), lse(p.N), zsum(p.N);
+  kernels::LogProbHead<double> head{p.W.data(), nullptr, p.V, p.D};
+  EXPECT_THROW(kernels::fused_linear_log_probs<double>(p.h.data(), p.labels.data(), head, p.N, 4,
+                                                       logp.data(), lse.data(), zsum.data()),
+               Error);
+}
+
+// ---- the losses against their papers' formulas, and their gradients -----------------------
+
+double log_sigmoid(double x) { return x < 0 ? x - std::log1p(std::exp(x)) : -std::log1p(std::exp(-x)); }
+
+// The expected mean loss over B pairs, written from each paper's formula.
+double reference_loss(const PreferenceLoss& l, const std::vector<double>& pol,
+                      const std::vector<double>& ref, const std::vector<double>& len) {
+  const size_t B = pol.size() / 2;
+  double total = 0;
+  for (size_t i = 0; i < B; ++i) {
+    double v = 0;
+    if (l.kind == PreferenceLossKind::SimPO) {
+      const double d = pol[i] / len[i] - pol[B + i] / len[B + i] - l.gamma / l.beta;
+      v = -(1 - l.label_smoothing) * log_sigmoid(l.beta * d) -
+          l.label_smoothing * log_sigmoid(-l.beta * d);
+    } else {
+      const double d = (pol[i] - pol[B + i]) - (ref[i] - ref[B + i]);
+      switch (l.kind) {
+        case PreferenceLossKind::DPO:
+          v = -(1 - l.label_smoothing) * log_sigmoid(l.beta * d) -
+              l.label_smoothing * log_sigmoid(-l.beta * d);
+          break;
+        case PreferenceLossKind::RSO:
+          v = std::max(0.0, 1 - l.gamma * d);
+          break;
+        case PreferenceLossKind::IPO:
+          v = (d - 1 / (2 * l.tau)) * (d - 1 / (2 * l.tau));
+          break;
+        default:
+          break;
+      }
+    }
+    total += v;
+  }
+  return total / double(B);
+}
+
+std::vector<PreferenceLoss> all_losses() {
+  PreferenceLoss dpo, cdpo, rso, ipo, simpo;
+  dpo.beta = 0.5;
+  cdpo.beta = 0.3;
+  cdpo.label_smoothing = 0.2;
+  rso.kind = PreferenceLossKind::RSO;
+  rso.gamma = 0.4;
+  ipo.kind = PreferenceLossKind::IPO;
+  ipo.tau = 0.7;
+  simpo.kind = PreferenceLossKind::SimPO;
+  simpo.beta = 2.0;
+  simpo.gamma = 0.5;
+  simpo.label_smoothing = 0.1;
+  return {dpo, cdpo, rso, ipo, simpo};
+}
+
+TEST(PreferenceLoss, ValueAndGradientsMatchTheFormulasAndFiniteDifferences) {
+  const int64_t B = 3;
+  const std::vector<double> pol = {-4.0, -2.5, -7.0, -5.0, -2.0, -6.5};
+  const std::vector<double> ref = {-4.5, -2.0, -6.0, -4.0, -2.2, -6.0};
+  const std::vector<double> len = {4, 3, 7, 5, 2, 9};
+  for (const PreferenceLoss& l : all_losses()) {
+    Graph g(DType::F64);
+    Builder b(g);
+    Value p = g.param("policy", {2 * B}, true);
+    Value r = g.input("ref", {2 * B}, DType::F64);
+    Value inv = g.input("inv_len", {2 * B}, DType::F64);
+    Value scale = g.input("scale", {}, DType::F64);
+    PreferenceLossOutputs out = build_preference_loss(b, l, p, r, inv, scale);
+    g.mark_output("loss", out.loss);
+    TensorMap params{{"policy", Tensor::empty({2 * B}, DType::F64)}};
+    TensorMap in{{"ref", Tensor::empty({2 * B}, DType::F64)},
+                 {"inv_len", Tensor::empty({2 * B}, DType::F64)},
+                 {"scale", scalar_tensor(1.0 / double(B), DType::F64)}};
+    for (int64_t i = 0; i < 2 * B; ++i) {
+      params["policy"].data<double>()[i] = pol[size_t(i)];
+      in["ref"].data<double>()[i] = ref[size_t(i)];
+      in["inv_len"].data<double>()[i] = 1.0 / len[size_t(i)];
+    }
+    EagerExecutor ex(g);
+    EXPECT_NEAR(ex.run(in, params)[0].data<double>()[0], reference_loss(l, pol, ref, len), 1e-12)
+        << l.name();
+    check_gradients(g, out.loss, params, in, 12, 1e-7);
+  }
+}
+
+// ---- the whole step: the three compile modes agree ----------------------------------------
+
+// A preference batch of B pairs over the tiny model: rows 0..B-1 chosen, B..2B-1 rejected,
+// the first `prompt` positions of each row are prompt (-100).
+Batch pair_batch(int64_t B, int64_t T, int64_t V, uint64_t seed) {
+  Batch b = random_batch(2 * B, T, V, seed);
+  for (int64_t r = 0; r < 2 * B; ++r)
+    for (int64_t t = 0; t < T; ++t) {
+      int32_t& y = b.labels[size_t(r * T + t)];
+      if (t < 2) y = kIgnoreIndex;
+      else if (y == kIgnoreIndex && t < T - 1) y = b.tokens[size_t(r * T + t + 1)];
+    }
+  return b;
+}
+
+TensorMap pair_inputs(const Batch& b, DType dt, const std::vector<double>& ref) {
+  TensorMap in = batch_inputs(b, dt, 1.0 / double(b.batch_size / 2));
+  const int64_t rows = b.batch_size, T = b.seq_len;
+  Tensor mask = Tensor::empty({rows * T}, dt), inv = Tensor::empty({rows}, dt),
+         r = Tensor::empty({rows}, dt);
+  for (int64_t i = 0; i < rows; ++i) {
+    int64_t n = 0;
+    for (int64_t t = 0; t < T; ++t) n += b.labels[size_t(i * T + t)] != kIgnoreIndex;
+    for (int64_t t = 0; t < T; ++t) {
+      const double m = b.labels[size_t(i * T + t)] != kIgnoreIndex ? 1.0 : 0.0;
+      if (dt == DType::F64) mask.data<double>()[i * T + t] = m;
+      else mask.data<float>()[i * T + t] = float(m);
+    }
+    if (dt == DType::F64) {
+      inv.data<double>()[i] = 1.0 / double(n);
+      r.data<double>()[i] = ref[size_t(i)];
+    } else {
+      inv.data<float>()[i] = float(1.0 / double(n));
+      r.data<float>()[i] = float(ref[size_t(i)]);
+    }
+  }
+  in["response_mask"] = mask;
+  in["inv_response_len"] = inv;
+  in["ref_logps"] = r;
+  return in;
+}
+
+TEST(PreferenceStep, CompileModesAgreeOnEveryLossAndNoLogitsExistWhenCompiled) {
+  for (bool tied : {false, true})
+    for (const PreferenceLoss& l : all_losses()) {
+      const ModelConfig cfg = tiny_config(tied, false);
+      const int64_t B = 2, T = 8;
+      TrainingGraphOptions o;
+      o.batch_size = 2 * B;
+      o.seq_len = T;
+      o.loss = preference_loss_builder(l);
+      TrainingGraph tg = build_training_graph(cfg, o);
+      TensorMap params = init_parameters(graph_parameters(tg.graph), 7, DType::F32, 0.3);
+      const Batch b = pair_batch(B, T, cfg.vocab_size, 11);
+      const TensorMap in = pair_inputs(b, DType::F32, {-20, -22, -21, -19});
+      std::vector<std::vector<Tensor>> outs;
+      for (CompileMode mode : {CompileMode::None, CompileMode::Model, CompileMode::Full}) {
+        PassOptions po;
+        po.mode = mode;
+        outs.push_back(compile_graph(tg.graph, po).executor->run(in, params));
+        if (mode == CompileMode::Full) {
+          Graph run = run_passes(tg.graph, po, nullptr);
+          EXPECT_EQ(count_ops(run, Op::FusedLinearLogProbs), 1) << l.name();
+          EXPECT_EQ(count_ops(run, Op::FusedLinearLogProbsBackward), 1) << l.name();
+          for (const Node& n : run.nodes())
+            for (const TensorType& t : n.outputs)
+              EXPECT_FALSE(t.shape.size() == 2 && t.shape[0] == 2 * B * T &&
+                           t.shape[1] == cfg.vocab_size)
+                  << op_name(n.op) << " materializes [tokens x vocab] under compile: true";
+        }
+      }
+      for (size_t m = 1; m < outs.size(); ++m)
+        for (size_t k = 0; k < outs[0].size(); ++k) {
+          const double tol = k == 0 ? 1e-5 : 1e-4;
+          EXPECT_LT(max_rel_diff(outs[m][k], outs[0][k]), tol)
+              << l.name() << " mode " << m << " output " << tg.graph.outputs()[k].first;
+        }
+    }
+}
+
+TEST(PreferenceStep, WholeStepGradientsMatchFiniteDifferencesInFloat64) {
+  const ModelConfig cfg = tiny_config(true, false);
+  const int64_t B = 1, T = 6;
+  PreferenceLoss l;
+  l.beta = 0.5;
+  TrainingGraphOptions o;
+  o.batch_size = 2 * B;
+  o.seq_len = T;
+  o.dtype = DType::F64;
+  o.trainable = [](const std::string& n) { return n.find("embed") != std::string::npos; };
+  Graph g(DType::F64);
+  {
+    // The forward alone: check_gradients appends the backward itself.
+    Builder b(g);
+    LlamaInputs li;
+    li.tokens = g.input("tokens", {2 * B, T}, DType::I32);
+    Value labels = g.input("labels", {2 * B, T}, DType::I32);
+    li.positions = g.input("positions", {2 * B, T}, DType::I32);
+    Value scale = g.input("loss_scale", {}, DType::F64);
+    LossContext c;
+    c.model = build_llama(b, cfg, li, o.trainable);
+    c.labels = b.reshape(labels, {2 * B * T});
+    c.scale = scale;
+    c.batch_size = 2 * B;
+    c.seq_len = T;
+    LossOutputs lo = preference_loss_builder(l)(b, c);
+    g.mark_output("loss", lo.loss);
+    TensorMap params = init_parameters(graph_parameters(g), 3, DType::F64, 0.5);
+    const Batch batch = pair_batch(B, T, cfg.vocab_size, 5);
+    check_gradients(g, lo.loss, params, pair_inputs(batch, DType::F64, {-9, -8}), 10, 1e-6);
+  }
+}
+
+TEST(PreferenceStep, ReferenceGraphFusesForwardOnlyAndMatchesEager) {
+  const ModelConfig cfg = tiny_config(false, true);
+  const int64_t rows = 4, T = 8;
+  Graph g = build_sequence_log_probs_graph(cfg, rows, T, DType::F32);
+  TensorMap params = init_parameters(graph_parameters(g), 9, DType::F32, 0.3);
+  const TensorMap in = pair_inputs(pair_batch(2, T, cfg.vocab_size, 3), DType::F32, {0, 0, 0, 0});
+  PassOptions eager, full;
+  eager.mode = CompileMode::None;
+  const auto a = compile_graph(g, eager).executor->run(in, params);
+  const auto b = compile_graph(g, full).executor->run(in, params);
+  EXPECT_EQ(count_ops(run_passes(g, full, nullptr), Op::FusedLinearLogProbs), 1);
+  EXPECT_EQ(count_ops(run_passes(g, full, nullptr), Op::LogSoftmax), 0);
+  for (size_t k = 0; k < a.size(); ++k) EXPECT_LT(max_rel_diff(b[k], a[k]), 1e-5);
+}
+
+}  // namespace
