@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "fusetune/config/builtin_configs.h"
+#include "fusetune/config/recipe_schemas.h"
 #include "fusetune/config/schema.h"
 #include "fusetune/recipes/registry.h"
 #include "fusetune/util/error.h"
@@ -118,5 +119,32 @@ TEST(RecipeRegistry, FindRecipe) {
   EXPECT_EQ(error_of([] { find_recipe("full_finetune_single_devce"); }),
             "unknown recipe 'full_finetune_single_devce' (did you mean "
             "'full_finetune_single_device'?); recipes: full_finetune_single_device, "
-            "lora_finetune_single_device");
+            "lora_finetune_single_device, lora_dpo_single_device, full_dpo_single_device");
+}
+
+TEST(RecipeSchemas, LossesAndDatasetsBelongToTheirRecipes) {
+  auto problems = [](const Schema& s, const std::string& loss, const std::string& data) {
+    Config c = Config::from_string(
+        "output_dir: /tmp/x\nmodel:\n  init: random\n  vocab_size: 8\n  hidden_size: 8\n"
+        "  intermediate_size: 8\n  num_hidden_layers: 1\n  num_attention_heads: 2\n"
+        "  lora_attn_modules: [q_proj]\n"
+        "tokenizer:\n  _component_: byte\ndataset:\n  _component_: " + data +
+            "\n  source: x.json\noptimizer:\n  _component_: AdamW\n  lr: 1e-3\n"
+            "loss:\n  _component_: " + loss + "\n",
+        "t.yaml");
+    std::string all;
+    for (const auto& e : check_config(c, s).errors) all += e + "\n";
+    return all;
+  };
+  EXPECT_EQ(problems(lora_dpo_schema(), "torchtune.rlhf.loss.DPOLoss", "preference"), "");
+  EXPECT_EQ(problems(lora_dpo_schema(), "simpo", "preference"), "");
+  EXPECT_NE(problems(lora_dpo_schema(), "cross_entropy", "preference").find("preference loss"),
+            std::string::npos);
+  EXPECT_NE(problems(lora_dpo_schema(), "DPOLoss", "alpaca").find("needs preference pairs"),
+            std::string::npos);
+  EXPECT_NE(problems(lora_finetune_schema(), "DPOLoss", "alpaca").find("lora_dpo_single_device"),
+            std::string::npos);
+  EXPECT_NE(problems(lora_finetune_schema(), "cross_entropy", "preference")
+                .find("preference pairs belong to the DPO recipes"),
+            std::string::npos);
 }
