@@ -78,7 +78,8 @@ Result run(const BenchShape& shape, const std::string& method, CompileMode mode,
       std::vector<ParamRef> refs;
       for (auto& [name, g] : out.grads) refs.push_back({name, &params[name], &g});
       opt.step(refs, 1e-4);
-      step_s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      step_s.push_back(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       r.losses.push_back(out.loss);
       if (s == 0) r.compile_s = step->take_compile_seconds();
     }
@@ -112,15 +113,17 @@ int main(int argc, char** argv) try {
     else if (a == "--threads")
       omp_set_num_threads(std::stoi(next()));
     else
-      throw Error("unknown argument '" + a + "' (use --shape, --steps, --methods, --modes, --threads)");
+      throw Error("unknown argument '" + a +
+                  "' (use --shape, --steps, --methods, --modes, --threads)");
   }
   FT_CHECK(steps >= 2, "--steps must be >= 2 (the first step is not timed)");
   const BenchShape& shape = find_shape(shape_name);
   FT_CHECK(shape.batch % 2 == 0, "the shape's batch must hold whole pairs");
-  std::printf("shape %s: vocab %lld, dim %lld, layers %lld, %lld pairs x 2 x %lld tokens; %d threads\n\n",
-              shape.name.c_str(), (long long)shape.config.vocab_size,
-              (long long)shape.config.hidden_size, (long long)shape.config.num_hidden_layers,
-              (long long)shape.batch / 2, (long long)shape.seq, omp_get_max_threads());
+  std::printf(
+      "shape %s: vocab %lld, dim %lld, layers %lld, %lld pairs x 2 x %lld tokens; %d threads\n\n",
+      shape.name.c_str(), (long long)shape.config.vocab_size, (long long)shape.config.hidden_size,
+      (long long)shape.config.num_hidden_layers, (long long)shape.batch / 2, (long long)shape.seq,
+      omp_get_max_threads());
   std::vector<Result> results;
   for (const std::string& m : split(methods, ','))
     for (const std::string& c : split(modes, ',')) {

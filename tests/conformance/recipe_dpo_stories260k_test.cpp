@@ -45,8 +45,8 @@ std::string yaml(const fs::path& assets, const fs::path& out, const std::string&
     << (assets / "datasets/dpo_en_demo.json").string() << "\n  split: \"" << split
     << "\"\n  on_bad_row: skip\n"
     << "seed: 3\nshuffle: true\nbatch_size: 4\nepochs: 8\n"
-    << "optimizer:\n  _component_: AdamW\n  lr: " << (recipe == "lora_dpo_single_device" ? "3e-3" : "1e-3")
-    << "\n  weight_decay: 0.0\n"
+    << "optimizer:\n  _component_: AdamW\n  lr: "
+    << (recipe == "lora_dpo_single_device" ? "3e-3" : "1e-3") << "\n  weight_decay: 0.0\n"
     << "loss:\n  _component_: " << loss << "\nclip_grad_norm: 10.0\ncompile: true\n"
     << "num_threads: 1\nlog_every_n_steps: 1\nlog_peak_memory_stats: false\n";
   return s.str();
@@ -141,8 +141,7 @@ void train_and_check(const std::string& recipe, const std::string& loss) {
   const auto before = preference_eval(held, base, base);
   const auto after = preference_eval(held, load_params(out / "epoch_7"), base);
   std::printf("%s %s: held-out pairs train[200:260]: accuracy %.3f -> %.3f, margin %.3f -> %.3f\n",
-              recipe.c_str(), loss.c_str(), before.first, after.first, before.second,
-              after.second);
+              recipe.c_str(), loss.c_str(), before.first, after.first, before.second, after.second);
 }
 
 }  // namespace
@@ -200,8 +199,10 @@ TEST(Stories260KDpo, LoraDpoResumesBitwise) {
   FT_REQUIRE_ASSET("datasets/dpo_en_demo.json");
   const fs::path assets = assets_dir();
   TempDir tmp;
-  write_file_atomic(tmp / "a.yaml", yaml(assets, tmp / "a", "lora_dpo_single_device", "train[:40]"));
-  write_file_atomic(tmp / "b.yaml", yaml(assets, tmp / "b", "lora_dpo_single_device", "train[:40]"));
+  write_file_atomic(tmp / "a.yaml",
+                    yaml(assets, tmp / "a", "lora_dpo_single_device", "train[:40]"));
+  write_file_atomic(tmp / "b.yaml",
+                    yaml(assets, tmp / "b", "lora_dpo_single_device", "train[:40]"));
   const std::vector<std::string> common = {"epochs=2", "gradient_accumulation_steps=2",
                                            "model.lora_dropout=0.1"};
   auto run = [&](const std::string& y, std::vector<std::string> extra) {

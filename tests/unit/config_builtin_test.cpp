@@ -128,9 +128,11 @@ TEST(RecipeSchemas, LossesAndDatasetsBelongToTheirRecipes) {
         "output_dir: /tmp/x\nmodel:\n  init: random\n  vocab_size: 8\n  hidden_size: 8\n"
         "  intermediate_size: 8\n  num_hidden_layers: 1\n  num_attention_heads: 2\n"
         "  lora_attn_modules: [q_proj]\n"
-        "tokenizer:\n  _component_: byte\ndataset:\n  _component_: " + data +
+        "tokenizer:\n  _component_: byte\ndataset:\n  _component_: " +
+            data +
             "\n  source: x.json\noptimizer:\n  _component_: AdamW\n  lr: 1e-3\n"
-            "loss:\n  _component_: " + loss + "\n",
+            "loss:\n  _component_: " +
+            loss + "\n",
         "t.yaml");
     std::string all;
     for (const auto& e : check_config(c, s).errors) all += e + "\n";

@@ -92,9 +92,8 @@ TEST(FusedLinearLogProbs, BackwardMatchesFiniteDifferencesOverSeveralChunks) {
     kernels::LogProbHead<double> head{p.W.data(), nullptr, p.V, p.D};
     kernels::fused_linear_log_probs<double>(p.h.data(), p.labels.data(), head, p.N, chunk,
                                             logp.data(), lse.data(), zsum.data());
-    kernels::fused_linear_log_probs_backward<double>(p.h.data(), p.labels.data(), lse.data(),
-                                                     g.data(), head, p.N, chunk, dh.data(),
-                                                     dW.data());
+    kernels::fused_linear_log_probs_backward<double>(
+        p.h.data(), p.labels.data(), lse.data(), g.data(), head, p.N, chunk, dh.data(), dW.data());
     const double eps = 1e-6;
     for (int64_t k = 0; k < p.N * p.D; ++k) {
       auto hp = p.h, hm = p.h;
@@ -110,9 +109,8 @@ TEST(FusedLinearLogProbs, BackwardMatchesFiniteDifferencesOverSeveralChunks) {
     }
     // A frozen head: the same dh, no dW.
     std::vector<double> dh2(p.N * p.D);
-    kernels::fused_linear_log_probs_backward<double>(p.h.data(), p.labels.data(), lse.data(),
-                                                     g.data(), head, p.N, chunk, dh2.data(),
-                                                     nullptr);
+    kernels::fused_linear_log_probs_backward<double>(
+        p.h.data(), p.labels.data(), lse.data(), g.data(), head, p.N, chunk, dh2.data(), nullptr);
     EXPECT_EQ(dh, dh2);
   }
 }
@@ -139,8 +137,8 @@ TEST(FusedLinearLogProbs, NF4HeadEqualsItsDequantizedDenseHead) {
   auto run = [&](const kernels::LogProbHead<double>& head, std::vector<double>& logp,
                  std::vector<double>& dh) {
     std::vector<double> lse(p.N), zsum(p.N);
-    kernels::fused_linear_log_probs<double>(p.h.data(), p.labels.data(), head, p.N, 4,
-                                            logp.data(), lse.data(), zsum.data());
+    kernels::fused_linear_log_probs<double>(p.h.data(), p.labels.data(), head, p.N, 4, logp.data(),
+                                            lse.data(), zsum.data());
     kernels::fused_linear_log_probs_backward<double>(p.h.data(), p.labels.data(), lse.data(),
                                                      g.data(), head, p.N, 4, dh.data(), nullptr);
   };
@@ -163,7 +161,9 @@ TEST(FusedLinearLogProbs, RejectsALabelOutsideTheVocabulary) {
 
 // ---- the losses against their papers' formulas, and their gradients -----------------------
 
-double log_sigmoid(double x) { return x < 0 ? x - std::log1p(std::exp(x)) : -std::log1p(std::exp(-x)); }
+double log_sigmoid(double x) {
+  return x < 0 ? x - std::log1p(std::exp(x)) : -std::log1p(std::exp(-x));
+}
 
 // The expected mean loss over B pairs, written from each paper's formula.
 double reference_loss(const PreferenceLoss& l, const std::vector<double>& pol,
@@ -253,8 +253,10 @@ Batch pair_batch(int64_t B, int64_t T, int64_t V, uint64_t seed) {
   for (int64_t r = 0; r < 2 * B; ++r)
     for (int64_t t = 0; t < T; ++t) {
       int32_t& y = b.labels[size_t(r * T + t)];
-      if (t < 2) y = kIgnoreIndex;
-      else if (y == kIgnoreIndex && t < T - 1) y = b.tokens[size_t(r * T + t + 1)];
+      if (t < 2)
+        y = kIgnoreIndex;
+      else if (y == kIgnoreIndex && t < T - 1)
+        y = b.tokens[size_t(r * T + t + 1)];
     }
   return b;
 }
@@ -269,8 +271,10 @@ TensorMap pair_inputs(const Batch& b, DType dt, const std::vector<double>& ref) 
     for (int64_t t = 0; t < T; ++t) n += b.labels[size_t(i * T + t)] != kIgnoreIndex;
     for (int64_t t = 0; t < T; ++t) {
       const double m = b.labels[size_t(i * T + t)] != kIgnoreIndex ? 1.0 : 0.0;
-      if (dt == DType::F64) mask.data<double>()[i * T + t] = m;
-      else mask.data<float>()[i * T + t] = float(m);
+      if (dt == DType::F64)
+        mask.data<double>()[i * T + t] = m;
+      else
+        mask.data<float>()[i * T + t] = float(m);
     }
     if (dt == DType::F64) {
       inv.data<double>()[i] = 1.0 / double(n);

@@ -6,13 +6,13 @@
 #include "fusetune/cli/command.h"
 #include "fusetune/compile/compiler.h"
 #include "fusetune/compile/plan_report.h"
+#include "fusetune/losses/preference.h"
 #include "fusetune/models/training_graph.h"
 #include "fusetune/peft/nf4_weight.h"
-#include "fusetune/losses/preference.h"
 #include "fusetune/recipes/dpo_step.h"
 #include "fusetune/recipes/lora_finetune_single_device.h"
-#include "fusetune/recipes/registry.h"
 #include "fusetune/recipes/recipe_setup.h"
+#include "fusetune/recipes/registry.h"
 #include "fusetune/util/error.h"
 #include "fusetune/util/strings.h"
 
@@ -70,8 +70,8 @@ int cmd_plan(const std::vector<std::string>& argv) {
   }
   if (dpo && pref.needs_reference()) {
     // The reference model's forward pass runs before the policy's step, without gradients.
-    LlamaOptions ref_llama = recipe == "lora_dpo_single_device" ? peft::base_llama_options(nf4)
-                                                                 : LlamaOptions{};
+    LlamaOptions ref_llama =
+        recipe == "lora_dpo_single_device" ? peft::base_llama_options(nf4) : LlamaOptions{};
     Graph ref = build_sequence_log_probs_graph(model, o.batch_size, T, DType::F32, ref_llama);
     std::printf("reference forward (%s):", cfg.boolean("precompute_ref_log_probs", false)
                                                ? "once per pair, before training"

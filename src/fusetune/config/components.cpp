@@ -89,17 +89,17 @@ std::vector<ComponentTable> build_tables() {
                   {"torchtune.rlhf.loss.IPOLoss", "torchtune.modules.rlhf.loss.IPOLoss", "ipo"},
                   "identity preference optimization: squared distance to a target margin",
                   {Field::Float("tau").def("0.1").min(0).doc("regularization: margin 1/(2 tau)")}),
-        Component("SimPOLoss",
-                  {"torchtune.rlhf.loss.SimPOLoss", "torchtune.modules.rlhf.loss.SimPOLoss",
-                   "simpo"},
-                  "reference-free, length-normalized preference loss",
-                  {Field::Float("beta").def("2.0").min(0).doc("scale of the reward"),
-                   Field::Float("gamma").def("0.5").min(0).doc("target reward margin"),
-                   Field::Float("label_smoothing")
-                       .def("0.0")
-                       .min(0)
-                       .max(0.5)
-                       .doc("assumed share of flipped preference labels")})},
+        Component(
+            "SimPOLoss",
+            {"torchtune.rlhf.loss.SimPOLoss", "torchtune.modules.rlhf.loss.SimPOLoss", "simpo"},
+            "reference-free, length-normalized preference loss",
+            {Field::Float("beta").def("2.0").min(0).doc("scale of the reward"),
+             Field::Float("gamma").def("0.5").min(0).doc("target reward margin"),
+             Field::Float("label_smoothing")
+                 .def("0.0")
+                 .min(0)
+                 .max(0.5)
+                 .doc("assumed share of flipped preference labels")})},
        "cross_entropy"});
 
   t.push_back(

@@ -205,7 +205,10 @@ Schema build_lora(bool preference = false) {
                 .max(1, true)
                 .doc("dropout on the adapter input"));
   model.add(Field::Bool("use_dora").def("false").doc("DoRA: learn a magnitude vector too"));
-  model.add(Field::Bool("quantize_base").def("false").doc("store the frozen base as NF4 (QLoRA): layer projections, embedding and head"));
+  model.add(
+      Field::Bool("quantize_base")
+          .def("false")
+          .doc("store the frozen base as NF4 (QLoRA): layer projections, embedding and head"));
   s.add(model);
   s.field("checkpointer")
       .add(Field::String("adapter_checkpoint")
@@ -231,26 +234,28 @@ void check_objective(const Config& root, bool preference, Problems& p) {
   const std::string loss = component("loss", "cross_entropy");
   const bool pref_loss = loss != "cross_entropy";
   if (pref_loss != preference)
-    p.errors.push_back(
-        "config key 'loss._component_' is " + loss + ", but this recipe trains with " +
-        (preference ? "a preference loss (DPOLoss, RSOLoss, IPOLoss or SimPOLoss)"
-                    : "cross_entropy; " + loss + " belongs to lora_dpo_single_device or "
-                                                 "full_dpo_single_device") +
-        " (" + root.where("loss") + ")");
+    p.errors.push_back("config key 'loss._component_' is " + loss +
+                       ", but this recipe trains with " +
+                       (preference ? "a preference loss (DPOLoss, RSOLoss, IPOLoss or SimPOLoss)"
+                                   : "cross_entropy; " + loss +
+                                         " belongs to lora_dpo_single_device or "
+                                         "full_dpo_single_device") +
+                       " (" + root.where("loss") + ")");
   const std::string data = component("dataset", "");
   if (!data.empty() && (data == "preference") != preference)
-    p.errors.push_back(
-        "config key 'dataset._component_' is " + data + ", but this recipe " +
-        (preference ? "needs preference pairs (dataset._component_: preference)"
-                    : "trains on samples; preference pairs belong to the DPO recipes") +
-        " (" + root.where("dataset") + ")");
+    p.errors.push_back("config key 'dataset._component_' is " + data + ", but this recipe " +
+                       (preference
+                            ? "needs preference pairs (dataset._component_: preference)"
+                            : "trains on samples; preference pairs belong to the DPO recipes") +
+                       " (" + root.where("dataset") + ")");
 }
 
 Field precompute_ref_field() {
   return Field::Bool("precompute_ref_log_probs")
       .def("false")
-      .doc("compute the reference model's log-probs once per pair before training (saves a "
-           "forward per step; the losses are the same)");
+      .doc(
+          "compute the reference model's log-probs once per pair before training (saves a "
+          "forward per step; the losses are the same)");
 }
 
 Schema build_lora_dpo() {

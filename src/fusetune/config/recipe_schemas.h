@@ -14,7 +14,8 @@ const Schema& full_finetune_schema();
 // model.lora_dropout, model.use_dora, model.quantize_base (torchtune keeps these under
 // `model`), checkpointer.adapter_checkpoint and save_adapter_weights_only.
 const Schema& lora_finetune_schema();
-const Schema& lora_dpo_schema();   // lora_finetune's keys + precompute_ref_log_probs
-const Schema& full_dpo_schema();   // full_finetune's keys + ref_checkpointer, precompute_ref_log_probs
+const Schema& lora_dpo_schema();  // lora_finetune's keys + precompute_ref_log_probs
+const Schema&
+full_dpo_schema();  // full_finetune's keys + ref_checkpointer, precompute_ref_log_probs
 
 }  // namespace fusetune

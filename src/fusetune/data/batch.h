@@ -12,8 +12,9 @@ constexpr int32_t kIgnoreIndex = -100;
 struct Batch {
   int64_t batch_size = 0;
   int64_t seq_len = 0;
-  std::vector<int32_t> tokens;     // padded with the tokenizer's pad id
-  std::vector<int32_t> labels;     // kIgnoreIndex on padding, prompts (train_on_input: false), doc ends
+  std::vector<int32_t> tokens;  // padded with the tokenizer's pad id
+  std::vector<int32_t>
+      labels;  // kIgnoreIndex on padding, prompts (train_on_input: false), doc ends
   std::vector<int32_t> positions;  // RoPE positions; restart at 0 per packed document
   std::vector<int32_t> doc_ids;    // packed batches: document index per token (attention stays
                                    // inside a document); empty = plain causal attention

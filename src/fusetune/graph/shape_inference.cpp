@@ -375,8 +375,8 @@ std::vector<TensorType> infer_types(const Graph& g, Op op, const std::vector<Val
         need_float(head);
       }
       if (w.size() != 2 || S(0).size() != 2 || S(0)[1] != w[1])
-        fail(op, "expects h [N, D] and a head [V, D], got " + shape_str(S(0)) + " and " +
-                     shape_str(w));
+        fail(op,
+             "expects h [N, D] and a head [V, D], got " + shape_str(S(0)) + " and " + shape_str(w));
       const Shape rows{S(0)[0]};
       if (S(1) != rows) fail(op, "labels must be [N]");
       if (fwd) return {{rows, fd}, {rows, fd}, {rows, fd}};

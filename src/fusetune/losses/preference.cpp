@@ -7,9 +7,7 @@ namespace {
 
 Value sub(Builder& b, Value x, Value y) { return b.add(x, b.scale(y, -1.0)); }
 
-Value add_const(Builder& b, Value x, double c) {
-  return b.add(x, b.graph().fill(b.shape(x), c));
-}
+Value add_const(Builder& b, Value x, double c) { return b.add(x, b.graph().fill(b.shape(x), c)); }
 
 Value log_sigmoid(Builder& b, Value x) { return b.graph().add1(Op::LogSigmoid, {x}); }
 
@@ -57,13 +55,13 @@ SequenceLogProbs build_sequence_log_probs(Builder& b, Value hidden, Value head, 
 }
 
 PreferenceLossOutputs build_preference_loss(Builder& b, const PreferenceLoss& loss,
-                                            Value policy_logps, Value ref_logps,
-                                            Value inv_lengths, Value scale) {
+                                            Value policy_logps, Value ref_logps, Value inv_lengths,
+                                            Value scale) {
   Graph& g = b.graph();
   g.set_region(1);
   const int64_t rows = b.shape(policy_logps)[0];
-  FT_CHECK(rows % 2 == 0, "a preference batch has an even number of rows, got " +
-                              std::to_string(rows));
+  FT_CHECK(rows % 2 == 0,
+           "a preference batch has an even number of rows, got " + std::to_string(rows));
   const int64_t B = rows / 2;
   Value p = policy_logps;
   if (loss.length_normalized()) p = b.mul(p, inv_lengths);

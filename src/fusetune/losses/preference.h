@@ -54,7 +54,7 @@ struct PreferenceLossOutputs {
   Value rejected_rewards;  // [B]
 };
 PreferenceLossOutputs build_preference_loss(Builder& b, const PreferenceLoss& loss,
-                                            Value policy_logps, Value ref_logps,
-                                            Value inv_lengths, Value scale);
+                                            Value policy_logps, Value ref_logps, Value inv_lengths,
+                                            Value scale);
 
 }  // namespace fusetune

@@ -37,12 +37,12 @@ TensorMap load_reference(const Config& cfg, const LoadedModel& policy) {
   TensorMap ref;
   for (const auto& [name, t] : policy.params) {
     auto it = ck.tensors.find(name);
-    FT_CHECK(it != ck.tensors.end(),
-             "ref_checkpointer: " + dir + " has no tensor '" + name + "' (the reference model "
-             "must have the policy's architecture)");
-    FT_CHECK(it->second.shape() == t.shape(),
-             "ref_checkpointer: tensor '" + name + "' in " + dir + " is " +
-                 shape_str(it->second.shape()) + " but the policy's is " + shape_str(t.shape()));
+    FT_CHECK(it != ck.tensors.end(), "ref_checkpointer: " + dir + " has no tensor '" + name +
+                                         "' (the reference model "
+                                         "must have the policy's architecture)");
+    FT_CHECK(it->second.shape() == t.shape(), "ref_checkpointer: tensor '" + name + "' in " + dir +
+                                                  " is " + shape_str(it->second.shape()) +
+                                                  " but the policy's is " + shape_str(t.shape()));
     ref[name] = it->second.clone();  // owned and counted: the mapped file may be rewritten
   }
   return ref;

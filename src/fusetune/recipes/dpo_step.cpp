@@ -11,18 +11,21 @@
 namespace fusetune {
 namespace {
 
-double mean(const float* x, int64_t n) {
+double sum(const float* x, int64_t n) {
   double s = 0;
   for (int64_t i = 0; i < n; ++i) s += double(x[i]);
-  return n > 0 ? s / double(n) : 0.0;
+  return s;
 }
+
+double mean(const float* x, int64_t n) { return n > 0 ? sum(x, n) / double(n) : 0.0; }
 
 class DpoStep final : public TrainingStep {
  public:
   explicit DpoStep(DpoStepOptions o)
       : o_(std::move(o)),
-        policy_([this](int64_t rows, int64_t T, bool packed) { return policy_graph(rows, T, packed); },
-                o_.policy.passes),
+        policy_(
+            [this](int64_t rows, int64_t T, bool packed) { return policy_graph(rows, T, packed); },
+            o_.policy.passes),
         reference_(
             [this](int64_t rows, int64_t T, bool) {
               return build_sequence_log_probs_graph(*o_.policy.model, rows, T, DType::F32,
@@ -69,9 +72,8 @@ class DpoStep final : public TrainingStep {
                  {"rewards/margins", margin / double(B)},
                  {"log_probs/chosen", mean(lp, B)},
                  {"log_probs/rejected", mean(lp + B, B)},
-                 {"logits/chosen", mean(ls, B) * double(B) / std::max(1.0, V * double(tokens[0]))},
-                 {"logits/rejected",
-                  mean(ls + B, B) * double(B) / std::max(1.0, V * double(tokens[1]))}};
+                 {"logits/chosen", sum(ls, B) / std::max(1.0, V * double(tokens[0]))},
+                 {"logits/rejected", sum(ls + B, B) / std::max(1.0, V * double(tokens[1]))}};
     return r;
   }
 
@@ -80,9 +82,8 @@ class DpoStep final : public TrainingStep {
     double per_token = training_flops_per_token(m, b.seq_len, o_.policy.trainable);
     // The reference forward: half of what a frozen model's forward + input gradients cost.
     if (o_.loss.needs_reference() && !o_.precompute_ref)
-      per_token += 0.5 * training_flops_per_token(m, b.seq_len, [](const std::string&) {
-                     return false;
-                   });
+      per_token +=
+          0.5 * training_flops_per_token(m, b.seq_len, [](const std::string&) { return false; });
     return per_token * double(b.batch_size * b.seq_len);
   }
 
@@ -154,8 +155,7 @@ class DpoStep final : public TrainingStep {
       for (int64_t i = 0; i < B; ++i)
         precomputed_[items[size_t(i)]] = {lp.data<float>()[i], lp.data<float>()[B + i]};
     }
-    const double s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (o_.log)
       o_.log("Precomputed reference log-probs of " + std::to_string(n) + " pairs in " +
              std::to_string(s).substr(0, std::to_string(s).find('.') + 3) + " s");

@@ -33,7 +33,7 @@ struct DpoStepOptions {
   // precompute_ref_log_probs: one reference pass over `pairs` before training.
   bool precompute_ref = false;
   const PreferenceDataset* pairs = nullptr;
-  LoaderOptions loader;                          // batch size and padding of the pass
+  LoaderOptions loader;                         // batch size and padding of the pass
   std::function<void(const std::string&)> log;  // where the precompute pass reports
 };
 

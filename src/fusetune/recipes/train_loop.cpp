@@ -156,8 +156,9 @@ int run_training(const Config& cfg, const TrainJob& job) {
   };
 
   // ---- the step ------------------------------------------------------------------------------
-  StepContext ctx{cfg, model, {}, pairs.get(), loader_options,
-                  [&logger](const std::string& line) { logger.message(line); }};
+  StepContext ctx{
+      cfg,         model,          {},
+      pairs.get(), loader_options, [&logger](const std::string& line) { logger.message(line); }};
   ctx.step.model = &model.config;
   ctx.step.params = &model.params;
   ctx.step.trainable = job.trainable;

@@ -280,8 +280,8 @@ void run_typed(const Node& n, const std::vector<Tensor>& in, std::vector<Tensor>
       k::LogProbHead<T> head;
       head.D = in[0].dim(1);
       if (nf4) {
-        w = {I(hi),      I(hi + 1), reinterpret_cast<const float*>(I(hi + 2)), float(a.scalar),
-             a.shape[0], a.shape[1]};
+        w = {I(hi),           I(hi + 1),  reinterpret_cast<const float*>(I(hi + 2)),
+             float(a.scalar), a.shape[0], a.shape[1]};
         head.nf4 = &w;
         head.V = a.shape[0];
       } else {

@@ -24,7 +24,8 @@ void with_head(const LogProbHead<T>& head, F&& f) {
 }
 
 // The rows of [r0, r1) that have a label, each checked against the vocabulary.
-void valid_rows(const int32_t* labels, int64_t r0, int64_t r1, int64_t V, std::vector<int64_t>& rows) {
+void valid_rows(const int32_t* labels, int64_t r0, int64_t r1, int64_t V,
+                std::vector<int64_t>& rows) {
   rows.clear();
   for (int64_t r = r0; r < r1; ++r) {
     const int32_t y = labels[r];
@@ -38,8 +39,8 @@ void valid_rows(const int32_t* labels, int64_t r0, int64_t r1, int64_t V, std::v
 }  // namespace
 
 template <class T>
-void fused_linear_log_probs(const T* h, const int32_t* labels, const LogProbHead<T>& head, int64_t N,
-                            int64_t chunk_rows, T* logp, T* lse, T* zsum) {
+void fused_linear_log_probs(const T* h, const int32_t* labels, const LogProbHead<T>& head,
+                            int64_t N, int64_t chunk_rows, T* logp, T* lse, T* zsum) {
   const int64_t D = head.D, V = head.V;
   const int64_t C = std::max<int64_t>(1, std::min(chunk_rows, N));
   Tensor z_buf = Tensor::empty({C, V}, dtype_of<T>());
@@ -64,7 +65,8 @@ void fused_linear_log_probs(const T* h, const int32_t* labels, const LogProbHead
         const T* zi = z + i * V;
         const int64_t r = rows[size_t(i)];
         const T mx = detail::row_max(zi, V);
-        const double l = double(mx) + std::log(detail::sum_exp(zi, mx, static_cast<T*>(nullptr), V));
+        const double l =
+            double(mx) + std::log(detail::sum_exp(zi, mx, static_cast<T*>(nullptr), V));
         double s = 0;
         for (int64_t j = 0; j < V; ++j) s += double(zi[j]);
         lse[r] = T(l);
@@ -124,9 +126,9 @@ int64_t fused_log_probs_scratch_bytes(int64_t chunk_rows, int64_t D, int64_t V, 
   return elems * elem_bytes;
 }
 
-#define FT_FUSED_LOGP(T)                                                                          \
+#define FT_FUSED_LOGP(T)                                                                         \
   template void fused_linear_log_probs<T>(const T*, const int32_t*, const LogProbHead<T>&,       \
-                                          int64_t, int64_t, T*, T*, T*);                          \
+                                          int64_t, int64_t, T*, T*, T*);                         \
   template void fused_linear_log_probs_backward<T>(const T*, const int32_t*, const T*, const T*, \
                                                    const LogProbHead<T>&, int64_t, int64_t, T*,  \
                                                    T*);

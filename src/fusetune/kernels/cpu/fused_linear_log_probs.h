@@ -21,8 +21,8 @@ struct LogProbHead {
 };
 
 template <class T>
-void fused_linear_log_probs(const T* h, const int32_t* labels, const LogProbHead<T>& head, int64_t N,
-                            int64_t chunk_rows, T* logp, T* lse, T* zsum);
+void fused_linear_log_probs(const T* h, const int32_t* labels, const LogProbHead<T>& head,
+                            int64_t N, int64_t chunk_rows, T* logp, T* lse, T* zsum);
 
 // dW == nullptr: no weight gradient (a frozen or NF4 head).
 template <class T>

@@ -50,7 +50,8 @@ void row_sum(const T* x, T* out, int64_t rows, int64_t cols) {
 
 template <class T>
 void log_sigmoid(const T* x, T* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = std::min(x[i], T(0)) - std::log1p(std::exp(-std::abs(x[i])));
+  for (int64_t i = 0; i < n; ++i)
+    out[i] = std::min(x[i], T(0)) - std::log1p(std::exp(-std::abs(x[i])));
 }
 
 template <class T>

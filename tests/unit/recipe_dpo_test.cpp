@@ -1,0 +1,108 @@
+// The DPO recipes without assets: a random-init model with the byte tokenizer on preference
+// pairs written here. The first step's loss is log 2 (policy = reference), QLoRA (NF4 base
+// and head) runs in every compile mode with the same losses, and `fusetune plan` builds the
+// recipe's own step (the fused log-prob kernels under compile: true, the reference pass).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "fusetune/cli/command.h"
+#include "fusetune/util/fs.h"
+#include "test_support.h"
+
+using namespace fusetune;
+using namespace fusetune::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string dpo_yaml(const fs::path& out, const fs::path& data) {
+  std::ostringstream s;
+  s << "output_dir: " << out.string() << "\n"
+    << "model:\n  init: random\n  model_type: llama\n  vocab_size: 259\n  hidden_size: 32\n"
+    << "  intermediate_size: 64\n  num_hidden_layers: 2\n  num_attention_heads: 4\n"
+    << "  num_key_value_heads: 2\n  max_position_embeddings: 128\n"
+    << "  lora_attn_modules: [q_proj, v_proj]\n  apply_lora_to_mlp: true\n  lora_rank: 4\n"
+    << "  lora_alpha: 8\n"
+    << "tokenizer:\n  _component_: byte\n  max_seq_len: 64\n"
+    << "dataset:\n  _component_: preference\n  source: " << data.string() << "\n"
+    << "seed: 1\nshuffle: true\nbatch_size: 2\nepochs: 2\n"
+    << "optimizer:\n  _component_: AdamW\n  lr: 1e-2\n  weight_decay: 0.0\n"
+    << "loss:\n  _component_: DPOLoss\n  beta: 0.1\ncompile: false\nnum_threads: 1\n"
+    << "log_every_n_steps: 1\nlog_peak_memory_stats: false\n";
+  return s.str();
+}
+
+void write_pairs(const fs::path& p, int n) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (int i = 0; i < n; ++i)
+    rows.push_back({{"prompt", "Name a color " + std::to_string(i) + "."},
+                    {"chosen", i % 2 ? "Blue, like the sky." : "Green."},
+                    {"rejected", i % 2 ? "I will not." : "Seven is a number."}});
+  write_file_atomic(p, rows.dump());
+}
+
+std::vector<double> losses(const fs::path& out) {
+  std::vector<double> l;
+  std::istringstream in(read_file(out / "logs" / "metrics.jsonl"));
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) l.push_back(nlohmann::json::parse(line).at("loss").get<double>());
+  return l;
+}
+
+}  // namespace
+
+TEST(DpoRecipe, QloraDpoStartsAtLog2AndCompileModesAgree) {
+  TempDir tmp;
+  write_pairs(tmp / "pairs.json", 8);
+  write_file_atomic(tmp / "cfg.yaml", dpo_yaml(tmp / "run", tmp / "pairs.json"));
+  std::vector<double> by_mode[3];
+  int m = 0;
+  for (const char* mode : {"false", "model", "true"}) {
+    const fs::path out = tmp / (std::string("run_") + mode);
+    ASSERT_EQ(cli::cmd_run({"lora_dpo_single_device", "--config", (tmp / "cfg.yaml").string(),
+                            std::string("compile=") + mode, "model.quantize_base=true",
+                            "output_dir=" + out.string()}),
+              0);
+    by_mode[m++] = losses(out);
+    EXPECT_TRUE(fs::exists(out / "epoch_1" / "adapter_model.safetensors"));
+  }
+  ASSERT_EQ(by_mode[0].size(), 8u);
+  EXPECT_NEAR(by_mode[0][0], std::log(2.0), 1e-6);
+  for (int k = 1; k < 3; ++k)
+    for (size_t i = 0; i < by_mode[0].size(); ++i)
+      EXPECT_NEAR(by_mode[k][i], by_mode[0][i], 1e-4 * std::max(1.0, std::abs(by_mode[0][i])))
+          << "mode " << k << " step " << i + 1;
+}
+
+TEST(DpoRecipe, IdenticalAnswersAreABadRowNamedByFileAndLine) {
+  TempDir tmp;
+  write_file_atomic(tmp / "pairs.jsonl",
+                    "{\"prompt\": \"a\", \"chosen\": \"b\", \"rejected\": \"c\"}\n"
+                    "{\"prompt\": \"a\", \"chosen\": \"same\", \"rejected\": \"same\"}\n");
+  write_file_atomic(tmp / "cfg.yaml", dpo_yaml(tmp / "run", tmp / "pairs.jsonl"));
+  try {
+    cli::cmd_run({"lora_dpo_single_device", "--config", (tmp / "cfg.yaml").string()});
+    FAIL() << "expected an error";
+  } catch (const std::exception& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("pairs.jsonl line 2"), std::string::npos) << what;
+    EXPECT_NE(what.find("identical"), std::string::npos) << what;
+  }
+}
+
+TEST(DpoRecipe, PlanBuildsThePreferenceStepAndTheReferencePass) {
+  TempDir tmp;
+  write_pairs(tmp / "pairs.json", 4);
+  write_file_atomic(tmp / "cfg.yaml", dpo_yaml(tmp / "run", tmp / "pairs.json"));
+  ::testing::internal::CaptureStdout();
+  const int rc = cli::cmd_plan({"lora_dpo_single_device", "--config", (tmp / "cfg.yaml").string()});
+  const std::string plan = ::testing::internal::GetCapturedStdout();
+  ASSERT_EQ(rc, 0) << plan;
+  EXPECT_NE(plan.find("step of 4 x 64 tokens"), std::string::npos) << plan;  // 2 pairs = 4 rows
+  EXPECT_NE(plan.find("fused_linear_log_probs_backward"), std::string::npos) << plan;
+  EXPECT_NE(plan.find("reference forward (every step"), std::string::npos) << plan;
+}
