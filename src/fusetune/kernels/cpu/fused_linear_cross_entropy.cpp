@@ -39,18 +39,9 @@ double fused_ce(const Head& head, const T* h, const int32_t* labels, T scale, in
   double total = 0.0;
 
   for (int64_t r0 = 0; r0 < N; r0 += C) {
-    const int64_t r1 = std::min(N, r0 + C);
-    rows.clear();
-    for (int64_t r = r0; r < r1; ++r) {
-      const int32_t y = labels[r];
-      if (y == -100) continue;
-      FT_CHECK(y >= 0 && y < V, "label " + std::to_string(y) + " at token " + std::to_string(r) +
-                                    " is outside the vocabulary [0, " + std::to_string(V) + ")");
-      rows.push_back(r);
-    }
-    const int64_t c = int64_t(rows.size());
+    const int64_t c =
+        detail::gather_labelled_rows(h, labels, r0, std::min(N, r0 + C), D, V, rows, hc);
     if (c == 0) continue;
-    for (int64_t i = 0; i < c; ++i) std::memcpy(hc + i * D, h + rows[i] * D, sizeof(T) * size_t(D));
 
     head.logits(hc, c, z);
 

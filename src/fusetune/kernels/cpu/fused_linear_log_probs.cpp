@@ -23,19 +23,6 @@ void with_head(const LogProbHead<T>& head, F&& f) {
   f(detail::NF4Head<T>{*head.nf4, head.D, head.V, tr, tile.data<T>()});
 }
 
-// The rows of [r0, r1) that have a label, each checked against the vocabulary.
-void valid_rows(const int32_t* labels, int64_t r0, int64_t r1, int64_t V,
-                std::vector<int64_t>& rows) {
-  rows.clear();
-  for (int64_t r = r0; r < r1; ++r) {
-    const int32_t y = labels[r];
-    if (y == -100) continue;
-    FT_CHECK(y >= 0 && y < V, "label " + std::to_string(y) + " at token " + std::to_string(r) +
-                                  " is outside the vocabulary [0, " + std::to_string(V) + ")");
-    rows.push_back(r);
-  }
-}
-
 }  // namespace
 
 template <class T>
@@ -54,11 +41,9 @@ void fused_linear_log_probs(const T* h, const int32_t* labels, const LogProbHead
   rows.reserve(size_t(C));
   with_head(head, [&](const auto& W) {
     for (int64_t r0 = 0; r0 < N; r0 += C) {
-      valid_rows(labels, r0, std::min(N, r0 + C), V, rows);
-      const int64_t c = int64_t(rows.size());
+      const int64_t c =
+          detail::gather_labelled_rows(h, labels, r0, std::min(N, r0 + C), D, V, rows, hc);
       if (c == 0) continue;
-      for (int64_t i = 0; i < c; ++i)
-        std::memcpy(hc + i * D, h + rows[i] * D, sizeof(T) * size_t(D));
       W.logits(hc, c, z);
 #pragma omp parallel for schedule(static)
       for (int64_t i = 0; i < c; ++i) {
@@ -95,11 +80,9 @@ void fused_linear_log_probs_backward(const T* h, const int32_t* labels, const T*
   rows.reserve(size_t(C));
   with_head(head, [&](const auto& W) {
     for (int64_t r0 = 0; r0 < N; r0 += C) {
-      valid_rows(labels, r0, std::min(N, r0 + C), V, rows);
-      const int64_t c = int64_t(rows.size());
+      const int64_t c =
+          detail::gather_labelled_rows(h, labels, r0, std::min(N, r0 + C), D, V, rows, hc);
       if (c == 0) continue;
-      for (int64_t i = 0; i < c; ++i)
-        std::memcpy(hc + i * D, h + rows[i] * D, sizeof(T) * size_t(D));
       W.logits(hc, c, z);
 #pragma omp parallel for schedule(static)
       for (int64_t i = 0; i < c; ++i) {

@@ -4,9 +4,13 @@
 // dequantized a tile of rows at a time (the tile is the only fp32 copy of any part of W).
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
 
 #include "fusetune/kernels/cpu/kernels.h"
 #include "fusetune/kernels/cpu/nf4.h"
+#include "fusetune/util/error.h"
 
 namespace fusetune::kernels::detail {
 
@@ -42,5 +46,23 @@ struct NF4Head {
     }
   }
 };
+
+// The rows of [r0, r1) that have a label (-100: none), each checked against the vocabulary,
+// into `rows`, and their hidden states copied into hc [rows.size(), D]. Returns the count.
+template <class T>
+int64_t gather_labelled_rows(const T* h, const int32_t* labels, int64_t r0, int64_t r1, int64_t D,
+                             int64_t V, std::vector<int64_t>& rows, T* hc) {
+  rows.clear();
+  for (int64_t r = r0; r < r1; ++r) {
+    const int32_t y = labels[r];
+    if (y == -100) continue;
+    FT_CHECK(y >= 0 && y < V, "label " + std::to_string(y) + " at token " + std::to_string(r) +
+                                  " is outside the vocabulary [0, " + std::to_string(V) + ")");
+    rows.push_back(r);
+  }
+  for (size_t i = 0; i < rows.size(); ++i)
+    std::memcpy(hc + int64_t(i) * D, h + rows[i] * D, sizeof(T) * size_t(D));
+  return int64_t(rows.size());
+}
 
 }  // namespace fusetune::kernels::detail
