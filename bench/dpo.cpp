@@ -7,13 +7,14 @@
 //   [--threads 2]
 // Prints a table (tokens/s counts every position of the policy's 2B x T rows; the ratios are
 // against compile: model of the same method, as the targets name them), then one JSON line.
-// Nothing here asserts a timing.
+// FUSETUNE_PROFILE=1 prints each run's time per op. Nothing here asserts a timing.
 #include <iostream>
 
 #include <nlohmann/json.hpp>
 
 #include "fusetune/peft/lora.h"
 #include "fusetune/recipes/dpo_step.h"
+#include "fusetune/runtime/op_profile.h"
 #include "fusetune/util/strings.h"
 #include "step_runner.h"
 
@@ -68,6 +69,7 @@ Result run(const BenchShape& shape, const std::string& method, CompileMode mode,
       o.ref_params = &ref;
     }
     memory::reset_peak();
+    op_profile::reset();
     std::unique_ptr<TrainingStep> step = make_dpo_step(std::move(o));
     AdamW opt(AdamWOptions{});
     std::vector<double> step_s;
@@ -84,6 +86,9 @@ Result run(const BenchShape& shape, const std::string& method, CompileMode mode,
       if (s == 0) r.compile_s = step->take_compile_seconds();
     }
     r.peak_bytes = memory::peak_bytes() - base;
+    if (op_profile::enabled())
+      std::printf("%s %s (all %d steps):\n%s\n", method.c_str(), r.mode.c_str(), steps,
+                  op_profile::report().c_str());
     std::vector<double> tail(step_s.begin() + 1, step_s.end());  // step 1 compiles
     std::sort(tail.begin(), tail.end());
     r.tokens_per_s = double(shape.batch * shape.seq) / tail[tail.size() / 2];

@@ -52,11 +52,9 @@ void fused_linear_log_probs(const T* h, const int32_t* labels, const LogProbHead
         const T mx = detail::row_max(zi, V);
         const double l =
             double(mx) + std::log(detail::sum_exp(zi, mx, static_cast<T*>(nullptr), V));
-        double s = 0;
-        for (int64_t j = 0; j < V; ++j) s += double(zi[j]);
         lse[r] = T(l);
         logp[r] = T(double(zi[labels[r]]) - l);
-        zsum[r] = T(s);
+        zsum[r] = T(detail::row_sum(zi, V));
       }
     }
   });

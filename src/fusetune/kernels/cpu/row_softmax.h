@@ -43,4 +43,20 @@ inline double sum_exp(const T* x, T m, T* e, int64_t n) {
   return total;
 }
 
+// sum_j x_j, summed like sum_exp: blocks of 512 in T across vector lanes, the block sums in
+// double (a double accumulator in the loop would make it scalar).
+template <class T>
+inline double row_sum(const T* x, int64_t n) {
+  constexpr int64_t kBlock = 512;
+  double total = 0.0;
+  for (int64_t j0 = 0; j0 < n; j0 += kBlock) {
+    const int64_t j1 = std::min(n, j0 + kBlock);
+    T s = T(0);
+#pragma omp simd reduction(+ : s)
+    for (int64_t j = j0; j < j1; ++j) s += x[j];
+    total += static_cast<double>(s);
+  }
+  return total;
+}
+
 }  // namespace fusetune::kernels::detail
