@@ -61,7 +61,8 @@ Graph run_passes(const Graph& g, const PassOptions& opts, std::vector<std::strin
   return out;
 }
 
-CompiledStep compile_graph(const Graph& g, const PassOptions& opts) {
+CompiledStep compile_graph(const Graph& g, const PassOptions& opts,
+                           std::shared_ptr<SharedArena> arena) {
   auto t0 = std::chrono::steady_clock::now();
   CompiledStep step;
   if (opts.mode == CompileMode::None) {
@@ -76,7 +77,8 @@ CompiledStep compile_graph(const Graph& g, const PassOptions& opts) {
                           format_gib(double(plan.placed_bytes)) + " GiB placed in a " +
                           format_gib(double(plan.arena_bytes)) + " GiB arena (" +
                           std::to_string(plan.in_place) + " written in place)");
-    step.executor = std::make_unique<PlanExecutor>(std::move(compiled), std::move(plan));
+    step.executor =
+        std::make_unique<PlanExecutor>(std::move(compiled), std::move(plan), std::move(arena));
   }
   step.compile_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

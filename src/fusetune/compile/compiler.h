@@ -9,6 +9,7 @@
 
 #include "fusetune/compile/pass.h"
 #include "fusetune/runtime/executor.h"
+#include "fusetune/runtime/shared_arena.h"
 
 namespace fusetune {
 
@@ -23,7 +24,9 @@ struct CompiledStep {
 };
 
 // Runs the passes for `opts.mode` on a copy of `g` and returns an executor for the result.
-CompiledStep compile_graph(const Graph& g, const PassOptions& opts);
+// `arena`: the run's shared arena (runtime/shared_arena.h); null: the step gets its own.
+CompiledStep compile_graph(const Graph& g, const PassOptions& opts,
+                           std::shared_ptr<SharedArena> arena = nullptr);
 
 // The pass pipeline alone (for tests and `fusetune plan`): returns the rewritten graph.
 Graph run_passes(const Graph& g, const PassOptions& opts, std::vector<std::string>* report);

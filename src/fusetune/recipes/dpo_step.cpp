@@ -25,13 +25,13 @@ class DpoStep final : public TrainingStep {
       : o_(std::move(o)),
         policy_(
             [this](int64_t rows, int64_t T, bool packed) { return policy_graph(rows, T, packed); },
-            o_.policy.passes),
+            o_.policy.passes, arena_),
         reference_(
             [this](int64_t rows, int64_t T, bool) {
               return build_sequence_log_probs_graph(*o_.policy.model, rows, T, DType::F32,
                                                     o_.ref_llama);
             },
-            o_.policy.passes) {
+            o_.policy.passes, arena_) {
     FT_CHECK(!o_.loss.needs_reference() || o_.ref_params,
              std::string(o_.loss.name()) + " needs a reference model");
     if (o_.precompute_ref && o_.loss.needs_reference()) precompute();
@@ -163,6 +163,9 @@ class DpoStep final : public TrainingStep {
   }
 
   DpoStepOptions o_;
+  // Declared before the caches that share it: the reference pass and the policy step run one
+  // after the other, so one arena serves both.
+  std::shared_ptr<SharedArena> arena_ = std::make_shared<SharedArena>();
   CompiledGraphs policy_, reference_;
   std::unordered_map<int64_t, std::pair<float, float>> precomputed_;
 };

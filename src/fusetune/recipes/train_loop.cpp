@@ -22,6 +22,25 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
+// Why a step stops the run: what was not finite, the samples of its micro-batches (dataset
+// indices, in loader order) and the checkpoint a resume would start from.
+std::string non_finite_step_message(int64_t step, double loss, double norm,
+                                    const std::vector<Batch>& micro,
+                                    const std::filesystem::path& output_dir) {
+  std::string what = !std::isfinite(loss) ? "the loss is " + std::to_string(loss)
+                                          : "the gradient norm is " + std::to_string(norm);
+  std::string items;
+  for (const Batch& b : micro)
+    for (int64_t i : b.items) items += (items.empty() ? "" : ", ") + std::to_string(i);
+  const auto last = latest_resumable_checkpoint(output_dir);
+  return "step " + std::to_string(step) + ": " + what +
+         "; the update was not applied and the run stops (diverged: lower optimizer.lr or set "
+         "clip_grad_norm). Its samples (dataset indices): [" +
+         items + "]. Last complete checkpoint: " +
+         (last ? last->string() + " (resume_from_checkpoint: true continues from it)"
+               : std::string("none yet"));
+}
+
 DType parse_dtype(const std::string& s) {
   if (s == "fp32" || s == "float32") return DType::F32;
   throw Error("config key 'dtype': '" + s +
@@ -208,15 +227,18 @@ int run_training(const Config& cfg, const TrainJob& job) {
       }
       const double compile_s = step->take_compile_seconds();
       std::vector<ParamRef> refs = param_refs();
+      // A non-finite loss or gradient is never applied to the weights (clip_grad_norm leaves
+      // non-finite gradients untouched and returns their norm).
+      const double norm = clip ? clip_grad_norm(refs, *clip) : fusetune::grad_norm(refs);
+      if (!std::isfinite(loss) || !std::isfinite(norm))
+        throw Error(
+            non_finite_step_message(progress.global_step + 1, loss, norm, micro, output_dir));
       std::optional<double> grad_norm;
-      if (clip) grad_norm = clip_grad_norm(refs, *clip);
+      if (clip) grad_norm = norm;
       const double lr = schedule.lr_at(progress.global_step);
       optimizer->step(refs, lr);
       grads.clear();
       ++progress.global_step;
-      FT_CHECK(std::isfinite(loss), "loss is " + std::to_string(loss) + " at step " +
-                                        std::to_string(progress.global_step) +
-                                        " (diverged): lower optimizer.lr or set clip_grad_norm");
 
       const double step_s = seconds_since(t0);
       if (progress.global_step % log_every == 0 || progress.global_step == 1) {

@@ -23,7 +23,7 @@ TensorMap CompiledGraphs::run(const Batch& b, const TensorMap& inputs, const Ten
     Graph g = build_(b.batch_size, b.seq_len, !b.doc_ids.empty());
     Entry e;
     for (const auto& [name, v] : g.outputs()) e.output_names.push_back(name);
-    e.step = compile_graph(g, passes_);
+    e.step = compile_graph(g, passes_, arena_);
     *compile_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     it = entries_.emplace(key, std::move(e)).first;
   }

@@ -42,12 +42,15 @@ class TrainingStep {
 };
 
 // Step graphs compiled once per batch shape (rows, seq_len, packed): unpacked batches are
-// padded to buckets, so there are few.
+// padded to buckets, so there are few. They place their intermediates in one shared arena,
+// as large as the largest plan (runtime/shared_arena.h); pass the same arena to several
+// caches whose graphs run one after the other (a DPO step's policy and reference).
 class CompiledGraphs {
  public:
   using Build = std::function<Graph(int64_t rows, int64_t seq_len, bool packed)>;
-  CompiledGraphs(Build build, PassOptions passes)
-      : build_(std::move(build)), passes_(std::move(passes)) {}
+  CompiledGraphs(Build build, PassOptions passes,
+                 std::shared_ptr<SharedArena> arena = std::make_shared<SharedArena>())
+      : build_(std::move(build)), passes_(std::move(passes)), arena_(std::move(arena)) {}
   // Runs the graph for b's shape (built and compiled on first use, the time added to
   // *compile_s) and returns its outputs by name.
   TensorMap run(const Batch& b, const TensorMap& inputs, const TensorMap& params,
@@ -60,6 +63,7 @@ class CompiledGraphs {
   };
   Build build_;
   PassOptions passes_;
+  std::shared_ptr<SharedArena> arena_;
   std::map<std::tuple<int64_t, int64_t, bool>, Entry> entries_;
 };
 

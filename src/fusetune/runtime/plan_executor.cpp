@@ -4,13 +4,16 @@
 
 namespace fusetune {
 
-PlanExecutor::PlanExecutor(Graph g, MemoryPlan plan)
-    : g_(std::move(g)), plan_(std::move(plan)), release_at_(release_points(g_)) {
-  arena_ = Tensor::empty({(plan_.arena_bytes + 3) / 4}, DType::F32);
+PlanExecutor::PlanExecutor(Graph g, MemoryPlan plan, std::shared_ptr<SharedArena> arena)
+    : g_(std::move(g)),
+      plan_(std::move(plan)),
+      release_at_(release_points(g_)),
+      arena_(arena ? std::move(arena) : std::make_shared<SharedArena>()) {
+  arena_->reserve(plan_.arena_bytes);
 }
 
 std::vector<Tensor> PlanExecutor::run(const TensorMap& inputs, const TensorMap& params) {
-  char* base = static_cast<char*>(arena_.raw());
+  char* base = arena_->reserve(plan_.arena_bytes);
   return run_nodes(g_, release_at_, inputs, params,
                    [&](size_t node, size_t k, const TensorType& t) {
                      const int64_t off = plan_.offsets[node][k];
