@@ -4,7 +4,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <random>
+
+#include <gtest/gtest.h>
 
 #include "fusetune/graph/graph.h"
 #include "fusetune/runtime/tensor.h"
@@ -12,7 +15,14 @@
 namespace fusetune::testing {
 
 // Largest |a - b| over the largest |a|: a relative error that does not blow up on zeros.
+// Tensors of different shapes (or element counts) are a test failure and compare as +inf,
+// so a shape bug can never pass as a small difference over a common prefix.
 inline double max_rel_diff(const Tensor& a, const Tensor& b) {
+  if (a.shape() != b.shape() || a.numel() != b.numel()) {
+    ADD_FAILURE() << "max_rel_diff: shapes differ: " << shape_str(a.shape()) << " vs "
+                  << shape_str(b.shape());
+    return std::numeric_limits<double>::infinity();
+  }
   double worst = 0, scale = 0;
   for (int64_t i = 0; i < a.numel(); ++i)
     scale = std::max(scale, std::abs(element_as_double(a, i)));

@@ -187,3 +187,35 @@ TEST(RecipeBadInput, ResumeIgnoresIncompleteCheckpoint) {
   EXPECT_EQ(f.run.code, 1) << f.run.err;
   EXPECT_NE(f.run.err.find("no resumable checkpoint"), std::string::npos) << f.run.err;
 }
+
+// A checkpoint whose recipe state was damaged after it was written: resuming names the file,
+// and the damaged checkpoint stays as it is (nothing overwritten).
+TEST(RecipeBadInput, CorruptRecipeStateSafetensors) {
+  TempDir tmp;
+  CliRun first = run_shell(demo_command(tmp / "out", {{"max_steps_per_epoch", "2"}}), tmp / "io1");
+  ASSERT_EQ(first.code, 0) << first.err;
+  const fs::path st = tmp / "out" / "epoch_0" / "recipe_state.safetensors";
+  std::string bytes = read_text(st);
+  ASSERT_GT(bytes.size(), 64u);
+  write_text(st, bytes.substr(0, bytes.size() / 2));  // truncated
+  Failure f = run_expecting_failure(
+      tmp, {{"resume_from_checkpoint", "true"}, {"max_steps_per_epoch", "2"}});
+  EXPECT_EQ(f.run.code, 1) << f.run.err;
+  EXPECT_NE(f.run.err.find("fusetune: error: " + st.string()), std::string::npos) << f.run.err;
+  EXPECT_EQ(read_text(st), bytes.substr(0, bytes.size() / 2));
+}
+
+TEST(RecipeBadInput, CorruptRecipeStateJson) {
+  TempDir tmp;
+  CliRun first = run_shell(demo_command(tmp / "out", {{"max_steps_per_epoch", "2"}}), tmp / "io1");
+  ASSERT_EQ(first.code, 0) << first.err;
+  write_text(tmp / "out" / "epoch_0" / "recipe_state.json", "{\"format\": \"fusetune.recip");
+  Failure f = run_expecting_failure(
+      tmp, {{"resume_from_checkpoint", "true"}, {"max_steps_per_epoch", "2"}});
+  EXPECT_EQ(f.run.code, 1) << f.run.err;
+  EXPECT_NE(f.run.err.find(
+                "no resumable checkpoint (damaged: " + (tmp / "out" / "epoch_0").string() + ": "),
+            std::string::npos)
+      << f.run.err;
+  EXPECT_NE(f.run.err.find("recipe_state.json"), std::string::npos) << f.run.err;
+}

@@ -54,6 +54,9 @@ double plan_peak_mib(const std::vector<std::string>& args) {
   const int rc = cli::cmd_plan(args);
   const std::string plan = ::testing::internal::GetCapturedStdout();
   EXPECT_EQ(rc, 0) << plan;
+  EXPECT_NE(plan.find("step of 1 x 512 tokens, the largest batch shape the config allows"),
+            std::string::npos)
+      << plan;
   std::istringstream lines(plan);
   for (std::string line; std::getline(lines, line);)
     if (line.find("<- this config") != std::string::npos) {

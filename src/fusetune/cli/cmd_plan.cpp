@@ -56,10 +56,12 @@ int cmd_plan(const std::vector<std::string>& argv) {
     o.loss = preference_loss_builder(pref);
   }
   TrainingGraph tg = build_training_graph(model, o);
-  std::printf("recipe %s: %s model, %lld layers, vocab %lld; step of %lld x %lld tokens%s\n\n",
-              a.positional[0].c_str(), model.model_type.c_str(), (long long)model.num_hidden_layers,
-              (long long)model.vocab_size, (long long)o.batch_size, (long long)T,
-              o.packed ? " (packed)" : "");
+  std::printf(
+      "recipe %s: %s model, %lld layers, vocab %lld; step of %lld x %lld tokens%s, the largest "
+      "batch shape the config allows (batch_size x max_seq_len, two rows per DPO pair)\n\n",
+      a.positional[0].c_str(), model.model_type.c_str(), (long long)model.num_hidden_layers,
+      (long long)model.vocab_size, (long long)o.batch_size, (long long)T,
+      o.packed ? " (packed)" : "");
   std::vector<ModePlan> plans;
   for (CompileMode mode : {CompileMode::None, CompileMode::Model, CompileMode::Full}) {
     PassOptions po;

@@ -12,6 +12,7 @@
 #include "fusetune/recipes/training_checkpoint.h"
 #include "fusetune/runtime/memory.h"
 #include "fusetune/util/error.h"
+#include "fusetune/util/strings.h"
 
 namespace fusetune {
 namespace {
@@ -113,10 +114,14 @@ int run_training(const Config& cfg, const TrainJob& job) {
     return refs;
   };
   std::string resumed_from;
+  std::vector<std::string> skipped_checkpoints;  // damaged ones a resume passed over
   if (cfg.boolean("resume_from_checkpoint", false)) {
-    auto dir = latest_resumable_checkpoint(output_dir);
+    std::vector<std::string> damaged;
+    auto dir = latest_resumable_checkpoint(output_dir, &damaged);
     FT_CHECK(dir, "resume_from_checkpoint is true but " + output_dir.string() +
-                      " holds no resumable checkpoint");
+                      " holds no resumable checkpoint" +
+                      (damaged.empty() ? "" : " (damaged: " + join(damaged, "; ") + ")"));
+    for (const std::string& d : damaged) skipped_checkpoints.push_back(d);
     ResumedState r = job.load ? job.load(*dir, dtype) : load_training_checkpoint(*dir, dtype);
     // Another seed would shuffle the data differently: the run would silently not be the one
     // it claims to continue.
@@ -155,6 +160,8 @@ int run_training(const Config& cfg, const TrainJob& job) {
   const double peak_gflops = kernels::measure_peak_gemm_gflops(512);
   header.extra.push_back({"peak_gemm_gflops", std::to_string(int64_t(peak_gflops))});
   if (!resumed_from.empty()) header.extra.push_back({"resumed_from", resumed_from});
+  for (const std::string& d : skipped_checkpoints)
+    header.extra.push_back({"skipped_damaged_checkpoint", d});
   logger.header(header);
 
   // `at` is where a run resumed from this checkpoint continues.

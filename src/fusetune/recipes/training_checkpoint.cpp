@@ -74,7 +74,10 @@ std::optional<TrainingProgress> read_progress(const fs::path& dir) {
   std::error_code ec;
   if (!fs::is_regular_file(dir / "recipe_state.json", ec)) return std::nullopt;
   nlohmann::json j = nlohmann::json::parse(read_file(dir / "recipe_state.json"), nullptr, false);
-  if (j.is_discarded() || j.value("format", "") != "fusetune.recipe_state.v1") return std::nullopt;
+  FT_CHECK(
+      !j.is_discarded() && j.is_object() && j.value("format", "") == "fusetune.recipe_state.v1",
+      (dir / "recipe_state.json").string() +
+          " is damaged: not a fusetune.recipe_state.v1 JSON object");
   TrainingProgress p;
   p.epoch = j.at("epoch").get<int64_t>();
   p.step_in_epoch = j.at("step_in_epoch").get<int64_t>();
@@ -87,7 +90,8 @@ std::optional<TrainingProgress> read_progress(const fs::path& dir) {
 
 }  // namespace
 
-std::optional<fs::path> latest_resumable_checkpoint(const fs::path& output_dir) {
+std::optional<fs::path> latest_resumable_checkpoint(const fs::path& output_dir,
+                                                    std::vector<std::string>* damaged) {
   std::optional<fs::path> best;
   int64_t best_step = -1;
   std::error_code ec;
@@ -101,8 +105,9 @@ std::optional<fs::path> latest_resumable_checkpoint(const fs::path& output_dir) 
         best_step = p->global_step;
         best = entry.path();
       }
-    } catch (const std::exception&) {
+    } catch (const std::exception& e) {
       // A damaged state file makes that directory non-resumable; older ones still are.
+      if (damaged) damaged->push_back(entry.path().string() + ": " + e.what());
     }
   }
   return best;

@@ -39,9 +39,10 @@ struct CheckpointContent {
 void save_training_checkpoint(const std::filesystem::path& dir, const CheckpointContent& c);
 
 // The resumable checkpoint under output_dir (an epoch_<n> or step_<n> directory with a
-// readable recipe_state.json) with the most optimizer steps, if any.
+// readable recipe_state.json) with the most optimizer steps, if any. Directories whose
+// recipe_state.json exists but cannot be read are skipped; `damaged` collects why.
 std::optional<std::filesystem::path> latest_resumable_checkpoint(
-    const std::filesystem::path& output_dir);
+    const std::filesystem::path& output_dir, std::vector<std::string>* damaged = nullptr);
 
 struct ResumedState {
   TrainingProgress progress;
