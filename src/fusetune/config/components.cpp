@@ -247,6 +247,9 @@ std::vector<Field> common_fields(const std::string& section) {
 
 }  // namespace
 
+Component::Component(std::string name_, std::vector<std::string> aliases_, std::string help_)
+    : Component(std::move(name_), std::move(aliases_), std::move(help_), std::vector<Field>{}) {}
+
 Component::Component(std::string name_, std::vector<std::string> aliases_, std::string help_,
                      std::vector<Field> fields_)
     : name(std::move(name_)),

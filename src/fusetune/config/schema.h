@@ -46,8 +46,11 @@ struct Component {
   std::string help;
   std::vector<Field> fields;  // keys valid (besides the map's common ones) with this choice
 
+  // (Two constructors rather than a default argument: Field is incomplete here, and clang
+  // instantiates a defaulted std::vector<Field> argument at the declaration.)
+  Component(std::string name, std::vector<std::string> aliases, std::string help);
   Component(std::string name, std::vector<std::string> aliases, std::string help,
-            std::vector<Field> fields = {});
+            std::vector<Field> fields);
   bool matches(const std::string& value) const;
 };
 
