@@ -15,6 +15,7 @@ pkgs=(
   libsentencepiece-dev                     # SentencePiece tokenizer.model files
   libicu-dev                               # Unicode normalization (NFC...) for tokenizer.json normalizers
   libgtest-dev googletest                  # unit tests
+  libprotobuf-dev                          # tests: protobuf's parser reads TensorBoard event files
   libbenchmark-dev                         # micro-benchmarks
 )
 missing=()

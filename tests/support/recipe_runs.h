@@ -116,6 +116,7 @@ inline std::vector<LoggedStep> logged_steps(const rr_fs::path& output_dir) {
   while (std::getline(in, line)) {
     if (line.empty()) continue;
     const nlohmann::json j = nlohmann::json::parse(line);
+    if (!j.contains("loss")) continue;  // a val_loss line, not a training step
     LoggedStep s;
     s.step = j.at("step").get<int64_t>();
     s.epoch = j.at("epoch").get<int64_t>();

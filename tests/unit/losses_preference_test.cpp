@@ -107,11 +107,19 @@ TEST(FusedLinearLogProbs, BackwardMatchesFiniteDifferencesOverSeveralChunks) {
       wm[k] -= eps;
       EXPECT_NEAR(dW[k], (p.f(p.h, wp, g) - p.f(p.h, wm, g)) / (2 * eps), 1e-7) << "dW " << k;
     }
-    // A frozen head: the same dh, no dW.
+    // A frozen head: the same dh, no dW; and the frozen route (E_p[W] kept by the forward,
+    // no GEMM in the backward) gives that dh too.
     std::vector<double> dh2(p.N * p.D);
     kernels::fused_linear_log_probs_backward<double>(
         p.h.data(), p.labels.data(), lse.data(), g.data(), head, p.N, chunk, dh2.data(), nullptr);
     EXPECT_EQ(dh, dh2);
+    std::vector<double> expect(p.N * p.D), logp3(p.N), lse3(p.N), zsum3(p.N), dh3(p.N * p.D);
+    kernels::fused_linear_log_probs<double>(p.h.data(), p.labels.data(), head, p.N, chunk,
+                                            logp3.data(), lse3.data(), zsum3.data(), expect.data());
+    EXPECT_EQ(logp3, logp);
+    kernels::fused_linear_log_probs_backward_frozen<double>(p.labels.data(), expect.data(),
+                                                            g.data(), head, p.N, dh3.data());
+    for (size_t k = 0; k < dh.size(); ++k) EXPECT_NEAR(dh3[k], dh[k], 1e-12) << "frozen dh " << k;
   }
 }
 
@@ -147,6 +155,14 @@ TEST(FusedLinearLogProbs, NF4HeadEqualsItsDequantizedDenseHead) {
   run({dense.data(), nullptr, p.V, p.D}, logp_b, dh_b);
   for (int64_t i = 0; i < p.N; ++i) EXPECT_NEAR(logp_a[i], logp_b[i], 1e-12);
   for (size_t i = 0; i < dh_a.size(); ++i) EXPECT_NEAR(dh_a[i], dh_b[i], 1e-12);
+  // The frozen route on the NF4 head (the label rows dequantized one at a time).
+  std::vector<double> logp_c(p.N), lse(p.N), zsum(p.N), expect(p.N * p.D), dh_c(p.N * p.D);
+  const kernels::LogProbHead<double> nf4_head{nullptr, &w, p.V, p.D};
+  kernels::fused_linear_log_probs<double>(p.h.data(), p.labels.data(), nf4_head, p.N, 4,
+                                          logp_c.data(), lse.data(), zsum.data(), expect.data());
+  kernels::fused_linear_log_probs_backward_frozen<double>(p.labels.data(), expect.data(), g.data(),
+                                                          nf4_head, p.N, dh_c.data());
+  for (size_t i = 0; i < dh_a.size(); ++i) EXPECT_NEAR(dh_c[i], dh_b[i], 1e-12);
 }
 
 TEST(FusedLinearLogProbs, RejectsALabelOutsideTheVocabulary) {
@@ -292,40 +308,49 @@ TensorMap pair_inputs(const Batch& b, DType dt, const std::vector<double>& ref) 
 
 TEST(PreferenceStep, CompileModesAgreeOnEveryLossAndNoLogitsExistWhenCompiled) {
   for (bool tied : {false, true})
-    for (const PreferenceLoss& l : all_losses()) {
-      const ModelConfig cfg = tiny_config(tied, false);
-      const int64_t B = 2, T = 8;
-      TrainingGraphOptions o;
-      o.batch_size = 2 * B;
-      o.seq_len = T;
-      o.loss = preference_loss_builder(l);
-      TrainingGraph tg = build_training_graph(cfg, o);
-      TensorMap params = init_parameters(graph_parameters(tg.graph), 7, DType::F32, 0.3);
-      const Batch b = pair_batch(B, T, cfg.vocab_size, 11);
-      const TensorMap in = pair_inputs(b, DType::F32, {-20, -22, -21, -19});
-      std::vector<std::vector<Tensor>> outs;
-      for (CompileMode mode : {CompileMode::None, CompileMode::Model, CompileMode::Full}) {
-        PassOptions po;
-        po.mode = mode;
-        outs.push_back(compile_graph(tg.graph, po).executor->run(in, params));
-        if (mode == CompileMode::Full) {
-          Graph run = run_passes(tg.graph, po, nullptr);
-          EXPECT_EQ(count_ops(run, Op::FusedLinearLogProbs), 1) << l.name();
-          EXPECT_EQ(count_ops(run, Op::FusedLinearLogProbsBackward), 1) << l.name();
-          for (const Node& n : run.nodes())
-            for (const TensorType& t : n.outputs)
-              EXPECT_FALSE(t.shape.size() == 2 && t.shape[0] == 2 * B * T &&
-                           t.shape[1] == cfg.vocab_size)
-                  << op_name(n.op) << " materializes [tokens x vocab] under compile: true";
+    for (bool frozen_head : {false, true})
+      for (const PreferenceLoss& l : all_losses()) {
+        const ModelConfig cfg = tiny_config(tied, false);
+        const int64_t B = 2, T = 8;
+        TrainingGraphOptions o;
+        o.batch_size = 2 * B;
+        o.seq_len = T;
+        o.loss = preference_loss_builder(l);
+        if (frozen_head)  // as under LoRA: the head (or the tied table) gets no gradient
+          o.trainable = [](const std::string& n) {
+            return n != "lm_head.weight" && n != "model.embed_tokens.weight";
+          };
+        TrainingGraph tg = build_training_graph(cfg, o);
+        TensorMap params = init_parameters(graph_parameters(tg.graph), 7, DType::F32, 0.3);
+        const Batch b = pair_batch(B, T, cfg.vocab_size, 11);
+        const TensorMap in = pair_inputs(b, DType::F32, {-20, -22, -21, -19});
+        std::vector<std::vector<Tensor>> outs;
+        for (CompileMode mode : {CompileMode::None, CompileMode::Model, CompileMode::Full}) {
+          PassOptions po;
+          po.mode = mode;
+          outs.push_back(compile_graph(tg.graph, po).executor->run(in, params));
+          if (mode == CompileMode::Full) {
+            Graph run = run_passes(tg.graph, po, nullptr);
+            EXPECT_EQ(count_ops(run, Op::FusedLinearLogProbs), 1) << l.name();
+            EXPECT_EQ(count_ops(run, Op::FusedLinearLogProbsBackward), 1) << l.name();
+            for (const Node& n : run.nodes())
+              if (n.op == Op::FusedLinearLogProbsBackward) {
+                EXPECT_EQ(n.attrs.no_weight_grad, frozen_head) << l.name();
+              }
+            for (const Node& n : run.nodes())
+              for (const TensorType& t : n.outputs)
+                EXPECT_FALSE(t.shape.size() == 2 && t.shape[0] == 2 * B * T &&
+                             t.shape[1] == cfg.vocab_size)
+                    << op_name(n.op) << " materializes [tokens x vocab] under compile: true";
+          }
         }
+        for (size_t m = 1; m < outs.size(); ++m)
+          for (size_t k = 0; k < outs[0].size(); ++k) {
+            const double tol = k == 0 ? 1e-5 : 1e-4;
+            EXPECT_LT(max_rel_diff(outs[m][k], outs[0][k]), tol)
+                << l.name() << " mode " << m << " output " << tg.graph.outputs()[k].first;
+          }
       }
-      for (size_t m = 1; m < outs.size(); ++m)
-        for (size_t k = 0; k < outs[0].size(); ++k) {
-          const double tol = k == 0 ? 1e-5 : 1e-4;
-          EXPECT_LT(max_rel_diff(outs[m][k], outs[0][k]), tol)
-              << l.name() << " mode " << m << " output " << tg.graph.outputs()[k].first;
-        }
-    }
 }
 
 TEST(PreferenceStep, WholeStepGradientsMatchFiniteDifferencesInFloat64) {

@@ -97,19 +97,20 @@ std::string run(Graph& g, const PassOptions& opts) {
     }
     std::vector<Value> fin{h, labels};
     fin.insert(fin.end(), head.begin(), head.end());
+    // A frozen head (no dW reader) with a backward: the forward also keeps E_p[W] per row and
+    // the backward needs no GEMM (kernels/cpu/fused_linear_log_probs.h).
+    at.no_weight_grad = m->lsb >= 0 && m->dw < 0;
     g.set_region(1);
     const std::vector<Value> f = g.add(Op::FusedLinearLogProbs, fin, at, "fused_linear_log_probs");
     std::unordered_map<int, double> keys{{f[0].node, double(m->gather)}};
     if (m->lsb >= 0) {
       const Node& lsb = g.nodes()[m->lsb];
       const Value dlogp = g.nodes()[lsb.inputs[1].node].inputs[0];
-      Attrs bt = at;
-      bt.no_weight_grad = m->dw < 0;
-      std::vector<Value> bin{h, labels, f[1], dlogp};
+      std::vector<Value> bin{at.no_weight_grad ? f[3] : h, labels, f[1], dlogp};
       bin.insert(bin.end(), head.begin(), head.end());
       g.set_backward(true);
       const std::vector<Value> b =
-          g.add(Op::FusedLinearLogProbsBackward, bin, bt, "fused_linear_log_probs_backward");
+          g.add(Op::FusedLinearLogProbsBackward, bin, at, "fused_linear_log_probs_backward");
       g.set_backward(false);
       keys[b[0].node] = double(m->lsb);
       if (m->dh >= 0) replace_all_uses(g, {m->dh, 0}, b[0]);

@@ -62,7 +62,8 @@ MemoryBreakdown estimate_step_memory(const Graph& g, const MemoryPlan* plan,
       const int64_t D = g.shape(n.inputs[0])[1];
       const int64_t V = nf4 ? n.attrs.shape[0] : g.shape(n.inputs[head])[0];
       const int64_t C = std::max<int64_t>(1, std::min(n.attrs.chunk_rows, g.shape(n.inputs[0])[0]));
-      scratch = kernels::fused_log_probs_scratch_bytes(C, D, V, elem, nf4, bwd);
+      scratch =
+          kernels::fused_log_probs_scratch_bytes(C, D, V, elem, nf4, bwd, n.attrs.no_weight_grad);
     } else if (n.op == Op::NF4MatMul || n.op == Op::NF4MatMulBackward) {
       scratch =
           kernels::nf4_tile_rows(n.attrs.shape[0], n.attrs.shape[1]) * n.attrs.shape[1] * elem;

@@ -197,6 +197,11 @@ std::vector<ComponentTable> build_tables() {
                    Field::String("new_system_prompt").doc("system prompt added to each sample")})},
        ""});
 
+  // dataset_val (validation during training) takes the same components as dataset.
+  ComponentTable val = t.back();
+  val.section = "dataset_val";
+  t.push_back(std::move(val));
+
   auto log_dir = [] {
     return Field::String("log_dir").def("${output_dir}/logs").doc("where log files go");
   };
@@ -228,7 +233,7 @@ std::vector<Field> common_fields(const std::string& section) {
     return {Field::Int("num_warmup_steps").def("0").min(0).doc("steps of linear warmup from 0")};
   if (section == "tokenizer")
     return {Field::Int("max_seq_len").min(1).doc("truncate tokenized samples to this length")};
-  if (section == "dataset")
+  if (section == "dataset" || section == "dataset_val")
     return {Field::String("source").req().doc(
                 "a local file (.txt, .json, .jsonl); or, as in torchtune, a loader name "
                 "(text, json) with data_files"),

@@ -25,6 +25,7 @@ struct ComponentTable {
 //   ref_checkpointer  the same (full_dpo_single_device's reference model)
 //   tokenizer      byte | hf | sentencepiece
 //   dataset        text_completion | pretokenized | alpaca | instruct | chat | preference
+//   dataset_val    the same, for validation during training
 //   metric_logger  stdout | disk | jsonl | tensorboard                       (default stdout)
 const ComponentTable* component_table(const std::string& section);
 const std::vector<ComponentTable>& component_tables();

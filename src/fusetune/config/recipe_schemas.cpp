@@ -183,6 +183,17 @@ Schema build_full(bool preference = false) {
   s.checks.push_back([preference](const Config& root, const Config&, Problems& p) {
     check_objective(root, preference, p);
   });
+  if (!preference) {  // validation loss (torchtune's keys); the DPO recipes have none yet
+    s.add(component_section("dataset_val").doc(
+        "validation data: its mean loss is logged as val_loss (run_val_every_n_steps, else "
+        "at the end of each epoch)"));
+    s.add(pos_int("run_val_every_n_steps", "", "validate every n optimizer steps"));
+    s.checks.push_back([](const Config& root, const Config&, Problems& p) {
+      if (root.has("run_val_every_n_steps") && !root.has("dataset_val"))
+        p.errors.push_back("config key 'run_val_every_n_steps' needs dataset_val, the data to "
+                           "validate on (" + root.where("run_val_every_n_steps") + ")");
+    });
+  }
   return s;
 }
 

@@ -86,9 +86,11 @@ enum class Op : uint8_t {
   // the head is W [V, D] (one input) or a frozen NF4 table (codes, absmax_codes, absmax_scales;
   // attrs.shape = [V, D], attrs.scalar). attrs.chunk_rows.
   FusedLinearLogProbs,  // (h [N,D], labels [N], head...) -> (logp [N], lse [N], zsum [N]):
-                        // label log-prob, logsumexp and sum of logits of each row (0 at y = -100)
-  FusedLinearLogProbsBackward,  // (h, labels, lse, dlogp [N], head...) -> (dh [N,D], dW [V,D]);
-                                // no dW for an NF4 head or attrs.no_weight_grad
+                        // label log-prob, logsumexp and sum of logits of each row (0 at y = -100);
+                        // attrs.no_weight_grad (a frozen head with a backward): also E_p[W] [N,D]
+  FusedLinearLogProbsBackward,  // (x, labels, lse, dlogp [N], head...): x = h -> (dh [N,D],
+                                // dW [V,D]; no dW for an NF4 head), or with attrs.no_weight_grad
+                                // x = the forward's E_p[W] -> (dh) without recomputing logits
   kCount
 };
 

@@ -379,6 +379,7 @@ std::vector<TensorType> infer_types(const Graph& g, Op op, const std::vector<Val
              "expects h [N, D] and a head [V, D], got " + shape_str(S(0)) + " and " + shape_str(w));
       const Shape rows{S(0)[0]};
       if (S(1) != rows) fail(op, "labels must be [N]");
+      if (fwd && a.no_weight_grad) return {{rows, fd}, {rows, fd}, {rows, fd}, {S(0), fd}};
       if (fwd) return {{rows, fd}, {rows, fd}, {rows, fd}};
       need_float(2);
       need_float(3);

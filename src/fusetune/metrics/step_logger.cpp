@@ -105,8 +105,8 @@ StepLogger::StepLogger(StepLoggerOptions options)
       out_(options_.out ? options_.out : &std::cout),
       bar_(options_.total_steps, options_.progress_fd, options_.progress),
       start_s_(steady_now_s()) {
-  if (options_.output_dir.empty()) return;
-  const fs::path dir = options_.output_dir / "logs";
+  if (options_.output_dir.empty() && options_.log_dir.empty()) return;
+  const fs::path dir = options_.log_dir.empty() ? options_.output_dir / "logs" : options_.log_dir;
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec || !fs::is_directory(dir))
@@ -123,6 +123,7 @@ StepLogger::StepLogger(StepLoggerOptions options)
       throw Error("cannot open log file '" + path->string() + "' for appending: " +
                   std::strerror(errno) + " (check that output_dir is writable)");
   }
+  if (options_.tensorboard) tensorboard_ = std::make_unique<TensorBoardWriter>(dir);
 }
 
 StepLogger::~StepLogger() {
@@ -162,6 +163,32 @@ void StepLogger::log(const StepMetrics& m) {
   emit(format_step_line(m) + "\n");
   append(metrics_file_, metrics_path_,
          format_metrics_json(m, unix_now_s(), steady_now_s() - start_s_) + "\n");
+  if (tensorboard_) {
+    // The step line's metrics under their names (peak memory in GiB, as printed).
+    std::vector<std::pair<std::string, double>> s = {
+        {"loss", m.loss}, {"lr", m.lr}, {"tokens_per_second_per_gpu", m.tokens_per_second_per_gpu}};
+    if (m.peak_memory_alloc_bytes)
+      s.push_back({"peak_memory_alloc", double(*m.peak_memory_alloc_bytes) / double(1 << 30)});
+    if (m.grad_norm) s.push_back({"grad_norm", *m.grad_norm});
+    for (const MetricField& f : m.extra) s.push_back({f.name, f.value});
+    tensorboard_->write(m.step, s);
+  }
+}
+
+void StepLogger::log_values(int64_t step,
+                            const std::vector<std::pair<std::string, double>>& values) {
+  std::string line = "Step " + std::to_string(step) + " |";
+  nlohmann::ordered_json j;
+  j["step"] = step;
+  for (const auto& [name, v] : values) {
+    line += " " + name + ":" + format_fixed(v, 4);
+    j[name] = number_or_null(v);
+  }
+  j["time"] = unix_now_s();
+  j["elapsed_s"] = steady_now_s() - start_s_;
+  emit(line + "\n");
+  append(metrics_file_, metrics_path_, j.dump() + "\n");
+  if (tensorboard_) tensorboard_->write(step, values);
 }
 
 void StepLogger::progress(int64_t epoch, int64_t step, double loss) {
@@ -174,6 +201,7 @@ void StepLogger::close() {
   bar_.close();
   log_file_.reset();
   metrics_file_.reset();
+  tensorboard_.reset();
 }
 
 }  // namespace fusetune

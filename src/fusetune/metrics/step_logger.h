@@ -2,7 +2,8 @@
 // The training log: torchtune's step line on stdout and in output_dir/logs/log_<unix>.txt,
 //   Step 12 | loss:1.9746 lr:3.6e-05 tokens_per_second_per_gpu:1044.78 peak_memory_alloc:0.41
 // one JSON object per logged step in output_dir/logs/metrics.jsonl, a run header printed
-// once, and a progress bar on stderr when (and only when) stderr is a terminal.
+// once, and a progress bar on stderr when (and only when) stderr is a terminal. With
+// `tensorboard`, every logged metric also goes to a TensorBoard event file in the same folder.
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "fusetune/metrics/progress_bar.h"
+#include "fusetune/metrics/tensorboard.h"
 
 namespace fusetune {
 
@@ -58,6 +60,8 @@ std::string format_metrics_json(const StepMetrics& m, double unix_time, double e
 
 struct StepLoggerOptions {
   std::filesystem::path output_dir;  // logs go to output_dir/logs; empty: no files
+  std::filesystem::path log_dir;     // where the files go instead (metric_logger.log_dir)
+  bool tensorboard = false;          // also TensorBoard event files (metrics/tensorboard.h)
   std::ostream* out = nullptr;       // where step lines and the header go; null: std::cout
   bool print = true;                 // false: files only (e.g. non-zero ranks print nothing)
   int64_t total_steps = 0;           // progress bar total; 0 when unknown
@@ -78,6 +82,9 @@ class StepLogger {
   // The step line (stdout, log file) and the JSONL object. A failed file write (disk full)
   // throws fusetune::Error naming the file, once; later writes to that file are skipped.
   void log(const StepMetrics& m);
+  // Values logged outside the step line (val_loss): "Step N | name:value ..." on stdout and
+  // in the log file, {"step": N, name: value, ...} in metrics.jsonl, and TensorBoard scalars.
+  void log_values(int64_t step, const std::vector<std::pair<std::string, double>>& values);
   // Any other line (a warning, "saved checkpoint to ..."): stdout and the log file, with the
   // progress bar moved out of the way.
   void message(const std::string& line);
@@ -101,6 +108,7 @@ class StepLogger {
   std::ostream* out_;
   std::filesystem::path log_path_, metrics_path_;
   File log_file_, metrics_file_;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;
   ProgressBar bar_;
   double start_s_;
 };

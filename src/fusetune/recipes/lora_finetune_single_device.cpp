@@ -146,6 +146,22 @@ LoraJob lora_training_job(const Config& cfg, const std::string& recipe) {
       return peft::lora_llama_options(run->lora, run->nf4).embedding(b, ids, s);
     };
   job.llama = hooks;
+  // Validation runs the adapters without dropout (torchtune's model.eval()).
+  if (run->lora.dropout > 0) {
+    LlamaOptions eval = hooks;
+    eval.linear = [run](Builder& b, Value x, const LinearSite& s) {
+      peft::LoraConfig no_dropout = run->lora;
+      no_dropout.dropout = 0;
+      return peft::lora_llama_options(no_dropout, run->nf4).linear(b, x, s);
+    };
+    if (hooks.head)
+      eval.head = [run](Builder& b, Value x, const LinearSite& s) {
+        peft::LoraConfig no_dropout = run->lora;
+        no_dropout.dropout = 0;
+        return peft::lora_llama_options(no_dropout, run->nf4).head(b, x, s);
+      };
+    job.eval_llama = eval;
+  }
   job.prepare = [run, &cfg, seed](LoadedModel& m) {
     run->model = m.config;
     run->base_name = m.checkpoint_dir.empty() ? m.description : m.checkpoint_dir.string();

@@ -101,10 +101,11 @@ std::unique_ptr<Tokenizer> build_tokenizer(const Config& cfg) {
 
 namespace {
 
-DatasetOptions dataset_options_from(const Config& cfg, const ModelConfig& model) {
-  const Config d = cfg.sub("dataset");
+DatasetOptions dataset_options_from(const Config& cfg, const ModelConfig& model,
+                                    const std::string& section = "dataset") {
+  const Config d = cfg.sub(section);
   DatasetOptions o;
-  o.kind = canonical_component(cfg, "dataset");
+  o.kind = canonical_component(cfg, section);
   o.source = d.has("data_files") ? d.str("data_files") : d.str("source");
   o.column = d.str(o.kind == "chat" ? "conversation_column" : "column", "");
   if (d.has("column_map"))
@@ -113,7 +114,7 @@ DatasetOptions dataset_options_from(const Config& cfg, const ModelConfig& model)
   o.split = d.str("split", "train");
   o.train_on_input =
       d.boolean("train_on_input", o.kind == "alpaca");  // the schema's defaults, as torchtune
-  o.max_seq_len = configured_max_seq_len(cfg);
+  o.max_seq_len = d.has("max_seq_len") ? d.i64("max_seq_len") : configured_max_seq_len(cfg);
   o.packed = d.boolean("packed", false);
   o.template_name = d.str("template", "auto");
   o.model_family = model.model_type;
@@ -126,8 +127,9 @@ DatasetOptions dataset_options_from(const Config& cfg, const ModelConfig& model)
 }  // namespace
 
 std::unique_ptr<Dataset> build_dataset_from_config(const Config& cfg, const Tokenizer& tok,
-                                                   const ModelConfig& model) {
-  return build_dataset(dataset_options_from(cfg, model), tok);
+                                                   const ModelConfig& model,
+                                                   const std::string& section) {
+  return build_dataset(dataset_options_from(cfg, model, section), tok);
 }
 
 std::unique_ptr<PreferenceDataset> build_preference_dataset_from_config(const Config& cfg,

@@ -43,8 +43,10 @@ int64_t configured_max_seq_len(const Config& cfg);
 double optimizer_state_ratio(const Config& cfg);
 
 std::unique_ptr<Tokenizer> build_tokenizer(const Config& cfg);
+// `section`: "dataset", or "dataset_val" for the validation data.
 std::unique_ptr<Dataset> build_dataset_from_config(const Config& cfg, const Tokenizer& tok,
-                                                   const ModelConfig& model);
+                                                   const ModelConfig& model,
+                                                   const std::string& section = "dataset");
 // The DPO recipes' data: preference pairs (data/datasets/preference.h).
 std::unique_ptr<PreferenceDataset> build_preference_dataset_from_config(const Config& cfg,
                                                                         const Tokenizer& tok,

@@ -10,17 +10,16 @@ class SftStep final : public TrainingStep {
  public:
   explicit SftStep(ModelStepOptions o)
       : o_(std::move(o)),
-        graphs_(
+        graphs_([this](int64_t rows, int64_t T,
+                       bool packed) { return graph(rows, T, packed, o_.trainable, o_.llama); },
+                o_.passes, arena_),
+        eval_(
             [this](int64_t rows, int64_t T, bool packed) {
-              TrainingGraphOptions g;
-              g.batch_size = rows;
-              g.seq_len = T;
-              g.packed = packed;
-              g.trainable = o_.trainable;
-              g.llama = o_.llama;
-              return build_training_graph(*o_.model, g).graph;
+              // Forward and loss only: nothing trains, so autodiff adds no backward.
+              return graph(rows, T, packed, [](const std::string&) { return false; },
+                           o_.eval_llama ? *o_.eval_llama : o_.llama);
             },
-            o_.passes) {}
+            o_.passes, arena_) {}
 
   int64_t loss_units(const Batch& b) const override { return b.num_valid_labels(); }
 
@@ -35,14 +34,33 @@ class SftStep final : public TrainingStep {
     return r;
   }
 
+  double evaluate(const Batch& b) override {
+    TensorMap in = batch_inputs(b);
+    in["loss_scale"] = scalar_input(1.0, DType::F32);
+    return element_as_double(eval_.run(b, in, *o_.params, &compile_s_).at("loss"), 0);
+  }
+
   double flops(const Batch& b) const override {
     return training_flops_per_token(*o_.model, b.seq_len, o_.trainable) *
            double(b.batch_size * b.seq_len);
   }
 
  private:
+  Graph graph(int64_t rows, int64_t T, bool packed, const TrainablePredicate& trainable,
+              const LlamaOptions& llama) const {
+    TrainingGraphOptions g;
+    g.batch_size = rows;
+    g.seq_len = T;
+    g.packed = packed;
+    g.trainable = trainable;
+    g.llama = llama;
+    return build_training_graph(*o_.model, g).graph;
+  }
+
   ModelStepOptions o_;
-  CompiledGraphs graphs_;
+  // Training and validation graphs run one after the other: one arena serves both.
+  std::shared_ptr<SharedArena> arena_ = std::make_shared<SharedArena>();
+  CompiledGraphs graphs_, eval_;
 };
 
 }  // namespace

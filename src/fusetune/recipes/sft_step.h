@@ -2,6 +2,7 @@
 // The supervised fine-tuning step (full and LoRA recipes): the joint graph of the model and
 // cross-entropy (models/training_graph.h), loss averaged over the unmasked labels.
 #include <memory>
+#include <optional>
 
 #include "fusetune/models/llama.h"
 #include "fusetune/recipes/training_step.h"
@@ -13,6 +14,7 @@ struct ModelStepOptions {
   const TensorMap* params = nullptr;  // bound by name at every run
   TrainablePredicate trainable;
   LlamaOptions llama;
+  std::optional<LlamaOptions> eval_llama;  // hooks for validation (no dropout); default: llama
   PassOptions passes;
   // Extra step inputs (a LoRA dropout seed): called for every micro-batch.
   std::function<void(TensorMap& inputs, int64_t global_step, int64_t micro_step)> add_inputs;

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "fusetune/compile/compiler.h"
+#include "fusetune/config/schema.h"
 #include "fusetune/kernels/cpu/gemm_peak.h"
 #include "fusetune/metrics/step_logger.h"
 #include "fusetune/optim/grad_clip.h"
@@ -88,6 +89,17 @@ int run_training(const Config& cfg, const TrainJob& job) {
     loader_ptr = std::make_unique<DataLoader>(*dataset, loader_options);
   }
   DataLoader& loader = *loader_ptr;
+  // Validation data (dataset_val): every batch, in order, each time validation runs.
+  std::unique_ptr<Dataset> val_dataset;
+  std::unique_ptr<DataLoader> val_loader;
+  if (cfg.has("dataset_val")) {
+    val_dataset = build_dataset_from_config(cfg, *tokenizer, model.config, "dataset_val");
+    LoaderOptions vo = loader_options;
+    vo.shuffle = false;
+    vo.drop_last = false;
+    val_loader = std::make_unique<DataLoader>(*val_dataset, vo);
+  }
+  const std::optional<int64_t> val_every = cfg.opt_i64("run_val_every_n_steps");
   const DatasetReport& data_report = pairs ? pairs->report() : dataset->report();
   int64_t steps_per_epoch = loader.steps_per_epoch() / grad_accum;
   if (auto cap = cfg.opt_i64("max_steps_per_epoch"))
@@ -142,6 +154,12 @@ int run_training(const Config& cfg, const TrainJob& job) {
   // ---- logging ------------------------------------------------------------------------------
   StepLoggerOptions lo;
   lo.output_dir = output_dir;
+  // stdout: the step lines (and, as for every logger, the files under output_dir/logs);
+  // disk, jsonl, tensorboard: the files in metric_logger.log_dir; tensorboard: event files too.
+  const std::string logger_kind = canonical_component(cfg, "metric_logger");
+  if (logger_kind != "stdout" && cfg.has("metric_logger.log_dir"))
+    lo.log_dir = cfg.str("metric_logger.log_dir");
+  lo.tensorboard = logger_kind == "tensorboard";
   lo.total_steps = total_steps;
   StepLogger logger(lo);
   RunHeader header;
@@ -189,9 +207,25 @@ int run_training(const Config& cfg, const TrainJob& job) {
   ctx.step.params = &model.params;
   ctx.step.trainable = job.trainable;
   ctx.step.llama = job.llama;
+  ctx.step.eval_llama = job.eval_llama;
   ctx.step.passes = passes;
   ctx.step.add_inputs = job.add_inputs;
   std::unique_ptr<TrainingStep> step = job.make_step ? job.make_step(ctx) : make_sft_step(ctx.step);
+
+  // Mean loss over the validation data per loss unit (torchtune's val_loss), logged on its
+  // own line and in metrics.jsonl.
+  auto validate = [&]() {
+    val_loader->set_state({0, 0});
+    double total = 0;
+    int64_t units = 0;
+    for (int64_t i = 0; i < val_loader->steps_per_epoch(); ++i) {
+      const Batch b = val_loader->next();
+      total += step->evaluate(b);
+      units += step->loss_units(b);
+    }
+    const double val_loss = units > 0 ? total / double(units) : std::nan("");
+    logger.log_values(progress.global_step, {{"val_loss", val_loss}});
+  };
 
   // ---- train --------------------------------------------------------------------------------
   for (; progress.epoch < epochs; ++progress.epoch, progress.step_in_epoch = 0) {
@@ -267,6 +301,7 @@ int run_training(const Config& cfg, const TrainJob& job) {
         logger.log(m);
       }
       logger.progress(progress.epoch + 1, progress.global_step, loss);
+      if (val_loader && val_every && progress.global_step % *val_every == 0) validate();
       if (save_every && progress.global_step % *save_every == 0 &&
           progress.step_in_epoch + 1 < steps_per_epoch) {
         TrainingProgress at = progress;
@@ -275,6 +310,7 @@ int run_training(const Config& cfg, const TrainJob& job) {
         save("step_" + std::to_string(progress.global_step), at);
       }
     }
+    if (val_loader && !val_every) validate();  // no cadence given: at the end of each epoch
     TrainingProgress at = progress;
     at.epoch += 1;
     at.step_in_epoch = 0;

@@ -6,6 +6,7 @@
 // metrics, checkpoint, resume.
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "fusetune/config/config.h"
@@ -32,6 +33,7 @@ struct TrainJob {
   TrainablePredicate trainable;
   // Optional hooks (PEFT recipes); each empty one keeps the full fine-tuning behaviour.
   LlamaOptions llama;                         // linear-layer hooks for the step graphs
+  std::optional<LlamaOptions> eval_llama;     // the hooks for validation (default: llama)
   std::function<void(LoadedModel&)> prepare;  // after loading: add adapters, quantize the base
   // Extra step inputs (a dropout seed): called for every micro-batch.
   std::function<void(TensorMap& inputs, int64_t global_step, int64_t micro_step)> add_inputs;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include "fusetune/util/error.h"
+
 namespace fusetune {
 namespace {
 
@@ -31,6 +33,10 @@ TensorMap CompiledGraphs::run(const Batch& b, const TensorMap& inputs, const Ten
   TensorMap named;
   for (size_t i = 0; i < out.size(); ++i) named[it->second.output_names[i]] = std::move(out[i]);
   return named;
+}
+
+double TrainingStep::evaluate(const Batch&) {
+  throw Error("this recipe has no validation (dataset_val)");
 }
 
 TensorMap batch_inputs(const Batch& b) {

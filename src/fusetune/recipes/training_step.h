@@ -34,6 +34,9 @@ class TrainingStep {
                           int64_t micro_step) = 0;
   // Model FLOPs the step spends on `b` (the numerator of mfu).
   virtual double flops(const Batch& b) const = 0;
+  // Validation (dataset_val): the loss of `b` summed over its loss units, with the weights as
+  // they are (no gradients, no dropout). Steps without validation throw.
+  virtual double evaluate(const Batch& b);
   // Seconds spent building and compiling step graphs since the last call.
   double take_compile_seconds() { return std::exchange(compile_s_, 0.0); }
 

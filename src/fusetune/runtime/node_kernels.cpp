@@ -290,7 +290,10 @@ void run_typed(const Node& n, const std::vector<Tensor>& in, std::vector<Tensor>
       }
       if (fwd)
         k::fused_linear_log_probs<T>(X(0), I(1), head, in[0].dim(0), a.chunk_rows, Y,
-                                     out[1].data<T>(), out[2].data<T>());
+                                     out[1].data<T>(), out[2].data<T>(),
+                                     a.no_weight_grad ? out[3].data<T>() : nullptr);
+      else if (a.no_weight_grad)  // x = E_p[W] of the forward
+        k::fused_linear_log_probs_backward_frozen<T>(I(1), X(0), X(3), head, in[0].dim(0), Y);
       else
         k::fused_linear_log_probs_backward<T>(X(0), I(1), X(2), X(3), head, in[0].dim(0),
                                               a.chunk_rows, Y,

@@ -27,16 +27,18 @@ void with_head(const LogProbHead<T>& head, F&& f) {
 
 template <class T>
 void fused_linear_log_probs(const T* h, const int32_t* labels, const LogProbHead<T>& head,
-                            int64_t N, int64_t chunk_rows, T* logp, T* lse, T* zsum) {
+                            int64_t N, int64_t chunk_rows, T* logp, T* lse, T* zsum, T* expect) {
   const int64_t D = head.D, V = head.V;
   const int64_t C = std::max<int64_t>(1, std::min(chunk_rows, N));
   Tensor z_buf = Tensor::empty({C, V}, dtype_of<T>());
   Tensor hc_buf = Tensor::empty({C, D}, dtype_of<T>());
+  Tensor ec_buf = expect ? Tensor::empty({C, D}, dtype_of<T>()) : Tensor();
   T* z = z_buf.data<T>();
   T* hc = hc_buf.data<T>();
   std::fill(logp, logp + N, T(0));
   std::fill(lse, lse + N, T(0));
   std::fill(zsum, zsum + N, T(0));
+  if (expect) std::memset(expect, 0, sizeof(T) * size_t(N * D));
   std::vector<int64_t> rows;
   rows.reserve(size_t(C));
   with_head(head, [&](const auto& W) {
@@ -55,9 +57,41 @@ void fused_linear_log_probs(const T* h, const int32_t* labels, const LogProbHead
         lse[r] = T(l);
         logp[r] = T(double(zi[labels[r]]) - l);
         zsum[r] = T(detail::row_sum(zi, V));
+        if (expect) {  // the row's softmax, in place, for E_p[W] below
+          const T lt = T(l);
+#pragma omp simd
+          for (int64_t j = 0; j < V; ++j) z[i * V + j] = detail::vexp(zi[j] - lt);
+        }
+      }
+      if (expect) {
+        T* ec = ec_buf.data<T>();
+        W.grad_h(z, c, ec);  // ec [c, D] = softmax(z) W
+        for (int64_t i = 0; i < c; ++i)
+          std::memcpy(expect + rows[i] * D, ec + i * D, sizeof(T) * size_t(D));
       }
     }
   });
+}
+
+template <class T>
+void fused_linear_log_probs_backward_frozen(const int32_t* labels, const T* expect, const T* dlogp,
+                                            const LogProbHead<T>& head, int64_t N, T* dh) {
+  const int64_t D = head.D, V = head.V;
+  std::memset(dh, 0, sizeof(T) * size_t(N * D));
+  Tensor row_buf = head.nf4 ? Tensor::empty({1, D}, dtype_of<T>()) : Tensor();
+  for (int64_t r = 0; r < N; ++r) {
+    const int32_t y = labels[r];
+    if (y == -100) continue;
+    FT_CHECK(y >= 0 && y < V, "label " + std::to_string(y) + " at token " + std::to_string(r) +
+                                  " is outside the vocabulary [0, " + std::to_string(V) + ")");
+    const T* wy = head.W ? head.W + int64_t(y) * D : row_buf.data<T>();
+    if (head.nf4) nf4_dequantize_rows(*head.nf4, y, y + 1, row_buf.data<T>());
+    const T g = dlogp[r];
+    const T* e = expect + r * D;
+    T* d = dh + r * D;
+#pragma omp simd
+    for (int64_t k = 0; k < D; ++k) d[k] = g * (wy[k] - e[k]);
+  }
 }
 
 template <class T>
@@ -101,15 +135,20 @@ void fused_linear_log_probs_backward(const T* h, const int32_t* labels, const T*
 }
 
 int64_t fused_log_probs_scratch_bytes(int64_t chunk_rows, int64_t D, int64_t V, int64_t elem_bytes,
-                                      bool nf4, bool backward) {
-  int64_t elems = chunk_rows * V + (backward ? 2 : 1) * chunk_rows * D;
+                                      bool nf4, bool backward, bool frozen) {
+  if (backward && frozen) return nf4 ? D * elem_bytes : 0;  // one dequantized label row
+  // The logits block and the gathered rows; the trainable backward's dh rows, or the frozen
+  // forward's E_p[W] rows.
+  int64_t elems = chunk_rows * V + chunk_rows * D + ((backward || frozen) ? chunk_rows * D : 0);
   if (nf4) elems += nf4_tile_rows(V, D) * D;
   return elems * elem_bytes;
 }
 
 #define FT_FUSED_LOGP(T)                                                                         \
   template void fused_linear_log_probs<T>(const T*, const int32_t*, const LogProbHead<T>&,       \
-                                          int64_t, int64_t, T*, T*, T*);                         \
+                                          int64_t, int64_t, T*, T*, T*, T*);                     \
+  template void fused_linear_log_probs_backward_frozen<T>(const int32_t*, const T*, const T*,    \
+                                                          const LogProbHead<T>&, int64_t, T*);   \
   template void fused_linear_log_probs_backward<T>(const T*, const int32_t*, const T*, const T*, \
                                                    const LogProbHead<T>&, int64_t, int64_t, T*,  \
                                                    T*);

@@ -4,7 +4,9 @@
 // chunks of `chunk_rows`, so only a [chunk_rows, V] block of logits ever exists.
 //   forward:  z = h_c W^T;  lse = logsumexp(z);  logp = z[y] - lse;  zsum = sum_j z_j
 //   backward: z recomputed;  dz = dlogp * (onehot(y) - exp(z - lse));  dh_c = dz W;  dW += dz^T h_c
-// Rows whose label is -100 are skipped: logp = lse = zsum = 0 and dh = 0 there.
+// Rows whose label is -100 are skipped: logp = lse = zsum = 0 and dh = 0 there. A frozen head
+// (LoRA, QLoRA) takes a cheaper route: the forward also keeps E_p[W] per row, and the backward
+// needs no GEMM (fused_linear_log_probs_backward_frozen).
 // h [N, D], W [V, D]; an NF4 head (QLoRA) is dequantized tile by tile inside the GEMMs.
 #include <cstdint>
 
@@ -20,19 +22,31 @@ struct LogProbHead {
   int64_t V = 0, D = 0;
 };
 
+// expect != nullptr (a frozen head whose backward will only need dh): also
+// expect[r, :] = sum_v softmax(z_r)_v W[v, :] = E_p[W] [N, D] (0 at ignored rows), one more
+// GEMM per chunk here that spares the backward its recomputation of the logits.
 template <class T>
 void fused_linear_log_probs(const T* h, const int32_t* labels, const LogProbHead<T>& head,
-                            int64_t N, int64_t chunk_rows, T* logp, T* lse, T* zsum);
+                            int64_t N, int64_t chunk_rows, T* logp, T* lse, T* zsum,
+                            T* expect = nullptr);
 
-// dW == nullptr: no weight gradient (a frozen or NF4 head).
+// The general backward (the head trains: recompute each chunk's logits, then dh and dW).
+// dW == nullptr: no weight gradient.
 template <class T>
 void fused_linear_log_probs_backward(const T* h, const int32_t* labels, const T* lse,
                                      const T* dlogp, const LogProbHead<T>& head, int64_t N,
                                      int64_t chunk_rows, T* dh, T* dW);
 
+// The backward of a frozen head from the forward's E_p[W]: no logits at all, since
+//   dh_r = dlogp_r (W[y_r] - E_p[W]_r)     (dz W with dz = dlogp (onehot(y) - softmax(z)))
+template <class T>
+void fused_linear_log_probs_backward_frozen(const int32_t* labels, const T* expect, const T* dlogp,
+                                            const LogProbHead<T>& head, int64_t N, T* dh);
+
 // Bytes of counted scratch the kernels allocate: the [C, V] logits block and the gathered
-// rows [C, D] (backward: and their gradient), plus the NF4 tile.
+// rows [C, D] (trainable backward: and their gradient; frozen forward: their E_p[W]), plus
+// the NF4 tile; the frozen backward only one dequantized NF4 row.
 int64_t fused_log_probs_scratch_bytes(int64_t chunk_rows, int64_t D, int64_t V, int64_t elem_bytes,
-                                      bool nf4, bool backward);
+                                      bool nf4, bool backward, bool frozen);
 
 }  // namespace fusetune::kernels
