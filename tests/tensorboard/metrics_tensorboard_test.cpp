@@ -2,10 +2,10 @@
 // (checked here by a bitwise CRC written from the definition) around Event protocol buffers,
 // decoded by protobuf's own parser from descriptors with the field numbers of TensorFlow's
 // event.proto and summary.proto, to exactly the values metrics.jsonl logged.
-#include <gtest/gtest.h>
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/descriptor.pb.h>
 #include <google/protobuf/dynamic_message.h>
+#include <gtest/gtest.h>
 
 #include <cstring>
 #include <map>
@@ -64,8 +64,8 @@ struct EventProto {
     value->set_name("Value");
     field(value, "tag", 1, pb::FieldDescriptorProto::TYPE_STRING);
     field(value, "simple_value", 2, pb::FieldDescriptorProto::TYPE_FLOAT);
-    field(summary, "value", 1, pb::FieldDescriptorProto::TYPE_MESSAGE,
-          ".tensorflow.Summary.Value", true);
+    field(summary, "value", 1, pb::FieldDescriptorProto::TYPE_MESSAGE, ".tensorflow.Summary.Value",
+          true);
     pb::DescriptorProto* ev = f.add_message_type();
     ev->set_name("Event");
     field(ev, "wall_time", 1, pb::FieldDescriptorProto::TYPE_DOUBLE);
@@ -147,7 +147,8 @@ TEST(TensorBoard, RunWritesEventsThatProtobufDecodesToTheLoggedValues) {
   ASSERT_EQ(run.code, 0) << run.err;
   std::vector<fs::path> files;
   for (const auto& e : fs::directory_iterator(logs))
-    if (e.path().filename().string().rfind("events.out.tfevents.", 0) == 0) files.push_back(e.path());
+    if (e.path().filename().string().rfind("events.out.tfevents.", 0) == 0)
+      files.push_back(e.path());
   ASSERT_EQ(files.size(), 1u) << "one event file in metric_logger.log_dir";
   EXPECT_TRUE(fs::exists(logs / "metrics.jsonl")) << "log_dir holds the other logs too";
 

@@ -106,3 +106,25 @@ TEST(DpoRecipe, PlanBuildsThePreferenceStepAndTheReferencePass) {
   EXPECT_NE(plan.find("fused_linear_log_probs_backward"), std::string::npos) << plan;
   EXPECT_NE(plan.find("reference forward (every step"), std::string::npos) << plan;
 }
+
+// Validation on preference pairs: the mean DPO loss over the held-out pairs. With lr 0 the
+// policy stays the reference, so every pair's loss is log 2 (the same data as a check: the
+// value is independent of what the pairs say).
+TEST(DpoRecipe, ValidationLossIsLog2WhileThePolicyIsTheReference) {
+  TempDir tmp;
+  write_pairs(tmp / "pairs.json", 8);
+  write_file_atomic(tmp / "cfg.yaml", dpo_yaml(tmp / "run", tmp / "pairs.json"));
+  ASSERT_EQ(
+      cli::cmd_run(
+          {"lora_dpo_single_device", "--config", (tmp / "cfg.yaml").string(), "optimizer.lr=0",
+           "run_val_every_n_steps=2", "dataset_val._component_=preference",
+           "dataset_val.source=" + (tmp / "pairs.json").string(), "dataset_val.split=train[4:]"}),
+      0);
+  std::vector<double> val;
+  std::istringstream in(read_file(tmp / "run" / "logs" / "metrics.jsonl"));
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty() && nlohmann::json::parse(line).contains("val_loss"))
+      val.push_back(nlohmann::json::parse(line).at("val_loss").get<double>());
+  ASSERT_EQ(val.size(), 4u);  // 8 steps (2 epochs of 4), every 2
+  for (double v : val) EXPECT_NEAR(v, std::log(2.0), 1e-6);
+}

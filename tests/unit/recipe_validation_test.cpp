@@ -23,11 +23,11 @@ using namespace fusetune::testing;
 
 namespace {
 
-const Overrides kVal = {{"dataset_val._component_", "text_completion"},
-                        {"dataset_val.source",
-                         std::string(source_dir()) + "/configs/demo/demo_corpus.txt"},
-                        {"dataset_val.split", "train[90%:]"},
-                        {"dataset_val.packed", "true"}};
+const Overrides kVal = {
+    {"dataset_val._component_", "text_completion"},
+    {"dataset_val.source", std::string(source_dir()) + "/configs/demo/demo_corpus.txt"},
+    {"dataset_val.split", "train[90%:]"},
+    {"dataset_val.packed", "true"}};
 
 std::vector<std::pair<int64_t, double>> val_lines(const fs::path& out) {
   std::vector<std::pair<int64_t, double>> v;
@@ -35,7 +35,8 @@ std::vector<std::pair<int64_t, double>> val_lines(const fs::path& out) {
   for (std::string line; std::getline(in, line);) {
     if (line.empty()) continue;
     const auto j = nlohmann::json::parse(line);
-    if (j.contains("val_loss")) v.push_back({j.at("step").get<int64_t>(), j.at("val_loss").get<double>()});
+    if (j.contains("val_loss"))
+      v.push_back({j.at("step").get<int64_t>(), j.at("val_loss").get<double>()});
   }
   return v;
 }
@@ -81,7 +82,8 @@ TEST(Validation, ValLossEveryNStepsIsTheCheckpointsLossOnTheValidationData) {
     g.trainable = [](const std::string&) { return false; };
     TensorMap in = batch_inputs(b);
     in["loss_scale"] = scalar_input(1.0, DType::F32);
-    total += element_as_double(EagerExecutor(build_training_graph(model, g).graph).run(in, params)[0], 0);
+    total += element_as_double(
+        EagerExecutor(build_training_graph(model, g).graph).run(in, params)[0], 0);
     tokens += double(b.num_valid_labels());
   }
   EXPECT_NEAR(v[2].second, total / tokens, 1e-5 * (total / tokens));
@@ -102,8 +104,7 @@ TEST(Validation, WithoutACadenceItRunsAtTheEndOfEachEpoch) {
 
 TEST(Validation, ACadenceWithoutValidationDataIsAConfigError) {
   TempDir tmp;
-  CliRun run =
-      run_shell(demo_command(tmp / "out", {{"run_val_every_n_steps", "2"}}), tmp / "io");
+  CliRun run = run_shell(demo_command(tmp / "out", {{"run_val_every_n_steps", "2"}}), tmp / "io");
   EXPECT_EQ(run.code, 1);
   EXPECT_NE(run.err.find("run_val_every_n_steps' needs dataset_val"), std::string::npos) << run.err;
 }

@@ -183,15 +183,18 @@ Schema build_full(bool preference = false) {
   s.checks.push_back([preference](const Config& root, const Config&, Problems& p) {
     check_objective(root, preference, p);
   });
-  if (!preference) {  // validation loss (torchtune's keys); the DPO recipes have none yet
-    s.add(component_section("dataset_val").doc(
-        "validation data: its mean loss is logged as val_loss (run_val_every_n_steps, else "
-        "at the end of each epoch)"));
+  {  // validation loss (torchtune's keys)
+    s.add(component_section("dataset_val")
+              .doc("validation data (preference pairs for the DPO recipes): its mean loss is "
+                   "logged as "
+                   "val_loss (run_val_every_n_steps, else at the end of each epoch)"));
     s.add(pos_int("run_val_every_n_steps", "", "validate every n optimizer steps"));
     s.checks.push_back([](const Config& root, const Config&, Problems& p) {
       if (root.has("run_val_every_n_steps") && !root.has("dataset_val"))
-        p.errors.push_back("config key 'run_val_every_n_steps' needs dataset_val, the data to "
-                           "validate on (" + root.where("run_val_every_n_steps") + ")");
+        p.errors.push_back(
+            "config key 'run_val_every_n_steps' needs dataset_val, the data to "
+            "validate on (" +
+            root.where("run_val_every_n_steps") + ")");
     });
   }
   return s;
@@ -252,13 +255,16 @@ void check_objective(const Config& root, bool preference, Problems& p) {
                                          " belongs to lora_dpo_single_device or "
                                          "full_dpo_single_device") +
                        " (" + root.where("loss") + ")");
-  const std::string data = component("dataset", "");
-  if (!data.empty() && (data == "preference") != preference)
-    p.errors.push_back("config key 'dataset._component_' is " + data + ", but this recipe " +
-                       (preference
-                            ? "needs preference pairs (dataset._component_: preference)"
-                            : "trains on samples; preference pairs belong to the DPO recipes") +
-                       " (" + root.where("dataset") + ")");
+  for (const char* section : {"dataset", "dataset_val"}) {
+    const std::string data = component(section, "");
+    if (!data.empty() && (data == "preference") != preference)
+      p.errors.push_back("config key '" + std::string(section) + "._component_' is " + data +
+                         ", but this recipe " +
+                         (preference ? "needs preference pairs (_component_: preference)"
+                                     : "trains on samples; preference pairs belong to the DPO "
+                                       "recipes") +
+                         " (" + root.where(section) + ")");
+  }
 }
 
 Field precompute_ref_field() {

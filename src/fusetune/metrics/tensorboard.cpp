@@ -24,7 +24,9 @@ void varint(std::string& out, uint64_t v) {
   }
   out.push_back(char(uint8_t(v)));
 }
-void key(std::string& out, int field, int wire_type) { varint(out, uint64_t(field) << 3 | uint64_t(wire_type)); }
+void key(std::string& out, int field, int wire_type) {
+  varint(out, uint64_t(field) << 3 | uint64_t(wire_type));
+}
 template <class T>
 void little_endian(std::string& out, T v) {
   char b[sizeof(T)];

@@ -31,7 +31,10 @@ class DpoStep final : public TrainingStep {
               return build_sequence_log_probs_graph(*o_.policy.model, rows, T, DType::F32,
                                                     o_.ref_llama);
             },
-            o_.policy.passes, arena_) {
+            o_.policy.passes, arena_),
+        eval_([this](int64_t rows, int64_t T,
+                     bool packed) { return policy_graph(rows, T, packed, /*eval=*/true); },
+              o_.policy.passes, arena_) {
     FT_CHECK(!o_.loss.needs_reference() || o_.ref_params,
              std::string(o_.loss.name()) + " needs a reference model");
     if (o_.precompute_ref && o_.loss.needs_reference()) precompute();
@@ -77,6 +80,16 @@ class DpoStep final : public TrainingStep {
     return r;
   }
 
+  // The preference loss of `b`'s pairs summed (loss_scale 1), no gradients, no dropout; the
+  // reference computed for the batch (precomputed log-probs cover the training pairs only).
+  double evaluate(const Batch& b) override {
+    TensorMap in = inputs(b);
+    in["loss_scale"] = scalar_input(1.0, DType::F32);
+    if (o_.loss.needs_reference())
+      in["ref_logps"] = reference_.run(b, in, *o_.ref_params, &compile_s_).at("logps");
+    return element_as_double(eval_.run(b, in, *o_.policy.params, &compile_s_).at("loss"), 0);
+  }
+
   double flops(const Batch& b) const override {
     const ModelConfig& m = *o_.policy.model;
     double per_token = training_flops_per_token(m, b.seq_len, o_.policy.trainable);
@@ -88,13 +101,18 @@ class DpoStep final : public TrainingStep {
   }
 
  private:
-  Graph policy_graph(int64_t rows, int64_t T, bool packed) {
+  // eval: the loss alone (nothing trains, so no backward) with the validation hooks.
+  Graph policy_graph(int64_t rows, int64_t T, bool packed, bool eval = false) {
     TrainingGraphOptions g;
     g.batch_size = rows;
     g.seq_len = T;
     g.packed = packed;
     g.trainable = o_.policy.trainable;
     g.llama = o_.policy.llama;
+    if (eval) {
+      g.trainable = [](const std::string&) { return false; };
+      if (o_.policy.eval_llama) g.llama = *o_.policy.eval_llama;
+    }
     g.loss = preference_loss_builder(o_.loss);
     return build_training_graph(*o_.policy.model, g).graph;
   }
@@ -166,7 +184,7 @@ class DpoStep final : public TrainingStep {
   // Declared before the caches that share it: the reference pass and the policy step run one
   // after the other, so one arena serves both.
   std::shared_ptr<SharedArena> arena_ = std::make_shared<SharedArena>();
-  CompiledGraphs policy_, reference_;
+  CompiledGraphs policy_, reference_, eval_;
   std::unordered_map<int64_t, std::pair<float, float>> precomputed_;
 };
 

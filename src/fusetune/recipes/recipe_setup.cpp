@@ -132,10 +132,9 @@ std::unique_ptr<Dataset> build_dataset_from_config(const Config& cfg, const Toke
   return build_dataset(dataset_options_from(cfg, model, section), tok);
 }
 
-std::unique_ptr<PreferenceDataset> build_preference_dataset_from_config(const Config& cfg,
-                                                                        const Tokenizer& tok,
-                                                                        const ModelConfig& model) {
-  return build_preference_dataset(dataset_options_from(cfg, model), tok);
+std::unique_ptr<PreferenceDataset> build_preference_dataset_from_config(
+    const Config& cfg, const Tokenizer& tok, const ModelConfig& model, const std::string& section) {
+  return build_preference_dataset(dataset_options_from(cfg, model, section), tok);
 }
 
 LoaderOptions loader_options_from(const Config& cfg, const Tokenizer& tok) {

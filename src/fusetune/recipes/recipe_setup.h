@@ -48,9 +48,9 @@ std::unique_ptr<Dataset> build_dataset_from_config(const Config& cfg, const Toke
                                                    const ModelConfig& model,
                                                    const std::string& section = "dataset");
 // The DPO recipes' data: preference pairs (data/datasets/preference.h).
-std::unique_ptr<PreferenceDataset> build_preference_dataset_from_config(const Config& cfg,
-                                                                        const Tokenizer& tok,
-                                                                        const ModelConfig& model);
+std::unique_ptr<PreferenceDataset> build_preference_dataset_from_config(
+    const Config& cfg, const Tokenizer& tok, const ModelConfig& model,
+    const std::string& section = "dataset");
 LoaderOptions loader_options_from(const Config& cfg, const Tokenizer& tok);
 std::unique_ptr<Optimizer> build_optimizer(const Config& cfg);
 LRSchedule build_lr_schedule(const Config& cfg, int64_t total_steps);

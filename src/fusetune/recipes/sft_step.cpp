@@ -16,8 +16,9 @@ class SftStep final : public TrainingStep {
         eval_(
             [this](int64_t rows, int64_t T, bool packed) {
               // Forward and loss only: nothing trains, so autodiff adds no backward.
-              return graph(rows, T, packed, [](const std::string&) { return false; },
-                           o_.eval_llama ? *o_.eval_llama : o_.llama);
+              return graph(
+                  rows, T, packed, [](const std::string&) { return false; },
+                  o_.eval_llama ? *o_.eval_llama : o_.llama);
             },
             o_.passes, arena_) {}
 

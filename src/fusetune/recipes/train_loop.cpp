@@ -91,13 +91,20 @@ int run_training(const Config& cfg, const TrainJob& job) {
   DataLoader& loader = *loader_ptr;
   // Validation data (dataset_val): every batch, in order, each time validation runs.
   std::unique_ptr<Dataset> val_dataset;
+  std::unique_ptr<PreferenceDataset> val_pairs;
   std::unique_ptr<DataLoader> val_loader;
   if (cfg.has("dataset_val")) {
-    val_dataset = build_dataset_from_config(cfg, *tokenizer, model.config, "dataset_val");
     LoaderOptions vo = loader_options;
     vo.shuffle = false;
     vo.drop_last = false;
-    val_loader = std::make_unique<DataLoader>(*val_dataset, vo);
+    if (job.preference_data) {
+      val_pairs =
+          build_preference_dataset_from_config(cfg, *tokenizer, model.config, "dataset_val");
+      val_loader = std::make_unique<DataLoader>(*val_pairs, vo);
+    } else {
+      val_dataset = build_dataset_from_config(cfg, *tokenizer, model.config, "dataset_val");
+      val_loader = std::make_unique<DataLoader>(*val_dataset, vo);
+    }
   }
   const std::optional<int64_t> val_every = cfg.opt_i64("run_val_every_n_steps");
   const DatasetReport& data_report = pairs ? pairs->report() : dataset->report();
