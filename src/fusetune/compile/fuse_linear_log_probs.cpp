@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "fusetune/compile/head_backward.h"
 #include "fusetune/compile/rewrite.h"
 #include "fusetune/kernels/cpu/fused_linear_cross_entropy.h"
 
@@ -51,24 +52,10 @@ std::optional<Match> match_at(const Graph& g, const std::vector<std::vector<int>
   if (gb.op != Op::LabelLogProbsBackward || !(gb.inputs[1] == N[gather].inputs[1]) ||
       readers[lsb.inputs[1].node].size() != 1)
     return std::nullopt;
-  for (int r : readers[m.lsb]) {
-    const Node& bm = N[r];
-    if (nf4) {
-      if (bm.op != Op::NF4MatMulBackward || m.dh >= 0 || !(bm.inputs[0] == Value{m.lsb, 0}) ||
-          !std::equal(bm.inputs.begin() + 1, bm.inputs.end(), mm.inputs.begin() + 1) ||
-          bm.attrs.shape != mm.attrs.shape || bm.attrs.scalar != mm.attrs.scalar)
-        return std::nullopt;
-      m.dh = r;
-      continue;
-    }
-    if (bm.op != Op::MatMul || !(bm.inputs[0] == Value{m.lsb, 0})) return std::nullopt;
-    if (!bm.attrs.trans_a && !bm.attrs.trans_b && bm.inputs[1] == mm.inputs[1] && m.dh < 0)
-      m.dh = r;
-    else if (bm.attrs.trans_a && !bm.attrs.trans_b && bm.inputs[1] == mm.inputs[0] && m.dw < 0)
-      m.dw = r;
-    else
-      return std::nullopt;
-  }
+  const auto back = match_head_backward(g, readers, m.matmul, m.lsb);
+  if (!back) return std::nullopt;
+  m.dh = back->dh;
+  m.dw = back->dw;
   return m;
 }
 
