@@ -17,6 +17,7 @@
 #include "fusetune/runtime/eager_executor.h"
 #include "fusetune/util/error.h"
 #include "graph_compare.h"
+#include "nf4_support.h"
 #include "tiny_models.h"
 
 using namespace fusetune;
@@ -92,15 +93,10 @@ TEST(FusedCrossEntropyKernel, LossAndGradientsOverSeveralChunksMatchTheDefinitio
 
 TEST(FusedCrossEntropyKernel, NF4HeadEqualsItsDequantizedDenseHead) {
   const Problem p(11, 64, 9, 2);  // rows of whole NF4 blocks
-  const kernels::NF4Sizes sz = kernels::nf4_sizes(p.V * p.D);
-  std::vector<int32_t> codes(sz.code_words), absmax(sz.absmax_words);
-  std::vector<float> scales(sz.scales);
-  float offset = 0;
-  kernels::nf4_quantize<double>(p.W.data(), p.V * p.D, codes.data(), absmax.data(), scales.data(),
-                                &offset);
-  const kernels::NF4View w{codes.data(), absmax.data(), scales.data(), offset, p.V, p.D};
-  std::vector<double> dense(p.V * p.D), dh_nf4(p.N * p.D), dh_dense(p.N * p.D);
-  kernels::nf4_dequantize_rows<double>(w, 0, p.V, dense.data());
+  const NF4Weight q = quantize_nf4(p.W, p.V, p.D);
+  const kernels::NF4View w = q.view();
+  const std::vector<double> dense = q.dequantized();
+  std::vector<double> dh_nf4(p.N * p.D), dh_dense(p.N * p.D);
   const double a = kernels::fused_nf4_linear_cross_entropy<double>(p.h.data(), w, p.labels.data(),
                                                                    0.5, p.N, 3, dh_nf4.data());
   const double b = kernels::fused_linear_cross_entropy<double>(

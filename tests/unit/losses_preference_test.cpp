@@ -19,6 +19,7 @@
 #include "fusetune/util/error.h"
 #include "gradcheck.h"
 #include "graph_compare.h"
+#include "nf4_support.h"
 #include "tiny_models.h"
 
 using namespace fusetune;
@@ -132,15 +133,9 @@ TEST(FusedLinearLogProbs, NF4HeadEqualsItsDequantizedDenseHead) {
   std::uniform_real_distribution<double> u(-1, 1);
   for (int64_t i = 0; i < p.V * p.D; ++i) p.W.push_back(u(rng));
   for (int64_t i = 0; i < p.N * p.D; ++i) p.h.push_back(u(rng));
-  const kernels::NF4Sizes sz = kernels::nf4_sizes(p.V * p.D);
-  std::vector<int32_t> codes(sz.code_words), absmax(sz.absmax_words);
-  std::vector<float> scales(sz.scales);
-  float offset = 0;
-  kernels::nf4_quantize<double>(p.W.data(), p.V * p.D, codes.data(), absmax.data(), scales.data(),
-                                &offset);
-  const kernels::NF4View w{codes.data(), absmax.data(), scales.data(), offset, p.V, p.D};
-  std::vector<double> dense(p.V * p.D);
-  kernels::nf4_dequantize_rows<double>(w, 0, p.V, dense.data());
+  const NF4Weight q = quantize_nf4(p.W, p.V, p.D);
+  const kernels::NF4View w = q.view();
+  const std::vector<double> dense = q.dequantized();
   std::vector<double> g(p.N, 0.5);
   auto run = [&](const kernels::LogProbHead<double>& head, std::vector<double>& logp,
                  std::vector<double>& dh) {
