@@ -17,7 +17,8 @@ const std::vector<Command>& commands() {
       {"validate", "Check a config against a recipe's schema", kValidateHelp, cmd_validate},
       {"plan", "Show the compiled step and its peak memory for each compile mode, without training", kPlanHelp, cmd_plan},
       {"merge", "Merge a PEFT LoRA/DoRA adapter into its base checkpoint", kMergeHelp, cmd_merge},
-      // Future rows: bench, generate (see command.h).
+      {"generate", "Generate text from a model (and adapter) with a KV cache", kGenerateHelp, cmd_generate},
+      {"eval", "Perplexity or multiple-choice accuracy of a model (and adapter)", kEvalHelp, cmd_eval},
   };
   return table;
 }

@@ -76,6 +76,8 @@ void check_model(const Config& model, const Config& root, Problems& p, bool lora
   }
 }
 
+}  // namespace
+
 Field model_field(bool lora_recipe) {
   auto int_pos = [](const char* name, const char* help) {
     return Field::Int(name).min(1).doc(help);
@@ -108,6 +110,8 @@ Field model_field(bool lora_recipe) {
   });
   return model;
 }
+
+namespace {
 
 void check_objective(const Config& root, bool preference, Problems& p);
 

@@ -18,4 +18,8 @@ const Schema& lora_dpo_schema();  // lora_finetune's keys + precompute_ref_log_p
 const Schema&
 full_dpo_schema();  // full_finetune's keys + ref_checkpointer, precompute_ref_log_probs
 
+// The `model` map every recipe shares (architecture keys, init, the torchtune builder);
+// lora_recipe: LoRA builder names (lora_*, qlora_*) are accepted.
+Field model_field(bool lora_recipe);
+
 }  // namespace fusetune

@@ -418,9 +418,15 @@ void fill_field(Config& cfg, const std::string& key, const Field& f) {
   YAML::Node v = cfg.node(key);
   if (yaml::absent(v)) {
     if (f.default_yaml.empty()) return;
-    // Defaults may refer to other keys ("${output_dir}/logs").
-    YAML::Node def = interpolate(cfg.node(), key, YAML::Load(f.default_yaml),
-                                 [&cfg](const std::string& k) { return cfg.where(k); });
+    // Defaults may refer to other keys ("${output_dir}/logs"); one whose reference is absent
+    // (a recipe without output_dir, like generate) is left unset.
+    YAML::Node def;
+    try {
+      def = interpolate(cfg.node(), key, YAML::Load(f.default_yaml),
+                        [&cfg](const std::string& k) { return cfg.where(k); });
+    } catch (const Error&) {
+      return;
+    }
     cfg.set(key, def);
     v.reset(cfg.node(key));
   }

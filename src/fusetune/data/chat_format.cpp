@@ -28,6 +28,11 @@ class Builder {
   Sample s_;
 };
 
+void append(Sample& s, const Sample& more) {
+  s.tokens.insert(s.tokens.end(), more.tokens.begin(), more.tokens.end());
+  s.labels.insert(s.labels.end(), more.labels.begin(), more.labels.end());
+}
+
 int32_t require_special(const Tokenizer& tok, std::string_view format, std::string_view token) {
   auto id = tok.token_to_id(token);
   FT_CHECK(id.has_value(), "chat template '" + std::string(format) + "' needs the special token " +
@@ -59,6 +64,21 @@ class Llama3Format : public ChatFormat {
     }
     return b.take();
   }
+  Sample render_prompt(const std::vector<Message>& messages) const override {
+    Sample s = render(messages);
+    Builder b(tok_);
+    b.id(start_header_, false);
+    b.text("assistant", false);
+    b.id(end_header_, false);
+    b.text("\n\n", false);
+    append(s, b.take());
+    return s;
+  }
+  std::vector<int32_t> end_of_turn_tokens() const override {
+    std::vector<int32_t> ids{eot_};
+    if (auto eom = tok_.token_to_id("<|eom_id|>")) ids.push_back(*eom);
+    return ids;
+  }
 
  private:
   const Tokenizer& tok_;
@@ -84,6 +104,15 @@ class ChatMLFormat : public ChatFormat {
     }
     return b.take();
   }
+  Sample render_prompt(const std::vector<Message>& messages) const override {
+    Sample s = render(messages);
+    Builder b(tok_);
+    b.id(start_, false);
+    b.text("assistant\n", false);
+    append(s, b.take());
+    return s;
+  }
+  std::vector<int32_t> end_of_turn_tokens() const override { return {end_}; }
 
  private:
   const Tokenizer& tok_;

@@ -36,6 +36,13 @@ class ChatFormat {
   virtual std::string_view name() const = 0;
   // Tokens and unshifted labels (token id when trained, kIgnoreIndex otherwise).
   virtual Sample render(const std::vector<Message>& messages) const = 0;
+  // A prompt for generation: the messages, then what opens the assistant's answer (llama3 its
+  // header, chatml "<|im_start|>assistant\n"; llama2/mistral end at [/INST]; plain: nothing).
+  virtual Sample render_prompt(const std::vector<Message>& messages) const {
+    return render(messages);
+  }
+  // The tokens that end an assistant turn (generation stops at them besides EOS).
+  virtual std::vector<int32_t> end_of_turn_tokens() const { return {}; }
 };
 
 // The template names accepted by make_chat_format (besides "auto").

@@ -114,6 +114,8 @@ const char* op_name(Op op) {
       return "fused_linear_log_probs";
     case Op::FusedLinearLogProbsBackward:
       return "fused_linear_log_probs_backward";
+    case Op::KVCacheAttention:
+      return "kv_cache_attention";
     case Op::kCount:
       break;
   }

@@ -91,6 +91,13 @@ enum class Op : uint8_t {
   FusedLinearLogProbsBackward,  // (x, labels, lse, dlogp [N], head...): x = h -> (dh [N,D],
                                 // dW [V,D]; no dW for an NF4 head), or with attrs.no_weight_grad
                                 // x = the forward's E_p[W] -> (dh) without recomputing logits
+  // Generation (generation/): attention of new queries against a KV cache that the op itself
+  // extends. The caches are graph inputs bound to the same tensors on every run (the decode
+  // session's state); writing into them is the only in-place effect of any op.
+  KVCacheAttention,  // (q [B,T,H,hd], k, v [B,T,KV,hd], k_cache, v_cache [B,S,KV,hd],
+                     // cache_pos [] I32, cache_start [B] I32) -> o [B,T,H,hd]: writes k, v at
+                     // slots [cache_pos, cache_pos + T), then query t attends to slots
+                     // [cache_start[b], cache_pos + t]. attrs.scalar = softmax scale.
   kCount
 };
 

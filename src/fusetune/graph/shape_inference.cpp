@@ -347,6 +347,24 @@ std::vector<TensorType> infer_types(const Graph& g, Op op, const std::vector<Val
       Shape out(S(0).begin(), S(0).end() - 1);
       return {{out, fd}};
     }
+    case Op::KVCacheAttention: {
+      arity(7, 7);
+      for (size_t i = 0; i < 5; ++i) need_float(i);
+      need_i32(5);
+      need_i32(6);
+      const Shape &q = S(0), &k = S(1), &kc = S(3);
+      if (q.size() != 4 || k.size() != 4 || kc.size() != 4 || k[0] != q[0] || k[1] != q[1] ||
+          k[3] != q[3] || k[2] < 1 || q[2] % k[2] || kc[0] != q[0] || kc[2] != k[2] ||
+          kc[3] != k[3] || kc[1] < q[1])
+        fail(op, "expects q [B, T, H, hd], k, v [B, T, KV, hd] and caches [B, S, KV, hd] with S >= "
+                 "T and H a multiple of KV, got q " + shape_str(q) + ", k " + shape_str(k) +
+                     ", cache " + shape_str(kc));
+      same(1, 2);
+      same(3, 4);
+      if (!S(5).empty() || S(6) != Shape{q[0]})
+        fail(op, "cache_pos must be a scalar and cache_start [B]");
+      return {{q, fd}};
+    }
     case Op::LogSigmoid:
     case Op::Relu:
       arity(1, 1);

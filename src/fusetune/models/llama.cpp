@@ -1,5 +1,6 @@
 #include "fusetune/models/llama.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "fusetune/models/rope_tables.h"
@@ -13,6 +14,7 @@ struct Layer {
   const ModelConfig& cfg;
   const TrainablePredicate& trainable;
   const LinearFn& linear_fn;
+  int64_t index;
   std::string prefix;
 
   Value param(const std::string& name, Shape shape) {
@@ -41,10 +43,23 @@ Value attention(Layer& L, Value x, const LlamaInputs& in, Value cos, Value sin, 
   Value q = b.rope(proj("q_proj", H), cos, sin, in.positions);
   Value k = b.rope(proj("k_proj", KV), cos, sin, in.positions);
   Value v = proj("v_proj", KV);
+  const double scale = 1.0 / std::sqrt(double(hd));
+  if (in.cache_len > 0) {
+    Graph& g = b.graph();
+    const Shape cache_shape{B, in.cache_len, KV, hd};
+    const std::string layer = std::to_string(L.index);
+    Value k_cache = g.input("kv_cache.k." + layer, cache_shape, g.float_dtype());
+    Value v_cache = g.input("kv_cache.v." + layer, cache_shape, g.float_dtype());
+    Attrs at;
+    at.scalar = scale;
+    Value ctx = g.add1(Op::KVCacheAttention,
+                       {q, k, v, k_cache, v_cache, in.cache_pos, in.cache_start}, at);
+    return L.linear(b.reshape(ctx, {B, T, H * hd}), "self_attn.o_proj", D, H * hd);
+  }
   q = b.transpose(q, 1, 2);                          // [B, H, T, hd]
   k = b.repeat_heads(b.transpose(k, 1, 2), H / KV);  // [B, H, T, hd]
   v = b.repeat_heads(b.transpose(v, 1, 2), H / KV);
-  Value scores = b.scale(b.matmul(q, k, false, true), 1.0 / std::sqrt(double(hd)));  // [B, H, T, T]
+  Value scores = b.scale(b.matmul(q, k, false, true), scale);  // [B, H, T, T]
   Value probs = b.softmax(b.causal_mask(scores, in.doc_ids));
   Value ctx = b.transpose(b.matmul(probs, v), 1, 2);  // [B, T, H, hd]
   ctx = b.reshape(ctx, {B, T, H * hd});
@@ -73,7 +88,8 @@ LlamaOutputs build_llama(Builder& b, const ModelConfig& cfg, const LlamaInputs& 
   const Shape& ts = g.shape(in.tokens);
   const int64_t B = ts[0], T = ts[1], D = cfg.hidden_size, V = cfg.vocab_size;
 
-  auto [cos_t, sin_t] = rope_tables(cfg, T, g.float_dtype());
+  // Positions index the tables: with a cache they run up to its length.
+  auto [cos_t, sin_t] = rope_tables(cfg, std::max(T, in.cache_len), g.float_dtype());
   Value cos = g.constant(cos_t, "rope.cos");
   Value sin = g.constant(sin_t, "rope.sin");
 
@@ -87,7 +103,7 @@ LlamaOutputs build_llama(Builder& b, const ModelConfig& cfg, const LlamaInputs& 
     h = b.embedding(embed, in.tokens);
   }
   for (int64_t i = 0; i < cfg.num_hidden_layers; ++i) {
-    Layer L{b, cfg, trainable, linear_fn, "model.layers." + std::to_string(i) + "."};
+    Layer L{b, cfg, trainable, linear_fn, i, "model.layers." + std::to_string(i) + "."};
     g.set_layer(int(i));
     Value attn_in = b.rmsnorm(h, L.param("input_layernorm.weight", {D}), cfg.rms_norm_eps);
     h = b.add(h, attention(L, attn_in, in, cos, sin, B, T));
@@ -96,7 +112,9 @@ LlamaOutputs build_llama(Builder& b, const ModelConfig& cfg, const LlamaInputs& 
   }
   g.set_layer(-1);
   Value norm_w = g.param("model.norm.weight", {D}, trainable("model.norm.weight"));
-  Value hidden = b.reshape(b.rmsnorm(h, norm_w, cfg.rms_norm_eps), {B * T, D});
+  if (options.last_position_only) h = b.slice(h, 1, T - 1, 1);  // [B, 1, D]
+  const int64_t rows = options.last_position_only ? B : B * T;
+  Value hidden = b.reshape(b.rmsnorm(h, norm_w, cfg.rms_norm_eps), {rows, D});
   if (options.head) {
     // The head as a linear site; a tied head's weight is the embedding.
     const std::string w = cfg.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";

@@ -13,6 +13,13 @@ struct LlamaInputs {
   Value tokens;     // [B, T] I32
   Value positions;  // [B, T] I32
   Value doc_ids;    // [B, T] I32, or invalid for plain causal attention
+  // Generation with a KV cache of cache_len slots (0: none). Each layer's attention then reads
+  // and extends the graph inputs "kv_cache.k.<layer>" / "kv_cache.v.<layer>" [B, cache_len,
+  // KV, hd] (Op::KVCacheAttention); cache_pos [] I32 is the slot of the first query token and
+  // cache_start [B] I32 each row's first real slot (left padding).
+  int64_t cache_len = 0;
+  Value cache_pos;
+  Value cache_start;
 };
 
 struct LlamaOutputs {
@@ -52,6 +59,9 @@ struct LlamaOptions {
   // Replaces Param "model.embed_tokens.weight" + Embedding (an NF4 table). A tied model with
   // an embedding hook needs a head hook too (there is no float table to reuse as the head).
   EmbeddingFn embedding;
+  // Only each sequence's last position goes through the final norm's output to the head
+  // (generation): LlamaOutputs::hidden is then [B, D] and logits [B, V].
+  bool last_position_only = false;
 };
 
 LlamaOutputs build_llama(Builder& b, const ModelConfig& cfg, const LlamaInputs& in,

@@ -77,7 +77,7 @@ Graph build_logits_graph(const ModelConfig& cfg, int64_t batch_size, int64_t seq
 }
 
 Graph build_sequence_log_probs_graph(const ModelConfig& cfg, int64_t rows, int64_t seq_len,
-                                     DType dtype, const LlamaOptions& llama) {
+                                     DType dtype, const LlamaOptions& llama, bool packed) {
   Graph g(dtype);
   Builder b(g);
   LlamaInputs in;
@@ -85,6 +85,7 @@ Graph build_sequence_log_probs_graph(const ModelConfig& cfg, int64_t rows, int64
   Value labels = g.input("labels", {rows, seq_len}, DType::I32);
   in.positions = g.input("positions", {rows, seq_len}, DType::I32);
   Value mask = g.input("response_mask", {rows * seq_len}, dtype);
+  if (packed) in.doc_ids = g.input("doc_ids", {rows, seq_len}, DType::I32);
   LlamaOutputs m = build_llama(
       b, cfg, in, [](const std::string&) { return false; }, llama);
   SequenceLogProbs s = build_sequence_log_probs(b, m.hidden, m.lm_head, m.logits,

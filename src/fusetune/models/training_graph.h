@@ -58,10 +58,13 @@ TrainingGraph build_training_graph(const ModelConfig& cfg, const TrainingGraphOp
 Graph build_logits_graph(const ModelConfig& cfg, int64_t batch_size, int64_t seq_len, DType dtype,
                          const LlamaOptions& llama = {});
 
-// Forward only, for a preference reference model: inputs "tokens", "labels", "positions"
-// [rows, T] and "response_mask" [rows*T]; outputs "logps" [rows] (summed response-token
-// log-probs per row) and "logit_sums" [rows] (losses/preference.h).
+// Forward only, for a preference reference model and for evaluation: inputs "tokens",
+// "labels", "positions" [rows, T] (and "doc_ids" when packed) and "response_mask" [rows*T];
+// outputs "logps" [rows] (summed response-token log-probs per row) and "logit_sums" [rows]
+// (losses/preference.h). Under compile: true the head and log-softmax are fused
+// (FusedLinearLogProbs): no [tokens x vocab] tensor.
 Graph build_sequence_log_probs_graph(const ModelConfig& cfg, int64_t rows, int64_t seq_len,
-                                     DType dtype, const LlamaOptions& llama = {});
+                                     DType dtype, const LlamaOptions& llama = {},
+                                     bool packed = false);
 
 }  // namespace fusetune

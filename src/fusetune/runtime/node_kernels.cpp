@@ -8,6 +8,7 @@
 #include "fusetune/kernels/cpu/fused_linear_cross_entropy.h"
 #include "fusetune/kernels/cpu/fused_linear_log_probs.h"
 #include "fusetune/kernels/cpu/kernels.h"
+#include "fusetune/kernels/cpu/kv_cache_attention.h"
 #include "fusetune/kernels/cpu/nf4.h"
 #include "fusetune/kernels/cpu/peft_ops.h"
 #include "fusetune/kernels/cpu/preference_ops.h"
@@ -298,6 +299,13 @@ void run_typed(const Node& n, const std::vector<Tensor>& in, std::vector<Tensor>
         k::fused_linear_log_probs_backward<T>(X(0), I(1), X(2), X(3), head, in[0].dim(0),
                                               a.chunk_rows, Y,
                                               out.size() > 1 ? out[1].data<T>() : nullptr);
+      break;
+    }
+    case Op::KVCacheAttention: {
+      const Shape& qs = in[0].shape();
+      const k::KVCacheDims d{qs[0], qs[1], qs[2], in[1].dim(2), qs[3], in[3].dim(1)};
+      // The caches are inputs the op extends in place (op.h).
+      k::kv_cache_attention<T>(X(0), X(1), X(2), X(3), X(4), I(5)[0], I(6), Y, d, a.scalar);
       break;
     }
     default:

@@ -1,0 +1,75 @@
+#pragma once
+// Generation with a KV cache (DESIGN.md §8). A batch of prompts is left-padded to a common
+// length P; one prefill run of the step graph (models/decode_graph.h) with T = P fills the
+// cache and gives the first token's logits, then each decode run feeds one token per row at
+// the next cache slot. Both graphs go through compile_graph like a training step (compile:
+// false runs them eagerly) and share one arena. A row stops at one of its stop tokens; the
+// batch stops when every row has, at max_new_tokens, or when the cache (the model's
+// max_position_embeddings) is full.
+//
+// use_kv_cache = false recomputes the whole sequence for every token (the reference the cache
+// is checked against, and torchtune's enable_kv_cache: false).
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "fusetune/compile/pass.h"
+#include "fusetune/generation/sampling.h"
+#include "fusetune/models/llama.h"
+#include "fusetune/runtime/executor.h"
+#include "fusetune/runtime/shared_arena.h"
+
+namespace fusetune {
+
+struct GenerationOptions {
+  int64_t max_new_tokens = 300;
+  SamplingOptions sampling;
+  uint64_t seed = 1234;
+  std::vector<int32_t> stop_tokens;  // e.g. EOS and the chat template's end of turn
+  bool use_kv_cache = true;
+};
+
+struct GenerationStats {
+  int64_t prompt_tokens = 0;     // real (unpadded) prompt tokens over the batch
+  int64_t generated_tokens = 0;  // over the batch, stop tokens included
+  int64_t decode_steps = 0;      // decode runs (the first token comes from the prefill)
+  double prefill_seconds = 0, decode_seconds = 0, compile_seconds = 0;
+  int64_t kv_cache_bytes = 0;
+};
+
+struct GenerationResult {
+  std::vector<std::vector<int32_t>> tokens;  // per row: the new tokens, a final stop token kept
+  std::vector<std::string> finish_reason;    // per row: "stop", "length" or "context"
+  GenerationStats stats;
+};
+
+class Generator {
+ public:
+  // params: the model's weights by name (adapters included when `llama` applies them).
+  Generator(const ModelConfig& cfg, const TensorMap& params, LlamaOptions llama, CompileMode mode,
+            DType dtype);
+
+  // on_token(row, token) is called as each token is chosen (streaming).
+  GenerationResult generate(const std::vector<std::vector<int32_t>>& prompts,
+                            const GenerationOptions& o,
+                            const std::function<void(int64_t, int32_t)>& on_token = {});
+
+  // Called with every run's logits [B, V] (tests compare the cache against a recomputation).
+  std::function<void(const Tensor& logits)> on_logits;
+
+ private:
+  Executor& step(int64_t batch, int64_t tokens, int64_t cache_len, double* compile_seconds);
+
+  ModelConfig cfg_;
+  TensorMap params_;  // shares the caller's storage
+  LlamaOptions llama_;
+  CompileMode mode_;
+  DType dtype_;
+  std::shared_ptr<SharedArena> arena_ = std::make_shared<SharedArena>();
+  std::map<std::vector<int64_t>, std::unique_ptr<Executor>> steps_;  // by (B, T, S)
+};
+
+}  // namespace fusetune
