@@ -9,17 +9,12 @@
 #include "fusetune/data/collate.h"
 #include "fusetune/data/multiple_choice.h"
 #include "fusetune/models/training_graph.h"
+#include "fusetune/recipes/training_step.h"
 #include "fusetune/util/error.h"
 #include "fusetune/util/fs.h"
 
 namespace fusetune {
 namespace {
-
-Tensor i32_tensor(const std::vector<int32_t>& v, Shape shape) {
-  Tensor t = Tensor::empty(std::move(shape), DType::I32);
-  std::copy(v.begin(), v.end(), t.data<int32_t>());
-  return t;
-}
 
 // Collates `samples` into batches of at most `batch_size` and returns
 // every row's summed label log-prob.
@@ -88,11 +83,8 @@ std::vector<double> SequenceScorer::logps(const Batch& batch) {
     else
       mask.data<float>()[i] = float(v);
   }
-  TensorMap in{{"tokens", i32_tensor(batch.tokens, {B, T})},
-               {"labels", i32_tensor(batch.labels, {B, T})},
-               {"positions", i32_tensor(batch.positions, {B, T})},
-               {"response_mask", mask}};
-  if (packed) in["doc_ids"] = i32_tensor(batch.doc_ids, {B, T});
+  TensorMap in = batch_inputs(batch);
+  in["response_mask"] = mask;
   Tensor logps = ex->run(in, m_.model.params)[0];
   std::vector<double> out(static_cast<size_t>(B));
   for (int64_t b = 0; b < B; ++b) out[size_t(b)] = element_as_double(logps, b);
