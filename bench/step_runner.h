@@ -51,6 +51,8 @@ inline const std::vector<BenchShape>& shapes() {
       {"mid", llama_shape(32000, 512, 8, 8, 4, 1408, false), 4, 256},
       {"smollm2-135m", llama_shape(49152, 576, 30, 9, 3, 1536, true), 4, 256},
       {"tiny", llama_shape(4096, 128, 2, 4, 2, 384, false), 2, 128},
+      {"stories260K", llama_shape(512, 64, 5, 8, 4, 172, true), 8, 256},
+      {"llama3.2-1b", llama_shape(128256, 2048, 16, 32, 8, 8192, true), 1, 512},
   };
   return all;
 }

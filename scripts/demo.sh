@@ -1,12 +1,21 @@
 #!/usr/bin/env bash
-# The README's main command: installs dependencies, builds (release), then fine-tunes a small
-# Llama-architecture model (seeded random init, byte tokenizer) on a text the project ships,
-# printing torchtune's step lines. No downloads. Extra arguments are config overrides, e.g.
+# The README's main command: installs dependencies, builds the fusetune binary alone (release;
+# not the tests or benchmarks), then fine-tunes a small Llama-architecture model (seeded
+# random init, byte tokenizer) on a text the project ships, printing torchtune's step lines,
+# and ends with a short sample from the model it trained. No downloads. Extra arguments are
+# config overrides of the training run, e.g.
 #   scripts/demo.sh compile=true epochs=2
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install_deps.sh
-scripts/build.sh release >&2
+scripts/build.sh release --target fusetune >&2
 out=${FUSETUNE_DEMO_OUT:-out/demo}
-exec build/release/fusetune run full_finetune_single_device --config demo/tiny_full \
+build/release/fusetune run full_finetune_single_device --config demo/tiny_full \
   output_dir="$out" "$@"
+# The newest checkpoint the run wrote (epoch_N, or step_N with save_every_n_steps).
+last=$(ls -dt "$out"/epoch_* "$out"/step_* 2>/dev/null | head -n 1)
+echo
+echo "A sample from $last:"
+build/release/fusetune generate --config demo/tiny_generation checkpointer.checkpoint_dir="$last"
+echo
+echo "Checkpoints and logs: $out (metrics: $out/logs/metrics.jsonl)"

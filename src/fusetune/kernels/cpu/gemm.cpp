@@ -24,6 +24,16 @@ void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, doub
   cblas_dgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
+// y = op(A) x for a row-major A [rows, cols]; y has unit stride.
+void blas_gemv(CBLAS_TRANSPOSE t, int rows, int cols, float alpha, const float* A, int lda,
+               const float* x, int incx, float beta, float* y) {
+  cblas_sgemv(CblasRowMajor, t, rows, cols, alpha, A, lda, x, incx, beta, y, 1);
+}
+void blas_gemv(CBLAS_TRANSPOSE t, int rows, int cols, double alpha, const double* A, int lda,
+               const double* x, int incx, double beta, double* y) {
+  cblas_dgemv(CblasRowMajor, t, rows, cols, alpha, A, lda, x, incx, beta, y, 1);
+}
+
 std::string dims(int64_t M, int64_t N, int64_t K) {
   return "M=" + std::to_string(M) + " N=" + std::to_string(N) + " K=" + std::to_string(K);
 }
@@ -62,6 +72,14 @@ void gemm_unchecked(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
         for (int64_t j = 0; j < N; ++j) c[j] *= beta;
       }
     }
+    return;
+  }
+  if (M == 1) {
+    // A row vector times B (batch-1 decode): GEMV streams B once, where GEMM would first pack
+    // all of B into its tile layout, reading and writing it again. C^T = op(B)^T a.
+    const int incx = trans_a ? static_cast<int>(lda) : 1;
+    blas_gemv(trans_b ? CblasNoTrans : CblasTrans, static_cast<int>(trans_b ? N : K),
+              static_cast<int>(trans_b ? K : N), alpha, B, static_cast<int>(ldb), A, incx, beta, C);
     return;
   }
   blas_gemm(trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
