@@ -127,6 +127,9 @@ TEST(Stories260KGeneration, TheCommandExplainsBadKeys) {
   r = run_fusetune("generate --config stories260K/generation 'quantizer={_component_: x}'");
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.out.find("quantizer"), std::string::npos) << r.out;
+  r = run_fusetune("plan generate --config stories260K/generation");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("trains nothing"), std::string::npos) << r.out;
   r = run_fusetune("generate --config stories260K/generation --adapter /nonexistent");
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.out.find("/nonexistent"), std::string::npos) << r.out;

@@ -30,6 +30,11 @@ const char* const kPlanHelp =
 int cmd_plan(const std::vector<std::string>& argv) {
   Args a = parse_args(argv, {{"config"}, {}, true});
   FT_CHECK(a.positional.size() == 1, "usage: fusetune plan RECIPE --config CONFIG [key=value ...]");
+  const std::string& name = find_recipe(a.positional[0]).name;
+  FT_CHECK(name != "generate" && name != "eval",
+           "plan predicts a training step; " + name +
+               " trains nothing (its KV cache and activations are small: generate prints the "
+               "cache size when it runs)");
   Config cfg = prepare_recipe_config(a.positional[0], a,
                                      "fusetune plan RECIPE --config CONFIG [key=value ...]");
   const ModelConfig model = model_architecture(cfg);
