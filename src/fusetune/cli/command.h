@@ -24,6 +24,7 @@ int cmd_cp(const std::vector<std::string>& args);
 int cmd_validate(const std::vector<std::string>& args);
 int cmd_plan(const std::vector<std::string>& args);
 int cmd_merge(const std::vector<std::string>& args);
+int cmd_report(const std::vector<std::string>& args);
 extern const char* const kRunHelp;
 extern const char* const kLsHelp;
 extern const char* const kCpHelp;
@@ -35,6 +36,7 @@ struct Args;
 // (warnings to stderr) and fills defaults: the config a recipe (or `plan`) receives.
 Config prepare_recipe_config(const std::string& recipe_name, const Args& a, const char* usage);
 extern const char* const kMergeHelp;
+extern const char* const kReportHelp;
 
 // Prints warnings from validation to stderr, one "fusetune: warning: ..." line each.
 void print_warnings(const std::vector<std::string>& warnings);

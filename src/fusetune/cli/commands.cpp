@@ -17,6 +17,7 @@ const std::vector<Command>& commands() {
       {"validate", "Check a config against a recipe's schema", kValidateHelp, cmd_validate},
       {"plan", "Show the compiled step and its peak memory for each compile mode, without training", kPlanHelp, cmd_plan},
       {"merge", "Merge a PEFT LoRA/DoRA adapter into its base checkpoint", kMergeHelp, cmd_merge},
+      {"report", "Compare runs' curves and headers in one HTML page", kReportHelp, cmd_report},
       // Future rows: bench, generate (see command.h).
   };
   return table;
