@@ -38,6 +38,10 @@ int cmd_report(const std::vector<std::string>& argv) {
   std::error_code ec;
   FT_CHECK(!fs::is_directory(out, ec),
            "cannot write the report to '" + out.string() + "': it is a directory");
+  const fs::path parent = out.parent_path();
+  FT_CHECK(parent.empty() || fs::is_directory(parent, ec),
+           "cannot write the report to '" + out.string() + "': directory '" + parent.string() +
+               "' does not exist");
   std::ofstream f(out, std::ios::binary | std::ios::trunc);
   FT_CHECK(f, "cannot write the report to '" + out.string() + "'");
   f.write(report.html.data(), static_cast<std::streamsize>(report.html.size()));
