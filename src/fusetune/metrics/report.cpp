@@ -117,7 +117,8 @@ table.runs td.missing { color: #aaa; }
 .swatch { display: inline-block; width: 12px; height: 12px; border-radius: 2px;
   margin-right: 6px; vertical-align: -1px; }
 .charts { display: flex; flex-wrap: wrap; gap: 16px; }
-svg.chart { border: 1px solid #e2e2e2; border-radius: 4px; background: #fff; }
+svg.chart { border: 1px solid #e2e2e2; border-radius: 4px; background: #fff; max-width: 100%;
+  height: auto; }
 svg.chart text { font-size: 11px; fill: #444; }
 svg.chart text.title { font-size: 14px; font-weight: 600; fill: #222; }
 svg.chart .legend text { font-size: 12px; fill: #222; }

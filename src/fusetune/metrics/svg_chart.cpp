@@ -18,8 +18,9 @@ std::string num(double v) {
   return buf;
 }
 
-// Markers shrink with the run's number, so points of runs that coincide (the same loss under
-// every compile mode) show as concentric dots instead of hiding each other.
+// Markers shrink with the run's number and have a thin white rim, so points of runs that
+// coincide (the same loss under every compile mode) show as concentric dots instead of hiding
+// each other.
 double marker_radius(int index) { return std::max(1.6, 4.2 - 1.1 * index); }
 
 const char* dash_pattern(int index) {
@@ -191,8 +192,8 @@ std::string svg_line_chart(const ChartSpec& spec, const std::vector<ChartSeries>
       char value[32];
       std::snprintf(value, sizeof value, "%.6g", p.y);
       o += "<circle class=\"pt\" cx=\"" + num(px(p.x)) + "\" cy=\"" + num(py(p.y)) + "\" r=\"" + r +
-           "\" fill=\"currentColor\"><title>" + label + ": step " + tick_label(p.x, 1) + ", " +
-           value + "</title></circle>\n";
+           "\" fill=\"currentColor\" stroke=\"#fff\" stroke-width=\"0.8\"><title>" + label +
+           ": step " + tick_label(p.x, 1) + ", " + value + "</title></circle>\n";
     }
     o += "</g>\n";
   }
