@@ -2,7 +2,8 @@
 # The README's main command: installs dependencies, builds the fusetune binary alone (release;
 # not the tests or benchmarks), then fine-tunes a small Llama-architecture model (seeded
 # random init, byte tokenizer) on a text the project ships, printing torchtune's step lines,
-# and ends with a short sample from the model it trained. No downloads. Extra arguments are
+# and ends with a short sample from the model it trained and an HTML report of the run's
+# curves. No downloads. Extra arguments are
 # config overrides of the training run, e.g.
 #   scripts/demo.sh compile=true epochs=2
 set -euo pipefail
@@ -18,4 +19,5 @@ echo
 echo "A sample from $last:"
 build/release/fusetune generate --config demo/tiny_generation checkpointer.checkpoint_dir="$last"
 echo
-echo "Checkpoints and logs: $out (metrics: $out/logs/metrics.jsonl)"
+build/release/fusetune report "$out" -o "$out/report.html"
+echo "Checkpoints and logs: $out; the run's curves: $out/report.html (open it in a browser)"

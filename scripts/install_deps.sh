@@ -2,8 +2,9 @@
 # Installs every Debian package fusetune needs to build, test and benchmark.
 # Idempotent: does nothing when all packages are already present.
 #   --with-reference  also makes sure Node.js and npm exist (the independent tokenizer
-#                     implementation the conformance tests compare against; tests skip
-#                     without it, so a failure here only warns).
+#                     implementation the conformance tests compare against) and Chromium
+#                     (headless, it renders `fusetune report` pages for the browser test);
+#                     tests skip without them, so a failure here only warns.
 set -euo pipefail
 pkgs=(
   cmake ninja-build g++ clang pkg-config   # build
@@ -35,4 +36,12 @@ if [ "${1:-}" = "--with-reference" ] && ! { command -v node && command -v npm; }
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null ||
     echo "warning: could not install nodejs/npm; tokenizer conformance tests will skip" >&2
+fi
+
+# Chromium: only the browser test (tests/browser) needs it, and it is large, so it comes with
+# the reference tools rather than with the build dependencies.
+if [ "${1:-}" = "--with-reference" ] && ! command -v chromium >/dev/null 2>&1; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends chromium >/dev/null ||
+    echo "warning: could not install chromium; the report's browser test will skip" >&2
 fi

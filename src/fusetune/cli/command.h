@@ -26,6 +26,7 @@ int cmd_plan(const std::vector<std::string>& args);
 int cmd_merge(const std::vector<std::string>& args);
 int cmd_generate(const std::vector<std::string>& args);
 int cmd_eval(const std::vector<std::string>& args);
+int cmd_report(const std::vector<std::string>& args);
 extern const char* const kRunHelp;
 extern const char* const kLsHelp;
 extern const char* const kCpHelp;
@@ -39,6 +40,7 @@ Config prepare_recipe_config(const std::string& recipe_name, const Args& a, cons
 extern const char* const kMergeHelp;
 extern const char* const kGenerateHelp;
 extern const char* const kEvalHelp;
+extern const char* const kReportHelp;
 
 // Prints warnings from validation to stderr, one "fusetune: warning: ..." line each.
 void print_warnings(const std::vector<std::string>& warnings);

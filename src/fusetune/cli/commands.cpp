@@ -19,6 +19,7 @@ const std::vector<Command>& commands() {
       {"merge", "Merge a PEFT LoRA/DoRA adapter into its base checkpoint", kMergeHelp, cmd_merge},
       {"generate", "Generate text from a model (and adapter) with a KV cache", kGenerateHelp, cmd_generate},
       {"eval", "Perplexity or multiple-choice accuracy of a model (and adapter)", kEvalHelp, cmd_eval},
+      {"report", "Compare runs' curves and headers in one HTML page", kReportHelp, cmd_report},
   };
   return table;
 }
