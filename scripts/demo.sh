@@ -14,7 +14,7 @@ out=${FUSETUNE_DEMO_OUT:-out/demo}
 build/release/fusetune run full_finetune_single_device --config demo/tiny_full \
   output_dir="$out" "$@"
 # The newest checkpoint the run wrote (epoch_N, or step_N with save_every_n_steps).
-last=$(ls -dt "$out"/epoch_* "$out"/step_* 2>/dev/null | head -n 1)
+last=$(ls -dt "$out"/epoch_* "$out"/step_* 2>/dev/null | head -n 1 || true)
 echo
 echo "A sample from $last:"
 build/release/fusetune generate --config demo/tiny_generation checkpointer.checkpoint_dir="$last"
