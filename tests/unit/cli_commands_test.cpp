@@ -8,29 +8,19 @@
 #include <sstream>
 
 #include "fusetune/config/builtin_configs.h"
+#include "cli_runner.h"
 #include "test_support.h"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-struct Result {
-  int code;
-  std::string out;  // stdout and stderr together
-};
+using Result = ::fusetune::testing::CliResult;
 
-// Runs the built fusetune binary with `args` (shell words) in `cwd`.
+// Runs the built fusetune binary with `args` (shell words) in `cwd` (default: the current
+// directory).
 Result fusetune_cli(const std::string& args, const std::string& cwd = "") {
-  std::string cmd = (cwd.empty() ? "" : "cd '" + cwd + "' && ") +
-                    std::string(::fusetune::testing::binary_path()) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return {-1, "popen failed"};
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+  return ::fusetune::testing::run_fusetune(args, cwd.empty() ? "." : cwd);
 }
 
 bool has(const std::string& s, const std::string& part) {

@@ -1,8 +1,6 @@
 // fusetune eval --config CONFIG [--adapter DIR] [key=value | ~key ...]
-#include "fusetune/cli/args.h"
 #include "fusetune/cli/command.h"
 #include "fusetune/recipes/evaluate.h"
-#include "fusetune/util/error.h"
 
 namespace fusetune::cli {
 
@@ -21,12 +19,7 @@ const char* const kEvalHelp =
     "  --adapter DIR  apply a PEFT LoRA/DoRA adapter without merging it (same as adapter=DIR)\n";
 
 int cmd_eval(const std::vector<std::string>& argv) {
-  Args a = parse_args(argv, {{"config", "adapter"}, {}, true});
-  FT_CHECK(a.positional.empty(), "unexpected argument '" + a.positional[0] +
-                                     "': overrides are key=value, deletions ~key");
-  if (a.options.count("adapter")) a.overrides.push_back("adapter=" + a.option("adapter"));
-  Config cfg = prepare_recipe_config("eval", a, "fusetune eval --config CONFIG");
-  return eval_recipe(cfg);
+  return eval_recipe(prepare_inference_config("eval", argv, "fusetune eval --config CONFIG"));
 }
 
 }  // namespace fusetune::cli

@@ -1,10 +1,6 @@
 // fusetune generate --config CONFIG [--adapter DIR] [key=value | ~key ...]
-#include <cstdio>
-
-#include "fusetune/cli/args.h"
 #include "fusetune/cli/command.h"
 #include "fusetune/recipes/generate.h"
-#include "fusetune/util/error.h"
 
 namespace fusetune::cli {
 
@@ -24,12 +20,7 @@ const char* const kGenerateHelp =
     "Example: fusetune generate --config stories260K/generation prompt=\"Once upon a time\"\n";
 
 int cmd_generate(const std::vector<std::string>& argv) {
-  Args a = parse_args(argv, {{"config", "adapter"}, {}, true});
-  FT_CHECK(a.positional.empty(), "unexpected argument '" + a.positional[0] +
-                                     "': overrides are key=value, deletions ~key");
-  if (a.options.count("adapter")) a.overrides.push_back("adapter=" + a.option("adapter"));
-  Config cfg = prepare_recipe_config("generate", a, "fusetune generate --config CONFIG");
-  return generate_recipe(cfg);
+  return generate_recipe(prepare_inference_config("generate", argv, "fusetune generate --config CONFIG"));
 }
 
 }  // namespace fusetune::cli

@@ -37,6 +37,15 @@ Config prepare_recipe_config(const std::string& recipe_name, const Args& a, cons
   return with_defaults(cfg, *recipe.schema);
 }
 
+Config prepare_inference_config(const std::string& recipe_name,
+                                const std::vector<std::string>& argv, const char* usage) {
+  Args a = parse_args(argv, {{"config", "adapter"}, {}, true});
+  FT_CHECK(a.positional.empty(), "unexpected argument '" + a.positional[0] +
+                                     "': overrides are key=value, deletions ~key");
+  if (a.options.count("adapter")) a.overrides.push_back("adapter=" + a.option("adapter"));
+  return prepare_recipe_config(recipe_name, a, usage);
+}
+
 int cmd_run(const std::vector<std::string>& argv) {
   Args a = parse_args(argv, {{"config"}, {}, true});
   FT_CHECK(!a.positional.empty(),

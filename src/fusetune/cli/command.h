@@ -37,6 +37,10 @@ struct Args;
 // Loads CONFIG, applies the overrides, resolves ${...}, validates against the recipe's schema
 // (warnings to stderr) and fills defaults: the config a recipe (or `plan`) receives.
 Config prepare_recipe_config(const std::string& recipe_name, const Args& a, const char* usage);
+// The same for the inference commands (generate, eval): `--config CONFIG [--adapter DIR]
+// [key=value | ~key ...]`, --adapter DIR being the override adapter=DIR.
+Config prepare_inference_config(const std::string& recipe_name,
+                                const std::vector<std::string>& argv, const char* usage);
 extern const char* const kMergeHelp;
 extern const char* const kGenerateHelp;
 extern const char* const kEvalHelp;
