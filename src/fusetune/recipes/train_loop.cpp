@@ -195,9 +195,9 @@ int run_training(const Config& cfg, const TrainJob& job) {
   for (const std::string& w : optimizer_warnings(cfg)) logger.message(w);
   if (cfg.boolean("low_cpu_ram", false))
     logger.message(
-        "low_cpu_ram: true changes nothing here: fusetune is one process that reads the "
-        "safetensors files through mmap (no per-rank or CPU-side state-dict copy for the flag "
-        "to avoid)");
+        "low_cpu_ram: true changes nothing here: the weights are read through mmap by one "
+        "process, with no per-rank state-dict copies to avoid (note: a merged QLoRA save still "
+        "dequantizes the whole base to fp32 in RAM)");
 
   // `at` is where a run resumed from this checkpoint continues.
   auto save = [&](const std::string& name, const TrainingProgress& at) {
