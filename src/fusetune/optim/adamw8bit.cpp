@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <set>
 #include <vector>
 
@@ -36,15 +37,52 @@ std::vector<float> build_map(bool is_signed) {
 
 }  // namespace
 
-const float* dynamic_map(bool is_signed) {
-  static const std::vector<float> s = build_map(true);
-  static const std::vector<float> u = build_map(false);
-  return is_signed ? s.data() : u.data();
+namespace {
+
+// The nearest-code search, by table: floats are bucketed by their top 16 bits (sign, exponent,
+// 7 mantissa bits; the order of finite floats of one sign follows their bits), and each bucket
+// stores where std::lower_bound's answer for the bucket's smallest value is. A lookup then
+// steps over the (at most a few) map values inside the bucket: the same answer as
+// std::lower_bound, without the 8 dependent comparisons of a binary search.
+struct CodeBook {
+  std::vector<float> map;
+  std::vector<uint16_t> start;  // 65536 buckets
+  explicit CodeBook(bool is_signed) : map(build_map(is_signed)), start(size_t(1) << 16) {
+    for (uint32_t key = 0; key < (1u << 16); ++key) {
+      // The bucket's smallest value: positive floats grow with their bits, negative ones
+      // shrink, so it is the first pattern of a positive bucket, the last of a negative one.
+      const bool negative = key >> 15;
+      const uint32_t bits = negative ? (key << 16) | 0xffffu : key << 16;
+      float lo;
+      std::memcpy(&lo, &bits, sizeof lo);
+      if (std::isnan(lo)) lo = negative ? -INFINITY : INFINITY;  // NaN patterns: the ends
+      start[key] = uint16_t(std::lower_bound(map.begin(), map.end(), lo) - map.begin());
+    }
+  }
+  int nearest(float v) const {
+    uint32_t bits;
+    std::memcpy(&bits, &v, sizeof bits);
+    int hi = start[bits >> 16];
+    while (hi < 256 && map[size_t(hi)] < v) ++hi;
+    if (hi == 0) return 0;
+    if (hi == 256) return 255;
+    return (v - map[size_t(hi - 1)]) <= (map[size_t(hi)] - v) ? hi - 1 : hi;
+  }
+};
+
+const CodeBook& code_book(bool is_signed) {
+  static const CodeBook s(true), u(false);
+  return is_signed ? s : u;
 }
 
+}  // namespace
+
+const float* dynamic_map(bool is_signed) { return code_book(is_signed).map.data(); }
+
 int nearest_code(const float* map, float v) {
-  const float* it = std::lower_bound(map, map + 256, v);
-  const int hi = int(it - map);
+  if (map == code_book(true).map.data()) return code_book(true).nearest(v);
+  if (map == code_book(false).map.data()) return code_book(false).nearest(v);
+  const int hi = int(std::lower_bound(map, map + 256, v) - map);
   if (hi == 0) return 0;
   if (hi == 256) return 255;
   return (v - map[hi - 1]) <= (map[hi] - v) ? hi - 1 : hi;
@@ -86,8 +124,10 @@ struct Coefficients {
 template <class T>
 void update_block(T* p, const T* g, uint8_t* c1, uint8_t* c2, float* absmax1, float* absmax2,
                   int64_t n, const Coefficients& c, T* m, T* v) {
-  const float* map1 = q8::dynamic_map(true);
-  const float* map2 = q8::dynamic_map(false);
+  const q8::CodeBook& book1 = q8::code_book(true);
+  const q8::CodeBook& book2 = q8::code_book(false);
+  const float* map1 = book1.map.data();
+  const float* map2 = book2.map.data();
   const T decay = T(c.decay);
   const T w = T(1 - c.beta1);
   const T one_minus_w = T(1) - w;
@@ -117,10 +157,10 @@ void update_block(T* p, const T* g, uint8_t* c1, uint8_t* c2, float* absmax1, fl
   *absmax2 = float(max2);
   // Divide by the stored (fp32) absmax: what dequantization will multiply by.
   const T s1 = T(*absmax1), s2 = T(*absmax2);
-  const int z1 = q8::nearest_code(map1, 0.0f), z2 = q8::nearest_code(map2, 0.0f);
+  const int z1 = book1.nearest(0.0f), z2 = book2.nearest(0.0f);
   for (int64_t i = 0; i < n; ++i) {
-    c1[i] = uint8_t(s1 > 0 ? q8::nearest_code(map1, float(m[i] / s1)) : z1);
-    c2[i] = uint8_t(s2 > 0 ? q8::nearest_code(map2, float(v[i] / s2)) : z2);
+    c1[i] = uint8_t(s1 > 0 ? book1.nearest(float(m[i] / s1)) : z1);
+    c2[i] = uint8_t(s2 > 0 ? book2.nearest(float(v[i] / s2)) : z2);
   }
 }
 
