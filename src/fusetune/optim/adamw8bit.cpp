@@ -315,16 +315,4 @@ int64_t AdamW8bit::step_count(const std::string& param) const {
   return it == state_.end() ? small_.step_count(param) : it->second.step;
 }
 
-std::pair<Tensor, Tensor> AdamW8bit::moments(const std::string& param, int64_t numel) const {
-  auto it = state_.find(param);
-  FT_CHECK(it != state_.end(), "AdamW8bit: no 8-bit state for '" + param + "'");
-  const State& s = it->second;
-  Tensor m = Tensor::empty({numel}, DType::F32), v = Tensor::empty({numel}, DType::F32);
-  q8::dequantize_blockwise(bytes(s.codes1), s.absmax1.data<float>(), numel, q8::dynamic_map(true),
-                           q8::kBlock, m.data<float>());
-  q8::dequantize_blockwise(bytes(s.codes2), s.absmax2.data<float>(), numel, q8::dynamic_map(false),
-                           q8::kBlock, v.data<float>());
-  return {m, v};
-}
-
 }  // namespace fusetune

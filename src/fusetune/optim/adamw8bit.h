@@ -71,9 +71,6 @@ class AdamW8bit : public Optimizer {
   // The state bytes a parameter of `numel` elements of `elem_bytes` each will hold.
   static int64_t state_bytes_for(int64_t numel, int64_t elem_bytes, int64_t min_8bit_size);
 
-  // The dequantized moments of an 8-bit parameter (tests): exp_avg, exp_avg_sq, fp32 [numel].
-  std::pair<Tensor, Tensor> moments(const std::string& param, int64_t numel) const;
-
  private:
   struct State {
     Tensor codes1, codes2;    // I32 [ceil(n/4)]: byte codes of exp_avg, exp_avg_sq
