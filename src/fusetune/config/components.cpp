@@ -77,7 +77,7 @@ void check_adamw8bit(const Config& opt, Problems& p) {
   if (opt.has("amsgrad") && opt.boolean("amsgrad"))
     refuse("amsgrad",
            "bitsandbytes' 8-bit AdamW has no AMSGrad variant (bitsandbytes ignores the flag; "
-           "fusetune refuses it rather than run something else than asked); set it to false");
+           "fusetune refuses it rather than silently run without it); set it to false");
   if (opt.has("percentile_clipping") && opt.i64("percentile_clipping") != 100)
     refuse("percentile_clipping",
            "percentile gradient clipping is not implemented; use 100 (off) and clip_grad_norm "
