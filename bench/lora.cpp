@@ -1,8 +1,8 @@
-// Full fine-tuning vs LoRA vs QLoRA (NF4 base), each in every compile mode, on one shape:
-// same init, same data. LoRA/QLoRA adapt q/v/o and the MLP (rank 16, alpha 32), as
-// torchtune's 1B LoRA config does. QLoRA stores every frozen big matrix as NF4: the layers'
-// projections, the embedding table and the head (peft/nf4_weight.h).
-//   bench_lora --shape mid --steps 5 [--methods full,lora,qlora] [--modes false,model,true]
+// Full fine-tuning (AdamW, or 8-bit AdamW: method full8) vs LoRA vs QLoRA (NF4 base), each in
+// every compile mode, on one shape: same init, same data. LoRA/QLoRA adapt q/v/o and the MLP (rank
+// 16, alpha 32), as torchtune's 1B LoRA config does. QLoRA stores every frozen big matrix as NF4:
+// the layers' projections, the embedding table and the head (peft/nf4_weight.h).
+//   bench_lora --shape mid --steps 5 [--methods full,full8,lora,qlora] [--modes false,model,true]
 //   [--threads 2] [--ckpt]
 // --ckpt turns on activation checkpointing for every method alike (torchtune's LoRA/QLoRA
 // configs enable it by default).
@@ -51,7 +51,8 @@ Result run(const BenchShape& shape, const std::string& method, CompileMode mode,
     TrainingGraphOptions o;
     o.batch_size = shape.batch;
     o.seq_len = shape.seq;
-    if (method != "full") {
+    const bool full = method == "full" || method == "full8";
+    if (!full) {
       if (lc.quantize_base) store = peft::quantize_base_weights(params, shape.config);
       peft::init_adapters(params, shape.config, lc, 1, DType::F32, store.get());
       o.trainable = peft::is_adapter_param;
@@ -66,9 +67,11 @@ Result run(const BenchShape& shape, const std::string& method, CompileMode mode,
     PassOptions po;
     po.mode = mode;
     po.activation_checkpointing = ckpt;
-    TimedSteps t = timed_steps(shape, tg, params, po, steps);
+    TimedSteps t = timed_steps(shape, tg, params, po, steps, method == "full8");
     r.peak_bytes = memory::peak_bytes() - base;
-    r.predicted = plan_mode(tg.graph, po, 2.0).memory;  // AdamW: 2 states per parameter
+    OptimizerStateSize state(2.0);  // AdamW: 2 states per parameter
+    if (method == "full8") state.min_8bit_numel = AdamW8bitOptions{}.min_8bit_size;
+    r.predicted = plan_mode(tg.graph, po, state).memory;
     r.compile_s = t.compile_s;
     r.losses = t.losses;
     r.tokens_per_s = t.tokens_per_s(shape.batch * shape.seq);
@@ -79,7 +82,7 @@ Result run(const BenchShape& shape, const std::string& method, CompileMode mode,
 }  // namespace
 
 int main(int argc, char** argv) try {
-  std::string shape_name = "mid", methods = "full,lora,qlora", modes = "false,model,true";
+  std::string shape_name = "mid", methods = "full,full8,lora,qlora", modes = "false,model,true";
   int steps = 5;
   bool ckpt = false;
   for (int i = 1; i < argc; ++i) {
@@ -117,7 +120,8 @@ int main(int argc, char** argv) try {
   std::vector<Result> results;
   for (const std::string& m : split(methods, ','))
     for (const std::string& c : split(modes, ',')) {
-      FT_CHECK(m == "full" || m == "lora" || m == "qlora", "--methods: unknown method '" + m + "'");
+      FT_CHECK(m == "full" || m == "full8" || m == "lora" || m == "qlora",
+               "--methods: unknown method '" + m + "'");
       results.push_back(run(shape, m, parse_compile_mode(c), steps, ckpt));
     }
   auto find = [&](const std::string& method, const std::string& mode) -> const Result* {
@@ -129,7 +133,13 @@ int main(int argc, char** argv) try {
   // qlora rows QLoRA/LoRA peak and tokens/s.
   auto ratios = [&](const Result& r) {
     char buf[96] = "";
-    if (r.method == "lora") {
+    if (r.method == "full8") {
+      if (const Result* f = find("full", r.mode))
+        std::snprintf(buf, sizeof buf, "peak x%.2f, opt state x%.2f, tok/s x%.2f of full",
+                      double(r.peak_bytes) / double(f->peak_bytes),
+                      double(r.predicted.optimizer_state) / double(f->predicted.optimizer_state),
+                      r.tokens_per_s / f->tokens_per_s);
+    } else if (r.method == "lora") {
       if (const Result* f = find("full", r.mode))
         std::snprintf(buf, sizeof buf, "tok/s x%.2f of full", r.tokens_per_s / f->tokens_per_s);
     } else if (r.method == "qlora") {

@@ -1,11 +1,13 @@
-// Optimizer-side cost per training step: AdamW update and grad-norm clipping over n fp32
-// parameters. Memory-bound; reported as bytes moved per second. Nothing here asserts a time.
+// Optimizer-side cost per training step: AdamW and 8-bit AdamW updates and grad-norm clipping
+// over n fp32 parameters. Memory-bound; reported as bytes moved per second. Nothing here asserts a
+// time.
 #include <benchmark/benchmark.h>
 
 #include <cmath>
 #include <vector>
 
 #include "fusetune/optim/adamw.h"
+#include "fusetune/optim/adamw8bit.h"
 #include "fusetune/optim/grad_clip.h"
 
 using namespace fusetune;
@@ -33,6 +35,15 @@ void BM_AdamWStep(benchmark::State& state) {
   state.SetBytesProcessed(int64_t(state.iterations()) * state.range(0) * 28);
 }
 BENCHMARK(BM_AdamWStep)->Arg(1 << 20)->Arg(1 << 24)->Unit(benchmark::kMillisecond);
+
+void BM_AdamW8bitStep(benchmark::State& state) {
+  Params ps(state.range(0));
+  AdamW8bit opt;
+  for (auto _ : state) opt.step(ps.refs, 1e-4);
+  // Reads p, g and the 8-bit codes; writes p and the codes: 4 x 4 + 4 x 1 bytes per element.
+  state.SetBytesProcessed(int64_t(state.iterations()) * state.range(0) * 20);
+}
+BENCHMARK(BM_AdamW8bitStep)->Arg(1 << 20)->Arg(1 << 24)->Unit(benchmark::kMillisecond);
 
 void BM_ClipGradNorm(benchmark::State& state) {
   Params ps(state.range(0));

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "fusetune/models/parameters.h"
 #include "fusetune/models/training_graph.h"
 #include "fusetune/optim/adamw.h"
+#include "fusetune/optim/adamw8bit.h"
 #include "fusetune/runtime/memory.h"
 #include "fusetune/util/error.h"
 
@@ -121,12 +123,18 @@ struct TimedSteps {
   }
 };
 
-// Compiles `g` with `po`, then runs `steps` AdamW steps on the seeded synthetic batches of
-// `shape` (the same data for every mode and method), timing each step as the recipe logs it.
+// Compiles `g` with `po`, then runs `steps` AdamW steps (8-bit AdamW with `adamw8bit`) on the
+// seeded synthetic batches of `shape` (the same data for every mode and method), timing each
+// step as the recipe logs it.
 inline TimedSteps timed_steps(const BenchShape& shape, const TrainingGraph& tg, TensorMap& params,
-                              const PassOptions& po, int steps) {
+                              const PassOptions& po, int steps, bool adamw8bit = false) {
   TimedSteps t;
-  AdamW opt(AdamWOptions{});
+  std::unique_ptr<Optimizer> opt_ptr;
+  if (adamw8bit)
+    opt_ptr = std::make_unique<AdamW8bit>();
+  else
+    opt_ptr = std::make_unique<AdamW>(AdamWOptions{});
+  Optimizer& opt = *opt_ptr;
   auto t0 = std::chrono::steady_clock::now();
   CompiledStep step = compile_graph(tg.graph, po);
   t.compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

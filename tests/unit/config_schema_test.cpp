@@ -179,14 +179,15 @@ TEST(ConfigSchema, DefaultComponentsWhenAbsent) {
   EXPECT_TRUE(contains(error_of([&] { canonical_component(d, "optimizer"); }),
                        "'optimizer._component_' (a string) is required but missing"));
   EXPECT_TRUE(contains(problems({"~optimizer._component_"}),
-                       "missing required key 'optimizer._component_' (one of: AdamW, SGD)"));
+                       "missing required key 'optimizer._component_' (one of: AdamW, "
+                       "AdamW8bit, PagedAdamW8bit, SGD)"));
 }
 
 TEST(ConfigSchema, UnknownComponentSuggestsClosest) {
   std::string msg = problems({"optimizer=AdamWW"});
   EXPECT_TRUE(contains(msg,
                        "unknown optimizer._component_ 'AdamWW' (did you mean 'AdamW'?); "
-                       "valid: AdamW, SGD"))
+                       "valid: AdamW, AdamW8bit, PagedAdamW8bit, SGD"))
       << msg;
   msg = problems({"optimizer=torch.optim.Adamw"});
   EXPECT_TRUE(contains(msg, "(did you mean 'torch.optim.AdamW'?)")) << msg;

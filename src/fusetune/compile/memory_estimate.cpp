@@ -10,12 +10,19 @@
 #include "fusetune/kernels/cpu/fused_linear_cross_entropy.h"
 #include "fusetune/kernels/cpu/fused_linear_log_probs.h"
 #include "fusetune/kernels/cpu/nf4.h"
+#include "fusetune/optim/adamw8bit.h"
 #include "fusetune/runtime/node_kernels.h"
 
 namespace fusetune {
 
+int64_t OptimizerStateSize::bytes(int64_t numel, int64_t nbytes) const {
+  if (min_8bit_numel > 0 && numel >= min_8bit_numel)
+    return AdamW8bit::state_bytes_for(numel, numel > 0 ? nbytes / numel : 0, min_8bit_numel);
+  return int64_t(double(nbytes) * per_param_byte);
+}
+
 MemoryBreakdown estimate_step_memory(const Graph& g, const MemoryPlan* plan,
-                                     double optimizer_state_per_param) {
+                                     const OptimizerStateSize& optimizer_state) {
   MemoryBreakdown m;
   const auto& nodes = g.nodes();
   std::set<const void*> constants;  // graph-owned weights (NF4 base), each storage once
@@ -23,7 +30,8 @@ MemoryBreakdown estimate_step_memory(const Graph& g, const MemoryPlan* plan,
     if (n.op == Op::Param) {
       m.parameters += int64_t(n.outputs[0].nbytes());
       if (n.trainable)
-        m.optimizer_state += int64_t(double(n.outputs[0].nbytes()) * optimizer_state_per_param);
+        m.optimizer_state +=
+            optimizer_state.bytes(n.outputs[0].numel(), int64_t(n.outputs[0].nbytes()));
     } else if (n.op == Op::Constant && n.constant.defined() &&
                constants.insert(n.constant.raw()).second) {
       m.parameters += int64_t(n.constant.nbytes());

@@ -22,10 +22,20 @@ struct MemoryBreakdown {
   }
 };
 
+// The optimizer state a trainable parameter holds: `per_param_byte` bytes per byte of
+// parameter (AdamW: 2, SGD with momentum: 1, plain SGD: 0), or, with min_8bit_numel > 0
+// (8-bit AdamW, optim/adamw8bit.h), parameters of at least that many elements hold the 8-bit
+// state instead (two byte codes per element, two fp32 absmax per 2048-element block).
+struct OptimizerStateSize {
+  double per_param_byte = 0;
+  int64_t min_8bit_numel = 0;
+  OptimizerStateSize(double ratio = 0) : per_param_byte(ratio) {}  // NOLINT: from a ratio
+  int64_t bytes(int64_t numel, int64_t nbytes) const;
+};
+
 // `g` is the graph as it will run (after passes for compiled modes, with `plan` its memory
-// plan; plan == nullptr for eager). Optimizer state is `optimizer_state_per_param` bytes of
-// state per byte of trainable parameter (AdamW: 2, SGD with momentum: 1, plain SGD: 0).
+// plan; plan == nullptr for eager).
 MemoryBreakdown estimate_step_memory(const Graph& g, const MemoryPlan* plan,
-                                     double optimizer_state_per_param);
+                                     const OptimizerStateSize& optimizer_state);
 
 }  // namespace fusetune

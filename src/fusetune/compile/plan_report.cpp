@@ -9,7 +9,8 @@
 
 namespace fusetune {
 
-ModePlan plan_mode(const Graph& g, const PassOptions& opts, double optimizer_state_per_param) {
+ModePlan plan_mode(const Graph& g, const PassOptions& opts,
+                   const OptimizerStateSize& optimizer_state) {
   ModePlan p;
   p.mode = opts.mode;
   Graph run = run_passes(g, opts, &p.passes);
@@ -66,7 +67,7 @@ ModePlan plan_mode(const Graph& g, const PassOptions& opts, double optimizer_sta
     p.passes.push_back("memory_plan: " + std::to_string(mp.in_place) + " of " +
                        std::to_string(mp.buffers) + " buffers written in place over an input, " +
                        format_bytes(double(mp.arena_bytes)) + " arena");
-  p.memory = estimate_step_memory(run, compiled ? &mp : nullptr, optimizer_state_per_param);
+  p.memory = estimate_step_memory(run, compiled ? &mp : nullptr, optimizer_state);
   return p;
 }
 

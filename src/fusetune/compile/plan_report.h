@@ -15,7 +15,8 @@ struct ModePlan {
   MemoryBreakdown memory;
 };
 
-ModePlan plan_mode(const Graph& g, const PassOptions& opts, double optimizer_state_per_param);
+ModePlan plan_mode(const Graph& g, const PassOptions& opts,
+                   const OptimizerStateSize& optimizer_state);
 std::string format_mode_plan(const ModePlan& p);
 
 }  // namespace fusetune

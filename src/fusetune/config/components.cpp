@@ -23,6 +23,75 @@ void check_hf_tokenizer_path(const Config& tok, const Config&, Problems& p) {
                        ") (" + tok.where("path") + ")");
 }
 
+// The keys bitsandbytes' AdamW8bit / PagedAdamW8bit take (torchtune passes them through):
+// each is implemented or refused with the reason; none is silently ignored.
+std::vector<Field> adamw8bit_fields(bool paged) {
+  std::vector<Field> f = {
+      Field::List("betas")
+          .items(kFloat)
+          .size(2)
+          .def("[0.9, 0.999]")
+          .doc("coefficients of the running averages of the gradient and its square"),
+      Field::Float("eps").def("1e-8").min(0).doc("added to the denominator"),
+      Field::Float("weight_decay").def("0.01").min(0).doc("decoupled weight decay"),
+      Field::Int("min_8bit_size")
+          .def("4096")
+          .min(1)
+          .doc("parameters with fewer elements keep fp32 moments (plain AdamW)"),
+      Field::Bool("amsgrad").def("false").doc(
+          "must be false: bitsandbytes' 8-bit AdamW has no AMSGrad (it ignores the flag)"),
+      Field::Int("optim_bits")
+          .def("32")
+          .doc("bitsandbytes ignores it for the 8-bit classes (32 is its compatibility default): "
+               "the state is 8-bit either way"),
+      Field::Int("percentile_clipping")
+          .def("100")
+          .doc("must be 100 (off): percentile gradient clipping is not implemented; use "
+               "clip_grad_norm"),
+      Field::Bool("block_wise")
+          .def("true")
+          .doc("must be true: only block-wise (2048-element blocks) 8-bit state is implemented"),
+  };
+  // PagedAdamW8bit's constructor has no is_paged argument; AdamW8bit's has.
+  if (!paged)
+    f.push_back(Field::Bool("is_paged")
+                    .def("false")
+                    .doc("paged state (CUDA unified memory): no meaning on a CPU; true only logs a "
+                         "warning"));
+  return f;
+}
+
+// The values of those keys fusetune refuses, each with its reason.
+void check_adamw8bit(const Config& opt, Problems& p) {
+  if (!opt.has("_component_") || opt.is_map("_component_") || opt.is_list("_component_")) return;
+  const std::string c = opt.str("_component_");
+  bool eight_bit = false;
+  for (const auto& comp : component_table("optimizer")->components)
+    if ((comp.name == "AdamW8bit" || comp.name == "PagedAdamW8bit") && comp.matches(c))
+      eight_bit = true;
+  if (!eight_bit) return;
+  auto refuse = [&](const char* key, const std::string& why) {
+    p.errors.push_back("config key '" + opt.full_key(key) + "' is " + opt.str(key) + ": " + why +
+                       " (" + opt.where(key) + ")");
+  };
+  if (opt.has("amsgrad") && opt.boolean("amsgrad"))
+    refuse("amsgrad",
+           "bitsandbytes' 8-bit AdamW has no AMSGrad variant (bitsandbytes ignores the flag; "
+           "fusetune refuses it rather than silently run without it); set it to false");
+  if (opt.has("percentile_clipping") && opt.i64("percentile_clipping") != 100)
+    refuse("percentile_clipping",
+           "percentile gradient clipping is not implemented; use 100 (off) and clip_grad_norm "
+           "for gradient clipping");
+  if (opt.has("block_wise") && !opt.boolean("block_wise"))
+    refuse("block_wise",
+           "only block-wise 8-bit state (2048-element blocks, one absmax each) is implemented, "
+           "not one absmax per tensor; set it to true");
+  if (opt.has("optim_bits") && opt.i64("optim_bits") != 8 && opt.i64("optim_bits") != 32)
+    refuse("optim_bits",
+           "the 8-bit classes keep 8-bit state whatever optim_bits says (bitsandbytes ignores "
+           "it; 32 is its default); only 8 or 32 are accepted");
+}
+
 std::vector<ComponentTable> build_tables() {
   std::vector<ComponentTable> t;
 
@@ -37,6 +106,13 @@ std::vector<ComponentTable> build_tables() {
                             "its square"),
                    Field::Float("eps").def("1e-8").min(0).doc("added to the denominator"),
                    Field::Float("weight_decay").def("0.01").min(0).doc("decoupled weight decay")}),
+        Component("AdamW8bit", {"bitsandbytes.optim.AdamW8bit"},
+                  "AdamW with both moments stored block-wise quantized to 8 bits (bitsandbytes)",
+                  adamw8bit_fields(false)),
+        Component("PagedAdamW8bit", {"bitsandbytes.optim.PagedAdamW8bit"},
+                  "AdamW8bit; paging (CUDA unified memory) has no meaning on a CPU and is not "
+                  "done (a warning says so)",
+                  adamw8bit_fields(true)),
         Component("SGD", {"torch.optim.SGD"}, "stochastic gradient descent",
                   {Field::Float("momentum").def("0.0").min(0).doc("momentum factor"),
                    Field::Float("weight_decay")
@@ -287,6 +363,8 @@ Field component_section(const std::string& section, std::vector<Field> common) {
   for (auto& f : common) fields.push_back(std::move(f));
   Field f = Field::Section(section, std::move(fields), t->components);
   f.default_component = t->default_component;
+  if (section == "optimizer")
+    f.check([](const Config& opt, const Config&, Problems& p) { check_adamw8bit(opt, p); });
   if (section == "tokenizer") {
     f.check([](const Config& tok, const Config& root, Problems& p) {
       const Component* hf = nullptr;

@@ -160,6 +160,15 @@ Schema build_full(bool preference = false) {
   s.add(pos_int("save_every_n_steps", "", "also checkpoint every n steps (default: per epoch)"));
   s.add(model_field(false));
   s.add(component_section("checkpointer").doc("where weights are read and written"));
+  s.field("checkpointer")
+      .add(Field::Int("keep_last_n_checkpoints")
+               .min(1)
+               .doc("after each new checkpoint is complete, remove older epoch_N/step_N "
+                    "checkpoints beyond the last n (default: keep all)"));
+  s.add(Field::Bool("low_cpu_ram")
+            .def("false")
+            .doc("torchtune's low-CPU-RAM loading/saving; changes nothing here (weights are "
+                 "mapped, each copied once), a log line says so"));
   s.add(component_section("tokenizer").req().doc("text to token ids"));
   s.add(component_section("dataset").req().doc("training data"));
   s.add(component_section("optimizer").req().doc("parameter update rule"));

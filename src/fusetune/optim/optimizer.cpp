@@ -15,7 +15,17 @@ OptimizerKind parse_optimizer_kind(const std::string& component) {
                  [](unsigned char c) { return char(std::tolower(c)); });
   if (lower == "torch.optim.adamw" || lower == "adamw") return OptimizerKind::AdamW;
   if (lower == "torch.optim.sgd" || lower == "sgd") return OptimizerKind::SGD;
-  const std::vector<std::string> known = {"torch.optim.AdamW", "torch.optim.SGD", "AdamW", "SGD"};
+  if (lower == "bitsandbytes.optim.adamw8bit" || lower == "adamw8bit" ||
+      lower == "bitsandbytes.optim.pagedadamw8bit" || lower == "pagedadamw8bit")
+    return OptimizerKind::AdamW8bit;
+  const std::vector<std::string> known = {"torch.optim.AdamW",
+                                          "torch.optim.SGD",
+                                          "bitsandbytes.optim.AdamW8bit",
+                                          "bitsandbytes.optim.PagedAdamW8bit",
+                                          "AdamW",
+                                          "AdamW8bit",
+                                          "PagedAdamW8bit",
+                                          "SGD"};
   std::string hint = closest_match(component, known);
   throw Error("unknown optimizer '" + component + "'" +
               (hint.empty() ? "" : " (did you mean '" + hint + "'?)") +

@@ -23,7 +23,7 @@ using StateMap = std::map<std::string, Tensor>;
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
-  virtual const char* name() const = 0;  // "AdamW", "SGD"
+  virtual const char* name() const = 0;  // "AdamW", "AdamW8bit", "SGD"
 
   // One update of every parameter that has a gradient (parameters without one are skipped
   // and keep their state untouched, like torch). lr must be finite and >= 0.
@@ -45,9 +45,11 @@ class Optimizer {
   virtual int64_t state_bytes() const = 0;
 };
 
-enum class OptimizerKind { AdamW, SGD };
+// AdamW8bit: bitsandbytes' AdamW8bit and PagedAdamW8bit (adamw8bit.h).
+enum class OptimizerKind { AdamW, AdamW8bit, SGD };
 
-// Maps a config's optimizer component ("torch.optim.AdamW", "AdamW", "SGD", ...; case
+// Maps a config's optimizer component ("torch.optim.AdamW", "AdamW", "SGD",
+// "bitsandbytes.optim.PagedAdamW8bit", ...; case
 // insensitive for the short names) to a kind. Unknown names throw with a "did you mean".
 OptimizerKind parse_optimizer_kind(const std::string& component);
 

@@ -4,7 +4,9 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "fusetune/compile/memory_estimate.h"
 #include "fusetune/config/config.h"
 #include "fusetune/data/dataset.h"
 #include "fusetune/data/datasets/preference.h"
@@ -39,8 +41,13 @@ ModelConfig model_architecture(const Config& cfg);
 // tokenizer.max_seq_len), or 0 when unbounded.
 int64_t configured_max_seq_len(const Config& cfg);
 
-// Bytes of optimizer state per byte of trainable parameter (AdamW 2, SGD with momentum 1).
-double optimizer_state_ratio(const Config& cfg);
+// The optimizer state per trainable parameter (AdamW: 2 bytes per parameter byte, SGD with
+// momentum 1, 8-bit AdamW its quantized state), for memory estimates.
+OptimizerStateSize optimizer_state_ratio(const Config& cfg);
+
+// Lines the run log should carry about the optimizer config (PagedAdamW8bit: no paging on a
+// CPU).
+std::vector<std::string> optimizer_warnings(const Config& cfg);
 
 std::unique_ptr<Tokenizer> build_tokenizer(const Config& cfg);
 // `section`: "dataset", or "dataset_val" for the validation data.

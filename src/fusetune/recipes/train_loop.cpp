@@ -67,6 +67,10 @@ int run_training(const Config& cfg, const TrainJob& job) {
   const bool log_memory = cfg.boolean("log_peak_memory_stats", true);
   const std::optional<double> clip = cfg.opt_f64("clip_grad_norm");
   const std::optional<int64_t> save_every = cfg.opt_i64("save_every_n_steps");
+  const std::optional<int64_t> keep_last_n = cfg.opt_i64("checkpointer.keep_last_n_checkpoints");
+  FT_CHECK(!keep_last_n || *keep_last_n >= 1,
+           "checkpointer.keep_last_n_checkpoints must be >= 1, got " +
+               std::to_string(keep_last_n.value_or(0)));
   FT_CHECK(epochs >= 1 && grad_accum >= 1 && log_every >= 1,
            "epochs, gradient_accumulation_steps and log_every_n_steps must be >= 1");
 
@@ -188,6 +192,12 @@ int run_training(const Config& cfg, const TrainJob& job) {
   for (const std::string& d : skipped_checkpoints)
     header.extra.push_back({"skipped_damaged_checkpoint", d});
   logger.header(header);
+  for (const std::string& w : optimizer_warnings(cfg)) logger.message(w);
+  if (cfg.boolean("low_cpu_ram", false))
+    logger.message(
+        "low_cpu_ram: true changes nothing here: the weights are read through mmap by one "
+        "process, with no per-rank state-dict copies to avoid (note: a merged QLoRA save still "
+        "dequantizes the whole base to fp32 in RAM)");
 
   // `at` is where a run resumed from this checkpoint continues.
   auto save = [&](const std::string& name, const TrainingProgress& at) {
@@ -204,6 +214,10 @@ int run_training(const Config& cfg, const TrainJob& job) {
     else
       save_training_checkpoint(output_dir / name, c);
     logger.message("Saved checkpoint to " + (output_dir / name).string());
+    if (keep_last_n)
+      for (const auto& gone : prune_checkpoints(output_dir, output_dir / name, *keep_last_n))
+        logger.message("Removed checkpoint " + gone.string() +
+                       " (keep_last_n_checkpoints: " + std::to_string(*keep_last_n) + ")");
   };
 
   // ---- the step ------------------------------------------------------------------------------

@@ -113,6 +113,56 @@ std::optional<fs::path> latest_resumable_checkpoint(const fs::path& output_dir,
   return best;
 }
 
+std::vector<fs::path> prune_checkpoints(const fs::path& output_dir, const fs::path& just_saved,
+                                        int64_t keep_last_n) {
+  FT_CHECK(keep_last_n >= 1, "checkpointer.keep_last_n_checkpoints must be >= 1, got " +
+                                 std::to_string(keep_last_n) +
+                                 " (removing every checkpoint would leave nothing to resume)");
+  std::vector<fs::path> removed;
+  try {  // only once the new checkpoint is complete
+    if (!read_progress(just_saved)) return removed;
+  } catch (const std::exception&) {
+    return removed;
+  }
+  struct Entry {
+    int64_t step;
+    bool saved;
+    fs::path path;
+  };
+  std::vector<Entry> all;
+  std::error_code ec;
+  const fs::path saved = fs::weakly_canonical(just_saved, ec);
+  for (const auto& entry : fs::directory_iterator(output_dir, ec)) {
+    if (!entry.is_directory() || !is_checkpoint_name(entry.path().filename().string())) continue;
+    try {
+      auto p = read_progress(entry.path());
+      if (!p) continue;  // not resumable: not ours to judge
+      std::error_code ec2;
+      all.push_back(
+          {p->global_step, fs::weakly_canonical(entry.path(), ec2) == saved, entry.path()});
+    } catch (const std::exception&) {
+      continue;  // damaged: left alone
+    }
+  }
+  // Newest first (the first is what a resume picks); the just-saved one first among equals.
+  std::sort(all.begin(), all.end(), [](const Entry& a, const Entry& b) {
+    if (a.step != b.step) return a.step > b.step;
+    if (a.saved != b.saved) return a.saved;
+    return a.path.filename().string() > b.path.filename().string();
+  });
+  for (size_t i = size_t(keep_last_n); i < all.size(); ++i) {
+    if (all[i].saved) continue;
+    const fs::path aside = unique_sibling(all[i].path, ".removing");
+    fs::rename(all[i].path, aside, ec);
+    FT_CHECK(!ec, "keep_last_n_checkpoints: cannot remove " + all[i].path.string() + ": " +
+                      ec.message());
+    fs::remove_all(aside, ec);
+    FT_CHECK(!ec, "keep_last_n_checkpoints: cannot remove " + aside.string() + ": " + ec.message());
+    removed.push_back(all[i].path);
+  }
+  return removed;
+}
+
 ResumedState load_training_checkpoint(const fs::path& dir, DType dtype) {
   auto progress = read_progress(dir);
   FT_CHECK(progress,

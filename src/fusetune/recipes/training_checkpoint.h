@@ -44,6 +44,18 @@ void save_training_checkpoint(const std::filesystem::path& dir, const Checkpoint
 std::optional<std::filesystem::path> latest_resumable_checkpoint(
     const std::filesystem::path& output_dir, std::vector<std::string>* damaged = nullptr);
 
+// checkpointer.keep_last_n_checkpoints: once `just_saved` (under output_dir) is complete -- it
+// has a readable recipe_state.json -- removes the resumable epoch_<n>/step_<n> directories
+// beyond the `keep_last_n` with the most optimizer steps. `just_saved` and the one a resume
+// would pick (latest_resumable_checkpoint) are always kept; when `just_saved` is not complete
+// nothing is removed. Directories that are not resumable (no or a damaged recipe_state.json),
+// staging `.tmp-*` and `.old-*` leftovers are never touched. A directory is first renamed
+// aside (`<dir>.removing-*`), so a crash mid-removal never leaves a partial `<dir>`. Returns
+// the removed directories. keep_last_n < 1 is an Error.
+std::vector<std::filesystem::path> prune_checkpoints(const std::filesystem::path& output_dir,
+                                                     const std::filesystem::path& just_saved,
+                                                     int64_t keep_last_n);
+
 struct ResumedState {
   TrainingProgress progress;
   TensorMap params;    // fp32 weights (master copies when present)
