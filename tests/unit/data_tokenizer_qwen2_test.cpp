@@ -76,8 +76,11 @@ TEST(DataTokenizerQwen2, ParseErrorsNameFileAndLine) {
   auto [v, m] = files();
   EXPECT_TRUE(contains(error_of([&] { qwen2_tokenizer_from_text(R"({"a": 0})", m, {}, {}, "q"); }),
                        "lacks the byte-level token"));
-  EXPECT_TRUE(contains(error_of([&] { qwen2_tokenizer_from_text(v, "zz q\n", {}, {}, "q"); }),
-                       "not in model.vocab"));
+  EXPECT_TRUE(contains(
+      error_of([&] { qwen2_tokenizer_from_text(v, "#version: 0.2\nh e\nzz q\n", {}, {}, "q"); }),
+      "q (merges.txt) line 3: merge 'zz q': its left token is not in vocab.json"));
+  EXPECT_TRUE(contains(error_of([&] { qwen2_tokenizer_from_text(v, "q z\n", {}, {}, "q"); }),
+                       "line 1: merge 'q z': the token it makes is not in vocab.json"));
 }
 
 TEST(DataTokenizerQwen2, SpecialTokensAndDefaultsAsTorchtune) {

@@ -51,8 +51,8 @@ StringMap<int32_t> parse_vocab_json(std::string_view text, const std::string& na
   return vocab;
 }
 
-std::vector<std::pair<std::string, std::string>> parse_merges_txt(std::string_view text,
-                                                                  const std::string& name) {
+std::vector<std::pair<std::string, std::string>> parse_merges_txt(
+    std::string_view text, const std::string& name, std::vector<size_t>* line_numbers) {
   std::vector<std::pair<std::string, std::string>> merges;
   size_t pos = 0, line_no = 0;
   while (pos < text.size()) {
@@ -72,6 +72,7 @@ std::vector<std::pair<std::string, std::string>> parse_merges_txt(std::string_vi
                  "space, got '" +
                  std::string(line.substr(0, 80)) + "'");
     merges.emplace_back(std::string(line.substr(0, sp)), std::string(line.substr(sp + 1)));
+    if (line_numbers) line_numbers->push_back(line_no);
   }
   return merges;
 }
@@ -88,6 +89,8 @@ std::string read_text(const std::filesystem::path& p, const std::string& what) {
 
 std::unique_ptr<HfTokenizer> build(StringMap<int32_t> vocab,
                                    const std::vector<std::pair<std::string, std::string>>& merges,
+                                   const std::vector<size_t>& merge_lines,
+                                   const std::string& merges_name,
                                    const std::vector<SpecialToken>& specials, const Qwen2Options& o,
                                    const std::string& name, const std::string& specials_name) {
   for (int b = 0; b < 256; ++b)
@@ -95,6 +98,16 @@ std::unique_ptr<HfTokenizer> build(StringMap<int32_t> vocab,
              name + " lacks the byte-level token '" +
                  byte_level::encode_byte(static_cast<unsigned char>(b)) + "' (byte " +
                  std::to_string(b) + "): a byte-level vocabulary has all 256");
+  // Checked here, where the line is known (BpeModel would name the merge's index).
+  for (size_t i = 0; i < merges.size(); ++i) {
+    const auto& [a, b] = merges[i];
+    const char* missing = !vocab.count(a)       ? "its left token is"
+                          : !vocab.count(b)     ? "its right token is"
+                          : !vocab.count(a + b) ? "the token it makes is"
+                                                : nullptr;
+    FT_CHECK(!missing, merges_name + " line " + std::to_string(merge_lines[i]) + ": merge '" + a +
+                           " " + b + "': " + missing + " not in vocab.json");
+  }
   auto model = std::make_unique<BpeModel>(std::move(vocab), merges, BpeOptions{}, name);
   Json pipeline = {{"normalizer", {{"type", "NFC"}}},
                    {"pre_tokenizer",
@@ -145,9 +158,10 @@ std::unique_ptr<HfTokenizer> qwen2_tokenizer_from_text(std::string_view vocab_js
   const std::vector<SpecialToken> table =
       !specials.empty() ? specials
                         : (options.qwen2_5 ? qwen2_5_special_tokens() : qwen2_special_tokens());
-  return build(parse_vocab_json(vocab_json, name + " (vocab.json)"),
-               parse_merges_txt(merges_txt, name + " (merges.txt)"), table, options, name,
-               "the special tokens");
+  std::vector<size_t> lines;
+  auto merges = parse_merges_txt(merges_txt, name + " (merges.txt)", &lines);
+  return build(parse_vocab_json(vocab_json, name + " (vocab.json)"), merges, lines,
+               name + " (merges.txt)", table, options, name, "the special tokens");
 }
 
 std::unique_ptr<HfTokenizer> load_qwen2_tokenizer(const std::filesystem::path& vocab_json,
@@ -156,7 +170,8 @@ std::unique_ptr<HfTokenizer> load_qwen2_tokenizer(const std::filesystem::path& v
   const std::string vname = "vocab.json at " + vocab_json.string();
   const std::string mname = "merges.txt at " + merges_txt.string();
   StringMap<int32_t> vocab = parse_vocab_json(read_text(vocab_json, "vocab.json"), vname);
-  auto merges = parse_merges_txt(read_text(merges_txt, "merges_file"), mname);
+  std::vector<size_t> lines;
+  auto merges = parse_merges_txt(read_text(merges_txt, "merges_file"), mname, &lines);
   std::vector<SpecialToken> specials;
   std::string specials_name;
   if (!o.special_tokens_path.empty()) {
@@ -166,7 +181,8 @@ std::unique_ptr<HfTokenizer> load_qwen2_tokenizer(const std::filesystem::path& v
     specials = o.qwen2_5 ? qwen2_5_special_tokens() : qwen2_special_tokens();
     specials_name = o.qwen2_5 ? "Qwen2.5's special tokens" : "Qwen2's special tokens";
   }
-  return build(std::move(vocab), merges, specials, o, vname + " + " + mname, specials_name);
+  return build(std::move(vocab), merges, lines, mname, specials, o, vname + " + " + mname,
+               specials_name);
 }
 
 }  // namespace fusetune

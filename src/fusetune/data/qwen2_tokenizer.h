@@ -34,8 +34,9 @@ std::vector<SpecialToken> qwen2_5_special_tokens();
 StringMap<int32_t> parse_vocab_json(std::string_view text, const std::string& name);
 // merges.txt's text. Blank lines and a first line starting "#version:" are skipped; any other
 // line must be two tokens separated by one space (errors name `name` and the line).
-std::vector<std::pair<std::string, std::string>> parse_merges_txt(std::string_view text,
-                                                                  const std::string& name);
+// `line_numbers`, when given, receives each merge's 1-based line.
+std::vector<std::pair<std::string, std::string>> parse_merges_txt(
+    std::string_view text, const std::string& name, std::vector<size_t>* line_numbers = nullptr);
 
 struct Qwen2Options {
   bool qwen2_5 = true;  // the built-in special tokens: Qwen2.5's, else Qwen2's
