@@ -153,7 +153,7 @@ TEST(ConfigSchema, TorchtuneComponentNamesAreAliases) {
   EXPECT_NO_THROW(validate(d, full_finetune_schema()));
   EXPECT_EQ(canonical_component(d, "optimizer"), "SGD");
   EXPECT_EQ(canonical_component(d, "loss"), "cross_entropy");
-  EXPECT_EQ(canonical_component(d, "tokenizer"), "hf");
+  EXPECT_EQ(canonical_component(d, "tokenizer"), "llama3");
   EXPECT_EQ(canonical_component(d, "dataset"), "chat");
   Config e =
       with({"tokenizer={_component_: torchtune.models.llama2.llama2_tokenizer, path: "

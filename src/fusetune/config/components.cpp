@@ -8,18 +8,25 @@
 namespace fusetune {
 namespace {
 
+bool ends_with_str(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
 // `path` of a tokenizer.json-based tokenizer must not point at another format's file.
-void check_hf_tokenizer_path(const Config& tok, const Config&, Problems& p) {
+void check_hf_tokenizer_path(const Config& tok, Problems& p) {
   if (!tok.has("path") || tok.is_map("path") || tok.is_list("path")) return;
   std::string path = tok.str("path");
-  bool spm = path.size() >= 6 && path.compare(path.size() - 6, 6, ".model") == 0;
-  bool vocab = path.size() >= 10 && path.compare(path.size() - 10, 10, "vocab.json") == 0;
-  if (spm || vocab)
+  bool model = ends_with_str(path, ".model");
+  bool vocab = ends_with_str(path, "vocab.json");
+  if (model || vocab)
     p.errors.push_back("config key '" + tok.full_key("path") + "' is '" + path +
                        "', but the hf tokenizer reads a Hugging Face tokenizer.json (" +
-                       (spm ? "a .model file is SentencePiece or tiktoken: use _component_: "
-                              "sentencepiece for SentencePiece, or point path at tokenizer.json"
-                            : "point path at the tokenizer.json beside vocab.json") +
+                       (model ? "a .model file is tiktoken or SentencePiece: use _component_: "
+                                "torchtune.models.llama3.llama3_tokenizer for Llama 3's tiktoken "
+                                "file, sentencepiece for SentencePiece"
+                              : "for vocab.json + merges.txt use _component_: "
+                                "torchtune.models.qwen2_5.qwen2_5_tokenizer with merges_file") +
                        ") (" + tok.where("path") + ")");
 }
 
@@ -90,6 +97,66 @@ void check_adamw8bit(const Config& opt, Problems& p) {
     refuse("optim_bits",
            "the 8-bit classes keep 8-bit state whatever optim_bits says (bitsandbytes ignores "
            "it; 32 is its default); only 8 or 32 are accepted");
+}
+
+// torchtune's tokenizer keys that fusetune does not implement are refused with the reason
+// (none is accepted and ignored).
+void check_tokenizer_keys(const Config& tok, const std::string& comp, const std::string& raw,
+                          Problems& p) {
+  auto refuse = [&](const std::string& key, const std::string& why) {
+    p.errors.push_back("config key '" + tok.full_key(key) + "' is not supported: " + why + " (" +
+                       tok.where(key) + ")");
+  };
+  const bool spm = comp == "sentencepiece";
+  // torchtune's default template of llama2_tokenizer / mistral_tokenizer is what fusetune's
+  // llama2 / mistral chat formats write.
+  const std::string spm_template = raw == "torchtune.models.mistral.mistral_tokenizer"
+                                       ? "torchtune.models.mistral.MistralChatTemplate"
+                                   : raw == "torchtune.models.llama2.llama2_tokenizer"
+                                       ? "torchtune.models.llama2.Llama2ChatTemplate"
+                                       : "";
+  const YAML::Node pt = tok.node("prompt_template");
+  if (pt.IsDefined() && pt.IsNull() && spm && !spm_template.empty()) {
+    refuse("prompt_template",
+           "null (no template) differs from " + spm_template +
+               ", torchtune's default, which fusetune's chat formats for Llama 2 / Mistral always "
+               "write; remove the key");
+  } else if (pt.IsDefined() && !pt.IsNull()) {
+    const bool is_default = pt.IsScalar() && !spm_template.empty() && pt.Scalar() == spm_template;
+    if (!is_default)
+      refuse("prompt_template",
+             "fusetune does not apply a tokenizer-level prompt template; prompts are formatted by "
+             "the dataset (dataset.template for instruct data; chat data use the model's chat "
+             "format). Set it to null or remove it");
+  }
+  if (tok.has("truncation_type") && !tok.is_map("truncation_type") &&
+      !tok.is_list("truncation_type")) {
+    const std::string t = tok.str("truncation_type");
+    if (t == "left")
+      refuse("truncation_type",
+             "left truncation (keeping the end of an over-long sample) is not implemented; "
+             "fusetune truncates on the right, torchtune's default");
+    else if (t != "right")
+      p.errors.push_back("config key '" + tok.full_key("truncation_type") +
+                         "' must be right (or left, which is not supported), got '" + t + "' (" +
+                         tok.where("truncation_type") + ")");
+  }
+  if (comp != "qwen2" && comp != "qwen2_5") return;
+  if (tok.has("bpe_cache_size"))
+    refuse("bpe_cache_size",
+           "fusetune's BPE word cache has a fixed size (it never changes token ids); remove the "
+           "key");
+  if (tok.has("errors") && !tok.is_map("errors") && !tok.is_list("errors") &&
+      tok.str("errors") != "replace")
+    refuse("errors", "decoding always replaces invalid UTF-8 with U+FFFD (errors: replace)");
+  if (tok.has("path") && !tok.is_map("path") && !tok.is_list("path")) {
+    const std::string path = tok.str("path");
+    if (ends_with_str(path, ".json") && !ends_with_str(path, "tokenizer.json") &&
+        !tok.has("merges_file"))
+      p.errors.push_back("config key '" + tok.full_key("path") + "' is '" + path +
+                         "', a vocab.json, which needs '" + tok.full_key("merges_file") +
+                         "' (the merges.txt beside it) (" + tok.where("path") + ")");
+  }
 }
 
 std::vector<ComponentTable> build_tables() {
@@ -215,21 +282,57 @@ std::vector<ComponentTable> build_tables() {
   ref.section = "ref_checkpointer";
   t.push_back(std::move(ref));
 
+  // Tokenizers: fusetune's names, and torchtune's builders as aliases. Every key torchtune's
+  // builders take is either honoured or refused by check_tokenizer_keys() with the reason.
+  auto special_tokens_path = [] {
+    return Field::String("special_tokens_path")
+        .doc("a tokenizer.json whose added_tokens replace the built-in special tokens");
+  };
+  auto tokenizer_torchtune_keys = [](std::vector<Field> f) {
+    f.push_back(Field::String("prompt_template")
+                    .also(kMap)
+                    .doc("torchtune's prompt template: only null (fusetune formats prompts in "
+                         "the dataset: dataset.template, chat formats)"));
+    f.push_back(Field::String("truncation_type")
+                    .def("right")
+                    .doc("right: over-long samples keep their beginning (left is not supported)"));
+    return f;
+  };
+  auto qwen_fields = [&] {
+    std::vector<Field> f = {
+        Field::String("path").req().doc("vocab.json (with merges_file), or a tokenizer.json"),
+        Field::String("merges_file").doc("merges.txt, with a vocab.json path"),
+        special_tokens_path(),
+        Field::String("bos_token").doc("special token used as BOS (default: none)"),
+        Field::String("eos_token").doc("special token used as EOS (default: <|im_end|>)"),
+        Field::String("pad_token").doc("special token used as PAD (default: <|endoftext|>)"),
+        Field::String("unk_token")
+            .doc("special token for unknown tokens (none occur: every byte is a token)"),
+        Field::String("errors").doc("decoding of invalid UTF-8: replace only (U+FFFD)"),
+        Field::Int("bpe_cache_size").doc("not supported: fusetune's BPE cache has a fixed size")};
+    return tokenizer_torchtune_keys(std::move(f));
+  };
   t.push_back(
       {"tokenizer",
        {Component("byte", {}, "UTF-8 bytes, ids 0..255 + BOS/EOS/PAD (needs no file)"),
+        Component("hf", {}, "Hugging Face tokenizer.json",
+                  {Field::String("path").req().doc("the tokenizer.json file")}),
         Component(
-            "hf",
-            {"torchtune.models.llama3.llama3_tokenizer", "torchtune.models.qwen2.qwen2_tokenizer",
-             "torchtune.models.qwen2_5.qwen2_5_tokenizer"},
-            "Hugging Face tokenizer.json",
-            {Field::String("path").req().doc("the tokenizer.json file"),
-             Field::String("merges_file").ignore("tokenizer.json already holds the merges")}),
+            "llama3", {"torchtune.models.llama3.llama3_tokenizer"},
+            "Llama 3 (3.1, 3.2, 3.3): tiktoken original/tokenizer.model, or tokenizer.json",
+            tokenizer_torchtune_keys({Field::String("path").req().doc(
+                                          "the tiktoken tokenizer.model (or a tokenizer.json)"),
+                                      special_tokens_path()})),
+        Component("qwen2_5", {"torchtune.models.qwen2_5.qwen2_5_tokenizer"},
+                  "Qwen2.5: vocab.json + merges.txt (or tokenizer.json)", qwen_fields()),
+        Component("qwen2", {"torchtune.models.qwen2.qwen2_tokenizer"},
+                  "Qwen2: vocab.json + merges.txt (or tokenizer.json)", qwen_fields()),
         Component("sentencepiece",
                   {"torchtune.models.llama2.llama2_tokenizer",
                    "torchtune.models.mistral.mistral_tokenizer"},
-                  "SentencePiece tokenizer.model",
-                  {Field::String("path").req().doc("the tokenizer.model file")})},
+                  "SentencePiece tokenizer.model (Llama 2, Mistral)",
+                  tokenizer_torchtune_keys(
+                      {Field::String("path").req().doc("the tokenizer.model file")}))},
        ""});
 
   auto column_map = [] {
@@ -366,13 +469,15 @@ Field component_section(const std::string& section, std::vector<Field> common) {
   if (section == "optimizer")
     f.check([](const Config& opt, const Config&, Problems& p) { check_adamw8bit(opt, p); });
   if (section == "tokenizer") {
-    f.check([](const Config& tok, const Config& root, Problems& p) {
-      const Component* hf = nullptr;
+    f.check([](const Config& tok, const Config&, Problems& p) {
+      if (!tok.has("_component_") || tok.is_map("_component_") || tok.is_list("_component_"))
+        return;
+      const std::string raw = tok.str("_component_");
+      std::string comp;
       for (const auto& c : component_table("tokenizer")->components)
-        if (c.name == "hf") hf = &c;
-      if (tok.has("_component_") && !tok.is_map("_component_") && !tok.is_list("_component_") &&
-          hf->matches(tok.str("_component_")))
-        check_hf_tokenizer_path(tok, root, p);
+        if (c.matches(raw)) comp = c.name;
+      if (comp == "hf") check_hf_tokenizer_path(tok, p);
+      check_tokenizer_keys(tok, comp, raw, p);
     });
   }
   return f;

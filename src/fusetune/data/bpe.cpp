@@ -104,6 +104,31 @@ BpeModel::BpeModel(StringMap<int32_t> vocab,
   }
 }
 
+std::unique_ptr<BpeModel> BpeModel::from_ranks(StringMap<int32_t> vocab, BpeOptions options,
+                                               const std::string& where) {
+  auto model = std::make_unique<BpeModel>(std::move(vocab),
+                                          std::vector<std::pair<std::string, std::string>>{},
+                                          std::move(options), where);
+  MergeTable& merges = model->merges_;
+  merges.reserve(model->vocab_.size() * 4);
+  for (const auto& [tok, id] : model->vocab_) {
+    // Split points at character boundaries: in byte-level form a character is one byte.
+    size_t i = 0;
+    if (tok.empty() || !utf8::is_valid(tok)) continue;
+    utf8::next(tok, i);
+    while (i < tok.size()) {
+      auto left = model->vocab_.find(std::string_view(tok).substr(0, i));
+      if (left != model->vocab_.end()) {
+        auto right = model->vocab_.find(std::string_view(tok).substr(i));
+        if (right != model->vocab_.end())
+          merges.insert_or_assign(MergeTable::key(left->second, right->second), Merge{id, id});
+      }
+      utf8::next(tok, i);
+    }
+  }
+  return model;
+}
+
 std::optional<int32_t> BpeModel::token_to_id(std::string_view token) const {
   auto it = vocab_.find(token);
   if (it == vocab_.end()) return std::nullopt;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -93,6 +94,13 @@ class BpeModel {
   // token that is not in the vocabulary, or its result is not in the vocabulary.
   BpeModel(StringMap<int32_t> vocab, const std::vector<std::pair<std::string, std::string>>& merges,
            BpeOptions options, const std::string& where);
+
+  // tiktoken's model, where the vocabulary's ids are merge ranks: two adjacent symbols merge
+  // when their concatenation is a token, the lowest-id result first (leftmost among equals).
+  // The merge table holds every split of every token into two tokens, each with the rank of
+  // the token it makes, so the merge loop below computes exactly tiktoken's byte_pair_merge.
+  static std::unique_ptr<BpeModel> from_ranks(StringMap<int32_t> vocab, BpeOptions options,
+                                              const std::string& where);
 
   // Appends the ids of one pre-tokenized word (valid UTF-8).
   void encode_word(std::string_view word, std::vector<int32_t>& out) const;

@@ -107,6 +107,17 @@ std::optional<std::string> config_token(const Json& cfg, const char* key, const 
   throw Error((w / key).str() + " must be a string, an object with \"content\", or null");
 }
 
+// tokenizer_config.json's text (may be empty) as an object.
+Json parse_config(std::string_view config_json, const std::string& name) {
+  Json cfg = Json::object();
+  const std::string cfg_name = "tokenizer_config.json beside " + name;
+  if (!config_json.empty()) {
+    cfg = parse_json(config_json, cfg_name);
+    FT_CHECK(cfg.is_object(), cfg_name + " must be a JSON object");
+  }
+  return cfg;
+}
+
 }  // namespace
 
 struct HfTokenizer::Impl {
@@ -131,6 +142,10 @@ struct HfTokenizer::Impl {
   }
 
   void encode_text(std::string_view text, std::vector<int32_t>& ids) const;
+  // Everything after the model: normalizer, pre-tokenizer, decoder, post-processor and added
+  // tokens of `root`, then BOS/EOS/PAD from `cfg` (tokenizer_config.json). With
+  // ids_as_written the added tokens take their "id" fields (from_parts).
+  void assemble(const Json& root, const Json& cfg, const Where& w, bool ids_as_written);
 };
 
 HfTokenizer::HfTokenizer() : impl_(std::make_unique<Impl>()) {}
@@ -223,106 +238,138 @@ std::unique_ptr<HfTokenizer> HfTokenizer::from_json(std::string_view tokenizer_j
     // "dropout" is a training-time regularizer of BPE; encoding here is deterministic.
     m.model = std::make_unique<BpeModel>(std::move(vocab), merges, std::move(opt), name);
 
-    // --- pipeline ---
-    m.normalizer = make_hf_normalizer(root.value("normalizer", Json()), w / "normalizer");
-    m.pre_tokenizer =
-        make_hf_pre_tokenizer(root.value("pre_tokenizer", Json()), w / "pre_tokenizer");
-    m.decoder = make_hf_decoder(root.value("decoder", Json()), w / "decoder");
-    read_post_processor(root.value("post_processor", Json()), w / "post_processor", m.post);
-
-    // --- added tokens ---
-    // Ids as tokenizers assigns them on load (the "id" fields are not read back): a token
-    // already in the model keeps its model id; any other takes the next id after the model's
-    // entry count and the added ids so far. Real files agree with their "id" fields.
-    int32_t max_id = m.model->max_id();
-    const int64_t model_size = int64_t(m.model->size());
-    std::optional<int64_t> max_added;
-    if (root.contains("added_tokens") && !root["added_tokens"].is_null()) {
-      const Json& arr = hf_json::require_array(root, "added_tokens", w);
-      for (size_t i = 0; i < arr.size(); ++i) {
-        const Where wi = (w / "added_tokens").at(i);
-        const Json& a = arr[i];
-        AddedToken t;
-        t.content = hf_json::require_string(a, "content", wi);
-        FT_CHECK(!a.contains("id") || a["id"].is_number_integer(),
-                 (wi / "id").str() + " must be an integer");
-        t.special = hf_json::get_bool(a, "special", false, wi);
-        t.lstrip = hf_json::get_bool(a, "lstrip", false, wi);
-        t.rstrip = hf_json::get_bool(a, "rstrip", false, wi);
-        t.single_word = hf_json::get_bool(a, "single_word", false, wi);
-        t.normalized = hf_json::get_bool(a, "normalized", !t.special, wi);
-        FT_CHECK(!t.content.empty(), (wi / "content").str() + " must not be empty");
-        FT_CHECK(utf8::is_valid(t.content), (wi / "content").str() + " is not valid UTF-8");
-        if (m.added_by_content.count(t.content)) continue;  // a repeat: the first one stands
-        int64_t id;
-        if (auto model_id = m.model->token_to_id(t.content))
-          id = *model_id;
-        else if (!max_added)
-          id = model_size;
-        else
-          id = (*max_added >= model_size || model_size == 0) ? *max_added + 1 : model_size;
-        FT_CHECK(id < (int64_t(1) << 30), wi.str() + ": too many added tokens");
-        max_added = std::max(max_added.value_or(id), id);
-        t.id = int32_t(id);
-        max_id = std::max(max_id, t.id);
-        m.added_by_id.emplace(t.id, m.added.size());
-        m.added_by_content[t.content] = t.id;
-        m.added.push_back(std::move(t));
-      }
-    }
-    std::vector<std::string> raw_patterns, norm_patterns;
-    for (const AddedToken& t : m.added) {
-      if (t.normalized) {
-        std::string p = t.content;
-        if (m.normalizer) m.normalizer->normalize(p);
-        raw_patterns.emplace_back();
-        norm_patterns.push_back(std::move(p));
-      } else {
-        raw_patterns.push_back(t.content);
-        norm_patterns.emplace_back();
-      }
-    }
-    m.raw_matcher = AddedTokenMatcher(m.added, raw_patterns);
-    m.normalized_matcher = AddedTokenMatcher(m.added, norm_patterns);
-    m.vocab_size = int64_t(max_id) + 1;
-    for (int32_t id : m.post.prefix)
-      FT_CHECK(id >= 0 && id <= max_id, (w / "post_processor").str() + " adds id " +
-                                            std::to_string(id) + ", outside the vocabulary");
-    for (int32_t id : m.post.suffix)
-      FT_CHECK(id >= 0 && id <= max_id, (w / "post_processor").str() + " adds id " +
-                                            std::to_string(id) + ", outside the vocabulary");
-
-    // --- tokenizer_config.json ---
-    Json cfg = Json::object();
-    const std::string cfg_name = "tokenizer_config.json beside " + name;
-    if (!config_json.empty()) {
-      cfg = parse_json(config_json, cfg_name);
-      FT_CHECK(cfg.is_object(), cfg_name + " must be a JSON object");
-    }
-    const Where wc{cfg_name, ""};
-    auto resolve = [&](const char* key) -> std::optional<int32_t> {
-      auto tokname = config_token(cfg, key, wc);
-      if (!tokname) return std::nullopt;
-      auto id = m.lookup(*tokname);
-      FT_CHECK(id, (wc / key).str() + " '" + *tokname + "' is not a token of " + name);
-      return id;
-    };
-    auto bos = resolve("bos_token"), eos = resolve("eos_token"), pad = resolve("pad_token");
-    // Without a configured BOS/EOS, the post-processor's template names them.
-    if (!cfg.contains("bos_token") && m.post.prefix.size() == 1) bos = m.post.prefix[0];
-    if (!cfg.contains("eos_token") && m.post.suffix.size() == 1) eos = m.post.suffix[0];
-    m.bos = bos.value_or(-1);
-    m.eos = eos.value_or(-1);
-    m.pad = pad ? *pad : m.eos >= 0 ? m.eos : 0;
-    if (cfg.contains("add_bos_token") && !cfg["add_bos_token"].is_null())
-      m.cfg_add_bos = hf_json::get_bool(cfg, "add_bos_token", false, wc);
-    if (cfg.contains("add_eos_token") && !cfg["add_eos_token"].is_null())
-      m.cfg_add_eos = hf_json::get_bool(cfg, "add_eos_token", false, wc);
+    tok->impl_->assemble(root, parse_config(config_json, name), w, false);
   } catch (const Json::exception& e) {
     // Backstop for a value of an unexpected JSON type that no check above anticipated.
     throw Error(name + ": unexpected JSON value: " + e.what());
   }
   return tok;
+}
+
+std::unique_ptr<HfTokenizer> HfTokenizer::from_parts(std::unique_ptr<BpeModel> model,
+                                                     const Json& pipeline, const Json& config,
+                                                     const std::string& name) {
+  std::unique_ptr<HfTokenizer> tok(new HfTokenizer());
+  Impl& m = *tok->impl_;
+  m.name = name;
+  m.model = std::move(model);
+  FT_CHECK(pipeline.is_object() && config.is_object(),
+           name + ": the pipeline and config must be JSON objects");
+  try {
+    m.assemble(pipeline, config, Where{name, ""}, true);
+  } catch (const Json::exception& e) {
+    throw Error(name + ": unexpected JSON value: " + e.what());
+  }
+  return tok;
+}
+
+void HfTokenizer::Impl::assemble(const Json& root, const Json& cfg, const Where& w,
+                                 bool ids_as_written) {
+  Impl& m = *this;
+  // --- pipeline ---
+  m.normalizer = make_hf_normalizer(root.value("normalizer", Json()), w / "normalizer");
+  m.pre_tokenizer = make_hf_pre_tokenizer(root.value("pre_tokenizer", Json()), w / "pre_tokenizer");
+  m.decoder = make_hf_decoder(root.value("decoder", Json()), w / "decoder");
+  read_post_processor(root.value("post_processor", Json()), w / "post_processor", m.post);
+
+  // --- added tokens ---
+  // Ids as tokenizers assigns them on load (the "id" fields are not read back): a token
+  // already in the model keeps its model id; any other takes the next id after the model's
+  // entry count and the added ids so far. Real files agree with their "id" fields.
+  // from_parts (ids_as_written) takes the "id" fields instead.
+  int32_t max_id = m.model->max_id();
+  const int64_t model_size = int64_t(m.model->size());
+  std::optional<int64_t> max_added;
+  if (root.contains("added_tokens") && !root["added_tokens"].is_null()) {
+    const Json& arr = hf_json::require_array(root, "added_tokens", w);
+    for (size_t i = 0; i < arr.size(); ++i) {
+      const Where wi = (w / "added_tokens").at(i);
+      const Json& a = arr[i];
+      AddedToken t;
+      t.content = hf_json::require_string(a, "content", wi);
+      FT_CHECK(!a.contains("id") || a["id"].is_number_integer(),
+               (wi / "id").str() + " must be an integer");
+      t.special = hf_json::get_bool(a, "special", false, wi);
+      t.lstrip = hf_json::get_bool(a, "lstrip", false, wi);
+      t.rstrip = hf_json::get_bool(a, "rstrip", false, wi);
+      t.single_word = hf_json::get_bool(a, "single_word", false, wi);
+      t.normalized = hf_json::get_bool(a, "normalized", !t.special, wi);
+      FT_CHECK(!t.content.empty(), (wi / "content").str() + " must not be empty");
+      FT_CHECK(utf8::is_valid(t.content), (wi / "content").str() + " is not valid UTF-8");
+      if (m.added_by_content.count(t.content)) continue;  // a repeat: the first one stands
+      int64_t id;
+      if (ids_as_written) {
+        FT_CHECK(a.contains("id"), (wi / "id").str() + " is missing");
+        id = a["id"].get<int64_t>();
+        FT_CHECK(id >= 0 && id < (int64_t(1) << 30),
+                 (wi / "id").str() + " " + std::to_string(id) + " is out of range");
+        const std::string* in_model = m.model->id_to_token(int32_t(id));
+        FT_CHECK(!in_model || *in_model == t.content,
+                 wi.str() + ": special token '" + t.content + "' has id " + std::to_string(id) +
+                     ", which the vocabulary already gives to another token");
+        auto other = m.added_by_id.find(int32_t(id));
+        FT_CHECK(other == m.added_by_id.end(),
+                 wi.str() + ": special tokens '" + m.added[other->second].content + "' and '" +
+                     t.content + "' have the same id " + std::to_string(id));
+      } else if (auto model_id = m.model->token_to_id(t.content)) {
+        id = *model_id;
+      } else if (!max_added) {
+        id = model_size;
+      } else {
+        id = (*max_added >= model_size || model_size == 0) ? *max_added + 1 : model_size;
+      }
+      FT_CHECK(id < (int64_t(1) << 30), wi.str() + ": too many added tokens");
+      max_added = std::max(max_added.value_or(id), id);
+      t.id = int32_t(id);
+      max_id = std::max(max_id, t.id);
+      m.added_by_id.emplace(t.id, m.added.size());
+      m.added_by_content[t.content] = t.id;
+      m.added.push_back(std::move(t));
+    }
+  }
+  std::vector<std::string> raw_patterns, norm_patterns;
+  for (const AddedToken& t : m.added) {
+    if (t.normalized) {
+      std::string p = t.content;
+      if (m.normalizer) m.normalizer->normalize(p);
+      raw_patterns.emplace_back();
+      norm_patterns.push_back(std::move(p));
+    } else {
+      raw_patterns.push_back(t.content);
+      norm_patterns.emplace_back();
+    }
+  }
+  m.raw_matcher = AddedTokenMatcher(m.added, raw_patterns);
+  m.normalized_matcher = AddedTokenMatcher(m.added, norm_patterns);
+  m.vocab_size = int64_t(max_id) + 1;
+  for (int32_t id : m.post.prefix)
+    FT_CHECK(id >= 0 && id <= max_id, (w / "post_processor").str() + " adds id " +
+                                          std::to_string(id) + ", outside the vocabulary");
+  for (int32_t id : m.post.suffix)
+    FT_CHECK(id >= 0 && id <= max_id, (w / "post_processor").str() + " adds id " +
+                                          std::to_string(id) + ", outside the vocabulary");
+
+  // --- tokenizer_config.json ---
+  const Where wc{"tokenizer_config.json beside " + m.name, ""};
+  auto resolve = [&](const char* key) -> std::optional<int32_t> {
+    auto tokname = config_token(cfg, key, wc);
+    if (!tokname) return std::nullopt;
+    auto id = m.lookup(*tokname);
+    FT_CHECK(id, (wc / key).str() + " '" + *tokname + "' is not a token of " + m.name);
+    return id;
+  };
+  auto bos_tok = resolve("bos_token"), eos_tok = resolve("eos_token"),
+       pad_tok = resolve("pad_token");
+  // Without a configured BOS/EOS, the post-processor's template names them.
+  if (!cfg.contains("bos_token") && m.post.prefix.size() == 1) bos_tok = m.post.prefix[0];
+  if (!cfg.contains("eos_token") && m.post.suffix.size() == 1) eos_tok = m.post.suffix[0];
+  m.bos = bos_tok.value_or(-1);
+  m.eos = eos_tok.value_or(-1);
+  m.pad = pad_tok ? *pad_tok : m.eos >= 0 ? m.eos : 0;
+  if (cfg.contains("add_bos_token") && !cfg["add_bos_token"].is_null())
+    m.cfg_add_bos = hf_json::get_bool(cfg, "add_bos_token", false, wc);
+  if (cfg.contains("add_eos_token") && !cfg["add_eos_token"].is_null())
+    m.cfg_add_eos = hf_json::get_bool(cfg, "add_eos_token", false, wc);
 }
 
 void HfTokenizer::Impl::encode_text(std::string_view text, std::vector<int32_t>& ids) const {

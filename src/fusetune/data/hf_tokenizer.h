@@ -12,9 +12,13 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "fusetune/data/tokenizer.h"
 
 namespace fusetune {
+
+class BpeModel;
 
 class HfTokenizer : public Tokenizer {
  public:
@@ -25,6 +29,17 @@ class HfTokenizer : public Tokenizer {
   static std::unique_ptr<HfTokenizer> from_json(std::string_view tokenizer_json,
                                                 std::string_view config_json = {},
                                                 const std::string& name = "tokenizer.json");
+  // A tokenizer assembled from a BPE model built elsewhere (tiktoken ranks, vocab.json +
+  // merges.txt) and the rest of a pipeline written as tokenizer.json would write it
+  // (`pipeline`: normalizer, pre_tokenizer, decoder, post_processor, added_tokens; no
+  // "model"). Unlike tokenizer.json, each added token takes its "id" field as written (an id
+  // the vocabulary gives to another token, or a repeated id, is an error). `config` is what
+  // tokenizer_config.json would hold (bos_token, eos_token, pad_token, add_bos_token,
+  // add_eos_token). `name` stands for the files in error messages.
+  static std::unique_ptr<HfTokenizer> from_parts(std::unique_ptr<BpeModel> model,
+                                                 const nlohmann::json& pipeline,
+                                                 const nlohmann::json& config,
+                                                 const std::string& name);
   ~HfTokenizer() override;
 
   // Added/special tokens written in the text map to their ids. add_bos / add_eos prepend

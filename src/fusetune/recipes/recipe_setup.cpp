@@ -107,9 +107,24 @@ std::vector<std::string> optimizer_warnings(const Config& cfg) {
 }
 
 std::unique_ptr<Tokenizer> build_tokenizer(const Config& cfg) {
-  const std::string kind = canonical_component(cfg, "tokenizer");
-  return load_tokenizer(kind, kind == "byte" ? std::filesystem::path()
-                                             : std::filesystem::path(cfg.str("tokenizer.path")));
+  TokenizerSpec spec;
+  spec.type = canonical_component(cfg, "tokenizer");
+  if (spec.type == "byte") return load_tokenizer(spec);
+  const Config tok = cfg.sub("tokenizer");
+  spec.path = tok.str("path");
+  spec.merges_file = tok.str("merges_file", "");
+  spec.special_tokens_path = tok.str("special_tokens_path", "");
+  // Absent: torchtune's default; null: none.
+  auto token = [&](const char* key) -> std::optional<std::string> {
+    const YAML::Node n = tok.node(key);
+    if (!n.IsDefined()) return std::nullopt;
+    return n.IsNull() ? std::string() : tok.str(key);
+  };
+  spec.bos_token = token("bos_token");
+  spec.eos_token = token("eos_token");
+  spec.pad_token = token("pad_token");
+  spec.unk_token = token("unk_token");
+  return load_tokenizer(spec);
 }
 
 namespace {
