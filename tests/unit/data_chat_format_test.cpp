@@ -171,3 +171,40 @@ TEST(DataChatFormat, ResolveByTemplateFamilyThenTokenizer) {
 
 }  // namespace
 }  // namespace fusetune
+
+namespace fusetune {
+namespace {
+
+// A generation prompt: the conversation, then what opens the assistant's answer.
+TEST(DataChatFormat, GenerationPromptsOpenTheAnswer) {
+  T tok;
+  const std::vector<Message> ask{{Role::kSystem, "Be brief.", false}, {Role::kUser, "Hi", false}};
+  auto llama3 = make_chat_format("llama3", tok);
+  Sample want = llama3->render(ask);
+  for (int32_t id : expect({{T::kStartHeader, false},
+                            {"assistant", false},
+                            {T::kEndHeader, false},
+                            {"\n\n", false}})
+                        .tokens)
+    want.tokens.push_back(id);
+  EXPECT_EQ(llama3->render_prompt(ask).tokens, want.tokens);
+  EXPECT_EQ(llama3->end_of_turn_tokens(), expect({{T::kEot, false}}).tokens);
+
+  auto chatml = make_chat_format("chatml", tok);
+  want = chatml->render(ask);
+  for (int32_t id : expect({{T::kImStart, false}, {"assistant\n", false}}).tokens)
+    want.tokens.push_back(id);
+  EXPECT_EQ(chatml->render_prompt(ask).tokens, want.tokens);
+  EXPECT_EQ(chatml->end_of_turn_tokens(), expect({{T::kImEnd, false}}).tokens);
+
+  // [INST] formats end the prompt at [/INST]; plain adds nothing.
+  auto llama2 = make_chat_format("llama2", tok);
+  EXPECT_EQ(llama2->render_prompt(ask).tokens, llama2->render(ask).tokens);
+  ByteTokenizer bytes;
+  auto plain = make_chat_format("plain", bytes);
+  EXPECT_EQ(plain->render_prompt({{Role::kUser, "Hi", false}}).tokens,
+            (std::vector<int32_t>{ByteTokenizer::kBos, 'H', 'i'}));
+}
+
+}  // namespace
+}  // namespace fusetune
