@@ -24,8 +24,7 @@ namespace {
 double bytes_per_token(const ModelConfig& c, const TensorMap& params, int64_t mean_len) {
   double bytes = 0;
   for (const auto& [name, t] : params) bytes += double(t.nbytes());
-  if (!c.tie_word_embeddings)
-    bytes -= double(params.at("model.embed_tokens.weight").nbytes());
+  if (!c.tie_word_embeddings) bytes -= double(params.at("model.embed_tokens.weight").nbytes());
   return bytes + double(KVCache::bytes_for(c, 1, mean_len, DType::F32));
 }
 
@@ -40,17 +39,18 @@ int main(int argc, char** argv) try {
   const int64_t prompt_len = args.i64("prompt"), new_tokens = args.i64("tokens");
   FT_CHECK(prompt_len >= 1 && new_tokens >= 2, "--prompt must be >= 1 and --tokens >= 2");
   const Bandwidth bw = measure_bandwidth();
-  std::printf("%d threads; measured bandwidth: read %.2f GB/s, copy %.2f GB/s "
-              "(bench_memory_bandwidth); prompt %lld tokens, %lld new tokens, greedy, batch 1\n\n",
-              omp_get_max_threads(), bw.read_gbs, bw.copy_gbs, (long long)prompt_len,
-              (long long)new_tokens);
+  std::printf(
+      "%d threads; measured bandwidth: read %.2f GB/s, copy %.2f GB/s "
+      "(bench_memory_bandwidth); prompt %lld tokens, %lld new tokens, greedy, batch 1\n\n",
+      omp_get_max_threads(), bw.read_gbs, bw.copy_gbs, (long long)prompt_len,
+      (long long)new_tokens);
   std::printf("%-12s %-7s %12s %12s %9s %12s %8s %9s %9s\n", "shape", "compile", "prefill t/s",
               "decode t/s", "ms/token", "MiB/token", "GB/s", "% of read", "vs eager");
   for (const std::string& name : args.list("shapes")) {
     const BenchShape& shape = find_shape(name);
     const ModelConfig& c = shape.config;
-    TensorMap params = init_parameters(
-        graph_parameters(build_decode_graph(c, 1, 1, 2, DType::F32)), 1234, DType::F32);
+    TensorMap params = init_parameters(graph_parameters(build_decode_graph(c, 1, 1, 2, DType::F32)),
+                                       1234, DType::F32);
     std::vector<int32_t> prompt;
     for (int64_t i = 0; i < prompt_len; ++i) prompt.push_back(int32_t((i * 7919) % c.vocab_size));
     const double bytes = bytes_per_token(c, params, prompt_len + new_tokens / 2);
@@ -64,7 +64,8 @@ int main(int argc, char** argv) try {
       gen.generate({prompt}, o);  // warm-up: compiles both graphs, touches the weights
       op_profile::reset();
       const GenerationStats s = gen.generate({prompt}, o).stats;
-      if (op_profile::enabled()) std::printf("%s", op_profile::report().c_str());  // FUSETUNE_PROFILE=1
+      if (op_profile::enabled())
+        std::printf("%s", op_profile::report().c_str());  // FUSETUNE_PROFILE=1
       const double tps = double(s.decode_steps) / s.decode_seconds;
       if (mode == CompileMode::None) eager_tps = tps;
       const double gbs = bytes * tps / 1e9;

@@ -109,7 +109,8 @@ TEST(Stories260KEval, TheCommandScoresTheShippedTask) {
   r = run_fusetune("eval --config stories260K/eval compile=false");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("perplexity: 3.56"), std::string::npos) << r.out;
-  r = run_fusetune("eval --config stories260K/eval task=multiple_choice task_file=/nonexistent.jsonl");
+  r = run_fusetune(
+      "eval --config stories260K/eval task=multiple_choice task_file=/nonexistent.jsonl");
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.out.find("/nonexistent.jsonl"), std::string::npos) << r.out;
 }

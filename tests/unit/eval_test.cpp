@@ -57,9 +57,7 @@ double reference_logp(const InferenceModel& m, const std::string& context,
   return sum;
 }
 
-void write(const std::filesystem::path& p, const std::string& text) {
-  std::ofstream(p) << text;
-}
+void write(const std::filesystem::path& p, const std::string& text) { std::ofstream(p) << text; }
 
 TEST(MultipleChoice, ReadsTheHarnessLayouts) {
   TempDir tmp;
@@ -102,21 +100,23 @@ TEST(MultipleChoice, BadRowsNameFileAndLine) {
   };
   expect_error(R"({"context": "x", "choices": ["a", "b"], "gold": 2})", "gold");
   expect_error(R"({"context": "x", "choices": ["a"], "gold": 0})", "at least 2");
-  expect_error(R"({"question": "q", "choices": {"text": ["a", "b"], "label": ["A", "B"]}, "answerKey": "C"})",
-               "answerKey");
+  expect_error(
+      R"({"question": "q", "choices": {"text": ["a", "b"], "label": ["A", "B"]}, "answerKey": "C"})",
+      "answerKey");
   expect_error(R"({"text": "no task fields"})", "context, choices, gold");
   expect_error(R"({"context": "x", "choices": ["a", "b"], "gold": 0)", "");  // bad JSON
 }
 
 TEST(EvalMultipleChoice, ScoresEqualTheDirectComputationInEveryMode) {
   TempDir tmp;
-  write(tmp / "task.jsonl",
-        R"({"context": "Once upon a time", "choices": ["there was a cat.", "xq", "zz top"], "gold": 0})"
-        "\n"
-        R"({"context": "The dog", "choices": ["ran", "barked loudly at the moon"], "gold": 1})"
-        "\n"
-        R"({"context": "Hi", "choices": ["a", "bb", "ccc", "dddd"], "gold": 3})"
-        "\n");
+  write(
+      tmp / "task.jsonl",
+      R"({"context": "Once upon a time", "choices": ["there was a cat.", "xq", "zz top"], "gold": 0})"
+      "\n"
+      R"({"context": "The dog", "choices": ["ran", "barked loudly at the moon"], "gold": 1})"
+      "\n"
+      R"({"context": "Hi", "choices": ["a", "bb", "ccc", "dddd"], "gold": 3})"
+      "\n");
   const auto qs = load_multiple_choice((tmp / "task.jsonl").string());
   ByteTokenizer tok;
   int64_t want = 0, want_norm = 0;
@@ -132,9 +132,8 @@ TEST(EvalMultipleChoice, ScoresEqualTheDirectComputationInEveryMode) {
       want_norm += std::max_element(n.begin(), n.end()) - n.begin() == q.gold;
     }
   }
-  Config cfg = Config::from_string("task_file: " + (tmp / "task.jsonl").string() +
-                                       "\nbatch_size: 3\n",
-                                   "test");
+  Config cfg = Config::from_string(
+      "task_file: " + (tmp / "task.jsonl").string() + "\nbatch_size: 3\n", "test");
   for (CompileMode mode : {CompileMode::None, CompileMode::Model, CompileMode::Full}) {
     InferenceModel m = byte_model(mode);
     MultipleChoiceResult r = evaluate_multiple_choice(cfg, m, tok);

@@ -71,7 +71,8 @@ TEST(KVCacheAttention, MatchesTheFormulaWithGqaPaddingAndAnOffset) {
         for (int64_t e = 0; e < hd; ++e) {
           double ref = 0;
           for (size_t i = 0; i < w.size(); ++i)
-            ref += w[i] / sum * vc[size_t(((b * S + start[size_t(b)] + int64_t(i)) * KV + g) * hd + e)];
+            ref += w[i] / sum *
+                   vc[size_t(((b * S + start[size_t(b)] + int64_t(i)) * KV + g) * hd + e)];
           EXPECT_NEAR(o[size_t(((b * T + t) * H + h) * hd + e)], ref, 1e-12)
               << "b " << b << " t " << t << " h " << h;
         }
@@ -149,9 +150,8 @@ void check_cache_against_recomputation(DType dt, CompileMode mode, double tol) {
   GenerationOptions o;
   o.max_new_tokens = 12;
   o.sampling.temperature = 0;
-  GenerationResult r = gen.generate(prompts, o, [&](int64_t b, int32_t id) {
-    seqs[size_t(b)].push_back(id);
-  });
+  GenerationResult r =
+      gen.generate(prompts, o, [&](int64_t b, int32_t id) { seqs[size_t(b)].push_back(id); });
   EXPECT_EQ(runs, 12);
   EXPECT_EQ(r.stats.decode_steps, 11);
   for (size_t b = 0; b < prompts.size(); ++b) {

@@ -20,7 +20,8 @@ const char* const kGenerateHelp =
     "Example: fusetune generate --config stories260K/generation prompt=\"Once upon a time\"\n";
 
 int cmd_generate(const std::vector<std::string>& argv) {
-  return generate_recipe(prepare_inference_config("generate", argv, "fusetune generate --config CONFIG"));
+  return generate_recipe(
+      prepare_inference_config("generate", argv, "fusetune generate --config CONFIG"));
 }
 
 }  // namespace fusetune::cli

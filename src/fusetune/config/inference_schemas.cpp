@@ -22,11 +22,13 @@ Schema base_schema(const char* recipe) {
   s.add(component_section("tokenizer").req().doc("text to token ids"));
   s.add(Field::String("adapter").doc(
       "a PEFT LoRA/DoRA adapter directory applied on top of the weights, unmerged"));
-  s.add(Field::Map("quantizer").doc("torchtune's quantizer: must be null (not supported)")
+  s.add(Field::Map("quantizer")
+            .doc("torchtune's quantizer: must be null (not supported)")
             .check([](const Config& q, const Config&, Problems& p) {
               p.errors.push_back(
                   "config key 'quantizer': quantized inference is not supported; the model "
-                  "runs in its dtype (set quantizer: null) (" + q.where("") + ")");
+                  "runs in its dtype (set quantizer: null) (" +
+                  q.where("") + ")");
             }));
   s.add(Field::String("output_dir").doc("when set, results are also written here as JSON"));
   s.add(Field::String("log_level").ignore("fusetune has one log level"));
@@ -41,32 +43,44 @@ Schema build_generate() {
             .also(kString)
             .req()
             .doc("what to answer: {system, user}, or a plain text continued as it is"));
-  s.add(Field::String("template").def("auto").doc(
-      "chat template around the prompt: auto (by model family and tokenizer), llama3, chatml, "
-      "llama2, mistral, plain"));
+  s.add(Field::String("template")
+            .def("auto")
+            .doc("chat template around the prompt: auto (by model family and tokenizer), llama3, "
+                 "chatml, "
+                 "llama2, mistral, plain"));
   s.add(Field::Int("max_new_tokens").def("300").min(1).doc("tokens to generate at most"));
   s.add(Field::Float("temperature").def("0.6").min(0).doc("sampling temperature; 0: greedy"));
   s.add(Field::Int("top_k").min(0).doc("sample among the k most likely tokens (null/0: all)"));
   s.add(Field::Float("top_p").def("1.0").min(0).max(1).doc(
       "nucleus sampling: the fewest most likely tokens whose probability reaches p"));
-  s.add(Field::Bool("enable_kv_cache").def("true").doc(
-      "keep keys and values between steps; false recomputes the whole sequence per token"));
-  s.add(Field::List("stop_tokens").items(kString).doc(
-      "extra tokens (as text, e.g. \"<|eot_id|>\") that end the answer, besides EOS and the "
-      "template's end of turn"));
+  s.add(
+      Field::Bool("enable_kv_cache")
+          .def("true")
+          .doc(
+              "keep keys and values between steps; false recomputes the whole sequence per token"));
+  s.add(Field::List("stop_tokens")
+            .items(kString)
+            .doc("extra tokens (as text, e.g. \"<|eot_id|>\") that end the answer, besides EOS and "
+                 "the "
+                 "template's end of turn"));
   return s;
 }
 
 Schema build_eval() {
   Schema s = base_schema("eval");
-  s.add(Field::Enum("task", {"perplexity", "multiple_choice"}).req().doc(
-      "perplexity: of a dataset the recipes read; multiple_choice: accuracy on a JSONL task"));
+  s.add(Field::Enum("task", {"perplexity", "multiple_choice"})
+            .req()
+            .doc("perplexity: of a dataset the recipes read; multiple_choice: accuracy on a JSONL "
+                 "task"));
   s.add(component_section("dataset").doc("task perplexity: the data (any training dataset)"));
-  s.add(Field::String("task_file").doc(
-      "task multiple_choice: a JSONL file in lm-evaluation-harness's HellaSwag or ARC layout, "
-      "or {context, choices, gold}"));
-  s.add(Field::Int("batch_size").def("8").min(1).doc(
-      "rows per forward pass (samples, or a question's choices)"));
+  s.add(Field::String("task_file")
+            .doc("task multiple_choice: a JSONL file in lm-evaluation-harness's HellaSwag or ARC "
+                 "layout, "
+                 "or {context, choices, gold}"));
+  s.add(Field::Int("batch_size")
+            .def("8")
+            .min(1)
+            .doc("rows per forward pass (samples, or a question's choices)"));
   s.add(Field::Int("limit").min(1).doc("evaluate only the first n samples or questions"));
   return s;
 }

@@ -22,8 +22,7 @@ std::string capitalize(const std::string& s) {  // Python's str.capitalize() on 
 }
 
 std::string string_at(const json& row, const char* key, const std::string& where) {
-  FT_CHECK(row.contains(key) && row[key].is_string(),
-           where + ": '" + key + "' must be a string");
+  FT_CHECK(row.contains(key) && row[key].is_string(), where + ": '" + key + "' must be a string");
   return row[key].get<std::string>();
 }
 
@@ -55,10 +54,9 @@ MultipleChoiceQuestion parse_row(const json& row, const std::string& where) {
   MultipleChoiceQuestion q;
   q.where = where;
   if (row.contains("endings")) {  // HellaSwag
-    std::string ctx = row.contains("ctx_a")
-                          ? string_at(row, "ctx_a", where) + " " +
-                                capitalize(string_at(row, "ctx_b", where))
-                          : string_at(row, "ctx", where);
+    std::string ctx = row.contains("ctx_a") ? string_at(row, "ctx_a", where) + " " +
+                                                  capitalize(string_at(row, "ctx_b", where))
+                                            : string_at(row, "ctx", where);
     const std::string label = row.contains("activity_label")
                                   ? string_at(row, "activity_label", where) + ": "
                                   : std::string();

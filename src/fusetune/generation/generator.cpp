@@ -96,7 +96,8 @@ GenerationResult Generator::generate(const std::vector<std::vector<int32_t>>& pr
   // Runs the step on slots [from, len) of every row; returns the last slot's logits [B, V].
   auto run = [&](int64_t from, int64_t len) {
     const int64_t T = len - from;
-    Tensor tokens = Tensor::empty({B, T}, DType::I32), positions = Tensor::empty({B, T}, DType::I32);
+    Tensor tokens = Tensor::empty({B, T}, DType::I32),
+           positions = Tensor::empty({B, T}, DType::I32);
     for (int64_t b = 0; b < B; ++b)
       for (int64_t t = 0; t < T; ++t) {
         const int64_t s = from + t;
@@ -106,8 +107,8 @@ GenerationResult Generator::generate(const std::vector<std::vector<int32_t>>& pr
     Tensor pos = Tensor::empty({}, DType::I32), starts = Tensor::empty({B}, DType::I32);
     pos.data<int32_t>()[0] = int32_t(from);
     std::copy(start.begin(), start.end(), starts.data<int32_t>());
-    TensorMap in{{"tokens", tokens}, {"positions", positions}, {"cache_pos", pos},
-                 {"cache_start", starts}};
+    TensorMap in{
+        {"tokens", tokens}, {"positions", positions}, {"cache_pos", pos}, {"cache_start", starts}};
     std::optional<KVCache> fresh;  // without a cache: a new one over the whole sequence
     if (cache) {
       cache->bind(in);

@@ -1,6 +1,6 @@
 #pragma once
-// Generation with a KV cache (DESIGN.md §7, "Decode"). A batch of prompts is left-padded to a common
-// length P; one prefill run of the step graph (models/decode_graph.h) with T = P fills the
+// Generation with a KV cache (DESIGN.md §7, "Decode"). A batch of prompts is left-padded to a
+// common length P; one prefill run of the step graph (models/decode_graph.h) with T = P fills the
 // cache and gives the first token's logits, then each decode run feeds one token per row at
 // the next cache slot. Both graphs go through compile_graph like a training step (compile:
 // false runs them eagerly) and share one arena. A row stops at one of its stop tokens; the

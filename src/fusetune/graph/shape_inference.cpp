@@ -356,9 +356,10 @@ std::vector<TensorType> infer_types(const Graph& g, Op op, const std::vector<Val
       if (q.size() != 4 || k.size() != 4 || kc.size() != 4 || k[0] != q[0] || k[1] != q[1] ||
           k[3] != q[3] || k[2] < 1 || q[2] % k[2] || kc[0] != q[0] || kc[2] != k[2] ||
           kc[3] != k[3] || kc[1] < q[1])
-        fail(op, "expects q [B, T, H, hd], k, v [B, T, KV, hd] and caches [B, S, KV, hd] with S >= "
-                 "T and H a multiple of KV, got q " + shape_str(q) + ", k " + shape_str(k) +
-                     ", cache " + shape_str(kc));
+        fail(op,
+             "expects q [B, T, H, hd], k, v [B, T, KV, hd] and caches [B, S, KV, hd] with S >= "
+             "T and H a multiple of KV, got q " +
+                 shape_str(q) + ", k " + shape_str(k) + ", cache " + shape_str(kc));
       same(1, 2);
       same(3, 4);
       if (!S(5).empty() || S(6) != Shape{q[0]})

@@ -52,8 +52,8 @@ Value attention(Layer& L, Value x, const LlamaInputs& in, Value cos, Value sin, 
     Value v_cache = g.input("kv_cache.v." + layer, cache_shape, g.float_dtype());
     Attrs at;
     at.scalar = scale;
-    Value ctx = g.add1(Op::KVCacheAttention,
-                       {q, k, v, k_cache, v_cache, in.cache_pos, in.cache_start}, at);
+    Value ctx =
+        g.add1(Op::KVCacheAttention, {q, k, v, k_cache, v_cache, in.cache_pos, in.cache_start}, at);
     return L.linear(b.reshape(ctx, {B, T, H * hd}), "self_attn.o_proj", D, H * hd);
   }
   q = b.transpose(q, 1, 2);                          // [B, H, T, hd]

@@ -70,9 +70,9 @@ std::vector<double> SequenceScorer::logps(const Batch& batch) {
   if (!ex) {
     PassOptions po;
     po.mode = m_.mode;
-    ex = compile_graph(build_sequence_log_probs_graph(m_.model.config, B, T, m_.dtype, m_.llama,
-                                                      packed),
-                       po, arena_)
+    ex = compile_graph(
+             build_sequence_log_probs_graph(m_.model.config, B, T, m_.dtype, m_.llama, packed), po,
+             arena_)
              .executor;
   }
   Tensor mask = Tensor::empty({B * T}, m_.dtype);
@@ -118,7 +118,8 @@ MultipleChoiceResult evaluate_multiple_choice(const Config& cfg, const Inference
                                               const Tokenizer& tok) {
   FT_CHECK(cfg.has("task_file"), "task: multiple_choice needs task_file (a JSONL task)");
   std::vector<MultipleChoiceQuestion> qs = load_multiple_choice(cfg.str("task_file"));
-  if (cfg.has("limit") && int64_t(qs.size()) > cfg.i64("limit")) qs.resize(size_t(cfg.i64("limit")));
+  if (cfg.has("limit") && int64_t(qs.size()) > cfg.i64("limit"))
+    qs.resize(size_t(cfg.i64("limit")));
   const CollateOptions opts = loader_options_from(cfg, tok).collate;
   std::vector<Sample> rows;
   for (const auto& q : qs)
@@ -158,15 +159,20 @@ int eval_recipe(const Config& cfg) {
     std::printf("perplexity: %.6g (mean NLL %.6f over %lld tokens, %lld samples) | %s\n",
                 r.perplexity(), r.mean_nll(), (long long)r.tokens, (long long)r.samples,
                 m.description.c_str());
-    j.update({{"task", "perplexity"}, {"perplexity", r.perplexity()}, {"mean_nll", r.mean_nll()},
-              {"tokens", r.tokens}, {"samples", r.samples}});
+    j.update({{"task", "perplexity"},
+              {"perplexity", r.perplexity()},
+              {"mean_nll", r.mean_nll()},
+              {"tokens", r.tokens},
+              {"samples", r.samples}});
   } else {
     const MultipleChoiceResult r = evaluate_multiple_choice(cfg, m, *tok);
-    std::printf("%s: acc %.4f, acc_norm %.4f (%lld questions) | %s\n",
-                cfg.str("task_file").c_str(), r.acc(), r.acc_norm(), (long long)r.questions,
-                m.description.c_str());
-    j.update({{"task", "multiple_choice"}, {"task_file", cfg.str("task_file")}, {"acc", r.acc()},
-              {"acc_norm", r.acc_norm()}, {"questions", r.questions}});
+    std::printf("%s: acc %.4f, acc_norm %.4f (%lld questions) | %s\n", cfg.str("task_file").c_str(),
+                r.acc(), r.acc_norm(), (long long)r.questions, m.description.c_str());
+    j.update({{"task", "multiple_choice"},
+              {"task_file", cfg.str("task_file")},
+              {"acc", r.acc()},
+              {"acc_norm", r.acc_norm()},
+              {"questions", r.questions}});
   }
   if (cfg.has("output_dir")) {
     const std::filesystem::path dir = cfg.str("output_dir");

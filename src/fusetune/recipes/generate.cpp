@@ -54,7 +54,8 @@ std::vector<int32_t> stop_tokens(const Config& cfg, const Tokenizer& tok, const 
   for (int64_t id : model.eos_token_ids) ids.push_back(int32_t(id));
   for (const std::string& s : cfg.str_list("stop_tokens", {})) {
     auto id = tok.token_to_id(s);
-    FT_CHECK(id.has_value(), "config key 'stop_tokens': '" + s + "' is not a token of the tokenizer");
+    FT_CHECK(id.has_value(),
+             "config key 'stop_tokens': '" + s + "' is not a token of the tokenizer");
     ids.push_back(*id);
   }
   std::sort(ids.begin(), ids.end());
@@ -105,8 +106,8 @@ int generate_recipe(const Config& cfg) {
   Generator gen(m.model.config, m.model.params, m.llama, m.mode, m.dtype);
   const bool stream = prompts.tokens.size() == 1;
   Streamer streamer(*tok);
-  std::fprintf(stderr, "fusetune generate: %s, compile: %s, %zu prompt(s)\n",
-               m.description.c_str(), cfg.str("compile", "true").c_str(), prompts.tokens.size());
+  std::fprintf(stderr, "fusetune generate: %s, compile: %s, %zu prompt(s)\n", m.description.c_str(),
+               cfg.str("compile", "true").c_str(), prompts.tokens.size());
   // A plain-text prompt is continued: print it, so that the output reads as one text.
   if (stream && !cfg.is_map("prompt")) std::fputs(prompts.text[0].c_str(), stdout);
   GenerationResult r = gen.generate(prompts.tokens, o, [&](int64_t, int32_t id) {
@@ -115,20 +116,20 @@ int generate_recipe(const Config& cfg) {
   std::vector<std::string> answers;
   for (size_t b = 0; b < r.tokens.size(); ++b) {
     answers.push_back(tok->decode(r.tokens[b], /*skip_special_tokens=*/true));
-    if (!stream) std::printf("--- %zu: %s\n%s\n", b, prompts.text[b].c_str(), answers.back().c_str());
+    if (!stream)
+      std::printf("--- %zu: %s\n%s\n", b, prompts.text[b].c_str(), answers.back().c_str());
   }
   if (stream) std::printf("\n");
   std::fflush(stdout);
   const GenerationStats& s = r.stats;
-  std::fprintf(stderr,
-               "prefill: %lld tokens in %.3f s (%.1f tokens/s); decode: %lld tokens in %.3f s "
-               "(%.1f tokens/s); KV cache %.2f MiB; compile %.2f s; finished: %s\n",
-               (long long)s.prompt_tokens, s.prefill_seconds,
-               per_second(s.prompt_tokens, s.prefill_seconds), (long long)s.decode_steps,
-               s.decode_seconds,
-               per_second(s.decode_steps * int64_t(r.tokens.size()), s.decode_seconds),
-               double(s.kv_cache_bytes) / (1 << 20), s.compile_seconds,
-               r.finish_reason.front().c_str());
+  std::fprintf(
+      stderr,
+      "prefill: %lld tokens in %.3f s (%.1f tokens/s); decode: %lld tokens in %.3f s "
+      "(%.1f tokens/s); KV cache %.2f MiB; compile %.2f s; finished: %s\n",
+      (long long)s.prompt_tokens, s.prefill_seconds, per_second(s.prompt_tokens, s.prefill_seconds),
+      (long long)s.decode_steps, s.decode_seconds,
+      per_second(s.decode_steps * int64_t(r.tokens.size()), s.decode_seconds),
+      double(s.kv_cache_bytes) / (1 << 20), s.compile_seconds, r.finish_reason.front().c_str());
   if (cfg.has("output_dir")) {
     nlohmann::json j;
     for (size_t b = 0; b < r.tokens.size(); ++b)

@@ -9,8 +9,8 @@ namespace fusetune {
 InferenceModel load_inference_model(const Config& cfg) {
   InferenceModel m;
   const std::string dtype = cfg.str("dtype", "fp32");
-  FT_CHECK(dtype == "fp32", "config key 'dtype': '" + dtype +
-                                "' is not supported on CPU yet (use fp32)");
+  FT_CHECK(dtype == "fp32",
+           "config key 'dtype': '" + dtype + "' is not supported on CPU yet (use fp32)");
   FT_CHECK(cfg.str("device", "cpu") == "cpu",
            "config key 'device': this build supports only 'cpu'");
   configure_threads(cfg);
@@ -21,7 +21,8 @@ InferenceModel load_inference_model(const Config& cfg) {
     const std::string dir = cfg.str("adapter");
     peft::Adapter a = peft::load_peft_adapter(dir, m.model.config);
     a.config.dropout = 0.0;  // inference: the adapter as trained, without dropout
-    for (auto& [name, t] : a.tensors) m.model.params[name] = t.dtype() == m.dtype ? t : t.to(m.dtype);
+    for (auto& [name, t] : a.tensors)
+      m.model.params[name] = t.dtype() == m.dtype ? t : t.to(m.dtype);
     m.llama = peft::lora_llama_options(a.config);
     m.description += " + adapter " + dir;
   }

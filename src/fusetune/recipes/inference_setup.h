@@ -13,7 +13,7 @@
 namespace fusetune {
 
 struct InferenceModel {
-  LoadedModel model;  // params include the adapter's tensors when one is applied
+  LoadedModel model;   // params include the adapter's tensors when one is applied
   LlamaOptions llama;  // the adapter's hooks (dropout off), or the plain model
   DType dtype = DType::F32;
   CompileMode mode = CompileMode::Full;

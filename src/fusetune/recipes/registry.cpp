@@ -3,8 +3,8 @@
 #include "fusetune/config/inference_schemas.h"
 #include "fusetune/config/recipe_schemas.h"
 #include "fusetune/recipes/dpo_recipes.h"
-#include "fusetune/recipes/full_finetune_single_device.h"
 #include "fusetune/recipes/evaluate.h"
+#include "fusetune/recipes/full_finetune_single_device.h"
 #include "fusetune/recipes/generate.h"
 #include "fusetune/recipes/lora_finetune_single_device.h"
 #include "fusetune/util/error.h"
@@ -25,9 +25,11 @@ const std::vector<RecipeInfo>& recipes() {
       {"full_dpo_single_device",
        "Preference optimization (DPO, RSO, IPO, SimPO) of every weight on one device",
        &full_dpo_schema(), full_dpo_single_device},
-      {"generate", "Generate text from a model (and adapter) with a KV cache; also `fusetune generate`",
+      {"generate",
+       "Generate text from a model (and adapter) with a KV cache; also `fusetune generate`",
        &generate_schema(), generate_recipe},
-      {"eval", "Perplexity or multiple-choice accuracy of a model (and adapter); also `fusetune eval`",
+      {"eval",
+       "Perplexity or multiple-choice accuracy of a model (and adapter); also `fusetune eval`",
        &eval_schema(), eval_recipe},
   };
   return all;

@@ -22,8 +22,8 @@ inline void gemv(bool trans, int64_t M, int64_t N, const float* A, int64_t lda, 
 }
 inline void gemv(bool trans, int64_t M, int64_t N, const double* A, int64_t lda, const double* x,
                  double* y) {
-  cblas_dgemv(CblasRowMajor, trans ? CblasTrans : CblasNoTrans, int(M), int(N), 1.0, A, int(lda),
-              x, 1, 0.0, y, 1);
+  cblas_dgemv(CblasRowMajor, trans ? CblasTrans : CblasNoTrans, int(M), int(N), 1.0, A, int(lda), x,
+              1, 0.0, y, 1);
 }
 
 }  // namespace
@@ -40,8 +40,8 @@ void kv_cache_attention(const T* q, const T* k, const T* v, T* k_cache, T* v_cac
                std::to_string(Tq) + " at " + std::to_string(cache_pos) + " overflows it");
   for (int64_t b = 0; b < B; ++b)
     FT_CHECK(cache_start[b] >= 0 && cache_start[b] <= S,
-             "kv_cache_attention: cache_start[" + std::to_string(b) + "] = " +
-                 std::to_string(cache_start[b]) + " is outside the cache");
+             "kv_cache_attention: cache_start[" + std::to_string(b) +
+                 "] = " + std::to_string(cache_start[b]) + " is outside the cache");
   const int64_t row = KV * hd;  // elements per cache slot
   for (int64_t b = 0; b < B; ++b) {
     std::memcpy(k_cache + (b * S + cache_pos) * row, k + b * Tq * row, sizeof(T) * Tq * row);
