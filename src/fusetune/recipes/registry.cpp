@@ -3,10 +3,11 @@
 #include "fusetune/config/inference_schemas.h"
 #include "fusetune/config/recipe_schemas.h"
 #include "fusetune/recipes/dpo_recipes.h"
-#include "fusetune/recipes/full_finetune_single_device.h"
 #include "fusetune/recipes/evaluate.h"
+#include "fusetune/recipes/full_finetune_single_device.h"
 #include "fusetune/recipes/generate.h"
 #include "fusetune/recipes/lora_finetune_single_device.h"
+#include "fusetune/recipes/recipe_inference.h"
 #include "fusetune/util/error.h"
 #include "fusetune/util/strings.h"
 
@@ -25,9 +26,11 @@ const std::vector<RecipeInfo>& recipes() {
       {"full_dpo_single_device",
        "Preference optimization (DPO, RSO, IPO, SimPO) of every weight on one device",
        &full_dpo_schema(), full_dpo_single_device},
-      {"generate", "Generate text from a model (and adapter) with a KV cache; also `fusetune generate`",
+      {"generate",
+       "Generate text from a model (and adapter) with a KV cache; also `fusetune generate`",
        &generate_schema(), generate_recipe},
-      {"eval", "Perplexity or multiple-choice accuracy of a model (and adapter); also `fusetune eval`",
+      {"eval",
+       "Perplexity or multiple-choice accuracy of a model (and adapter); also `fusetune eval`",
        &eval_schema(), eval_recipe},
   };
   return all;
@@ -42,6 +45,8 @@ const RecipeInfo& find_recipe(const std::string& name) {
   // torchtune users may type the recipe file name.
   if (name.size() > 3 && name.compare(name.size() - 3, 3, ".py") == 0)
     return find_recipe(name.substr(0, name.size() - 3));
+  // torchtune's recipes that fusetune does not have yet get their own message.
+  if (std::string missing = missing_torchtune_recipe(name); !missing.empty()) throw Error(missing);
   std::string msg = "unknown recipe '" + name + "'";
   std::string near = closest_match(name, names);
   if (!near.empty()) msg += " (did you mean '" + near + "'?)";
