@@ -7,8 +7,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "fusetune/config/builtin_configs.h"
 #include "cli_runner.h"
+#include "fusetune/config/builtin_configs.h"
 #include "test_support.h"
 
 namespace fs = std::filesystem;

@@ -46,8 +46,9 @@ int cmd_cp(const std::vector<std::string>& argv) {
     msg += "; `fusetune ls` lists them";
     const std::vector<std::string> dirs = torchtune_config_dirs();
     if (dirs.empty())
-      msg += "; torchtune's configs are read from $FUSETUNE_ASSETS/torchtune_configs or "
-             "../shared/assets/torchtune_configs, and neither exists here";
+      msg +=
+          "; torchtune's configs are read from $FUSETUNE_ASSETS/torchtune_configs or "
+          "../shared/assets/torchtune_configs, and neither exists here";
     else
       msg += ", nor is it one of torchtune's configs in " + join(dirs, ", ");
     throw Error(msg);
