@@ -211,7 +211,8 @@ TEST(RecipeInferenceCli, CpCopiesTorchtuneConfigsFromTheAssetsFolder) {
   fs::create_directories(out);
   const std::string dist =
       "#   tune run --nproc_per_node 2 lora_finetune_distributed --config "
-      "fam/7B_lora\noutput_dir: /o\n";
+      "fam/7B_lora\noutput_dir: /o\n"
+      "dataset: {_component_: torchtune.datasets.alpaca_cleaned_dataset}\n";
   std::ofstream(assets / "torchtune_configs/fam/7B_lora.yaml") << dist;
   std::ofstream(assets / "torchtune_configs/fam/7B_lora_single_device.yaml")
       << "#   tune run lora_finetune_single_device --config fam/7B_lora_single_device\n";
@@ -225,6 +226,10 @@ TEST(RecipeInferenceCli, CpCopiesTorchtuneConfigsFromTheAssetsFolder) {
   EXPECT_TRUE(has(r.out, "torchtune's config fam/7B_lora")) << r.out;
   EXPECT_TRUE(has(r.out, "recipe 'lora_finetune_distributed'")) << r.out;
   EXPECT_TRUE(has(r.out, "fusetune has no such recipe yet")) << r.out;
+  EXPECT_TRUE(has(r.out,
+                  "Its dataset reads the Hugging Face Hub dataset yahma/alpaca-cleaned: "
+                  "download it and set dataset.source=/path/to/local/copy.json"))
+      << r.out;
   r = run_fusetune("cp fam/7B_lora_single_device " + out.string(), out.string());
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(fs::exists(out / "7B_lora_single_device.yaml"));

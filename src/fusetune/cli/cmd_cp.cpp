@@ -7,6 +7,7 @@
 #include "fusetune/cli/args.h"
 #include "fusetune/cli/command.h"
 #include "fusetune/config/builtin_configs.h"
+#include "fusetune/data/hub_datasets.h"
 #include "fusetune/recipes/recipe_inference.h"
 #include "fusetune/util/error.h"
 #include "fusetune/util/strings.h"
@@ -91,12 +92,28 @@ int cmd_cp(const std::vector<std::string>& argv) {
     if (recipe.empty()) {
       std::printf(
           "Its header names no `tune run` recipe; pass --recipe NAME to validate and plan.\n");
-    } else if (std::string missing = missing_torchtune_recipe(recipe, "its `tune run` line");
+    } else if (std::string missing =
+                   missing_torchtune_recipe(recipe, "named in its `tune run` line");
                !missing.empty()) {
       std::printf("Note: %s.\n", missing.c_str());
     } else {
       std::printf("Run it with: fusetune run %s --config %s\n", recipe.c_str(),
                   dest.string().c_str());
+    }
+    // A Hub dataset needs a local copy: say so now rather than at the first run.
+    try {
+      const Config c = Config::from_string(text, torchtune_file);
+      for (const char* section : {"dataset", "dataset_val"}) {
+        const std::string key = std::string(section) + "._component_";
+        if (!c.has(key) || c.has(std::string(section) + ".source")) continue;
+        if (const DatasetBuilder* b = find_dataset_builder(c.str(key)); b && !b->hub_source.empty())
+          std::printf(
+              "Its %s reads the Hugging Face Hub dataset %s: download it and set %s.source="
+              "/path/to/local/copy.json\n",
+              section, b->hub_source.c_str(), section);
+      }
+    } catch (const Error&) {
+      // The copy is what was asked for; `fusetune validate` reports what does not parse.
     }
   }
   return 0;
