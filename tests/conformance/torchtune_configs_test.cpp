@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 
+#include "cli_runner.h"
 #include "fusetune/config/builtin_configs.h"
 #include "fusetune/config/config.h"
 #include "fusetune/config/schema.h"
@@ -19,7 +20,6 @@
 #include "fusetune/recipes/recipe_setup.h"
 #include "fusetune/recipes/registry.h"
 #include "fusetune/util/error.h"
-#include "test_paths.h"
 #include "test_support.h"
 
 namespace {
@@ -201,6 +201,41 @@ TEST(TorchtuneConfigs, CpCopiesEveryTorchtuneName) {
   }
   EXPECT_GT(copied, 80);
   EXPECT_GT(noted, 50);
+}
+
+// torchtune's llama3_2/1B_lora_single_device.yaml, unmodified, planned and trained with
+// overrides that point it at local files: stories260K for the model and alpaca_tiny.json (a
+// copy of Alpaca rows) for its alpaca_cleaned_dataset. `plan` finds the recipe itself.
+TEST(TorchtuneConfigs, PastedLoraConfigPlansAndTrainsWithLocalFiles) {
+  FT_REQUIRE_ASSET("torchtune_configs/llama3_2/1B_lora_single_device.yaml");
+  FT_REQUIRE_ASSET("stories260K/model.safetensors");
+  FT_REQUIRE_ASSET("datasets/alpaca_tiny.json");
+  const fs::path a = fusetune::testing::assets_dir();
+  fusetune::testing::TempDir dir;
+  const std::string config = (a / "torchtune_configs/llama3_2/1B_lora_single_device.yaml").string();
+  const std::string local =
+      " dataset.source=" + (a / "datasets/alpaca_tiny.json").string() +
+      " checkpointer.checkpoint_dir=" + (a / "stories260K").string() +
+      " 'checkpointer.checkpoint_files=[model.safetensors]' checkpointer.model_type=LLAMA2" +
+      " tokenizer.path=" + (a / "stories260K/tokenizer.json").string() +
+      " tokenizer.max_seq_len=128 dtype=fp32 device=cpu output_dir=" + (dir / "out").string();
+  // As pasted: the recipe from its `tune run` line, then the Hub dataset it needs.
+  auto r = fusetune::testing::run_fusetune("plan --config " + config);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(has(r.out,
+                  "recipe lora_finetune_single_device (from the config's `tune run` "
+                  "line)"))
+      << r.out;
+  EXPECT_TRUE(has(r.out, "Hugging Face Hub dataset yahma/alpaca-cleaned")) << r.out;
+  r = fusetune::testing::run_fusetune("plan --config " + config + local);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(has(r.out, "recipe lora_finetune_single_device: llama model")) << r.out;
+  r = fusetune::testing::run_fusetune("run lora_finetune_single_device --config " + config + local +
+                                      " max_steps_per_epoch=2 batch_size=2 epochs=1");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(has(r.out, "dataset:          alpaca_tiny.json: 100 examples")) << r.out;
+  EXPECT_TRUE(has(r.out, "Step 2 | loss:")) << r.out;
+  EXPECT_TRUE(fs::exists(dir / "out/epoch_0"));
 }
 
 }  // namespace
