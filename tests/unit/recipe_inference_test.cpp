@@ -237,6 +237,12 @@ TEST(RecipeInferenceCli, CpCopiesTorchtuneConfigsFromTheAssetsFolder) {
   r = run_fusetune("cp fam/7B_lra " + (out / "b.yaml").string(), out.string());
   EXPECT_EQ(r.code, 1);
   EXPECT_TRUE(has(r.out, "did you mean 'fam/7B_lora'?")) << r.out;
+  // ls counts them (and lists them with --verbose).
+  r = run_fusetune("ls --verbose", out.string());
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(has(r.out, "2 of torchtune's configs in " + (assets / "torchtune_configs").string()))
+      << r.out;
+  EXPECT_TRUE(has(r.out, "lora_finetune_distributed (not in fusetune yet)")) << r.out;
   // A built-in config of the same name wins.
   fs::create_directories(assets / "torchtune_configs/demo");
   std::ofstream(assets / "torchtune_configs/demo/tiny_full.yaml") << "not: this\n";
