@@ -123,7 +123,9 @@ TEST(CliCommands, ValidateBuiltinsAndFiles) {
   for (const auto& b : fusetune::builtin_configs()) {
     Result r = fusetune_cli("validate " + b.name);
     EXPECT_EQ(r.code, 0) << b.name << ": " << r.out;
-    EXPECT_EQ(r.out, "Config is well-formed!\n") << b.name;
+    EXPECT_EQ(r.out, "recipe " + b.recipe +
+                         " (from the config's `# recipe:` line)\nConfig is well-formed!\n")
+        << b.name;
   }
   fusetune::testing::TempDir dir;
   fs::path bad = dir / "bad.yaml";

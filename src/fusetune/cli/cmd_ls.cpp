@@ -5,6 +5,7 @@
 #include "fusetune/cli/args.h"
 #include "fusetune/cli/command.h"
 #include "fusetune/config/builtin_configs.h"
+#include "fusetune/recipes/recipe_inference.h"
 #include "fusetune/recipes/registry.h"
 #include "fusetune/util/error.h"
 
@@ -15,7 +16,9 @@ const char* const kLsHelp =
     "\n"
     "Lists the recipes and the built-in configs for each. Use a config name with\n"
     "`fusetune run RECIPE --config NAME`, or copy it with `fusetune cp NAME my.yaml`.\n"
-    "--verbose adds each recipe's description.\n";
+    "--verbose adds each recipe's description. When $FUSETUNE_ASSETS/torchtune_configs or\n"
+    "../shared/assets/torchtune_configs exists, the number of torchtune's configs there that\n"
+    "`fusetune cp` copies is shown too (--verbose: each with its `tune run` recipe).\n";
 
 int cmd_ls(const std::vector<std::string>& argv) {
   Args a = parse_args(argv, {{}, {"verbose"}, false});
@@ -32,6 +35,24 @@ int cmd_ls(const std::vector<std::string>& argv) {
     if (first) std::printf("%-*s %s\n", width, r.name.c_str(), "-");
     if (a.flag("verbose")) std::printf("  %s\n", r.description.c_str());
   }
+  // torchtune's own configs, when an assets folder holds them (`fusetune cp` copies them).
+  const std::vector<std::string> dirs = torchtune_config_dirs();
+  if (dirs.empty()) return 0;
+  int n = 0, missing = 0;
+  for (const std::string& name : torchtune_config_names()) {
+    if (find_builtin_config(name)) continue;
+    ++n;
+    const std::string recipe = tune_run_recipe(config_text(find_torchtune_config(name)), name);
+    const bool lacks = !missing_torchtune_recipe(recipe).empty();
+    missing += lacks;
+    if (a.flag("verbose"))
+      std::printf("  %-*s %s%s\n", width - 2, name.c_str(), recipe.c_str(),
+                  lacks ? " (not in fusetune yet)" : "");
+  }
+  std::printf(
+      "\n%d of torchtune's configs in %s (`fusetune cp NAME my.yaml`; %d for recipes "
+      "fusetune does not have yet%s)\n",
+      n, dirs[0].c_str(), missing, a.flag("verbose") ? "" : "; --verbose lists them");
   return 0;
 }
 

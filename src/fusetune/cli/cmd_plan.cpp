@@ -1,4 +1,4 @@
-// fusetune plan RECIPE --config CONFIG [key=value ...]: what each compile mode would run and
+// fusetune plan [RECIPE] --config CONFIG [key=value ...]: what each compile mode would run and
 // how much memory its step would hold, predicted without training.
 #include <cstdio>
 
@@ -6,11 +6,13 @@
 #include "fusetune/cli/command.h"
 #include "fusetune/compile/compiler.h"
 #include "fusetune/compile/plan_report.h"
+#include "fusetune/config/builtin_configs.h"
 #include "fusetune/losses/preference.h"
 #include "fusetune/models/training_graph.h"
 #include "fusetune/peft/nf4_weight.h"
 #include "fusetune/recipes/dpo_step.h"
 #include "fusetune/recipes/lora_finetune_single_device.h"
+#include "fusetune/recipes/recipe_inference.h"
 #include "fusetune/recipes/recipe_setup.h"
 #include "fusetune/recipes/registry.h"
 #include "fusetune/util/error.h"
@@ -19,8 +21,10 @@
 namespace fusetune::cli {
 
 const char* const kPlanHelp =
-    "usage: fusetune plan RECIPE --config CONFIG [key=value | ~key ...]\n"
+    "usage: fusetune plan [RECIPE] --config CONFIG [key=value | ~key ...]\n"
     "\n"
+    "Without RECIPE (or --recipe NAME), the recipe is found as `fusetune validate` finds it:\n"
+    "the config's \"# recipe:\" line, its `tune run RECIPE` header line, or its model builder.\n"
     "Builds the joint training step (model + loss + backward) for one batch of the config's\n"
     "shape (batch_size x max_seq_len) and prints, for compile false, model and true: the\n"
     "kernels per region, the fused groups, and the predicted peak memory (parameters,\n"
@@ -28,15 +32,27 @@ const char* const kPlanHelp =
     "are read. A run with log_peak_memory_stats reports the measured peak to compare.\n";
 
 int cmd_plan(const std::vector<std::string>& argv) {
-  Args a = parse_args(argv, {{"config"}, {}, true});
-  FT_CHECK(a.positional.size() == 1, "usage: fusetune plan RECIPE --config CONFIG [key=value ...]");
-  const std::string& name = find_recipe(a.positional[0]).name;
-  FT_CHECK(name != "generate" && name != "eval",
-           "plan predicts a training step; " + name +
+  Args a = parse_args(argv, {{"config", "recipe"}, {}, true});
+  constexpr const char* kUsage = "fusetune plan [RECIPE] --config CONFIG [key=value ...]";
+  FT_CHECK(a.positional.size() <= 1, std::string("usage: ") + kUsage);
+  FT_CHECK(
+      a.options.count("config"),
+      std::string("missing --config CONFIG (a YAML file or a built-in config); usage: ") + kUsage);
+  FT_CHECK(a.positional.empty() || a.option("recipe").empty(),
+           "give the recipe once: as RECIPE or as --recipe");
+  Config raw = load_config(a.option("config"));
+  raw.apply_overrides(a.overrides);
+  const RecipeChoice choice =
+      infer_recipe(a.positional.empty() ? a.option("recipe") : a.positional[0],
+                   config_text(a.option("config")), raw, a.option("config"));
+  const std::string recipe = chosen_recipe(choice).name;
+  FT_CHECK(recipe != "generate" && recipe != "eval",
+           "plan predicts a training step; " + recipe +
                " trains nothing (its KV cache and activations are small: generate prints the "
                "cache size when it runs)");
-  Config cfg = prepare_recipe_config(a.positional[0], a,
-                                     "fusetune plan RECIPE --config CONFIG [key=value ...]");
+  std::printf("%s\n", describe(choice).c_str());
+  std::fflush(stdout);
+  Config cfg = prepare_recipe_config(recipe, a, kUsage);
   const ModelConfig model = model_architecture(cfg);
   const int64_t T = configured_max_seq_len(cfg);
   FT_CHECK(T > 0, "plan needs a sequence length: set dataset.max_seq_len or tokenizer.max_seq_len");
@@ -45,7 +61,6 @@ int cmd_plan(const std::vector<std::string>& argv) {
   o.seq_len = T;
   o.packed = cfg.boolean("dataset.packed", false);
   std::shared_ptr<peft::NF4Store> nf4;  // sized, never filled: no weights are read
-  const std::string recipe = find_recipe(a.positional[0]).name;
   const bool dpo = recipe == "lora_dpo_single_device" || recipe == "full_dpo_single_device";
   if (recipe == "lora_finetune_single_device" || recipe == "lora_dpo_single_device") {
     // The adapters train; the base is frozen (NF4 with quantize_base, as the recipe runs it).
@@ -64,7 +79,7 @@ int cmd_plan(const std::vector<std::string>& argv) {
   std::printf(
       "recipe %s: %s model, %lld layers, vocab %lld; step of %lld x %lld tokens%s, the largest "
       "batch shape the config allows (batch_size x max_seq_len, two rows per DPO pair)\n\n",
-      a.positional[0].c_str(), model.model_type.c_str(), (long long)model.num_hidden_layers,
+      recipe.c_str(), model.model_type.c_str(), (long long)model.num_hidden_layers,
       (long long)model.vocab_size, (long long)o.batch_size, (long long)T,
       o.packed ? " (packed)" : "");
   std::vector<ModePlan> plans;

@@ -5,6 +5,7 @@
 #include "fusetune/cli/command.h"
 #include "fusetune/config/builtin_configs.h"
 #include "fusetune/config/schema.h"
+#include "fusetune/data/hub_datasets.h"
 #include "fusetune/recipes/registry.h"
 #include "fusetune/util/error.h"
 
@@ -27,10 +28,13 @@ const char* const kRunHelp =
 Config prepare_recipe_config(const std::string& recipe_name, const Args& a, const char* usage) {
   const RecipeInfo& recipe = find_recipe(recipe_name);
   FT_CHECK(a.options.count("config"),
-           std::string("missing --config CONFIG (a YAML file or a built-in config; `fusetune ls` lists them); usage: ") + usage);
+           std::string("missing --config CONFIG (a YAML file or a built-in config; `fusetune ls` "
+                       "lists them); usage: ") +
+               usage);
   Config cfg = load_config(a.option("config"));
   cfg.apply_overrides(a.overrides);
   cfg.resolve();
+  apply_dataset_builders(cfg);
   std::vector<std::string> warnings;
   validate(cfg, *recipe.schema, &warnings);
   print_warnings(warnings);
@@ -53,7 +57,8 @@ int cmd_run(const std::vector<std::string>& argv) {
   FT_CHECK(a.positional.size() == 1, "unexpected argument '" + a.positional[1] +
                                          "': overrides are key=value, deletions ~key");
   const RecipeInfo& recipe = find_recipe(a.positional[0]);
-  Config cfg = prepare_recipe_config(recipe.name, a, "fusetune run RECIPE --config CONFIG [key=value ...]");
+  Config cfg =
+      prepare_recipe_config(recipe.name, a, "fusetune run RECIPE --config CONFIG [key=value ...]");
   std::fflush(stdout);
   return recipe.run(cfg);
 }

@@ -1,12 +1,12 @@
 // fusetune validate CONFIG [--recipe RECIPE] [key=value ...]
 #include <cstdio>
-#include <fstream>
-#include <iterator>
 
 #include "fusetune/cli/args.h"
 #include "fusetune/cli/command.h"
 #include "fusetune/config/builtin_configs.h"
 #include "fusetune/config/schema.h"
+#include "fusetune/data/hub_datasets.h"
+#include "fusetune/recipes/recipe_inference.h"
 #include "fusetune/recipes/registry.h"
 #include "fusetune/util/error.h"
 
@@ -18,8 +18,11 @@ const char* const kValidateHelp =
     "Checks CONFIG (a YAML file or a built-in config name), after the overrides, against a\n"
     "recipe's schema and prints \"Config is well-formed!\" or every problem found: unknown\n"
     "keys (with the closest valid one), wrong types, missing keys, invalid values.\n"
-    "The recipe is --recipe, else the config's \"# recipe: NAME\" comment, else\n"
-    "full_finetune_single_device. Files named in the config are not opened.\n";
+    "The recipe is --recipe, else the config's \"# recipe: NAME\" comment, else the recipe of\n"
+    "the `tune run RECIPE --config ...` line in its header comments (torchtune's configs),\n"
+    "else lora_finetune_single_device for a lora_*/qlora_* model builder and otherwise\n"
+    "full_finetune_single_device; the first line says which and why. Files named in the\n"
+    "config are not opened.\n";
 
 int cmd_validate(const std::vector<std::string>& argv) {
   Args a = parse_args(argv, {{"recipe"}, {}, true});
@@ -29,19 +32,13 @@ int cmd_validate(const std::vector<std::string>& argv) {
                                          "': overrides are key=value, deletions ~key");
   const std::string& config_arg = a.positional[0];
   Config cfg = load_config(config_arg);
-  std::string recipe = a.option("recipe");
-  if (recipe.empty()) {
-    if (const BuiltinConfig* b = find_builtin_config(config_arg)) {
-      recipe = b->recipe;
-    } else {
-      std::ifstream in(config_arg);
-      std::string head((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-      recipe = recipe_comment(head);
-    }
-  }
-  if (recipe.empty()) recipe = "full_finetune_single_device";
-  const RecipeInfo& info = find_recipe(recipe);
   cfg.apply_overrides(a.overrides);
+  const RecipeChoice choice =
+      infer_recipe(a.option("recipe"), config_text(config_arg), cfg, config_arg);
+  const RecipeInfo& info = chosen_recipe(choice);
+  std::printf("%s\n", describe(choice).c_str());
+  std::fflush(stdout);
+  apply_dataset_builders(cfg);
   std::vector<std::string> warnings;
   validate(cfg, *info.schema, &warnings);
   print_warnings(warnings);

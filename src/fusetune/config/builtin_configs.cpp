@@ -1,6 +1,7 @@
 #include "fusetune/config/builtin_configs.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -41,6 +42,58 @@ const BuiltinConfig* find_builtin_config(const std::string& name) {
   for (const auto& c : builtin_configs())
     if (c.name == name) return &c;
   return nullptr;
+}
+
+std::vector<std::string> torchtune_config_dirs() {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> candidates;
+  if (const char* env = std::getenv("FUSETUNE_ASSETS"); env && *env)
+    candidates.push_back(fs::path(env) / "torchtune_configs");
+  candidates.push_back(fs::path("..") / "shared" / "assets" / "torchtune_configs");
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& c : candidates)
+    if (fs::is_directory(c, ec)) out.push_back(c.string());
+  return out;
+}
+
+std::string find_torchtune_config(const std::string& name) {
+  namespace fs = std::filesystem;
+  std::string stem = name;
+  if (stem.size() > 5 && stem.compare(stem.size() - 5, 5, ".yaml") == 0)
+    stem.resize(stem.size() - 5);
+  if (stem.empty() || stem[0] == '/' || stem.find("..") != std::string::npos) return "";
+  std::error_code ec;
+  for (const auto& dir : torchtune_config_dirs()) {
+    const fs::path p = fs::path(dir) / (stem + ".yaml");
+    if (fs::is_regular_file(p, ec)) return p.string();
+  }
+  return "";
+}
+
+std::vector<std::string> torchtune_config_names() {
+  namespace fs = std::filesystem;
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& dir : torchtune_config_dirs()) {
+    for (auto it = fs::recursive_directory_iterator(dir, ec);
+         !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+      if (!it->is_regular_file(ec) || it->path().extension() != ".yaml") continue;
+      std::string rel = fs::relative(it->path(), dir, ec).generic_string();
+      names.push_back(rel.substr(0, rel.size() - 5));
+    }
+  }
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  return names;
+}
+
+std::string config_text(const std::string& name_or_path) {
+  if (const BuiltinConfig* b = find_builtin_config(name_or_path)) return std::string(b->text);
+  std::ifstream in(name_or_path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return in ? ss.str() : std::string();
 }
 
 Config load_config(const std::string& name_or_path) {

@@ -7,6 +7,7 @@
 #include "fusetune/recipes/full_finetune_single_device.h"
 #include "fusetune/recipes/generate.h"
 #include "fusetune/recipes/lora_finetune_single_device.h"
+#include "fusetune/recipes/recipe_inference.h"
 #include "fusetune/util/error.h"
 #include "fusetune/util/strings.h"
 
@@ -44,6 +45,8 @@ const RecipeInfo& find_recipe(const std::string& name) {
   // torchtune users may type the recipe file name.
   if (name.size() > 3 && name.compare(name.size() - 3, 3, ".py") == 0)
     return find_recipe(name.substr(0, name.size() - 3));
+  // torchtune's recipes that fusetune does not have yet get their own message.
+  if (std::string missing = missing_torchtune_recipe(name); !missing.empty()) throw Error(missing);
   std::string msg = "unknown recipe '" + name + "'";
   std::string near = closest_match(name, names);
   if (!near.empty()) msg += " (did you mean '" + near + "'?)";
