@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -148,4 +149,35 @@ TEST(RecipeOptimizerInBwd, ResumeContinuesTheRunExactly) {
   EXPECT_TRUE(read_text(out / "epoch_1" / "model.safetensors") ==
               read_text(tmp / "ref" / "epoch_1" / "model.safetensors"))
       << "the final weights differ from the uninterrupted run's";
+}
+
+// `fusetune plan` with optimizer_in_bwd: true predicts a peak lower by about the gradients'
+// size where the weights dominate, and prints the ordinary step's peak beside it.
+TEST(RecipeOptimizerInBwd, PlanShowsTheDrop) {
+  TempDir tmp;
+  const std::string cmd =
+      fusetune::testing::shell_quote(fusetune::testing::binary_path()) +
+      " plan full_finetune_single_device --config demo/tiny_full '~clip_grad_norm' "
+      "batch_size=1 tokenizer.max_seq_len=16 model.hidden_size=256 model.intermediate_size=688 "
+      "optimizer_in_bwd=true";
+  CliRun r = run_shell(cmd, tmp / "io");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("optimizer_in_bwd: false"), std::string::npos) << r.out;
+  // Rows: "<mode> <kernels> <peak> MiB <ordinary peak> MiB".
+  std::istringstream in(r.out);
+  std::string line;
+  int rows = 0;
+  while (std::getline(in, line)) {
+    std::istringstream ls(line);
+    std::string mode, unit1, unit2;
+    long long kernels = 0;
+    double peak = 0, ordinary = 0;
+    if (!(ls >> mode >> kernels >> peak >> unit1 >> ordinary >> unit2)) continue;
+    if (mode != "false" && mode != "model" && mode != "true") continue;
+    ++rows;
+    // The model's weights are ~6 MiB, and so are its gradients.
+    EXPECT_GT(ordinary - peak, 4.0) << line;
+    EXPECT_LT(ordinary - peak, 6.5) << line;
+  }
+  EXPECT_EQ(rows, 3) << r.out;
 }
