@@ -43,17 +43,23 @@ std::vector<Tensor> run_nodes(const Graph& g, const std::vector<int>& release_at
   // taken is dropped at its last reader instead of being kept to the end.
   std::vector<std::vector<size_t>> outputs_at;
   std::vector<int> kept, last_reader;
+  std::vector<std::vector<int>> last_reader_of;  // per node output
   if (on_output) {
     outputs_at.resize(nodes.size());
     kept.assign(nodes.size(), -1);
     last_reader.assign(nodes.size(), -1);
+    last_reader_of.resize(nodes.size());
+    for (size_t i = 0; i < nodes.size(); ++i) last_reader_of[i].assign(nodes[i].outputs.size(), -1);
     size_t k = 0;
     for (const auto& [name, v] : g.outputs()) {
       outputs_at[v.node].push_back(k++);
       kept[v.node] = std::max(kept[v.node], 0) + 1;
     }
     for (size_t i = 0; i < nodes.size(); ++i)
-      for (const Value& v : nodes[i].inputs) last_reader[v.node] = int(i);
+      for (const Value& v : nodes[i].inputs) {
+        last_reader[v.node] = int(i);
+        last_reader_of[v.node][v.index] = int(i);
+      }
   }
   std::vector<bool> taken(g.outputs().size(), false);
   std::vector<Tensor> in;
@@ -87,11 +93,19 @@ std::vector<Tensor> run_nodes(const Graph& g, const std::vector<int>& release_at
           (on_output && kept[v.node] == 0 && last_reader[v.node] == int(i)))
         values[v.node].clear();
     if (on_output && !outputs_at[i].empty()) {
-      for (size_t k : outputs_at[i])
-        if (on_output(k, values[i][g.outputs()[k].second.index])) {
-          taken[k] = true;
-          --kept[i];
-        }
+      for (size_t k : outputs_at[i]) {
+        const int index = g.outputs()[k].second.index;
+        if (!on_output(k, values[i][index])) continue;
+        taken[k] = true;
+        --kept[i];
+        // A node's other outputs may be kept (a fused loss node's loss): drop this one alone
+        // when nothing reads it later (and no other output is the same value).
+        bool again = false;
+        for (size_t j : outputs_at[i])
+          again |= j != k && g.outputs()[j].second.index == index && (j > k || !taken[j]);
+        if (!again && last_reader_of[i][size_t(index)] <= int(i))
+          values[i][size_t(index)] = Tensor();
+      }
       if (kept[i] == 0 && last_reader[i] <= int(i)) values[i].clear();
     }
   }
