@@ -339,8 +339,10 @@ int run_training(const Config& cfg, const TrainJob& job) {
           std::string msg =
               non_finite_step_message(progress.global_step + 1, loss, 0, micro, output_dir);
           const std::string not_applied = "the update was not applied";
-          msg.replace(msg.find(not_applied), not_applied.size(),
-                      "the update was already applied (optimizer_in_bwd)");
+          const size_t at = msg.find(not_applied);
+          if (at != std::string::npos)
+            msg.replace(at, not_applied.size(),
+                        "the update was already applied (optimizer_in_bwd)");
           throw Error(msg);
         }
       } else {

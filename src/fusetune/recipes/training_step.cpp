@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <set>
 
 #include "fusetune/compile/memory_plan.h"
 #include "fusetune/util/error.h"
@@ -50,15 +49,6 @@ TensorMap CompiledGraphs::run(const Batch& b, const TensorMap& inputs, const Ten
       gradients(name.substr(5), std::move(out[i]));
   }
   return named;
-}
-
-std::vector<std::string> CompiledGraphs::late_gradients() const {
-  std::set<std::string> late;
-  for (const auto& [key, e] : entries_)
-    for (size_t i = 0; i < e.early.size(); ++i)
-      if (!e.early[i] && e.output_names[i].rfind("grad:", 0) == 0)
-        late.insert(e.output_names[i].substr(5));
-  return {late.begin(), late.end()};
 }
 
 double TrainingStep::evaluate(const Batch&) {

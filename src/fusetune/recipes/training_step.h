@@ -68,9 +68,6 @@ class CompiledGraphs {
   // (early_update_outputs in compile/memory_plan.h), the others when the graph has finished.
   TensorMap run(const Batch& b, const TensorMap& inputs, const TensorMap& params, double* compile_s,
                 const GradientHook& gradients = {});
-  // Of the graphs compiled so far, the parameters whose gradient had to wait for the end of
-  // the graph (read again after their gradient is ready).
-  std::vector<std::string> late_gradients() const;
 
  private:
   struct Entry {
