@@ -4,12 +4,15 @@
 // the layers' projections, the embedding table and the head (peft/nf4_weight.h).
 //   bench_lora --shape mid --steps 5 [--methods full,full8,lora,qlora] [--modes false,model,true]
 //   [--threads 2] [--ckpt]
+// A method with the suffix "-ib" (full-ib, lora-ib, ...) runs with optimizer_in_bwd: each
+// parameter updated as soon as its gradient is computed, the gradient then freed.
 // --ckpt turns on activation checkpointing for every method alike (torchtune's LoRA/QLoRA
 // configs enable it by default).
 // Prints a table with the ratios the targets name (LoRA/full tokens/s, QLoRA/LoRA peak and
 // tokens/s, same compile mode), a memory breakdown (measured weights, gradients + optimizer
 // state; predicted activations and workspace from compile/memory_estimate.h), then the same
 // results as one JSON line. Nothing here asserts a timing.
+#include <cmath>
 #include <iostream>
 
 #include <nlohmann/json.hpp>
@@ -42,7 +45,9 @@ Result run(const BenchShape& shape, const std::string& method, CompileMode mode,
   lc.apply_to_mlp = true;
   lc.rank = 16;
   lc.alpha = 32;
-  lc.quantize_base = method == "qlora";
+  const bool in_bwd = method.size() > 3 && method.substr(method.size() - 3) == "-ib";
+  const std::string base_method = in_bwd ? method.substr(0, method.size() - 3) : method;
+  lc.quantize_base = base_method == "qlora";
   const int64_t base = memory::current_bytes();
   {
     TrainingGraph plain = build_training_graph(shape.config, TrainingGraphOptions{});
@@ -51,7 +56,7 @@ Result run(const BenchShape& shape, const std::string& method, CompileMode mode,
     TrainingGraphOptions o;
     o.batch_size = shape.batch;
     o.seq_len = shape.seq;
-    const bool full = method == "full" || method == "full8";
+    const bool full = base_method == "full" || base_method == "full8";
     if (!full) {
       if (lc.quantize_base) store = peft::quantize_base_weights(params, shape.config);
       peft::init_adapters(params, shape.config, lc, 1, DType::F32, store.get());
@@ -67,11 +72,11 @@ Result run(const BenchShape& shape, const std::string& method, CompileMode mode,
     PassOptions po;
     po.mode = mode;
     po.activation_checkpointing = ckpt;
-    TimedSteps t = timed_steps(shape, tg, params, po, steps, method == "full8");
+    TimedSteps t = timed_steps(shape, tg, params, po, steps, base_method == "full8", in_bwd);
     r.peak_bytes = memory::peak_bytes() - base;
     OptimizerStateSize state(2.0);  // AdamW: 2 states per parameter
-    if (method == "full8") state.min_8bit_numel = AdamW8bitOptions{}.min_8bit_size;
-    r.predicted = plan_mode(tg.graph, po, state).memory;
+    if (base_method == "full8") state.min_8bit_numel = AdamW8bitOptions{}.min_8bit_size;
+    r.predicted = plan_mode(tg.graph, po, state, in_bwd).memory;
     r.compile_s = t.compile_s;
     r.losses = t.losses;
     r.tokens_per_s = t.tokens_per_s(shape.batch * shape.seq);
@@ -120,7 +125,9 @@ int main(int argc, char** argv) try {
   std::vector<Result> results;
   for (const std::string& m : split(methods, ','))
     for (const std::string& c : split(modes, ',')) {
-      FT_CHECK(m == "full" || m == "full8" || m == "lora" || m == "qlora",
+      const std::string b =
+          m.size() > 3 && m.substr(m.size() - 3) == "-ib" ? m.substr(0, m.size() - 3) : m;
+      FT_CHECK(b == "full" || b == "full8" || b == "lora" || b == "qlora",
                "--methods: unknown method '" + m + "'");
       results.push_back(run(shape, m, parse_compile_mode(c), steps, ckpt));
     }
@@ -133,7 +140,18 @@ int main(int argc, char** argv) try {
   // qlora rows QLoRA/LoRA peak and tokens/s.
   auto ratios = [&](const Result& r) {
     char buf[96] = "";
-    if (r.method == "full8") {
+    if (r.method.size() > 3 && r.method.substr(r.method.size() - 3) == "-ib") {
+      if (const Result* f = find(r.method.substr(0, r.method.size() - 3), r.mode))
+        std::snprintf(buf, sizeof buf, "peak x%.2f (-%.1f MiB), max loss rel diff %.1e",
+                      double(r.peak_bytes) / double(f->peak_bytes),
+                      double(f->peak_bytes - r.peak_bytes) / double(1 << 20), [&] {
+                        double d = 0;
+                        for (size_t i = 0; i < r.losses.size() && i < f->losses.size(); ++i)
+                          d = std::max(
+                              d, std::abs(r.losses[i] - f->losses[i]) / std::abs(f->losses[i]));
+                        return d;
+                      }());
+    } else if (r.method == "full8") {
       if (const Result* f = find("full", r.mode))
         std::snprintf(buf, sizeof buf, "peak x%.2f, opt state x%.2f, tok/s x%.2f of full",
                       double(r.peak_bytes) / double(f->peak_bytes),
@@ -151,10 +169,10 @@ int main(int argc, char** argv) try {
     return std::string(buf);
   };
   const double MiB = 1 << 20;
-  std::printf("%-6s %-7s %10s %11s %10s %9s %9s %10s  %s\n", "method", "compile", "trainable",
+  std::printf("%-7s %-7s %10s %11s %10s %9s %9s %10s  %s\n", "method", "compile", "trainable",
               "weights MiB", "tokens/s", "peak MiB", "compile s", "last loss", "ratios");
   for (const Result& r : results)
-    std::printf("%-6s %-7s %10lld %11.1f %10.1f %9.1f %9.3f %10.5f  %s\n", r.method.c_str(),
+    std::printf("%-7s %-7s %10lld %11.1f %10.1f %9.1f %9.3f %10.5f  %s\n", r.method.c_str(),
                 r.mode.c_str(), (long long)r.trainable, double(r.weight_bytes) / MiB,
                 r.tokens_per_s, double(r.peak_bytes) / MiB, r.compile_s, r.losses.back(),
                 ratios(r).c_str());
@@ -163,11 +181,11 @@ int main(int argc, char** argv) try {
   std::printf(
       "\nmemory breakdown, MiB (weights, grads, optimizer state: exact; activations, "
       "workspace: predicted)\n");
-  std::printf("%-6s %-7s %9s %7s %9s %11s %9s %10s %9s\n", "method", "compile", "weights", "grads",
+  std::printf("%-7s %-7s %9s %7s %9s %11s %9s %10s %9s\n", "method", "compile", "weights", "grads",
               "opt state", "activations", "workspace", "predicted", "measured");
   for (const Result& r : results) {
     const MemoryBreakdown& m = r.predicted;
-    std::printf("%-6s %-7s %9.1f %7.1f %9.1f %11.1f %9.1f %10.1f %9.1f\n", r.method.c_str(),
+    std::printf("%-7s %-7s %9.1f %7.1f %9.1f %11.1f %9.1f %10.1f %9.1f\n", r.method.c_str(),
                 r.mode.c_str(), double(r.weight_bytes) / MiB, double(m.gradients) / MiB,
                 double(m.optimizer_state) / MiB, double(m.activations) / MiB,
                 double(m.workspace) / MiB, double(m.total()) / MiB, double(r.peak_bytes) / MiB);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "fusetune/compile/compiler.h"
+#include "fusetune/compile/memory_plan.h"
 #include "fusetune/data/batch.h"
 #include "fusetune/models/parameters.h"
 #include "fusetune/models/training_graph.h"
@@ -125,9 +126,11 @@ struct TimedSteps {
 
 // Compiles `g` with `po`, then runs `steps` AdamW steps (8-bit AdamW with `adamw8bit`) on the
 // seeded synthetic batches of `shape` (the same data for every mode and method), timing each
-// step as the recipe logs it.
+// step as the recipe logs it. `in_bwd` (optimizer_in_bwd): each parameter is updated from the
+// executor's output callback as soon as its gradient is computed, which is then freed.
 inline TimedSteps timed_steps(const BenchShape& shape, const TrainingGraph& tg, TensorMap& params,
-                              const PassOptions& po, int steps, bool adamw8bit = false) {
+                              const PassOptions& po, int steps, bool adamw8bit = false,
+                              bool in_bwd = false) {
   TimedSteps t;
   std::unique_ptr<Optimizer> opt_ptr;
   if (adamw8bit)
@@ -142,11 +145,30 @@ inline TimedSteps timed_steps(const BenchShape& shape, const TrainingGraph& tg, 
     Batch b = synthetic_batch(shape, 99 + uint64_t(s));
     const TensorMap in = step_inputs(b);
     auto ts = std::chrono::steady_clock::now();
-    std::vector<Tensor> out = step.executor->run(in, params);
-    std::vector<ParamRef> refs;
-    for (size_t i = 0; i < tg.trainable_params.size(); ++i)
-      refs.push_back({tg.trainable_params[i], &params[tg.trainable_params[i]], &out[1 + i]});
-    opt.step(refs, 1e-4);
+    std::vector<Tensor> out;
+    if (in_bwd) {
+      const auto& outputs = step.executor->graph().outputs();
+      const std::vector<bool> early = early_update_outputs(step.executor->graph());
+      out = step.executor->run(in, params, [&](size_t k, const Tensor& g) {
+        if (!early[k]) return false;
+        Tensor grad = g;
+        const std::string name = outputs[k].first.substr(5);
+        opt.step({{name, &params[name], &grad}}, 1e-4);
+        return true;
+      });
+      for (size_t k = 1; k < out.size(); ++k)
+        if (out[k].defined() && outputs[k].first.rfind("grad:", 0) == 0) {
+          const std::string name = outputs[k].first.substr(5);
+          opt.step({{name, &params[name], &out[k]}}, 1e-4);
+          out[k] = Tensor();
+        }
+    } else {
+      out = step.executor->run(in, params);
+      std::vector<ParamRef> refs;
+      for (size_t i = 0; i < tg.trainable_params.size(); ++i)
+        refs.push_back({tg.trainable_params[i], &params[tg.trainable_params[i]], &out[1 + i]});
+      opt.step(refs, 1e-4);
+    }
     t.step_s.push_back(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - ts).count());
     t.losses.push_back(out[0].data<float>()[0]);

@@ -83,11 +83,17 @@ int cmd_plan(const std::vector<std::string>& argv) {
       (long long)model.vocab_size, (long long)o.batch_size, (long long)T,
       o.packed ? " (packed)" : "");
   std::vector<ModePlan> plans;
+  // optimizer_in_bwd: each gradient is freed once its parameter is updated; the table also
+  // shows the peak of the ordinary step for comparison.
+  const bool in_bwd = cfg.boolean("optimizer_in_bwd", false);
+  std::vector<int64_t> ordinary_peak;
   for (CompileMode mode : {CompileMode::None, CompileMode::Model, CompileMode::Full}) {
     PassOptions po;
     po.mode = mode;
     po.activation_checkpointing = cfg.boolean("enable_activation_checkpointing", false);
-    plans.push_back(plan_mode(tg.graph, po, optimizer_state_ratio(cfg)));
+    plans.push_back(plan_mode(tg.graph, po, optimizer_state_ratio(cfg), in_bwd));
+    if (in_bwd)
+      ordinary_peak.push_back(plan_mode(tg.graph, po, optimizer_state_ratio(cfg)).memory.total());
     std::printf("%s\n", format_mode_plan(plans.back()).c_str());
   }
   if (dpo && pref.needs_reference()) {
@@ -108,12 +114,16 @@ int cmd_plan(const std::vector<std::string>& argv) {
     std::printf(" (activations + workspace%s)\n\n",
                 recipe == "full_dpo_single_device" ? "; plus a frozen copy of the parameters" : "");
   }
-  std::printf("%-8s %9s %14s\n", "compile", "kernels", "peak");
-  for (const ModePlan& p : plans)
+  std::printf("%-8s %9s %14s%s\n", "compile", "kernels", "peak",
+              in_bwd ? "  optimizer_in_bwd: false" : "");
+  for (size_t i = 0; i < plans.size(); ++i) {
+    const ModePlan& p = plans[i];
     std::printf(
-        "%-8s %9lld %14s%s\n", compile_mode_name(p.mode), (long long)(p.kernels[0] + p.kernels[1]),
-        format_bytes(double(p.memory.total())).c_str(),
+        "%-8s %9lld %14s%s%s\n", compile_mode_name(p.mode),
+        (long long)(p.kernels[0] + p.kernels[1]), format_bytes(double(p.memory.total())).c_str(),
+        in_bwd ? ("  " + format_bytes(double(ordinary_peak[i]))).c_str() : "",
         p.mode == parse_compile_mode(cfg.str("compile", "false")) ? "   <- this config" : "");
+  }
   return 0;
 }
 

@@ -22,7 +22,8 @@ int64_t OptimizerStateSize::bytes(int64_t numel, int64_t nbytes) const {
 }
 
 MemoryBreakdown estimate_step_memory(const Graph& g, const MemoryPlan* plan,
-                                     const OptimizerStateSize& optimizer_state) {
+                                     const OptimizerStateSize& optimizer_state,
+                                     bool optimizer_in_bwd) {
   MemoryBreakdown m;
   const auto& nodes = g.nodes();
   std::set<const void*> constants;  // graph-owned weights (NF4 base), each storage once
@@ -38,6 +39,22 @@ MemoryBreakdown estimate_step_memory(const Graph& g, const MemoryPlan* plan,
     }
   for (const auto& [name, v] : g.outputs())
     if (name.rfind("grad:", 0) == 0) m.gradients += int64_t(g.type(v).nbytes());
+  // optimizer_in_bwd: the gradients applied (and freed) as soon as their node has run, by the
+  // node holding their buffer (views followed to their source); and those applied at the end.
+  std::vector<std::vector<int>> applied_after(nodes.size());
+  std::vector<bool> is_gradient(nodes.size(), false);
+  int64_t gradients_held = 0, gradients_at_peak = 0;
+  if (optimizer_in_bwd) {
+    const std::vector<bool> early = early_update_outputs(g);
+    for (size_t k = 0; k < g.outputs().size(); ++k) {
+      const auto& [name, v] = g.outputs()[k];
+      if (name.rfind("grad:", 0) != 0) continue;
+      int root = v.node;
+      while (is_view_op(nodes[size_t(root)].op)) root = nodes[size_t(root)].inputs[0].node;
+      is_gradient[size_t(root)] = true;
+      if (early[k]) applied_after[size_t(v.node)].push_back(root);
+    }
+  }
 
   // Replay the step's allocations in node order, as the executors make them.
   const std::vector<int> last = last_uses(g);
@@ -53,6 +70,7 @@ MemoryBreakdown estimate_step_memory(const Graph& g, const MemoryPlan* plan,
       for (size_t k = 0; k < n.outputs.size(); ++k)
         if (!plan || plan->offsets[i][k] < 0) held[i] += int64_t(n.outputs[k].nbytes());
       live += held[i];
+      if (is_gradient[i]) gradients_held += held[i];
     }
     // Kernel scratch (counted tensors the kernel allocates and frees while it runs).
     const int64_t elem = int64_t(dtype_size(g.float_dtype()));
@@ -84,12 +102,19 @@ MemoryBreakdown estimate_step_memory(const Graph& g, const MemoryPlan* plan,
     }
     if (last[i] < 0) scratch = 0;  // dead: never runs
     m.workspace = std::max(m.workspace, scratch);
+    if (live + scratch > peak) gradients_at_peak = gradients_held;
     peak = std::max(peak, live + scratch);
     for (int j : freed_after[i]) {
       live -= held[size_t(j)];
       held[size_t(j)] = 0;
     }
+    for (int j : applied_after[i]) {
+      live -= held[size_t(j)];
+      gradients_held -= held[size_t(j)];
+      held[size_t(j)] = 0;
+    }
   }
+  if (optimizer_in_bwd) m.gradients = gradients_at_peak;
   m.activations = std::max<int64_t>(0, peak - m.gradients - m.workspace);
   return m;
 }

@@ -34,8 +34,11 @@ struct OptimizerStateSize {
 };
 
 // `g` is the graph as it will run (after passes for compiled modes, with `plan` its memory
-// plan; plan == nullptr for eager).
+// plan; plan == nullptr for eager). optimizer_in_bwd: each gradient that can be applied early
+// (early_update_outputs in memory_plan.h) is freed right after its node instead of being held
+// to the optimizer step; `gradients` is then what is held at the peak.
 MemoryBreakdown estimate_step_memory(const Graph& g, const MemoryPlan* plan,
-                                     const OptimizerStateSize& optimizer_state);
+                                     const OptimizerStateSize& optimizer_state,
+                                     bool optimizer_in_bwd = false);
 
 }  // namespace fusetune

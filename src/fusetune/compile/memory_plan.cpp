@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <string>
 
 #include "fusetune/runtime/node_kernels.h"
 
@@ -36,6 +37,23 @@ std::vector<int> last_uses(const Graph& g) {
     last[storage_root(g, v.node)] = INT_MAX;
   }
   return last;
+}
+
+std::vector<bool> early_update_outputs(const Graph& g) {
+  const std::vector<int> last = last_uses(g);
+  std::vector<bool> early;
+  for (const auto& [name, v] : g.outputs()) {
+    bool ok = false;
+    if (name.rfind("grad:", 0) == 0) {
+      const std::string param = name.substr(5);
+      ok = true;
+      for (size_t i = 0; i < g.nodes().size(); ++i)
+        if (g.nodes()[i].op == Op::Param && g.nodes()[i].name == param && last[i] > int(v.node))
+          ok = false;
+    }
+    early.push_back(ok);
+  }
+  return early;
 }
 
 namespace {

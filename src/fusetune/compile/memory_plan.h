@@ -37,4 +37,10 @@ MemoryPlan plan_memory(const Graph& g, int dynamic_region = -1, bool in_place = 
 // outputs and the views/sources of graph outputs).
 std::vector<int> last_uses(const Graph& g);
 
+// optimizer_in_bwd: per graph output, true when it is a "grad:<param>" output that no node
+// scheduled after it reads the parameter (directly or through a view) of, so the parameter may
+// be updated as soon as the output is computed. The others (non-gradients, and gradients of a
+// parameter the graph still reads later) are false: their update waits for the end of the run.
+std::vector<bool> early_update_outputs(const Graph& g);
+
 }  // namespace fusetune

@@ -10,7 +10,7 @@
 namespace fusetune {
 
 ModePlan plan_mode(const Graph& g, const PassOptions& opts,
-                   const OptimizerStateSize& optimizer_state) {
+                   const OptimizerStateSize& optimizer_state, bool optimizer_in_bwd) {
   ModePlan p;
   p.mode = opts.mode;
   Graph run = run_passes(g, opts, &p.passes);
@@ -67,7 +67,7 @@ ModePlan plan_mode(const Graph& g, const PassOptions& opts,
     p.passes.push_back("memory_plan: " + std::to_string(mp.in_place) + " of " +
                        std::to_string(mp.buffers) + " buffers written in place over an input, " +
                        format_bytes(double(mp.arena_bytes)) + " arena");
-  p.memory = estimate_step_memory(run, compiled ? &mp : nullptr, optimizer_state);
+  p.memory = estimate_step_memory(run, compiled ? &mp : nullptr, optimizer_state, optimizer_in_bwd);
   return p;
 }
 

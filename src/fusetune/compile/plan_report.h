@@ -15,8 +15,9 @@ struct ModePlan {
   MemoryBreakdown memory;
 };
 
+// optimizer_in_bwd: gradients freed as soon as their parameter is updated (memory_estimate.h).
 ModePlan plan_mode(const Graph& g, const PassOptions& opts,
-                   const OptimizerStateSize& optimizer_state);
+                   const OptimizerStateSize& optimizer_state, bool optimizer_in_bwd = false);
 std::string format_mode_plan(const ModePlan& p);
 
 }  // namespace fusetune

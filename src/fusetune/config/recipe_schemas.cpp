@@ -184,15 +184,32 @@ Schema build_full(bool preference = false) {
                   "config key 'profiler' is ignored: fusetune has no profiler "
                   "(see `fusetune plan` and the step log)");
             }));
-  // torchtune keys that fusetune accepts so pasted configs validate.
   s.add(Field::Bool("optimizer_in_bwd")
-            .values({"false"})
-            .doc("torchtune's optimizer-in-backward; not supported, must be false"));
+            .doc("update each parameter as soon as its gradient is computed and free the "
+                 "gradient (needs gradient_accumulation_steps: 1, no clip_grad_norm)"));
+  // torchtune keys that fusetune accepts so pasted configs validate.
   s.add(Field::Bool("enable_activation_offloading")
             .values({"false"})
             .doc("torchtune's activation offloading; not supported, must be false"));
   s.add(Field::String("log_level").ignore("fusetune has one log level"));
   s.checks.push_back(check_packing);
+  s.checks.push_back([preference](const Config& root, const Config&, Problems& p) {
+    if (!root.has("optimizer_in_bwd") || !root.boolean("optimizer_in_bwd", false)) return;
+    const std::string at = " (" + root.where("optimizer_in_bwd") + ")";
+    if (preference)
+      p.errors.push_back("optimizer_in_bwd: true is not supported by the DPO recipes" + at);
+    if (root.has("clip_grad_norm") && root.opt_f64("clip_grad_norm"))
+      p.errors.push_back(
+          "clip_grad_norm cannot be combined with optimizer_in_bwd: true: the global gradient "
+          "norm needs all the gradients before any parameter is updated (torchtune refuses it "
+          "too)" +
+          at);
+    if (root.i64("gradient_accumulation_steps", 1) != 1)
+      p.errors.push_back(
+          "optimizer_in_bwd: true needs gradient_accumulation_steps: 1 (each parameter is "
+          "updated as soon as its gradient is ready)" +
+          at);
+  });
   s.checks.push_back([preference](const Config& root, const Config&, Problems& p) {
     check_objective(root, preference, p);
   });

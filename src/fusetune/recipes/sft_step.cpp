@@ -28,11 +28,16 @@ class SftStep final : public TrainingStep {
     TensorMap in = batch_inputs(b);
     in["loss_scale"] = scalar_input(loss_scale, DType::F32);
     if (o_.add_inputs) o_.add_inputs(in, step, micro);
-    TensorMap out = graphs_.run(b, in, *o_.params, &compile_s_);
+    TensorMap out = graphs_.run(b, in, *o_.params, &compile_s_, hook_);
     StepOutputs r;
     r.loss = element_as_double(out.at("loss"), 0);
     r.grads = gradients_of(out);
     return r;
+  }
+
+  bool stream_gradients(GradientHook hook) override {
+    hook_ = std::move(hook);
+    return true;
   }
 
   double evaluate(const Batch& b) override {
@@ -62,6 +67,7 @@ class SftStep final : public TrainingStep {
   // Training and validation graphs run one after the other: one arena serves both.
   std::shared_ptr<SharedArena> arena_ = std::make_shared<SharedArena>();
   CompiledGraphs graphs_, eval_;
+  GradientHook hook_;  // optimizer_in_bwd
 };
 
 }  // namespace

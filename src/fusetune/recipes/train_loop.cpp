@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 #include <map>
+#include <set>
 
 #include "fusetune/compile/compiler.h"
 #include "fusetune/config/schema.h"
@@ -73,6 +74,20 @@ int run_training(const Config& cfg, const TrainJob& job) {
                std::to_string(keep_last_n.value_or(0)));
   FT_CHECK(epochs >= 1 && grad_accum >= 1 && log_every >= 1,
            "epochs, gradient_accumulation_steps and log_every_n_steps must be >= 1");
+  // optimizer_in_bwd: each parameter is updated as soon as the backward has computed its
+  // gradient, which is then freed; all the gradients are never held at once.
+  const bool in_bwd = cfg.boolean("optimizer_in_bwd", false);
+  FT_CHECK(!in_bwd || !clip,
+           "clip_grad_norm cannot be combined with optimizer_in_bwd: true: clipping scales every "
+           "gradient by the global gradient norm, which needs all the gradients before any "
+           "parameter is updated, while optimizer_in_bwd updates each parameter as soon as its "
+           "gradient is ready (torchtune refuses the combination too); remove clip_grad_norm "
+           "or set optimizer_in_bwd: false");
+  FT_CHECK(!in_bwd || grad_accum == 1,
+           "optimizer_in_bwd: true needs gradient_accumulation_steps: 1 (got " +
+               std::to_string(grad_accum) +
+               "): each parameter is updated as soon as its gradient is ready, so gradients "
+               "cannot be summed over micro-batches first (as in torchtune)");
 
   // ---- model, tokenizer, data -------------------------------------------------------------
   LoadedModel model = load_model(cfg, dtype);
@@ -232,6 +247,34 @@ int run_training(const Config& cfg, const TrainJob& job) {
   ctx.step.passes = passes;
   ctx.step.add_inputs = job.add_inputs;
   std::unique_ptr<TrainingStep> step = job.make_step ? job.make_step(ctx) : make_sft_step(ctx.step);
+  double lr = 0;  // the step's learning rate (optimizer_in_bwd updates inside step->run)
+  if (in_bwd) {
+    const bool ok = step->stream_gradients(
+        [&, trainable_set = std::set<std::string>(trainable.begin(), trainable.end())](
+            const std::string& name, Tensor grad) {
+          if (!trainable_set.count(name)) return;
+          ParamRef ref{name, &model.params.at(name), &grad};
+          // A non-finite gradient is never applied (the parameters updated before it in this
+          // step already are: the run stops and resumes from the last checkpoint).
+          const double norm = fusetune::grad_norm({ref});
+          if (!std::isfinite(norm)) {
+            const auto last = latest_resumable_checkpoint(output_dir);
+            throw Error("step " + std::to_string(progress.global_step + 1) + ": the gradient of '" +
+                        name + "' is not finite (norm " + std::to_string(norm) +
+                        "); with optimizer_in_bwd the parameters updated before it in this step "
+                        "already changed, so the run stops (diverged: lower optimizer.lr). Last "
+                        "complete checkpoint: " +
+                        (last ? last->string() + " (resume_from_checkpoint: true continues from it)"
+                              : std::string("none yet")));
+          }
+          optimizer->step({ref}, lr);
+        });
+    FT_CHECK(ok, "optimizer_in_bwd: true is not supported by the " + job.recipe +
+                     " recipe (its step cannot hand over gradients during the backward)");
+    logger.message(
+        "optimizer_in_bwd: each parameter is updated as soon as its gradient is computed and "
+        "the gradient freed; grad_norm is not logged (no step sees all the gradients)");
+  }
 
   // Mean loss over the validation data per loss unit (torchtune's val_loss), logged on its
   // own line and in metrics.jsonl.
@@ -265,6 +308,7 @@ int run_training(const Config& cfg, const TrainJob& job) {
         units += step->loss_units(micro.back());
       }
       const double scale = units > 0 ? 1.0 / double(units) : 0.0;
+      lr = schedule.lr_at(progress.global_step);
       double loss = 0;
       std::vector<std::pair<std::string, double>> metrics;
       for (size_t k = 0; k < micro.size(); ++k) {
@@ -288,18 +332,31 @@ int run_training(const Config& cfg, const TrainJob& job) {
         }
       }
       const double compile_s = step->take_compile_seconds();
-      std::vector<ParamRef> refs = param_refs();
-      // A non-finite loss or gradient is never applied to the weights (clip_grad_norm leaves
-      // non-finite gradients untouched and returns their norm).
-      const double norm = clip ? clip_grad_norm(refs, *clip) : fusetune::grad_norm(refs);
-      if (!std::isfinite(loss) || !std::isfinite(norm))
-        throw Error(
-            non_finite_step_message(progress.global_step + 1, loss, norm, micro, output_dir));
       std::optional<double> grad_norm;
-      if (clip) grad_norm = norm;
-      const double lr = schedule.lr_at(progress.global_step);
-      optimizer->step(refs, lr);
-      grads.clear();
+      if (in_bwd) {
+        // The parameters are already updated (their gradients were finite).
+        if (!std::isfinite(loss)) {
+          std::string msg =
+              non_finite_step_message(progress.global_step + 1, loss, 0, micro, output_dir);
+          const std::string not_applied = "the update was not applied";
+          const size_t at = msg.find(not_applied);
+          if (at != std::string::npos)
+            msg.replace(at, not_applied.size(),
+                        "the update was already applied (optimizer_in_bwd)");
+          throw Error(msg);
+        }
+      } else {
+        std::vector<ParamRef> refs = param_refs();
+        // A non-finite loss or gradient is never applied to the weights (clip_grad_norm leaves
+        // non-finite gradients untouched and returns their norm).
+        const double norm = clip ? clip_grad_norm(refs, *clip) : fusetune::grad_norm(refs);
+        if (!std::isfinite(loss) || !std::isfinite(norm))
+          throw Error(
+              non_finite_step_message(progress.global_step + 1, loss, norm, micro, output_dir));
+        if (clip) grad_norm = norm;
+        optimizer->step(refs, lr);
+        grads.clear();
+      }
       ++progress.global_step;
 
       const double step_s = seconds_since(t0);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "fusetune/compile/memory_plan.h"
 #include "fusetune/util/error.h"
 
 namespace fusetune {
@@ -17,7 +18,7 @@ Tensor ids_tensor(const std::vector<int32_t>& v, int64_t rows, int64_t T) {
 }  // namespace
 
 TensorMap CompiledGraphs::run(const Batch& b, const TensorMap& inputs, const TensorMap& params,
-                              double* compile_s) {
+                              double* compile_s, const GradientHook& gradients) {
   const auto key = std::make_tuple(b.batch_size, b.seq_len, !b.doc_ids.empty());
   auto it = entries_.find(key);
   if (it == entries_.end()) {
@@ -26,12 +27,27 @@ TensorMap CompiledGraphs::run(const Batch& b, const TensorMap& inputs, const Ten
     Entry e;
     for (const auto& [name, v] : g.outputs()) e.output_names.push_back(name);
     e.step = compile_graph(g, passes_, arena_);
+    e.early = early_update_outputs(e.step.executor->graph());
     *compile_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     it = entries_.emplace(key, std::move(e)).first;
   }
-  std::vector<Tensor> out = it->second.step.executor->run(inputs, params);
+  const Entry& e = it->second;
+  OnOutput on_output;
+  if (gradients)
+    on_output = [&](size_t k, const Tensor& t) {
+      if (!e.early[k]) return false;
+      gradients(e.output_names[k].substr(5), t);
+      return true;
+    };
+  std::vector<Tensor> out = e.step.executor->run(inputs, params, on_output);
   TensorMap named;
-  for (size_t i = 0; i < out.size(); ++i) named[it->second.output_names[i]] = std::move(out[i]);
+  for (size_t i = 0; i < out.size(); ++i) {
+    const std::string& name = e.output_names[i];
+    if (!gradients || name.rfind("grad:", 0) != 0)
+      named[name] = std::move(out[i]);
+    else if (!e.early[i])
+      gradients(name.substr(5), std::move(out[i]));
+  }
   return named;
 }
 

@@ -17,6 +17,10 @@
 
 namespace fusetune {
 
+// optimizer_in_bwd: receives each parameter's gradient as soon as the backward has computed it
+// (the step keeps no reference to it afterwards, so dropping it frees its buffer).
+using GradientHook = std::function<void(const std::string& param, Tensor grad)>;
+
 struct StepOutputs {
   double loss = 0;  // this micro-batch's share of the optimizer step's loss
   std::vector<std::pair<std::string, Tensor>> grads;    // by parameter name
@@ -37,6 +41,10 @@ class TrainingStep {
   // Validation (dataset_val): the loss of `b` summed over its loss units, with the weights as
   // they are (no gradients, no dropout). Steps without validation throw.
   virtual double evaluate(const Batch& b);
+  // optimizer_in_bwd: from now on every gradient goes to `hook` during run() (in backward
+  // order; a parameter the graph still reads after its gradient is ready gets it when the
+  // graph has finished) instead of into StepOutputs::grads. False: this step cannot.
+  virtual bool stream_gradients(GradientHook /*hook*/) { return false; }
   // Seconds spent building and compiling step graphs since the last call.
   double take_compile_seconds() { return std::exchange(compile_s_, 0.0); }
 
@@ -55,13 +63,16 @@ class CompiledGraphs {
                  std::shared_ptr<SharedArena> arena = std::make_shared<SharedArena>())
       : build_(std::move(build)), passes_(std::move(passes)), arena_(std::move(arena)) {}
   // Runs the graph for b's shape (built and compiled on first use, the time added to
-  // *compile_s) and returns its outputs by name.
-  TensorMap run(const Batch& b, const TensorMap& inputs, const TensorMap& params,
-                double* compile_s);
+  // *compile_s) and returns its outputs by name. With `gradients`, the "grad:<param>" outputs
+  // go to it instead, each as soon as it is computed when no later node reads its parameter
+  // (early_update_outputs in compile/memory_plan.h), the others when the graph has finished.
+  TensorMap run(const Batch& b, const TensorMap& inputs, const TensorMap& params, double* compile_s,
+                const GradientHook& gradients = {});
 
  private:
   struct Entry {
     std::vector<std::string> output_names;
+    std::vector<bool> early;  // early_update_outputs of the graph as it runs
     CompiledStep step;
   };
   Build build_;

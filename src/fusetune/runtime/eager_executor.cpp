@@ -20,10 +20,12 @@ const Tensor& bind_leaf(const Node& n, const TensorMap& inputs, const TensorMap&
 
 EagerExecutor::EagerExecutor(const Graph& g) : g_(g), release_at_(release_points(g_)) {}
 
-std::vector<Tensor> EagerExecutor::run(const TensorMap& inputs, const TensorMap& params) {
-  return run_nodes(g_, release_at_, inputs, params, [](size_t, size_t, const TensorType& t) {
-    return Tensor::empty(t.shape, t.dtype);
-  });
+std::vector<Tensor> EagerExecutor::run(const TensorMap& inputs, const TensorMap& params,
+                                       const OnOutput& on_output) {
+  return run_nodes(
+      g_, release_at_, inputs, params,
+      [](size_t, size_t, const TensorType& t) { return Tensor::empty(t.shape, t.dtype); },
+      on_output);
 }
 
 }  // namespace fusetune

@@ -17,7 +17,10 @@ class EagerExecutor : public Executor {
 
   // Runs the graph. `inputs` binds Op::Input nodes by name, `params` binds Op::Param nodes by
   // name (dtype must equal the graph's float dtype). Returns the graph outputs, in order.
-  std::vector<Tensor> run(const TensorMap& inputs, const TensorMap& params) override;
+  std::vector<Tensor> run(const TensorMap& inputs, const TensorMap& params,
+                          const OnOutput& on_output) override;
+  using Executor::run;
+  const Graph& graph() const override { return g_; }
 
  private:
   Graph g_;  // a copy: cheap (constants share storage) and the executor cannot dangle

@@ -12,14 +12,17 @@ PlanExecutor::PlanExecutor(Graph g, MemoryPlan plan, std::shared_ptr<SharedArena
   arena_->reserve(plan_.arena_bytes);
 }
 
-std::vector<Tensor> PlanExecutor::run(const TensorMap& inputs, const TensorMap& params) {
+std::vector<Tensor> PlanExecutor::run(const TensorMap& inputs, const TensorMap& params,
+                                      const OnOutput& on_output) {
   char* base = arena_->reserve(plan_.arena_bytes);
-  return run_nodes(g_, release_at_, inputs, params,
-                   [&](size_t node, size_t k, const TensorType& t) {
-                     const int64_t off = plan_.offsets[node][k];
-                     return off >= 0 ? Tensor::borrow(base + off, t.shape, t.dtype, nullptr)
-                                     : Tensor::empty(t.shape, t.dtype);
-                   });
+  return run_nodes(
+      g_, release_at_, inputs, params,
+      [&](size_t node, size_t k, const TensorType& t) {
+        const int64_t off = plan_.offsets[node][k];
+        return off >= 0 ? Tensor::borrow(base + off, t.shape, t.dtype, nullptr)
+                        : Tensor::empty(t.shape, t.dtype);
+      },
+      on_output);
 }
 
 }  // namespace fusetune

@@ -1,5 +1,6 @@
 #include "fusetune/runtime/run_nodes.h"
 
+#include <algorithm>
 #include <chrono>
 #include <climits>
 
@@ -34,9 +35,33 @@ void run_kernel(const Graph& g, const Node& n, const std::vector<Tensor>& in,
 
 std::vector<Tensor> run_nodes(const Graph& g, const std::vector<int>& release_at,
                               const TensorMap& inputs, const TensorMap& params,
-                              const AllocateOutput& allocate) {
+                              const AllocateOutput& allocate, const OnOutput& on_output) {
   const auto& nodes = g.nodes();
   std::vector<std::vector<Tensor>> values(nodes.size());
+  // With on_output: the outputs of each node, how many of a node's outputs are still kept (-1:
+  // not an output) and each node's last direct reader, so that a value whose outputs were all
+  // taken is dropped at its last reader instead of being kept to the end.
+  std::vector<std::vector<size_t>> outputs_at;
+  std::vector<int> kept, last_reader;
+  std::vector<std::vector<int>> last_reader_of;  // per node output
+  if (on_output) {
+    outputs_at.resize(nodes.size());
+    kept.assign(nodes.size(), -1);
+    last_reader.assign(nodes.size(), -1);
+    last_reader_of.resize(nodes.size());
+    for (size_t i = 0; i < nodes.size(); ++i) last_reader_of[i].assign(nodes[i].outputs.size(), -1);
+    size_t k = 0;
+    for (const auto& [name, v] : g.outputs()) {
+      outputs_at[v.node].push_back(k++);
+      kept[v.node] = std::max(kept[v.node], 0) + 1;
+    }
+    for (size_t i = 0; i < nodes.size(); ++i)
+      for (const Value& v : nodes[i].inputs) {
+        last_reader[v.node] = int(i);
+        last_reader_of[v.node][v.index] = int(i);
+      }
+  }
+  std::vector<bool> taken(g.outputs().size(), false);
   std::vector<Tensor> in;
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Node& n = nodes[i];
@@ -64,10 +89,30 @@ std::vector<Tensor> run_nodes(const Graph& g, const std::vector<int>& release_at
       }
     }
     for (const Value& v : n.inputs)
-      if (release_at[v.node] == int(i)) values[v.node].clear();
+      if (release_at[v.node] == int(i) ||
+          (on_output && kept[v.node] == 0 && last_reader[v.node] == int(i)))
+        values[v.node].clear();
+    if (on_output && !outputs_at[i].empty()) {
+      for (size_t k : outputs_at[i]) {
+        const int index = g.outputs()[k].second.index;
+        if (!on_output(k, values[i][index])) continue;
+        taken[k] = true;
+        --kept[i];
+        // A node's other outputs may be kept (a fused loss node's loss): drop this one alone
+        // when nothing reads it later (and no other output is the same value).
+        bool again = false;
+        for (size_t j : outputs_at[i])
+          again |= j != k && g.outputs()[j].second.index == index && (j > k || !taken[j]);
+        if (!again && last_reader_of[i][size_t(index)] <= int(i))
+          values[i][size_t(index)] = Tensor();
+      }
+      if (kept[i] == 0 && last_reader[i] <= int(i)) values[i].clear();
+    }
   }
   std::vector<Tensor> result;
-  for (const auto& [name, v] : g.outputs()) result.push_back(values[v.node][v.index]);
+  size_t k = 0;
+  for (const auto& [name, v] : g.outputs())
+    result.push_back(taken[k++] ? Tensor() : values[v.node][v.index]);
   return result;
 }
 

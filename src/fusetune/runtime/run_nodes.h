@@ -2,7 +2,8 @@
 // The node loop both executors share: nodes in graph order, leaves bound by name, views
 // aliasing their input, one kernel per other node, each value dropped after its last direct
 // reader (graph outputs are kept and returned). Only where outputs live differs: the caller's
-// `allocate` decides (a fresh allocation in eager, an arena slot in a compiled plan).
+// `allocate` decides (a fresh allocation in eager, an arena slot in a compiled plan). With
+// `on_output` (executor.h), each graph output is handed over as soon as it is computed.
 #include <functional>
 #include <vector>
 
@@ -18,6 +19,6 @@ using AllocateOutput = std::function<Tensor(size_t node, size_t output, const Te
 
 std::vector<Tensor> run_nodes(const Graph& g, const std::vector<int>& release_at,
                               const TensorMap& inputs, const TensorMap& params,
-                              const AllocateOutput& allocate);
+                              const AllocateOutput& allocate, const OnOutput& on_output = {});
 
 }  // namespace fusetune
