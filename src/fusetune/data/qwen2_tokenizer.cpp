@@ -109,23 +109,7 @@ std::unique_ptr<HfTokenizer> build(StringMap<int32_t> vocab,
                            " " + b + "': " + missing + " not in vocab.json");
   }
   auto model = std::make_unique<BpeModel>(std::move(vocab), merges, BpeOptions{}, name);
-  Json pipeline = {{"normalizer", {{"type", "NFC"}}},
-                   {"pre_tokenizer",
-                    {{"type", "Sequence"},
-                     {"pretokenizers", Json::array({{{"type", "Split"},
-                                                     {"pattern", {{"Regex", kQwen2Pattern}}},
-                                                     {"behavior", "Isolated"},
-                                                     {"invert", false}},
-                                                    {{"type", "ByteLevel"},
-                                                     {"add_prefix_space", false},
-                                                     {"trim_offsets", false},
-                                                     {"use_regex", false}}})}}},
-                   {"decoder",
-                    {{"type", "ByteLevel"},
-                     {"add_prefix_space", false},
-                     {"trim_offsets", false},
-                     {"use_regex", false}}},
-                   {"added_tokens", special_tokens_to_added_tokens(specials)}};
+  const Json pipeline = byte_level_pipeline(kQwen2Pattern, /*nfc=*/true, specials);
   Json config = Json::object();
   auto choose = [&](const char* key, const std::optional<std::string>& set, const char* def) {
     const std::string tok = set ? *set : def;

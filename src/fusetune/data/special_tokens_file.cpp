@@ -76,4 +76,24 @@ Json special_tokens_to_added_tokens(const std::vector<SpecialToken>& tokens) {
   return arr;
 }
 
+Json byte_level_pipeline(const std::string& split_regex, bool nfc,
+                         const std::vector<SpecialToken>& tokens) {
+  // The ByteLevel flags below only shape offsets and decoding of a leading space, which these
+  // vocabularies never use: the ids depend on the regex and the byte mapping alone.
+  const Json byte_level = {{"type", "ByteLevel"},
+                           {"add_prefix_space", false},
+                           {"trim_offsets", false},
+                           {"use_regex", false}};
+  return {{"normalizer", nfc ? Json{{"type", "NFC"}} : Json(nullptr)},
+          {"pre_tokenizer",
+           {{"type", "Sequence"},
+            {"pretokenizers", Json::array({{{"type", "Split"},
+                                            {"pattern", {{"Regex", split_regex}}},
+                                            {"behavior", "Isolated"},
+                                            {"invert", false}},
+                                           byte_level})}}},
+          {"decoder", byte_level},
+          {"added_tokens", special_tokens_to_added_tokens(tokens)}};
+}
+
 }  // namespace fusetune

@@ -32,4 +32,11 @@ int32_t special_token_id(const std::vector<SpecialToken>& tokens, std::string_vi
 // special (dropped by decode with skip_special_tokens) and matched in the raw text.
 nlohmann::json special_tokens_to_added_tokens(const std::vector<SpecialToken>& tokens);
 
+// The rest of a byte-level BPE pipeline for HfTokenizer::from_parts, as tokenizer.json writes
+// it for GPT-2-style vocabularies (Llama 3's tiktoken file, Qwen's vocab.json + merges.txt):
+// an optional NFC normalizer, the model family's split regex (isolated pieces) then the
+// byte-to-unicode mapping, the ByteLevel decoder, and `tokens` as the added tokens.
+nlohmann::json byte_level_pipeline(const std::string& split_regex, bool nfc,
+                                   const std::vector<SpecialToken>& tokens);
+
 }  // namespace fusetune

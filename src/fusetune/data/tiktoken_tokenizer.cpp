@@ -189,23 +189,7 @@ std::unique_ptr<HfTokenizer> make_tiktoken_tokenizer(const std::vector<TiktokenE
   opt.ignore_merges = true;  // tiktoken takes a piece that is itself a token as it is
   auto model = BpeModel::from_ranks(std::move(vocab), std::move(opt), name);
 
-  Json pipeline = {{"normalizer", nullptr},
-                   {"pre_tokenizer",
-                    {{"type", "Sequence"},
-                     {"pretokenizers", Json::array({{{"type", "Split"},
-                                                     {"pattern", {{"Regex", pattern}}},
-                                                     {"behavior", "Isolated"},
-                                                     {"invert", false}},
-                                                    {{"type", "ByteLevel"},
-                                                     {"add_prefix_space", false},
-                                                     {"trim_offsets", true},
-                                                     {"use_regex", false}}})}}},
-                   {"decoder",
-                    {{"type", "ByteLevel"},
-                     {"add_prefix_space", true},
-                     {"trim_offsets", true},
-                     {"use_regex", true}}},
-                   {"added_tokens", special_tokens_to_added_tokens(specials)}};
+  const Json pipeline = byte_level_pipeline(pattern, /*nfc=*/false, specials);
   Json config = Json::object();
   auto name_token = [&](const char* key, const std::string& tok) {
     if (tok.empty()) return;
