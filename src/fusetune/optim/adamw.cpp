@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "fusetune/optim/adamw_math.h"
 #include "fusetune/util/error.h"
 
 namespace fusetune {
@@ -10,39 +11,11 @@ namespace {
 // Below this many elements a parallel region costs more than it saves.
 constexpr int64_t kParallelMin = 1 << 15;
 
-struct Coefficients {
-  double decay;  // 1 - lr * weight_decay
-  double beta1, beta2;
-  double step_size;  // lr / bias_correction1
-  double bc2_sqrt;   // sqrt(bias_correction2)
-  double eps;
-};
-
 template <class T>
-void adamw_update(T* p, const T* g, T* m, T* v, int64_t n, const Coefficients& c) {
-  // Each scalar is rounded to T once, as torch does when a Python float meets a tensor.
-  const T decay = T(c.decay);
-  const T w = T(1 - c.beta1);  // lerp weight
-  const T one_minus_w = T(1) - w;
-  const bool small_w = std::abs(w) < T(0.5);
-  const T b2 = T(c.beta2);
-  const T one_minus_b2 = T(1 - c.beta2);
-  const T neg_step = T(-c.step_size);
-  const T bc2 = T(c.bc2_sqrt);
-  const T eps = T(c.eps);
+void adamw_update(T* p, const T* g, T* m, T* v, int64_t n, const adamw_math::Coefficients& c) {
+  const adamw_math::Update<T> update(c);
 #pragma omp parallel for schedule(static) if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i) {
-    const T pi = p[i] * decay;
-    const T gi = g[i];
-    const T mi0 = m[i];
-    // at::lerp picks the formula by weight size, for accuracy near both ends.
-    const T mi = small_w ? mi0 + w * (gi - mi0) : gi - (gi - mi0) * one_minus_w;
-    const T vi = v[i] * b2 + one_minus_b2 * gi * gi;
-    const T denom = std::sqrt(vi) / bc2 + eps;
-    m[i] = mi;
-    v[i] = vi;
-    p[i] = pi + neg_step * mi / denom;
-  }
+  for (int64_t i = 0; i < n; ++i) update(p[i], g[i], m[i], v[i]);
 }
 
 }  // namespace
@@ -81,15 +54,7 @@ void AdamW::step(const std::vector<ParamRef>& params, double lr) {
       s.exp_avg_sq = Tensor::zeros(value.shape(), value.dtype());
     }
     s.step += 1;
-    const double step = double(s.step);
-    const double bc1 = 1 - std::pow(options_.beta1, step);
-    const double bc2 = 1 - std::pow(options_.beta2, step);
-    const Coefficients c{1 - lr * options_.weight_decay,
-                         options_.beta1,
-                         options_.beta2,
-                         lr / bc1,
-                         std::sqrt(bc2),
-                         options_.eps};
+    const adamw_math::Coefficients c = adamw_math::coefficients(options_, lr, s.step);
     if (value.dtype() == DType::F32)
       adamw_update(value.data<float>(), p.grad->data<float>(), s.exp_avg.data<float>(),
                    s.exp_avg_sq.data<float>(), value.numel(), c);

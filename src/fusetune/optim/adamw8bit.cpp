@@ -6,6 +6,7 @@
 #include <set>
 #include <vector>
 
+#include "fusetune/optim/adamw_math.h"
 #include "fusetune/util/error.h"
 
 namespace fusetune {
@@ -115,12 +116,10 @@ namespace {
 
 constexpr int64_t kParallelMin = 1 << 15;
 
-struct Coefficients {
-  double decay, beta1, beta2, step_size, bc2_sqrt, eps;
-};
+using adamw_math::Coefficients;
 
-// One block of an 8-bit parameter: dequantize, AdamW's update (the same expressions, in the
-// same order, as adamw.cpp's adamw_update), requantize with the block's new absmax.
+// One block of an 8-bit parameter: dequantize, AdamW's update (adamw_math::Update, which
+// adamw.cpp runs too), requantize with the block's new absmax.
 template <class T>
 void update_block(T* p, const T* g, uint8_t* c1, uint8_t* c2, float* absmax1, float* absmax2,
                   int64_t n, const Coefficients& c, T* m, T* v) {
@@ -128,30 +127,15 @@ void update_block(T* p, const T* g, uint8_t* c1, uint8_t* c2, float* absmax1, fl
   const q8::CodeBook& book2 = q8::code_book(false);
   const float* map1 = book1.map.data();
   const float* map2 = book2.map.data();
-  const T decay = T(c.decay);
-  const T w = T(1 - c.beta1);
-  const T one_minus_w = T(1) - w;
-  const bool small_w = std::abs(w) < T(0.5);
-  const T b2 = T(c.beta2);
-  const T one_minus_b2 = T(1 - c.beta2);
-  const T neg_step = T(-c.step_size);
-  const T bc2 = T(c.bc2_sqrt);
-  const T eps = T(c.eps);
+  const adamw_math::Update<T> update(c);
   const T a1 = T(*absmax1), a2 = T(*absmax2);
   T max1 = 0, max2 = 0;
   for (int64_t i = 0; i < n; ++i) {
-    const T pi = p[i] * decay;
-    const T gi = g[i];
-    const T mi0 = T(map1[c1[i]]) * a1;
-    const T vi0 = T(map2[c2[i]]) * a2;
-    const T mi = small_w ? mi0 + w * (gi - mi0) : gi - (gi - mi0) * one_minus_w;
-    const T vi = vi0 * b2 + one_minus_b2 * gi * gi;
-    const T denom = std::sqrt(vi) / bc2 + eps;
-    p[i] = pi + neg_step * mi / denom;
-    m[i] = mi;
-    v[i] = vi;
-    max1 = std::max(max1, std::abs(mi));
-    max2 = std::max(max2, vi);
+    m[i] = T(map1[c1[i]]) * a1;
+    v[i] = T(map2[c2[i]]) * a2;
+    update(p[i], g[i], m[i], v[i]);
+    max1 = std::max(max1, std::abs(m[i]));
+    max2 = std::max(max2, v[i]);
   }
   *absmax1 = float(max1);
   *absmax2 = float(max2);
@@ -225,15 +209,7 @@ void AdamW8bit::step(const std::vector<ParamRef>& params, double lr) {
       s.absmax2 = Tensor::zeros({num_blocks(n)}, DType::F32);
     }
     s.step += 1;
-    const double step = double(s.step);
-    const double bc1 = 1 - std::pow(options_.adamw.beta1, step);
-    const double bc2 = 1 - std::pow(options_.adamw.beta2, step);
-    const Coefficients c{1 - lr * options_.adamw.weight_decay,
-                         options_.adamw.beta1,
-                         options_.adamw.beta2,
-                         lr / bc1,
-                         std::sqrt(bc2),
-                         options_.adamw.eps};
+    const Coefficients c = adamw_math::coefficients(options_.adamw, lr, s.step);
     uint8_t* c1 = bytes(s.codes1);
     uint8_t* c2 = bytes(s.codes2);
     float* a1 = s.absmax1.data<float>();
