@@ -154,7 +154,7 @@ void update_8bit(T* p, const T* g, uint8_t* c1, uint8_t* c2, float* absmax1, flo
   const int64_t blocks = (n + q8::kBlock - 1) / q8::kBlock;
 #pragma omp parallel if (n >= kParallelMin)
   {
-    std::vector<T> m(size_t(q8::kBlock)), v(size_t(q8::kBlock));
+    std::vector<T> m(static_cast<size_t>(q8::kBlock)), v(static_cast<size_t>(q8::kBlock));
 #pragma omp for schedule(static)
     for (int64_t b = 0; b < blocks; ++b) {
       const int64_t i0 = b * q8::kBlock, len = std::min(q8::kBlock, n - i0);
