@@ -85,7 +85,7 @@ std::string run(Graph& g, const PassOptions& opts) {
     vocab = g.shape({m->matmul, 0})[1];
     Attrs at;
     at.chunk_rows = chunk = kernels::fused_ce_chunk_rows(
-        N, vocab, int64_t(dtype_size(g.float_dtype())), opts.ce_chunk_budget_bytes);
+        N, vocab, int64_t(dtype_size(g.compute_dtype())), opts.ce_chunk_budget_bytes);
     g.set_region(1);
     std::vector<Value> f;
     if (nf4) {

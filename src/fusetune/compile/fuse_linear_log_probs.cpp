@@ -77,7 +77,7 @@ std::string run(Graph& g, const PassOptions& opts) {
     vocab = g.shape({m->matmul, 0})[1];
     Attrs at;
     at.chunk_rows = chunk = kernels::fused_ce_chunk_rows(
-        g.shape(h)[0], vocab, int64_t(dtype_size(g.float_dtype())), opts.ce_chunk_budget_bytes);
+        g.shape(h)[0], vocab, int64_t(dtype_size(g.compute_dtype())), opts.ce_chunk_budget_bytes);
     if (nf4) {
       at.shape = mm.attrs.shape;
       at.scalar = mm.attrs.scalar;

@@ -11,6 +11,7 @@
 #include "fusetune/kernels/cpu/fused_linear_log_probs.h"
 #include "fusetune/kernels/cpu/nf4.h"
 #include "fusetune/optim/adamw8bit.h"
+#include "fusetune/runtime/bf16_node_kernels.h"
 #include "fusetune/runtime/node_kernels.h"
 
 namespace fusetune {
@@ -73,23 +74,25 @@ MemoryBreakdown estimate_step_memory(const Graph& g, const MemoryPlan* plan,
       if (is_gradient[i]) gradients_held += held[i];
     }
     // Kernel scratch (counted tensors the kernel allocates and frees while it runs).
-    const int64_t elem = int64_t(dtype_size(g.float_dtype()));
+    const int64_t elem = int64_t(dtype_size(g.compute_dtype()));
     int64_t scratch = 0;
     if (n.op == Op::FusedLinearCrossEntropy || n.op == Op::FusedNF4LinearCrossEntropy) {
       const bool nf4 = n.op == Op::FusedNF4LinearCrossEntropy;
+      const bool tiled = nf4 || g.type(n.inputs[1]).dtype == DType::BF16;
       const int64_t D = g.shape(n.inputs[0])[1];
       const int64_t V = nf4 ? n.attrs.shape[0] : g.shape(n.inputs[1])[0];
       const int64_t C = std::max<int64_t>(1, std::min(n.attrs.chunk_rows, g.shape(n.inputs[0])[0]));
-      scratch = kernels::fused_ce_scratch_bytes(C, D, V, elem, nf4);
+      scratch = kernels::fused_ce_scratch_bytes(C, D, V, elem, tiled);
     } else if (n.op == Op::FusedLinearLogProbs || n.op == Op::FusedLinearLogProbsBackward) {
       const bool bwd = n.op == Op::FusedLinearLogProbsBackward;
       const size_t head = bwd ? 4 : 2;
       const bool nf4 = n.inputs.size() == head + 3;
+      const bool tiled = nf4 || g.type(n.inputs[head]).dtype == DType::BF16;
       const int64_t D = g.shape(n.inputs[0])[1];
       const int64_t V = nf4 ? n.attrs.shape[0] : g.shape(n.inputs[head])[0];
       const int64_t C = std::max<int64_t>(1, std::min(n.attrs.chunk_rows, g.shape(n.inputs[0])[0]));
       scratch =
-          kernels::fused_log_probs_scratch_bytes(C, D, V, elem, nf4, bwd, n.attrs.no_weight_grad);
+          kernels::fused_log_probs_scratch_bytes(C, D, V, elem, tiled, bwd, n.attrs.no_weight_grad);
     } else if (n.op == Op::NF4MatMul || n.op == Op::NF4MatMulBackward) {
       scratch =
           kernels::nf4_tile_rows(n.attrs.shape[0], n.attrs.shape[1]) * n.attrs.shape[1] * elem;
@@ -100,6 +103,8 @@ MemoryBreakdown estimate_step_memory(const Graph& g, const MemoryPlan* plan,
       scratch = kernels::flash_attention_workspace_bytes(
           d, elem, n.op == Op::FlashAttentionBackward, omp_get_max_threads());
     }
+    // dtype: bf16 widens inputs and rounds outputs through fp32 scratch.
+    scratch += bf16_conversion_scratch_bytes(g, n);
     if (last[i] < 0) scratch = 0;  // dead: never runs
     m.workspace = std::max(m.workspace, scratch);
     if (live + scratch > peak) gradients_at_peak = gradients_held;

@@ -209,7 +209,7 @@ std::vector<std::pair<std::string, Value>> append_backward(Graph& g, Value loss)
       continue;
     }
     for (const Value& v : n.inputs)
-      if (needs[v.node] && g.type(v).dtype == g.float_dtype()) needs[i] = true;
+      if (needs[v.node] && is_floating(g.type(v).dtype)) needs[i] = true;
   }
 
   std::map<int, Value> grad;  // forward node id -> gradient of its (single) output
@@ -229,7 +229,7 @@ std::vector<std::pair<std::string, Value>> append_backward(Graph& g, Value loss)
     g.set_layer(n.layer);
     std::vector<bool> need(n.inputs.size());
     for (size_t j = 0; j < n.inputs.size(); ++j)
-      need[j] = needs[n.inputs[j].node] && g.type(n.inputs[j]).dtype == g.float_dtype();
+      need[j] = needs[n.inputs[j].node] && is_floating(g.type(n.inputs[j]).dtype);
     std::vector<Value> dx = bw.vjp(n, i, grad[i], need);
     for (size_t j = 0; j < n.inputs.size(); ++j) {
       if (!need[j] || !dx[j].valid()) continue;

@@ -30,7 +30,7 @@ Value Graph::param(const std::string& name, Shape shape, bool trainable) {
 }
 
 Value Graph::constant(Tensor t, const std::string& name) {
-  FT_CHECK(t.dtype() == float_dtype_ || t.dtype() == DType::I32,
+  FT_CHECK(t.dtype() == float_dtype_ || t.dtype() == compute_dtype() || t.dtype() == DType::I32,
            "constant '" + name + "' has dtype " + dtype_name(t.dtype()));
   Node n;
   n.op = Op::Constant;
@@ -48,7 +48,10 @@ Value Graph::fill(Shape shape, double value) {
   Node n;
   n.op = Op::Fill;
   n.attrs.scalar = value;
-  n.outputs = {TensorType{std::move(shape), float_dtype_}};
+  const DType dt = float_dtype_ == DType::BF16 && keeps_f32_in_bf16_graph(Op::Fill, 0, shape)
+                       ? DType::F32
+                       : float_dtype_;
+  n.outputs = {TensorType{std::move(shape), dt}};
   n.region = region_;
   n.layer = layer_;
   n.backward = backward_;

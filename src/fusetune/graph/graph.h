@@ -57,7 +57,10 @@ class Graph {
  public:
   explicit Graph(DType float_dtype = DType::F32) : float_dtype_(float_dtype) {}
 
+  // The dtype parameters and activations are stored in (F32, F64 or BF16), and the one kernels
+  // compute in (F32 for a BF16 graph).
   DType float_dtype() const { return float_dtype_; }
+  DType compute_dtype() const { return fusetune::compute_dtype(float_dtype_); }
   const std::vector<Node>& nodes() const { return nodes_; }
   std::vector<Node>& mutable_nodes() { return nodes_; }
   const Node& node(Value v) const { return nodes_[v.node]; }
@@ -97,8 +100,13 @@ class Graph {
 };
 
 // Output types of `op` applied to inputs of the given types; throws fusetune::Error on a
-// mismatch, naming the op and the shapes.
+// mismatch, naming the op and the shapes. In a BF16 graph the floating outputs are BF16
+// except those keeps_f32_in_bf16_graph names, and ops take BF16 or F32 inputs alike.
 std::vector<TensorType> infer_types(const Graph& g, Op op, const std::vector<Value>& inputs,
                                     const Attrs& attrs);
+
+// A BF16 graph stores these outputs in fp32: scalars, and per-row statistics whose rounding
+// to bf16 would cost accuracy out of proportion to their size (log-sum-exp, log-probs).
+bool keeps_f32_in_bf16_graph(Op op, size_t output, const Shape& shape);
 
 }  // namespace fusetune

@@ -26,8 +26,9 @@ int norm_dim(Op op, int d, size_t rank) {
 
 }  // namespace
 
-std::vector<TensorType> infer_types(const Graph& g, Op op, const std::vector<Value>& in,
-                                    const Attrs& a) {
+// The rules, with every floating output typed as the graph's float dtype.
+std::vector<TensorType> infer_float_types(const Graph& g, Op op, const std::vector<Value>& in,
+                                          const Attrs& a) {
   auto arity = [&](size_t lo, size_t hi) {
     if (in.size() < lo || in.size() > hi)
       fail(op, "wrong number of inputs (" + std::to_string(in.size()) + ")");
@@ -36,7 +37,8 @@ std::vector<TensorType> infer_types(const Graph& g, Op op, const std::vector<Val
   auto S = [&](size_t i) -> const Shape& { return g.type(in[i]).shape; };
   const DType fd = g.float_dtype();
   auto need_float = [&](size_t i) {
-    if (T(i).dtype != fd)
+    // A bf16 graph also holds fp32 values (bf16_storage_output); its kernels take either.
+    if (T(i).dtype != fd && !(fd == DType::BF16 && T(i).dtype == DType::F32))
       fail(op, "input " + std::to_string(i) + " must be " + dtype_name(fd) + ", got " +
                    dtype_name(T(i).dtype));
   };
@@ -410,6 +412,34 @@ std::vector<TensorType> infer_types(const Graph& g, Op op, const std::vector<Val
       break;
   }
   fail(op, "unknown op");
+}
+
+bool keeps_f32_in_bf16_graph(Op op, size_t output, const Shape& shape) {
+  if (shape.empty()) return true;  // scalars: losses, sums and scales cost nothing in fp32
+  switch (op) {
+    case Op::FlashAttention:  // the rows' log-sum-exp: bf16 would put 0.4% errors into exp()
+      return output == 1;
+    case Op::FusedLinearLogProbs:  // per-token log-probs and their softmax statistics
+      return output < 3;
+    case Op::LabelLogProbs:  // per-token and per-sequence log-probs (preference losses)
+    case Op::RowSum:
+    case Op::LogSigmoid:
+    case Op::LogSigmoidBackward:
+    case Op::RowInvNorm:  // DoRA's per-row 1 / ||W + BA||
+      return true;
+    default:
+      return false;
+  }
+}
+
+std::vector<TensorType> infer_types(const Graph& g, Op op, const std::vector<Value>& in,
+                                    const Attrs& a) {
+  std::vector<TensorType> out = infer_float_types(g, op, in, a);
+  if (g.float_dtype() == DType::BF16)
+    for (size_t k = 0; k < out.size(); ++k)
+      if (out[k].dtype == DType::BF16 && keeps_f32_in_bf16_graph(op, k, out[k].shape))
+        out[k].dtype = DType::F32;
+  return out;
 }
 
 }  // namespace fusetune

@@ -17,10 +17,6 @@ using nlohmann::json;
 namespace fusetune {
 namespace {
 
-bool is_floating(DType t) {
-  return t == DType::F32 || t == DType::F64 || t == DType::BF16 || t == DType::F16;
-}
-
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() &&
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;

@@ -28,10 +28,6 @@ constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 
 const char* kSupportedDtypes = "F32, F64, BF16, F16, I32, I64";
 
-bool is_floating(DType t) {
-  return t == DType::F32 || t == DType::F64 || t == DType::BF16 || t == DType::F16;
-}
-
 uint64_t read_u64_le(const uint8_t* p) {
   uint64_t v = 0;
   for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];

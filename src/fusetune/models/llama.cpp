@@ -48,8 +48,8 @@ Value attention(Layer& L, Value x, const LlamaInputs& in, Value cos, Value sin, 
     Graph& g = b.graph();
     const Shape cache_shape{B, in.cache_len, KV, hd};
     const std::string layer = std::to_string(L.index);
-    Value k_cache = g.input("kv_cache.k." + layer, cache_shape, g.float_dtype());
-    Value v_cache = g.input("kv_cache.v." + layer, cache_shape, g.float_dtype());
+    Value k_cache = g.input("kv_cache.k." + layer, cache_shape, g.compute_dtype());
+    Value v_cache = g.input("kv_cache.v." + layer, cache_shape, g.compute_dtype());
     Attrs at;
     at.scalar = scale;
     Value ctx =
@@ -89,7 +89,7 @@ LlamaOutputs build_llama(Builder& b, const ModelConfig& cfg, const LlamaInputs& 
   const int64_t B = ts[0], T = ts[1], D = cfg.hidden_size, V = cfg.vocab_size;
 
   // Positions index the tables: with a cache they run up to its length.
-  auto [cos_t, sin_t] = rope_tables(cfg, std::max(T, in.cache_len), g.float_dtype());
+  auto [cos_t, sin_t] = rope_tables(cfg, std::max(T, in.cache_len), g.compute_dtype());
   Value cos = g.constant(cos_t, "rope.cos");
   Value sin = g.constant(sin_t, "rope.sin");
 

@@ -19,7 +19,7 @@ LossBuilder preference_loss_builder(const PreferenceLoss& loss) {
   return [loss](Builder& b, const LossContext& c) {
     Graph& g = b.graph();
     const int64_t rows = c.batch_size, N = rows * c.seq_len;
-    const DType fd = g.float_dtype();
+    const DType fd = g.compute_dtype();  // data inputs are fp32 in a bf16 graph
     Value mask = g.input("response_mask", {N}, fd);
     Value inv_len = loss.length_normalized() ? g.input("inv_response_len", {rows}, fd) : Value{};
     Value ref = loss.needs_reference() ? g.input("ref_logps", {rows}, fd) : Value{};
@@ -46,7 +46,7 @@ TrainingGraph build_training_graph(const ModelConfig& cfg, const TrainingGraphOp
   Value labels = g.input("labels", {B, T}, DType::I32);
   in.positions = g.input("positions", {B, T}, DType::I32);
   if (o.packed) in.doc_ids = g.input("doc_ids", {B, T}, DType::I32);
-  Value scale = g.input("loss_scale", {}, o.dtype);
+  Value scale = g.input("loss_scale", {}, compute_dtype(o.dtype));
 
   LossContext ctx;
   ctx.model = build_llama(b, cfg, in, o.trainable, o.llama);
@@ -84,7 +84,7 @@ Graph build_sequence_log_probs_graph(const ModelConfig& cfg, int64_t rows, int64
   in.tokens = g.input("tokens", {rows, seq_len}, DType::I32);
   Value labels = g.input("labels", {rows, seq_len}, DType::I32);
   in.positions = g.input("positions", {rows, seq_len}, DType::I32);
-  Value mask = g.input("response_mask", {rows * seq_len}, dtype);
+  Value mask = g.input("response_mask", {rows * seq_len}, compute_dtype(dtype));
   if (packed) in.doc_ids = g.input("doc_ids", {rows, seq_len}, DType::I32);
   LlamaOutputs m = build_llama(
       b, cfg, in, [](const std::string&) { return false; }, llama);

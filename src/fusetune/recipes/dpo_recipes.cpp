@@ -33,7 +33,8 @@ TensorMap load_reference(const Config& cfg, const LoadedModel& policy) {
                "(checkpoint_dir, checkpoint_files), usually the checkpointer's starting weights");
   const Config rc = cfg.sub("ref_checkpointer");
   const std::string dir = rc.str("checkpoint_dir");
-  HFCheckpoint ck = load_hf_checkpoint(dir, checkpoint_file_list(rc), DType::F32);
+  HFCheckpoint ck =
+      load_hf_checkpoint(dir, checkpoint_file_list(rc), policy.params.begin()->second.dtype());
   TensorMap ref;
   for (const auto& [name, t] : policy.params) {
     auto it = ck.tensors.find(name);

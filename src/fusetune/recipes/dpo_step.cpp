@@ -28,7 +28,7 @@ class DpoStep final : public TrainingStep {
             o_.policy.passes, arena_),
         reference_(
             [this](int64_t rows, int64_t T, bool) {
-              return build_sequence_log_probs_graph(*o_.policy.model, rows, T, DType::F32,
+              return build_sequence_log_probs_graph(*o_.policy.model, rows, T, o_.policy.dtype,
                                                     o_.ref_llama);
             },
             o_.policy.passes, arena_),
@@ -114,6 +114,7 @@ class DpoStep final : public TrainingStep {
       if (o_.policy.eval_llama) g.llama = *o_.policy.eval_llama;
     }
     g.loss = preference_loss_builder(o_.loss);
+    g.dtype = o_.policy.dtype;
     return build_training_graph(*o_.policy.model, g).graph;
   }
 

@@ -168,8 +168,10 @@ LoraJob lora_training_job(const Config& cfg, const std::string& recipe) {
     for (auto& [name, t] : m.params)
       FT_CHECK(!peft::is_adapter_param(name),
                "the base checkpoint already has adapter tensor '" + name + "'");
+    // Adapters train in the model's dtype (fp32 or bf16), as the base was loaded.
+    const DType dtype = m.params.empty() ? DType::F32 : m.params.begin()->second.dtype();
     if (run->lora.quantize_base) run->nf4 = peft::quantize_base_weights(m.params, m.config);
-    peft::init_adapters(m.params, m.config, run->lora, seed, DType::F32, run->nf4.get());
+    peft::init_adapters(m.params, m.config, run->lora, seed, dtype, run->nf4.get());
     if (cfg.has("checkpointer.adapter_checkpoint")) {
       // Start from a saved PEFT adapter (checkpoint_dir/adapter_checkpoint).
       const fs::path dir = fs::path(cfg.str("checkpointer.checkpoint_dir")) /

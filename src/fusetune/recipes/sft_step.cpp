@@ -60,6 +60,7 @@ class SftStep final : public TrainingStep {
     g.packed = packed;
     g.trainable = trainable;
     g.llama = llama;
+    g.dtype = o_.dtype;
     return build_training_graph(*o_.model, g).graph;
   }
 

@@ -16,6 +16,7 @@ struct ModelStepOptions {
   LlamaOptions llama;
   std::optional<LlamaOptions> eval_llama;  // hooks for validation (no dropout); default: llama
   PassOptions passes;
+  DType dtype = DType::F32;  // parameters and activations (dtype: fp32 or bf16)
   // Extra step inputs (a LoRA dropout seed): called for every micro-batch.
   std::function<void(TensorMap& inputs, int64_t global_step, int64_t micro_step)> add_inputs;
 };

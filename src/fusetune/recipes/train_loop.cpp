@@ -46,8 +46,8 @@ std::string non_finite_step_message(int64_t step, double loss, double norm,
 
 DType parse_dtype(const std::string& s) {
   if (s == "fp32" || s == "float32") return DType::F32;
-  throw Error("config key 'dtype': '" + s +
-              "' is not supported for training on CPU yet (use fp32)");
+  if (s == "bf16" || s == "bfloat16") return DType::BF16;
+  throw Error("config key 'dtype': '" + s + "' is not supported (use fp32 or bf16)");
 }
 
 }  // namespace
@@ -221,7 +221,9 @@ int run_training(const Config& cfg, const TrainJob& job) {
     c.params = &model.params;
     c.optimizer = optimizer.get();
     c.progress = at;
-    c.save_dtype = cfg.str("checkpointer.save_dtype", "fp32") == "bf16" ? DType::BF16 : DType::F32;
+    c.save_dtype = cfg.has("checkpointer.save_dtype")
+                       ? parse_dtype(cfg.str("checkpointer.save_dtype"))
+                       : dtype;  // default: the training dtype
     c.max_shard_bytes = cfg.bytes("checkpointer.max_shard_size", int64_t(5) << 30);
     c.copy_files_from = model.checkpoint_dir;
     if (job.save)
@@ -245,6 +247,7 @@ int run_training(const Config& cfg, const TrainJob& job) {
   ctx.step.llama = job.llama;
   ctx.step.eval_llama = job.eval_llama;
   ctx.step.passes = passes;
+  ctx.step.dtype = dtype;
   ctx.step.add_inputs = job.add_inputs;
   std::unique_ptr<TrainingStep> step = job.make_step ? job.make_step(ctx) : make_sft_step(ctx.step);
   double lr = 0;  // the step's learning rate (optimizer_in_bwd updates inside step->run)

@@ -39,8 +39,13 @@ void save_training_checkpoint(const fs::path& dir, const CheckpointContent& c) {
   NamedTensors state;
   if (c.optimizer) c.optimizer->save_state(state);
   for (auto& [name, t] : state) name = "optimizer." + name;
-  if (c.save_dtype != DType::F32)  // the HF files lost precision: keep exact weights to resume
-    for (const auto& [name, t] : model) state.push_back({"master." + name, t});
+  // Weights the HF files rounded (an fp32 run saved as bf16): keep them exactly, to resume.
+  bool master = false;
+  for (const auto& [name, t] : model)
+    if (t.dtype() != c.save_dtype) {
+      state.push_back({"master." + name, t});
+      master = true;
+    }
   save_safetensors(staging.path() / "recipe_state.safetensors", state);
 
   nlohmann::json j;
@@ -52,7 +57,7 @@ void save_training_checkpoint(const fs::path& dir, const CheckpointContent& c) {
   j["loader_index"] = c.progress.loader.index;
   j["seed"] = c.progress.seed;
   j["optimizer"] = c.optimizer ? c.optimizer->name() : "";
-  j["master_weights"] = c.save_dtype != DType::F32;
+  j["master_weights"] = master;
   write_file_atomic(staging.path() / "recipe_state.json", j.dump(2) + "\n");
   staging.commit();
 }

@@ -54,6 +54,12 @@ bool dtype_from_name(const std::string& name, DType* out) {
   return false;
 }
 
+bool is_floating(DType t) {
+  return t == DType::F32 || t == DType::F64 || t == DType::BF16 || t == DType::F16;
+}
+
+DType compute_dtype(DType storage) { return storage == DType::F64 ? DType::F64 : DType::F32; }
+
 float bf16_to_f32(uint16_t v) {
   uint32_t bits = uint32_t(v) << 16;
   float f;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "fusetune/kernels/cpu/elementwise_program.h"
 #include "fusetune/kernels/cpu/flash_attention.h"
@@ -14,6 +15,7 @@
 #include "fusetune/kernels/cpu/preference_ops.h"
 #include "fusetune/kernels/cpu/rmsnorm_fused.h"
 #include "fusetune/kernels/cpu/swiglu.h"
+#include "fusetune/runtime/bf16_node_kernels.h"
 #include "fusetune/util/error.h"
 
 namespace fusetune {
@@ -171,6 +173,14 @@ void run_typed(const Node& n, const std::vector<Tensor>& in, std::vector<Tensor>
     }
     case Op::FusedLinearCrossEntropy: {
       const int64_t N = in[0].dim(0), D = in[0].dim(1), V = in[1].dim(0);
+      if constexpr (std::is_same_v<T, float>) {
+        if (in[1].dtype() == DType::BF16) {  // a bf16 head, read tile by tile
+          Y[0] = float(k::fused_bf16_linear_cross_entropy(
+              X(0), in[1].data<uint16_t>(), I(2), X(3)[0], N, D, V, a.chunk_rows,
+              out[1].data<float>(), a.no_weight_grad ? nullptr : out[2].data<float>()));
+          break;
+        }
+      }
       Y[0] = T(k::fused_linear_cross_entropy<T>(X(0), X(1), I(2), X(3)[0], N, D, V, a.chunk_rows,
                                                 out[1].data<T>(),
                                                 a.no_weight_grad ? nullptr : out[2].data<T>()));
@@ -285,6 +295,9 @@ void run_typed(const Node& n, const std::vector<Tensor>& in, std::vector<Tensor>
              float(a.scalar), a.shape[0], a.shape[1]};
         head.nf4 = &w;
         head.V = a.shape[0];
+      } else if (in[hi].dtype() == DType::BF16) {
+        head.bf16 = in[hi].data<uint16_t>();
+        head.V = in[hi].dim(0);
       } else {
         head.W = X(hi);
         head.V = in[hi].dim(0);
@@ -353,12 +366,21 @@ bool can_write_over_input(const Node& n, int input) {
   }
 }
 
+void run_f32_node_kernel(const Node& n, const std::vector<Tensor>& inputs,
+                         std::vector<Tensor>& outputs) {
+  run_typed<float>(n, inputs, outputs);
+}
+
 void run_node_kernel(const Graph& g, const Node& n, const std::vector<Tensor>& inputs,
                      std::vector<Tensor>& outputs) {
-  if (g.float_dtype() == DType::F64)
-    run_typed<double>(n, inputs, outputs);
-  else
-    run_typed<float>(n, inputs, outputs);
+  switch (g.float_dtype()) {
+    case DType::F64:
+      return run_typed<double>(n, inputs, outputs);
+    case DType::BF16:
+      return run_bf16_node_kernel(g, n, inputs, outputs);
+    default:
+      return run_typed<float>(n, inputs, outputs);
+  }
 }
 
 }  // namespace fusetune

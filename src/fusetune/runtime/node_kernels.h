@@ -18,7 +18,13 @@ bool is_view_op(Op op);
 // multi-output kernels are not listed.
 bool can_write_over_input(const Node& n, int input);
 
+// Runs `n` in the graph's dtype: F32 and F64 directly, BF16 through bf16_node_kernels.h.
 void run_node_kernel(const Graph& g, const Node& n, const std::vector<Tensor>& inputs,
                      std::vector<Tensor>& outputs);
+
+// The fp32 kernels, for the BF16 path: floating inputs and outputs are F32 (except those
+// kernel_reads_bf16 names).
+void run_f32_node_kernel(const Node& n, const std::vector<Tensor>& inputs,
+                         std::vector<Tensor>& outputs);
 
 }  // namespace fusetune

@@ -59,6 +59,9 @@ template void embedding_forward<float>(const float*, const int32_t*, float*, int
                                        int64_t);
 template void embedding_forward<double>(const double*, const int32_t*, double*, int64_t, int64_t,
                                         int64_t);
+// bf16 tables (dtype: bf16): a lookup copies the rows' bits.
+template void embedding_forward<uint16_t>(const uint16_t*, const int32_t*, uint16_t*, int64_t,
+                                          int64_t, int64_t);
 template void embedding_backward<float>(const float*, const int32_t*, float*, int64_t, int64_t,
                                         int64_t);
 template void embedding_backward<double>(const double*, const int32_t*, double*, int64_t, int64_t,

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "fusetune/kernels/cpu/bf16.h"
 #include "fusetune/kernels/cpu/head_gemm.h"
 #include "fusetune/kernels/cpu/kernels.h"
 #include "fusetune/kernels/cpu/row_softmax.h"
@@ -77,9 +78,9 @@ int64_t fused_ce_chunk_rows(int64_t N, int64_t V, int64_t elem_bytes, int64_t bu
 }
 
 int64_t fused_ce_scratch_bytes(int64_t chunk_rows, int64_t D, int64_t V, int64_t elem_bytes,
-                               bool nf4) {
+                               bool tiled) {
   int64_t elems = chunk_rows * V + 2 * chunk_rows * D;
-  if (nf4) elems += nf4_tile_rows(V, D) * D;
+  if (tiled) elems += nf4_tile_rows(V, D) * D;
   return elems * elem_bytes;
 }
 
@@ -94,8 +95,17 @@ double fused_nf4_linear_cross_entropy(const T* h, const NF4View& W, const int32_
                                       int64_t N, int64_t chunk_rows, T* dh) {
   const int64_t V = W.rows, D = W.cols, tr = nf4_tile_rows(V, D);
   Tensor tile_buf = Tensor::empty({tr, D}, dtype_of<T>());  // counted scratch
-  return fused_ce<T>(NF4Head<T>{W, D, V, tr, tile_buf.data<T>()}, h, labels, scale, N, D, V,
+  return fused_ce<T>(NF4Head<T>{{W}, D, V, tr, tile_buf.data<T>()}, h, labels, scale, N, D, V,
                      chunk_rows, dh, static_cast<T*>(nullptr));
+}
+
+double fused_bf16_linear_cross_entropy(const float* h, const uint16_t* W, const int32_t* labels,
+                                       float scale, int64_t N, int64_t D, int64_t V,
+                                       int64_t chunk_rows, float* dh, float* dW) {
+  const int64_t tr = bf16_tile_rows(V, D);
+  Tensor tile_buf = Tensor::empty({tr, D}, DType::F32);  // counted scratch
+  return fused_ce<float>(detail::BF16Head<float>{{W, D}, D, V, tr, tile_buf.data<float>()}, h,
+                         labels, scale, N, D, V, chunk_rows, dh, dW);
 }
 
 #define FT_FUSED_CE(T)                                                                           \

@@ -23,12 +23,19 @@ template <class T>
 double fused_nf4_linear_cross_entropy(const T* h, const NF4View& W, const int32_t* labels, T scale,
                                       int64_t N, int64_t chunk_rows, T* dh);
 
+// The same with a bf16 head W [V, D] (dtype: bf16), widened tile by tile like NF4; h and the
+// gradients are fp32. dW (fp32, optional) accumulates over the chunks.
+double fused_bf16_linear_cross_entropy(const float* h, const uint16_t* W, const int32_t* labels,
+                                       float scale, int64_t N, int64_t D, int64_t V,
+                                       int64_t chunk_rows, float* dh, float* dW);
+
 // Chunk size that keeps the [chunk, V] scratch within `budget_bytes` (at least 16 rows).
 int64_t fused_ce_chunk_rows(int64_t N, int64_t V, int64_t elem_bytes, int64_t budget_bytes);
 
 // Bytes of scratch the kernels above allocate (counted tensors): the [C, V] logits block, the
-// gathered hidden rows and their gradient [C, D] each, and for NF4 the dequantized tile.
+// gathered hidden rows and their gradient [C, D] each, and for an NF4 or bf16 head (tiled)
+// the widened tile.
 int64_t fused_ce_scratch_bytes(int64_t chunk_rows, int64_t D, int64_t V, int64_t elem_bytes,
-                               bool nf4);
+                               bool tiled);
 
 }  // namespace fusetune::kernels

@@ -14,13 +14,17 @@
 namespace fusetune::kernels {
 namespace {
 
-// Calls f(head) with the dense or the NF4 product helper (the NF4 tile is counted scratch).
+// Calls f(head) with the dense, NF4 or bf16 product helper (the tile is counted scratch).
 template <class T, class F>
 void with_head(const LogProbHead<T>& head, F&& f) {
-  if (head.nf4 == nullptr) return f(detail::DenseHead<T>{head.W, head.D, head.V});
+  if (head.nf4 == nullptr && head.bf16 == nullptr)
+    return f(detail::DenseHead<T>{head.W, head.D, head.V});
   const int64_t tr = nf4_tile_rows(head.V, head.D);
   Tensor tile = Tensor::empty({tr, head.D}, dtype_of<T>());
-  f(detail::NF4Head<T>{*head.nf4, head.D, head.V, tr, tile.data<T>()});
+  if (head.nf4)
+    f(detail::NF4Head<T>{{*head.nf4}, head.D, head.V, tr, tile.data<T>()});
+  else
+    f(detail::BF16Head<T>{{head.bf16, head.D}, head.D, head.V, tr, tile.data<T>()});
 }
 
 }  // namespace
@@ -78,7 +82,7 @@ void fused_linear_log_probs_backward_frozen(const int32_t* labels, const T* expe
                                             const LogProbHead<T>& head, int64_t N, T* dh) {
   const int64_t D = head.D, V = head.V;
   std::memset(dh, 0, sizeof(T) * size_t(N * D));
-  Tensor row_buf = head.nf4 ? Tensor::empty({1, D}, dtype_of<T>()) : Tensor();
+  Tensor row_buf = head.W ? Tensor() : Tensor::empty({1, D}, dtype_of<T>());
   for (int64_t r = 0; r < N; ++r) {
     const int32_t y = labels[r];
     if (y == -100) continue;
@@ -86,6 +90,7 @@ void fused_linear_log_probs_backward_frozen(const int32_t* labels, const T* expe
                                   " is outside the vocabulary [0, " + std::to_string(V) + ")");
     const T* wy = head.W ? head.W + int64_t(y) * D : row_buf.data<T>();
     if (head.nf4) nf4_dequantize_rows(*head.nf4, y, y + 1, row_buf.data<T>());
+    if (head.bf16) detail::BF16Rows{head.bf16, D}(y, y + 1, row_buf.data<T>());
     const T g = dlogp[r];
     const T* e = expect + r * D;
     T* d = dh + r * D;
@@ -135,12 +140,12 @@ void fused_linear_log_probs_backward(const T* h, const int32_t* labels, const T*
 }
 
 int64_t fused_log_probs_scratch_bytes(int64_t chunk_rows, int64_t D, int64_t V, int64_t elem_bytes,
-                                      bool nf4, bool backward, bool frozen) {
-  if (backward && frozen) return nf4 ? D * elem_bytes : 0;  // one dequantized label row
+                                      bool tiled, bool backward, bool frozen) {
+  if (backward && frozen) return tiled ? D * elem_bytes : 0;  // one widened label row
   // The logits block and the gathered rows; the trainable backward's dh rows, or the frozen
   // forward's E_p[W] rows.
   int64_t elems = chunk_rows * V + chunk_rows * D + ((backward || frozen) ? chunk_rows * D : 0);
-  if (nf4) elems += nf4_tile_rows(V, D) * D;
+  if (tiled) elems += nf4_tile_rows(V, D) * D;
   return elems * elem_bytes;
 }
 

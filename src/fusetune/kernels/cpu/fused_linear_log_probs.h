@@ -14,12 +14,13 @@
 
 namespace fusetune::kernels {
 
-// The head: exactly one of `W` (dense [V, D]) and `nf4` is set.
+// The head: exactly one of `W` (dense [V, D]), `nf4` and `bf16` is set.
 template <class T>
 struct LogProbHead {
   const T* W = nullptr;
   const NF4View* nf4 = nullptr;
   int64_t V = 0, D = 0;
+  const uint16_t* bf16 = nullptr;  // a bf16 W (dtype: bf16), widened tile by tile like NF4
 };
 
 // expect != nullptr (a frozen head whose backward will only need dh): also
@@ -47,6 +48,6 @@ void fused_linear_log_probs_backward_frozen(const int32_t* labels, const T* expe
 // rows [C, D] (trainable backward: and their gradient; frozen forward: their E_p[W]), plus
 // the NF4 tile; the frozen backward only one dequantized NF4 row.
 int64_t fused_log_probs_scratch_bytes(int64_t chunk_rows, int64_t D, int64_t V, int64_t elem_bytes,
-                                      bool nf4, bool backward, bool frozen);
+                                      bool tiled, bool backward, bool frozen);
 
 }  // namespace fusetune::kernels

@@ -1,15 +1,17 @@
 #pragma once
 // The LM head's products for one chunk of c gathered hidden rows, shared by the fused
-// linear + cross-entropy and linear + log-prob kernels: a dense W [V, D], or an NF4 W
-// dequantized a tile of rows at a time (the tile is the only fp32 copy of any part of W).
+// linear + cross-entropy and linear + log-prob kernels: a dense W [V, D], or an NF4 or bf16 W
+// widened a tile of rows at a time (the tile is the only fp32 copy of any part of W).
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "fusetune/kernels/cpu/bf16.h"
 #include "fusetune/kernels/cpu/kernels.h"
 #include "fusetune/kernels/cpu/nf4.h"
+#include "fusetune/runtime/dtype.h"
 #include "fusetune/util/error.h"
 
 namespace fusetune::kernels::detail {
@@ -26,26 +28,50 @@ struct DenseHead {
   }
 };
 
-template <class T>
-struct NF4Head {
-  const NF4View& W;
+// Widen rows [r0, r1) of a compressed W into out: NF4 codes or bf16 values.
+struct NF4Rows {
+  const NF4View& w;
+  template <class T>
+  void operator()(int64_t r0, int64_t r1, T* out) const {
+    nf4_dequantize_rows(w, r0, r1, out);
+  }
+};
+struct BF16Rows {
+  const uint16_t* w;
+  int64_t cols;
+  void operator()(int64_t r0, int64_t r1, float* out) const {
+    bf16_to_f32_array(w + r0 * cols, out, (r1 - r0) * cols);
+  }
+  void operator()(int64_t r0, int64_t r1, double* out) const {
+    for (int64_t i = r0 * cols; i < r1 * cols; ++i) *out++ = bf16_to_f32(w[i]);
+  }
+};
+
+// A head stored compressed (Rows: NF4Rows or BF16Rows), widened a tile of rows at a time.
+template <class T, class Rows>
+struct TiledHead {
+  Rows W;
   int64_t D, V, tile_rows;
   T* tile;  // [tile_rows, D]
   void logits(const T* hc, int64_t c, T* z) const {
     for (int64_t v0 = 0; v0 < V; v0 += tile_rows) {
       const int64_t v1 = std::min(V, v0 + tile_rows);
-      nf4_dequantize_rows(W, v0, v1, tile);
+      W(v0, v1, tile);
       gemm<T>(false, true, c, v1 - v0, D, T(1), hc, D, tile, D, T(0), z + v0, V);
     }
   }
   void grad_h(const T* z, int64_t c, T* dhc) const {
     for (int64_t v0 = 0; v0 < V; v0 += tile_rows) {
       const int64_t v1 = std::min(V, v0 + tile_rows);
-      nf4_dequantize_rows(W, v0, v1, tile);
+      W(v0, v1, tile);
       gemm<T>(false, false, c, D, v1 - v0, T(1), z + v0, V, tile, D, v0 == 0 ? T(0) : T(1), dhc, D);
     }
   }
 };
+template <class T>
+using NF4Head = TiledHead<T, NF4Rows>;
+template <class T>
+using BF16Head = TiledHead<T, BF16Rows>;
 
 // The rows of [r0, r1) that have a label (-100: none), each checked against the vocabulary,
 // into `rows`, and their hidden states copied into hc [rows.size(), D]. Returns the count.

@@ -75,6 +75,7 @@ void nll_backward(T dloss, const int32_t* labels, T* dx, int64_t rows, int64_t V
 
 // ---- embedding -------------------------------------------------------------------------------
 // out[i, :] = table[ids[i], :]; ids out of [0, V) throw fusetune::Error naming the id.
+// Also instantiated for uint16_t (bf16 rows copied as bits).
 template <class T>
 void embedding_forward(const T* table, const int32_t* ids, T* out, int64_t n, int64_t D, int64_t V);
 // dtable = zeros; dtable[ids[i], :] += dy[i, :]. Deterministic (no atomics).

@@ -1,0 +1,54 @@
+#include "fusetune/kernels/cpu/bf16.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "fusetune/kernels/cpu/kernels.h"
+#include "fusetune/kernels/cpu/nf4.h"
+#include "fusetune/kernels/cpu/parallel.h"
+#include "fusetune/runtime/tensor.h"
+
+namespace fusetune::kernels {
+
+void bf16_to_f32_array(const uint16_t* x, float* out, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= detail::kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t bits = uint32_t(x[i]) << 16;
+    std::memcpy(out + i, &bits, 4);
+  }
+}
+
+void f32_to_bf16_array(const float* x, uint16_t* out, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= detail::kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, x + i, 4);
+    // Round to nearest even; a NaN keeps a set quiet bit so it cannot round to infinity.
+    const bool nan = (bits & 0x7FFFFFFFu) > 0x7F800000u;
+    const uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
+    out[i] = uint16_t(nan ? ((bits >> 16) | 0x40u) : rounded);
+  }
+}
+
+int64_t bf16_tile_rows(int64_t rows, int64_t cols) { return nf4_tile_rows(rows, cols); }
+
+void gemm_bf16_weight(bool trans_b, int64_t M, int64_t N, int64_t K, const float* A,
+                      const uint16_t* B, float* out) {
+  const int64_t stored_rows = trans_b ? N : K, stored_cols = trans_b ? K : N;
+  const int64_t tr = bf16_tile_rows(stored_rows, stored_cols);
+  Tensor tile_buf = Tensor::empty({tr, stored_cols}, DType::F32);  // counted scratch
+  float* tile = tile_buf.data<float>();
+  if (M == 0 || N == 0) return;
+  if (K == 0) std::fill(out, out + M * N, 0.0f);
+  for (int64_t r0 = 0; r0 < stored_rows; r0 += tr) {
+    const int64_t r1 = std::min(stored_rows, r0 + tr);
+    bf16_to_f32_array(B + r0 * stored_cols, tile, (r1 - r0) * stored_cols);
+    if (trans_b)  // columns [r0, r1) of out
+      gemm<float>(false, true, M, r1 - r0, K, 1.0f, A, K, tile, K, 0.0f, out + r0, N);
+    else  // the K-slice [r0, r1): out += A[:, r0:r1] tile
+      gemm<float>(false, false, M, N, r1 - r0, 1.0f, A + r0, K, tile, N, r0 == 0 ? 0.0f : 1.0f, out,
+                  N);
+  }
+}
+
+}  // namespace fusetune::kernels

@@ -1,0 +1,23 @@
+#pragma once
+// bf16 <-> fp32 for whole arrays and row tiles. bf16 is a storage format here: kernels compute
+// in fp32, so bf16 values are widened on the way in and rounded (to nearest even) on the way
+// out. Widening is exact (bf16 is the top half of an fp32); both loops are OpenMP-parallel and
+// written so the compiler vectorizes them.
+#include <cstdint>
+
+namespace fusetune::kernels {
+
+void bf16_to_f32_array(const uint16_t* x, float* out, int64_t n);
+void f32_to_bf16_array(const float* x, uint16_t* out, int64_t n);
+
+// Rows of a bf16 weight [rows, cols] widened per tile in the tiled GEMMs: the same size rule
+// as NF4's tiles (nf4_tile_rows: max(64 rows, 1 MiB of fp32)), so each tile is still a good
+// GEMM and the tile is the only fp32 copy of any part of the weight.
+int64_t bf16_tile_rows(int64_t rows, int64_t cols);
+
+// out [M, N] fp32 = A [M, K] fp32 op(B), B bf16 stored [N, K] (trans_b) or [K, N], widened a
+// tile of B's stored rows at a time into a counted scratch tile.
+void gemm_bf16_weight(bool trans_b, int64_t M, int64_t N, int64_t K, const float* A,
+                      const uint16_t* B, float* out);
+
+}  // namespace fusetune::kernels
