@@ -72,12 +72,12 @@ TEST(OptimBf16, StochasticRoundingIsUnbiased) {
       const float x = float(base + (base > 0 ? 1 : -1) * frac * ulp);
       const float lo = bf16::to_f32(uint16_t(std::bit_cast<uint32_t>(x) >> 16));  // truncated
       ASSERT_NE(lo, x);
-      const bf16::Stream s(7, 3, "layers.0.w", bf16::Buffer::Value);
+      const bf16::Stream s(7, 3, "layers.0.w");
       const int64_t n = 200000;
       double sum = 0;
       int64_t up = 0;
       for (int64_t i = 0; i < n; ++i) {
-        const float r = bf16::to_f32(s.round(x, i));
+        const float r = bf16::to_f32(s.round(x, i, bf16::Buffer::Value));
         ASSERT_TRUE(r == lo || std::abs(double(r) - double(lo)) == ulp) << r;  // a neighbour
         up += r != lo;
         sum += r;
@@ -91,12 +91,13 @@ TEST(OptimBf16, StochasticRoundingIsUnbiased) {
     }
   }
   // bf16 values are kept exactly; non-finite values stay what they are.
-  const bf16::Stream s(0, 1, "w", bf16::Buffer::Value);
+  const bf16::Stream s(0, 1, "w");
+  const bf16::Buffer b = bf16::Buffer::ExpAvgSq;
   for (int64_t i = 0; i < 1000; ++i) {
-    EXPECT_EQ(bf16::to_f32(s.round(1.0f, i)), 1.0f);
-    EXPECT_EQ(bf16::to_f32(s.round(-0.375f, i)), -0.375f);
-    EXPECT_EQ(bf16::to_f32(s.round(INFINITY, i)), INFINITY);
-    EXPECT_TRUE(std::isnan(bf16::to_f32(s.round(NAN, i))));
+    EXPECT_EQ(bf16::to_f32(s.round(1.0f, i, b)), 1.0f);
+    EXPECT_EQ(bf16::to_f32(s.round(-0.375f, i, b)), -0.375f);
+    EXPECT_EQ(bf16::to_f32(s.round(INFINITY, i, b)), INFINITY);
+    EXPECT_TRUE(std::isnan(bf16::to_f32(s.round(NAN, i, b))));
   }
   // round_nearest is runtime/dtype.h's conversion.
   std::mt19937 gen(1);
@@ -108,25 +109,28 @@ TEST(OptimBf16, StochasticRoundingIsUnbiased) {
 }
 
 TEST(OptimBf16, StochasticRoundingBitsAreACounterBasedHash) {
-  const bf16::Stream a(42, 10, "w", bf16::Buffer::Value);
-  const bf16::Stream a2(42, 10, "w", bf16::Buffer::Value);
-  const std::vector<bf16::Stream> others = {bf16::Stream(43, 10, "w", bf16::Buffer::Value),
-                                            bf16::Stream(42, 11, "w", bf16::Buffer::Value),
-                                            bf16::Stream(42, 10, "v", bf16::Buffer::Value),
-                                            bf16::Stream(42, 10, "w", bf16::Buffer::ExpAvg)};
+  using B = bf16::Buffer;
+  const bf16::Stream a(42, 10, "w"), a2(42, 10, "w");
+  const std::vector<std::pair<bf16::Stream, B>> others = {{bf16::Stream(43, 10, "w"), B::Value},
+                                                          {bf16::Stream(42, 11, "w"), B::Value},
+                                                          {bf16::Stream(42, 10, "v"), B::Value},
+                                                          {bf16::Stream(42, 10, "w"), B::ExpAvg}};
   // The same (seed, step, name, buffer, index) gives the same bits, in any order.
-  for (int64_t i = 999; i >= 0; --i) EXPECT_EQ(a.bits(i), a2.bits(i));
+  for (int64_t i = 999; i >= 0; --i) EXPECT_EQ(a.bits(i, B::Value), a2.bits(i, B::Value));
   // Changing any of seed, step, name, buffer changes the bits (equal by chance: 1 in 65536).
-  for (const bf16::Stream& o : others) {
+  for (const auto& [o, buffer] : others) {
     int same = 0;
-    for (int64_t i = 0; i < 1000; ++i) same += a.bits(i) == o.bits(i);
+    for (int64_t i = 0; i < 1000; ++i) same += a.bits(i, B::Value) == o.bits(i, buffer);
     EXPECT_LE(same, 3);
   }
-  // The bits are uniform: each of 16 bins of the top 4 bits holds ~1/16 of them.
-  std::vector<int> bins(16, 0);
+  // The bits are uniform, in every buffer's lane: each of 16 bins of the top 4 bits holds
+  // ~1/16 of them.
   const int n = 160000;
-  for (int64_t i = 0; i < n; ++i) ++bins[size_t(a.bits(i) >> 12)];
-  for (int b : bins) EXPECT_NEAR(b, n / 16, 5 * std::sqrt(n / 16.0)) << "bin";
+  for (const B buffer : {B::Value, B::ExpAvg, B::ExpAvgSq, B::Momentum}) {
+    std::vector<int> bins(16, 0);
+    for (int64_t i = 0; i < n; ++i) ++bins[size_t(a.bits(i, buffer) >> 12)];
+    for (int c : bins) EXPECT_NEAR(c, n / 16, 5 * std::sqrt(n / 16.0)) << "bin";
+  }
   // The name hash is FNV-1a (the same on every platform): its published value for "a".
   EXPECT_EQ(bf16::name_hash("a"), 0xAF63DC4C8601EC8Cull);
 }

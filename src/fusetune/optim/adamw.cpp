@@ -12,35 +12,26 @@ namespace {
 // Below this many elements a parallel region costs more than it saves.
 constexpr int64_t kParallelMin = 1 << 15;
 
-// The random bits of one parameter's step, one stream per buffer.
-struct Rounding {
-  bf16::Stream value, exp_avg, exp_avg_sq;
-  Rounding(uint64_t seed, int64_t step, const std::string& name)
-      : value(seed, step, name, bf16::Buffer::Value),
-        exp_avg(seed, step, name, bf16::Buffer::ExpAvg),
-        exp_avg_sq(seed, step, name, bf16::Buffer::ExpAvgSq) {}
-};
-
 // T: the compute type (float, or double for F64 parameters); P, M: how the parameter (and its
 // gradient) and the moments are stored (T itself, or uint16_t for bf16). With P = M = T this
 // is exactly the element update of fp32 / fp64 AdamW.
 template <class T, class P, class M>
 void adamw_update(P* p, const P* g, M* m, M* v, int64_t n, const adamw_math::Coefficients& c,
-                  const Rounding& r) {
+                  const bf16::Stream& r) {
   const adamw_math::Update<T> update(c);
 #pragma omp parallel for schedule(static) if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     T pi = bf16::load(p[i]), mi = bf16::load(m[i]), vi = bf16::load(v[i]);
     update(pi, bf16::load(g[i]), mi, vi);
-    bf16::store(m[i], mi, r.exp_avg, i);
-    bf16::store(v[i], vi, r.exp_avg_sq, i);
-    bf16::store(p[i], pi, r.value, i);
+    bf16::store(m[i], mi, r, bf16::Buffer::ExpAvg, i);
+    bf16::store(v[i], vi, r, bf16::Buffer::ExpAvgSq, i);
+    bf16::store(p[i], pi, r, bf16::Buffer::Value, i);
   }
 }
 
 template <class T, class P, class M>
 void update_tensors(const Tensor& value, const Tensor& grad, Tensor& m, Tensor& v,
-                    const adamw_math::Coefficients& c, const Rounding& r) {
+                    const adamw_math::Coefficients& c, const bf16::Stream& r) {
   adamw_update<T>(value.data<P>(), grad.data<P>(), m.data<M>(), v.data<M>(), value.numel(), c, r);
 }
 
@@ -93,7 +84,7 @@ void AdamW::step(const std::vector<ParamRef>& params, double lr) {
     }
     s.step += 1;
     const adamw_math::Coefficients c = adamw_math::coefficients(options_, lr, s.step);
-    const Rounding r(options_.seed, s.step, p.name);
+    const bf16::Stream r(options_.seed, s.step, p.name);  // bf16 stores only
     Tensor &m = s.exp_avg, &v = s.exp_avg_sq;
     if (pd == DType::F64)
       update_tensors<double, double, double>(value, *p.grad, m, v, c, r);

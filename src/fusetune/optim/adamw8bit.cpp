@@ -183,7 +183,8 @@ void update_8bit_bf16(uint16_t* p, const uint16_t* g, uint8_t* c1, uint8_t* c2, 
       }
       update_block(pf.data(), gf.data(), c1 + i0, c2 + i0, absmax1 + b, absmax2 + b, len, c,
                    m.data(), v.data());
-      for (int64_t j = 0; j < len; ++j) p[i0 + j] = round.round(pf[size_t(j)], i0 + j);
+      for (int64_t j = 0; j < len; ++j)
+        p[i0 + j] = round.round(pf[size_t(j)], i0 + j, bf16::Buffer::Value);
     }
   }
 }
@@ -247,7 +248,7 @@ void AdamW8bit::step(const std::vector<ParamRef>& params, double lr) {
       update_8bit(value.data<float>(), p.grad->data<float>(), c1, c2, a1, a2, n, c);
     else if (value.dtype() == DType::BF16)
       update_8bit_bf16(value.data<uint16_t>(), p.grad->data<uint16_t>(), c1, c2, a1, a2, n, c,
-                       bf16::Stream(options_.adamw.seed, s.step, p.name, bf16::Buffer::Value));
+                       bf16::Stream(options_.adamw.seed, s.step, p.name));
     else
       update_8bit(value.data<double>(), p.grad->data<double>(), c1, c2, a1, a2, n, c);
   }

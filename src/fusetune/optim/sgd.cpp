@@ -20,7 +20,7 @@ struct Coefficients {
 // uint16_t for bf16, written back with the streams' stochastic rounding).
 template <class T, class P, class B>
 void sgd_update(P* p, const P* g, B* buf, bool first, int64_t n, const Coefficients& c,
-                const bf16::Stream& round_p, const bf16::Stream& round_buf) {
+                const bf16::Stream& round) {
   const bool decay = c.weight_decay != 0;
   const T wd = T(c.weight_decay);
   const T mom = T(c.momentum);
@@ -33,20 +33,18 @@ void sgd_update(P* p, const P* g, B* buf, bool first, int64_t n, const Coefficie
     if (decay) d = d + wd * pi;
     if (buf) {
       const T b = first ? d : bf16::load(buf[i]) * mom + keep * d;
-      bf16::store(buf[i], b, round_buf, i);
+      bf16::store(buf[i], b, round, bf16::Buffer::Momentum, i);
       d = c.nesterov ? d + mom * b : b;
     }
-    bf16::store(p[i], pi + neg_lr * d, round_p, i);
+    bf16::store(p[i], pi + neg_lr * d, round, bf16::Buffer::Value, i);
   }
 }
 
 template <class T, class P, class B>
 void sgd_tensors(const Tensor& value, const Tensor& grad, Tensor* buf, bool first,
                  const Coefficients& c, uint64_t seed, int64_t step, const std::string& name) {
-  const bf16::Stream round_p(seed, step, name, bf16::Buffer::Value);
-  const bf16::Stream round_buf(seed, step, name, bf16::Buffer::Momentum);
   sgd_update<T>(value.data<P>(), grad.data<P>(), buf ? buf->data<B>() : static_cast<B*>(nullptr),
-                first, value.numel(), c, round_p, round_buf);
+                first, value.numel(), c, bf16::Stream(seed, step, name));
 }
 
 }  // namespace

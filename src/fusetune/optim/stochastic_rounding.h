@@ -16,11 +16,11 @@
 // value above the largest bf16 (3.39e38) may round to infinity, as round-to-nearest would for
 // half of them.
 //
-// Randomness: counter-based, no shared generator. The r of one element is a hash of (seed,
-// step, parameter name, which buffer, element index) -- SplitMix64's finalizer over a key
-// built from the first four, at the element's index -- so it does not depend on the thread
-// count or the order elements are visited in, is the same on every rerun and after a resume
-// (the step is the optimizer's saved per-parameter step), and differs between steps,
+// Randomness: counter-based, no shared generator. The r of one element is 16 bits (one lane
+// per buffer) of a hash of (seed, step, parameter name, element index) -- SplitMix64's output
+// function over a key built from the first three, at the element's index -- so it does not depend
+// on the thread count or the order elements are visited in, is the same on every rerun and after a
+// resume (the step is the optimizer's saved per-parameter step), and differs between steps,
 // parameters and the buffers of one parameter (value, exp_avg, exp_avg_sq, momentum).
 #include <cmath>
 #include <cstdint>
@@ -45,11 +45,13 @@ inline uint16_t round_nearest(float v) {
 }
 
 // Stochastic rounding with the random 16 bits r (uniform over 0..65535 for an unbiased result).
+// Branch-free, so that the optimizers' loops vectorize.
 inline uint16_t round_stochastic(float v, uint16_t r) {
   uint32_t bits;
   std::memcpy(&bits, &v, 4);
-  if (std::isnan(v)) return uint16_t((bits >> 16) | 0x40);
-  return uint16_t((bits + uint32_t(r)) >> 16);
+  const uint32_t rounded = (bits + uint32_t(r)) >> 16;
+  const uint32_t quiet_nan = (bits >> 16) | 0x40;
+  return uint16_t(std::isnan(v) ? quiet_nan : rounded);
 }
 
 // SplitMix64's output function (Steele, Lea & Flood 2014): a bijective 64-bit mix.
@@ -67,23 +69,22 @@ inline uint64_t name_hash(std::string_view name) {
   return h;
 }
 
-// Which buffer of a parameter is being rounded: each gets its own random bits.
-enum class Buffer : uint64_t { Value = 0, ExpAvg = 1, ExpAvgSq = 2, Momentum = 3 };
+// Which buffer of a parameter is being rounded: each gets its own 16 of the element's 64 hash
+// bits (the lanes of one good 64-bit hash are independent; one hash serves all buffers).
+enum class Buffer : int { Value = 0, ExpAvg = 1, ExpAvgSq = 2, Momentum = 3 };
 
-// The random bits of one (seed, step, parameter, buffer): bits(i) for element i.
+// The random bits of one (seed, step, parameter): bits(i, buffer) for element i.
 class Stream {
  public:
   static constexpr uint64_t kGamma = 0x9E3779B97F4A7C15ull;  // SplitMix64's increment
-  Stream(uint64_t seed, int64_t step, uint64_t name_hash, Buffer buffer)
-      : key_(mix64(mix64(mix64(mix64(seed + kGamma) ^ uint64_t(step)) + name_hash) ^
-                   (uint64_t(buffer) + 1) * kGamma)) {}
-  Stream(uint64_t seed, int64_t step, std::string_view name, Buffer buffer)
-      : Stream(seed, step, name_hash(name), buffer) {}
+  Stream(uint64_t seed, int64_t step, uint64_t name_hash)
+      : key_(mix64(mix64(mix64(seed + kGamma) ^ uint64_t(step)) + name_hash)) {}
+  Stream(uint64_t seed, int64_t step, std::string_view name)
+      : Stream(seed, step, name_hash(name)) {}
   // SplitMix64's i-th output from the key: consecutive indices give independent-looking bits.
-  uint16_t bits(int64_t i) const {
-    return uint16_t(mix64(key_ + (uint64_t(i) + 1) * kGamma) >> 48);
-  }
-  uint16_t round(float v, int64_t i) const { return round_stochastic(v, bits(i)); }
+  uint64_t hash(int64_t i) const { return mix64(key_ + (uint64_t(i) + 1) * kGamma); }
+  uint16_t bits(int64_t i, Buffer b) const { return uint16_t(hash(i) >> (48 - 16 * int(b))); }
+  uint16_t round(float v, int64_t i, Buffer b) const { return round_stochastic(v, bits(i, b)); }
 
  private:
   uint64_t key_;
@@ -99,8 +100,10 @@ namespace fusetune::bf16 {
 inline float load(float x) { return x; }
 inline double load(double x) { return x; }
 inline float load(uint16_t x) { return to_f32(x); }
-inline void store(float& dst, float x, const Stream&, int64_t) { dst = x; }
-inline void store(double& dst, double x, const Stream&, int64_t) { dst = x; }
-inline void store(uint16_t& dst, float x, const Stream& s, int64_t i) { dst = s.round(x, i); }
+inline void store(float& dst, float x, const Stream&, Buffer, int64_t) { dst = x; }
+inline void store(double& dst, double x, const Stream&, Buffer, int64_t) { dst = x; }
+inline void store(uint16_t& dst, float x, const Stream& s, Buffer b, int64_t i) {
+  dst = s.round(x, i, b);
+}
 
 }  // namespace fusetune::bf16
