@@ -1,6 +1,8 @@
 #pragma once
 // bf16 storage of trained values (parameters, optimizer moments): the bit conversions, and the
-// stochastic rounding (SR) the optimizers write bf16 values back with.
+// stochastic rounding (SR) the optimizers write bf16 values back with. It lives in optim/
+// because only the optimizer step (and gradient clipping) writes trained state back to bf16;
+// kernels and checkpoints convert with runtime/dtype.h's round-to-nearest.
 //
 // Why stochastic: bf16 keeps 8 significant bits, so an update smaller than half an ulp (at 1.0:
 // 2^-8 / 2 = 0.00195) is lost entirely by round-to-nearest, on every step: a bf16 parameter
