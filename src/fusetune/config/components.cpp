@@ -93,6 +93,10 @@ void check_adamw8bit(const Config& opt, Problems& p) {
     refuse("block_wise",
            "only block-wise 8-bit state (2048-element blocks, one absmax each) is implemented, "
            "not one absmax per tensor; set it to true");
+  if (opt.has("state_dtype") && opt.str("state_dtype") == "bf16")
+    refuse("state_dtype",
+           "the 8-bit classes store their moments in 8 bits (parameters below min_8bit_size keep "
+           "fp32 moments), so bf16 state has no meaning; remove the key or set it to fp32");
   if (opt.has("optim_bits") && opt.i64("optim_bits") != 8 && opt.i64("optim_bits") != 32)
     refuse("optim_bits",
            "the 8-bit classes keep 8-bit state whatever optim_bits says (bitsandbytes ignores "
@@ -407,7 +411,12 @@ std::vector<Field> common_fields(const std::string& section) {
   if (section == "optimizer")
     return {Field::Float("lr").req().min(0).doc("learning rate"),
             Field::Bool("fused").doc("accepted for torchtune configs; fusetune's optimizer step "
-                                     "is always one fused loop")};
+                                     "is always one fused loop"),
+            Field::Enum("state_dtype", {"fp32", "bf16"})
+                .def("fp32")
+                .doc("dtype of the optimizer state (AdamW's moments, SGD's momentum buffer); bf16 "
+                     "halves its memory (computed in fp32, stored with stochastic rounding). "
+                     "AdamW8bit: must be fp32 (its moments are 8-bit)")};
   if (section == "lr_scheduler")
     return {Field::Int("num_warmup_steps").def("0").min(0).doc("steps of linear warmup from 0")};
   if (section == "tokenizer")

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "fusetune/optim/adamw_math.h"
+#include "fusetune/optim/stochastic_rounding.h"
 #include "fusetune/util/error.h"
 
 namespace fusetune {
@@ -11,11 +12,27 @@ namespace {
 // Below this many elements a parallel region costs more than it saves.
 constexpr int64_t kParallelMin = 1 << 15;
 
-template <class T>
-void adamw_update(T* p, const T* g, T* m, T* v, int64_t n, const adamw_math::Coefficients& c) {
+// T: the compute type (float, or double for F64 parameters); P, M: how the parameter (and its
+// gradient) and the moments are stored (T itself, or uint16_t for bf16). With P = M = T this
+// is exactly the element update of fp32 / fp64 AdamW.
+template <class T, class P, class M>
+void adamw_update(P* p, const P* g, M* m, M* v, int64_t n, const adamw_math::Coefficients& c,
+                  const bf16::Stream& r) {
   const adamw_math::Update<T> update(c);
 #pragma omp parallel for schedule(static) if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i) update(p[i], g[i], m[i], v[i]);
+  for (int64_t i = 0; i < n; ++i) {
+    T pi = bf16::load(p[i]), mi = bf16::load(m[i]), vi = bf16::load(v[i]);
+    update(pi, bf16::load(g[i]), mi, vi);
+    bf16::store(m[i], mi, r, bf16::Buffer::ExpAvg, i);
+    bf16::store(v[i], vi, r, bf16::Buffer::ExpAvgSq, i);
+    bf16::store(p[i], pi, r, bf16::Buffer::Value, i);
+  }
+}
+
+template <class T, class P, class M>
+void update_tensors(const Tensor& value, const Tensor& grad, Tensor& m, Tensor& v,
+                    const adamw_math::Coefficients& c, const bf16::Stream& r) {
+  adamw_update<T>(value.data<P>(), grad.data<P>(), m.data<M>(), v.data<M>(), value.numel(), c, r);
 }
 
 }  // namespace
@@ -30,6 +47,15 @@ AdamW::AdamW(AdamWOptions options) : options_(options) {
            "AdamW: eps must be >= 0, got " + std::to_string(o.eps));
   FT_CHECK(o.weight_decay >= 0 && std::isfinite(o.weight_decay),
            "AdamW: weight_decay must be >= 0, got " + std::to_string(o.weight_decay));
+  FT_CHECK(o.state_dtype == DType::F32 || o.state_dtype == DType::BF16,
+           std::string("AdamW: state_dtype must be F32 or BF16, got ") + dtype_name(o.state_dtype));
+}
+
+DType AdamW::moment_dtype(DType param) const {
+  if (options_.state_dtype != DType::BF16) return param == DType::F64 ? DType::F64 : DType::F32;
+  FT_CHECK(param != DType::F64,
+           "AdamW: optimizer.state_dtype bf16 is for F32 and BF16 parameters, not F64 ones");
+  return DType::BF16;
 }
 
 void AdamW::step(const std::vector<ParamRef>& params, double lr) {
@@ -37,10 +63,12 @@ void AdamW::step(const std::vector<ParamRef>& params, double lr) {
   check_params(params, "AdamW");
   // Validate everything before touching anything, so a bad call leaves no half-done step.
   for (const ParamRef& p : params) {
+    if (!has_grad(p)) continue;
+    const DType md = moment_dtype(p.value->dtype());  // F64 with bf16 state: throws here
     auto it = state_.find(p.name);
-    if (!has_grad(p) || it == state_.end()) continue;
+    if (it == state_.end()) continue;
     const Tensor& m = it->second.exp_avg;
-    FT_CHECK(m.shape() == p.value->shape() && m.dtype() == p.value->dtype(),
+    FT_CHECK(m.shape() == p.value->shape() && m.dtype() == md,
              "AdamW: parameter '" + p.name + "' is " + dtype_name(p.value->dtype()) + " " +
                  shape_str(p.value->shape()) + " but its optimizer state is " +
                  dtype_name(m.dtype()) + " " + shape_str(m.shape()));
@@ -48,19 +76,26 @@ void AdamW::step(const std::vector<ParamRef>& params, double lr) {
   for (const ParamRef& p : params) {
     if (!has_grad(p)) continue;
     const Tensor& value = *p.value;
+    const DType pd = value.dtype(), md = moment_dtype(pd);
     State& s = state_[p.name];
     if (!s.exp_avg.defined()) {  // lazily, so the memory shows up when training starts
-      s.exp_avg = Tensor::zeros(value.shape(), value.dtype());
-      s.exp_avg_sq = Tensor::zeros(value.shape(), value.dtype());
+      s.exp_avg = Tensor::zeros(value.shape(), md);
+      s.exp_avg_sq = Tensor::zeros(value.shape(), md);
     }
     s.step += 1;
     const adamw_math::Coefficients c = adamw_math::coefficients(options_, lr, s.step);
-    if (value.dtype() == DType::F32)
-      adamw_update(value.data<float>(), p.grad->data<float>(), s.exp_avg.data<float>(),
-                   s.exp_avg_sq.data<float>(), value.numel(), c);
+    const bf16::Stream r(options_.seed, s.step, p.name);  // bf16 stores only
+    Tensor &m = s.exp_avg, &v = s.exp_avg_sq;
+    if (pd == DType::F64)
+      update_tensors<double, double, double>(value, *p.grad, m, v, c, r);
+    else if (pd == DType::F32 && md == DType::F32)
+      update_tensors<float, float, float>(value, *p.grad, m, v, c, r);
+    else if (pd == DType::F32)
+      update_tensors<float, float, uint16_t>(value, *p.grad, m, v, c, r);
+    else if (md == DType::F32)
+      update_tensors<float, uint16_t, float>(value, *p.grad, m, v, c, r);
     else
-      adamw_update(value.data<double>(), p.grad->data<double>(), s.exp_avg.data<double>(),
-                   s.exp_avg_sq.data<double>(), value.numel(), c);
+      update_tensors<float, uint16_t, uint16_t>(value, *p.grad, m, v, c, r);
   }
 }
 
@@ -78,9 +113,20 @@ void AdamW::load_state(const StateMap& state, const std::vector<ParamRef>& param
   if (!state.empty()) {
     optim_detail::StateReader reader(state, "AdamW");
     for (const ParamRef& p : params) {
+      const DType md = moment_dtype(p.value->dtype());
+      for (const char* suffix : {".exp_avg", ".exp_avg_sq"}) {  // the clear message first
+        auto it = state.find(p.name + suffix);
+        if (it == state.end() || !it->second.defined() || it->second.dtype() == md) continue;
+        throw Error("AdamW state: entry '" + it->first + "' is " + dtype_name(it->second.dtype()) +
+                    ", expected " + dtype_name(md) + " (with optimizer.state_dtype " +
+                    (options_.state_dtype == DType::BF16 ? "bf16" : "fp32") + ", the moments of " +
+                    dtype_name(p.value->dtype()) + " parameter '" + p.name + "' are " +
+                    dtype_name(md) +
+                    "); resume with the state_dtype (and dtype) the state was saved with");
+      }
       State s;
-      s.exp_avg = reader.tensor(p.name + ".exp_avg", p.value->shape(), p.value->dtype());
-      s.exp_avg_sq = reader.tensor(p.name + ".exp_avg_sq", p.value->shape(), p.value->dtype());
+      s.exp_avg = reader.tensor(p.name + ".exp_avg", p.value->shape(), md);
+      s.exp_avg_sq = reader.tensor(p.name + ".exp_avg_sq", p.value->shape(), md);
       s.step = reader.step(p.name + ".step");
       loaded.emplace(p.name, std::move(s));
     }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "fusetune/optim/adamw_math.h"
+#include "fusetune/optim/stochastic_rounding.h"
 #include "fusetune/util/error.h"
 
 namespace fusetune {
@@ -164,6 +165,30 @@ void update_8bit(T* p, const T* g, uint8_t* c1, uint8_t* c2, float* absmax1, flo
   }
 }
 
+// BF16 parameters: each block is widened to fp32, updated as an F32 parameter's block, and
+// written back with stochastic rounding (the moments stay 8-bit).
+void update_8bit_bf16(uint16_t* p, const uint16_t* g, uint8_t* c1, uint8_t* c2, float* absmax1,
+                      float* absmax2, int64_t n, const Coefficients& c, const bf16::Stream& round) {
+  const int64_t blocks = (n + q8::kBlock - 1) / q8::kBlock;
+#pragma omp parallel if (n >= kParallelMin)
+  {
+    const size_t len_max = static_cast<size_t>(q8::kBlock);
+    std::vector<float> m(len_max), v(len_max), pf(len_max), gf(len_max);
+#pragma omp for schedule(static)
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t i0 = b * q8::kBlock, len = std::min(q8::kBlock, n - i0);
+      for (int64_t j = 0; j < len; ++j) {
+        pf[size_t(j)] = bf16::to_f32(p[i0 + j]);
+        gf[size_t(j)] = bf16::to_f32(g[i0 + j]);
+      }
+      update_block(pf.data(), gf.data(), c1 + i0, c2 + i0, absmax1 + b, absmax2 + b, len, c,
+                   m.data(), v.data());
+      for (int64_t j = 0; j < len; ++j)
+        p[i0 + j] = round.round(pf[size_t(j)], i0 + j, bf16::Buffer::Value);
+    }
+  }
+}
+
 int64_t code_words(int64_t numel) { return (numel + 3) / 4; }
 int64_t num_blocks(int64_t numel) { return (numel + q8::kBlock - 1) / q8::kBlock; }
 uint8_t* bytes(const Tensor& t) { return reinterpret_cast<uint8_t*>(t.data<int32_t>()); }
@@ -174,10 +199,15 @@ AdamW8bit::AdamW8bit(AdamW8bitOptions options)
     : options_(options), small_(options.adamw) {  // AdamW checks betas, eps, weight_decay
   FT_CHECK(options_.min_8bit_size >= 1,
            "AdamW8bit: min_8bit_size must be >= 1, got " + std::to_string(options_.min_8bit_size));
+  FT_CHECK(options_.adamw.state_dtype == DType::F32,
+           "AdamW8bit: optimizer.state_dtype bf16 has no meaning here: the moments are stored in "
+           "8 bits (parameters below min_8bit_size keep fp32 moments); remove the key or set it "
+           "to fp32");
 }
 
 int64_t AdamW8bit::state_bytes_for(int64_t numel, int64_t elem_bytes, int64_t min_8bit_size) {
-  if (numel < min_8bit_size) return 2 * numel * elem_bytes;
+  // Small parameters keep AdamW's moments: F64 for F64 parameters, else F32 (BF16 too).
+  if (numel < min_8bit_size) return 2 * numel * (elem_bytes == 8 ? 8 : 4);
   return 2 * (code_words(numel) * 4 + num_blocks(numel) * 4);
 }
 
@@ -216,6 +246,9 @@ void AdamW8bit::step(const std::vector<ParamRef>& params, double lr) {
     float* a2 = s.absmax2.data<float>();
     if (value.dtype() == DType::F32)
       update_8bit(value.data<float>(), p.grad->data<float>(), c1, c2, a1, a2, n, c);
+    else if (value.dtype() == DType::BF16)
+      update_8bit_bf16(value.data<uint16_t>(), p.grad->data<uint16_t>(), c1, c2, a1, a2, n, c,
+                       bf16::Stream(options_.adamw.seed, s.step, p.name));
     else
       update_8bit(value.data<double>(), p.grad->data<double>(), c1, c2, a1, a2, n, c);
   }

@@ -13,6 +13,12 @@
 // and follow AdamW exactly, as bitsandbytes does. State bytes per 8-bit parameter element:
 // 2 (one code per moment) + 8 per 2048-element block, a quarter of fp32 AdamW's 8.
 //
+// BF16 parameters (BF16 gradients): computed in fp32 block by block and written back with
+// stochastic rounding (stochastic_rounding.h), keyed by options.adamw.seed and the step; their
+// small-parameter moments are fp32 (AdamW's). options.adamw.state_dtype must stay F32: the
+// moments are 8-bit, so bf16 state would mean nothing (the constructor refuses it, naming
+// optimizer.state_dtype, rather than silently ignore it).
+//
 // Storage: the codes are bytes; the runtime has no byte dtype, so they live in I32 tensors of
 // ceil(numel / 4) elements, element i in byte i of the buffer (padding bytes stay 0).
 #include <cstdint>
@@ -68,7 +74,8 @@ class AdamW8bit : public Optimizer {
   const AdamW8bitOptions& options() const { return options_; }
   int64_t step_count(const std::string& param) const;
   bool is_quantized(int64_t numel) const { return numel >= options_.min_8bit_size; }
-  // The state bytes a parameter of `numel` elements of `elem_bytes` each will hold.
+  // The state bytes a parameter of `numel` elements of `elem_bytes` each will hold (small
+  // ones: two fp32 moments, or F64 for 8-byte elements).
   static int64_t state_bytes_for(int64_t numel, int64_t elem_bytes, int64_t min_8bit_size);
 
  private:

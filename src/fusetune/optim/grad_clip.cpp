@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "fusetune/optim/stochastic_rounding.h"
 #include "fusetune/util/error.h"
 
 namespace fusetune {
@@ -24,8 +25,14 @@ double sum_squares(const T* g, int64_t n) {
     double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     int64_t i = begin;
     for (; i + 8 <= end; i += 8)
-      for (int j = 0; j < 8; ++j) acc[j] += double(g[i + j]) * double(g[i + j]);
-    for (; i < end; ++i) acc[0] += double(g[i]) * double(g[i]);
+      for (int j = 0; j < 8; ++j) {
+        const double x = double(bf16::load(g[i + j]));
+        acc[j] += x * x;
+      }
+    for (; i < end; ++i) {
+      const double x = double(bf16::load(g[i]));
+      acc[0] += x * x;
+    }
     partial[size_t(b)] =
         ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
   }
@@ -40,6 +47,13 @@ void scale_in_place(T* g, T s, int64_t n) {
   for (int64_t i = 0; i < n; ++i) g[i] = g[i] * s;
 }
 
+// BF16 gradients: the product in fp32, rounded to nearest (a one-off scaling, not an
+// accumulation: the half-ulp error does not build up, so no stochastic rounding is needed).
+void scale_in_place(uint16_t* g, float s, int64_t n) {
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) g[i] = bf16::round_nearest(bf16::to_f32(g[i]) * s);
+}
+
 }  // namespace
 
 double grad_norm(const std::vector<ParamRef>& params) {
@@ -48,8 +62,9 @@ double grad_norm(const std::vector<ParamRef>& params) {
   for (const ParamRef& p : params) {
     if (!has_grad(p)) continue;
     const Tensor& g = *p.grad;
-    total += g.dtype() == DType::F32 ? sum_squares(g.data<float>(), g.numel())
-                                     : sum_squares(g.data<double>(), g.numel());
+    total += g.dtype() == DType::F32    ? sum_squares(g.data<float>(), g.numel())
+             : g.dtype() == DType::BF16 ? sum_squares(g.data<uint16_t>(), g.numel())
+                                        : sum_squares(g.data<double>(), g.numel());
   }
   return std::sqrt(total);
 }
@@ -65,6 +80,8 @@ double clip_grad_norm(const std::vector<ParamRef>& params, double max_norm) {
     Tensor& g = *p.grad;
     if (g.dtype() == DType::F32)
       scale_in_place(g.data<float>(), float(coef), g.numel());
+    else if (g.dtype() == DType::BF16)
+      scale_in_place(g.data<uint16_t>(), float(coef), g.numel());
     else
       scale_in_place(g.data<double>(), coef, g.numel());
   }

@@ -5,6 +5,8 @@
 //   if clip_coef < 1: every gradient *= clip_coef              (in the gradient's dtype)
 // The sum is taken over fixed-size blocks combined in a fixed order, so the result is
 // bitwise the same for any thread count. Parameters without a gradient are skipped.
+// BF16 gradients are widened exactly and summed in double like the others; clipping scales
+// them in fp32 and rounds to nearest.
 //
 // A non-finite total norm (inf/nan gradients) is returned as is and the gradients are left
 // untouched: the recipe decides what to do (report it, skip the step). torch would instead

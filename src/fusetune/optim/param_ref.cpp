@@ -14,8 +14,8 @@ void check_params(const std::vector<ParamRef>& params, const char* who) {
     FT_CHECK(seen.insert(p.name).second, at + " is passed twice");
     FT_CHECK(p.value != nullptr && p.value->defined(), at + " has no value tensor");
     const DType dt = p.value->dtype();
-    FT_CHECK(dt == DType::F32 || dt == DType::F64,
-             at + " is " + dtype_name(dt) + "; only F32 and F64 parameters can be trained");
+    FT_CHECK(dt == DType::F32 || dt == DType::F64 || dt == DType::BF16,
+             at + " is " + dtype_name(dt) + "; only F32, F64 and BF16 parameters can be trained");
     if (!has_grad(p)) continue;
     FT_CHECK(p.grad->dtype() == dt, at + " has a " + dtype_name(p.grad->dtype()) +
                                         " gradient for a " + dtype_name(dt) + " value");

@@ -18,9 +18,10 @@ struct ParamRef {
 // True when the parameter has a gradient to apply.
 inline bool has_grad(const ParamRef& p) { return p.grad != nullptr && p.grad->defined(); }
 
-// Checks what every optimizer step and clip needs: unique names, a defined F32/F64 value, and
-// (when present) a gradient of the same dtype and shape. Throws fusetune::Error naming the
-// parameter at fault. `who` prefixes the message ("AdamW", "clip_grad_norm").
+// Checks what every optimizer step and clip needs: unique names, a defined F32/F64/BF16 value,
+// and (when present) a gradient of the same dtype and shape (BF16 values: BF16 gradients). Throws
+// fusetune::Error naming the parameter at fault. `who` prefixes the message ("AdamW",
+// "clip_grad_norm").
 void check_params(const std::vector<ParamRef>& params, const char* who);
 
 }  // namespace fusetune

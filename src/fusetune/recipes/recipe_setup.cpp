@@ -90,8 +90,16 @@ int64_t configured_max_seq_len(const Config& cfg) {
 
 OptimizerStateSize optimizer_state_ratio(const Config& cfg) {
   const OptimizerKind kind = parse_optimizer_kind(canonical_component(cfg, "optimizer"));
-  if (kind == OptimizerKind::SGD) return cfg.f64("optimizer.momentum", 0.0) != 0.0 ? 1.0 : 0.0;
-  OptimizerStateSize s(2.0);
+  // State bytes per parameter byte: one (SGD) or two (AdamW) buffers of state_dtype elements
+  // (AdamW8bit's small parameters: fp32) over the parameter's element size (dtype).
+  const double param_bytes = cfg.str("dtype", "fp32") == "bf16" ? 2.0 : 4.0;
+  const double state_bytes =
+      kind != OptimizerKind::AdamW8bit && cfg.str("optimizer.state_dtype", "fp32") == "bf16" ? 2.0
+                                                                                             : 4.0;
+  const double per_buffer = state_bytes / param_bytes;
+  if (kind == OptimizerKind::SGD)
+    return cfg.f64("optimizer.momentum", 0.0) != 0.0 ? per_buffer : 0.0;
+  OptimizerStateSize s(2.0 * per_buffer);
   if (kind == OptimizerKind::AdamW8bit)
     s.min_8bit_numel = cfg.i64("optimizer.min_8bit_size", AdamW8bitOptions{}.min_8bit_size);
   return s;
@@ -178,10 +186,18 @@ LoaderOptions loader_options_from(const Config& cfg, const Tokenizer& tok) {
 
 std::unique_ptr<Optimizer> build_optimizer(const Config& cfg) {
   const Config o = cfg.sub("optimizer");
+  // bf16 values are written back with stochastic rounding seeded by the run's seed.
+  const uint64_t seed = uint64_t(cfg.i64("seed", 0));
+  const std::string state_dtype = o.str("state_dtype", "fp32");
+  FT_CHECK(state_dtype == "fp32" || state_dtype == "bf16",
+           "config key 'optimizer.state_dtype' must be fp32 or bf16, got '" + state_dtype + "'");
+  const DType state = state_dtype == "bf16" ? DType::BF16 : DType::F32;
   if (parse_optimizer_kind(canonical_component(cfg, "optimizer")) == OptimizerKind::SGD) {
     SGDOptions s;
     s.momentum = o.f64("momentum", 0.0);
     s.weight_decay = o.f64("weight_decay", 0.0);
+    s.state_dtype = state;
+    s.seed = seed;
     return std::make_unique<SGD>(s);
   }
   const OptimizerKind kind = parse_optimizer_kind(canonical_component(cfg, "optimizer"));
@@ -194,6 +210,8 @@ std::unique_ptr<Optimizer> build_optimizer(const Config& cfg) {
   }
   a.eps = o.f64("eps", a.eps);
   a.weight_decay = o.f64("weight_decay", a.weight_decay);
+  a.state_dtype = state;  // AdamW8bit refuses bf16 (its moments are 8-bit)
+  a.seed = seed;
   if (kind == OptimizerKind::AdamW8bit) {
     // The refused values (amsgrad, percentile_clipping, block_wise, optim_bits) were rejected
     // by the schema (config/components.cpp); checked again for configs built in code.

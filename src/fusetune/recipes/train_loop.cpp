@@ -321,6 +321,13 @@ int run_training(const Config& cfg, const TrainJob& job) {
           Tensor& acc = grads[name];
           if (k == 0) {
             acc = std::move(g);
+          } else if (acc.dtype() == DType::BF16) {
+            // bf16 gradients: each sum in fp32, rounded to nearest back to bf16 once per
+            // micro-batch (at most half an ulp per micro-batch; no fp32 copy is held).
+            uint16_t* a = acc.data<uint16_t>();
+            const uint16_t* d = g.data<uint16_t>();
+            for (int64_t i = 0; i < acc.numel(); ++i)
+              a[i] = f32_to_bf16(bf16_to_f32(a[i]) + bf16_to_f32(d[i]));
           } else {
             float* a = acc.data<float>();
             const float* d = g.data<float>();
