@@ -135,14 +135,14 @@ FitAdvice find_fitting_settings(const Config& cfg, const std::string& recipe,
   const int64_t batch = cfg.i64("batch_size");
   if (batch > 1)
     singles.push_back({{"batch_size=" + std::to_string(batch / 2)},
-                       "half the batch (raise gradient_accumulation_steps to keep the effective "
-                       "batch)",
+                       "half the batch; raise gradient_accumulation_steps to keep the effective "
+                       "batch",
                        0});
   const int64_t T = configured_max_seq_len(cfg);
   constexpr int64_t kMinSeqLen = 64;
   if (T > kMinSeqLen)
     singles.push_back({{seq_len_key(cfg) + "=" + std::to_string(std::max(kMinSeqLen, T / 2))},
-                       "half the sequence length (longer samples are truncated)",
+                       "half the sequence length; longer samples are truncated",
                        0});
   FitAdvice advice;
   for (FitCandidate& c : singles) {
@@ -187,11 +187,11 @@ FitAdvice find_fitting_settings(const Config& cfg, const std::string& recipe,
     if (b == 1) break;
   }
   const std::vector<std::string> with_batch = combo.overrides;
-  for (int64_t t = T / 2; T > kMinSeqLen && t >= kMinSeqLen; t /= 2) {
+  for (int64_t t = std::max(kMinSeqLen, T / 2); T > kMinSeqLen; t = std::max(kMinSeqLen, t / 2)) {
     combo.overrides = with_batch;
     combo.overrides.push_back(seq_len_key(cfg) + "=" + std::to_string(t));
     combo.peak = configured_peak(cfg, combo.overrides, recipe, model);
-    if (consider(combo)) return advice;
+    if (consider(combo) || t == kMinSeqLen) return advice;
   }
   return advice;
 }
