@@ -11,6 +11,7 @@
 
 #include "fusetune/io/hf_config.h"
 #include "fusetune/kernels/cpu/gemm_peak.h"
+#include "fusetune/metrics/format.h"
 #include "fusetune/models/flops.h"
 #include "fusetune/runtime/op_profile.h"
 #include "fusetune/util/strings.h"
@@ -61,11 +62,12 @@ int main(int argc, char** argv) try {
       training_flops_per_token(shape.config, shape.seq, [](const std::string&) { return true; });
   std::printf(
       "shape %s: vocab %lld, dim %lld, layers %lld, heads %lld/%lld kv, ffn %lld, batch %lld x "
-      "%lld; %d threads\n",
+      "%lld; %s params; %d threads\n",
       shape.name.c_str(), (long long)shape.config.vocab_size, (long long)shape.config.hidden_size,
       (long long)shape.config.num_hidden_layers, (long long)shape.config.num_attention_heads,
       (long long)shape.config.num_key_value_heads, (long long)shape.config.intermediate_size,
-      (long long)shape.batch, (long long)shape.seq, omp_get_max_threads());
+      (long long)shape.batch, (long long)shape.seq, short_count(shape_params(shape)).c_str(),
+      omp_get_max_threads());
   std::printf("measured BLAS sgemm peak: %.1f GFLOP/s; training FLOPs per token: %.3g\n\n", peak,
               fpt);
 

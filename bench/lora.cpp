@@ -18,7 +18,9 @@
 #include <nlohmann/json.hpp>
 
 #include "fusetune/compile/plan_report.h"
+#include "fusetune/metrics/format.h"
 #include "fusetune/peft/lora.h"
+#include "fusetune/peft/parameter_count.h"
 #include "fusetune/util/strings.h"
 #include "step_runner.h"
 
@@ -31,6 +33,7 @@ struct Result {
   std::string method, mode;
   double tokens_per_s = 0, compile_s = 0;
   int64_t peak_bytes = 0, trainable = 0, weight_bytes = 0;
+  int64_t params = 0;  // every parameter, the NF4 base by its logical size
   MemoryBreakdown predicted;
   std::vector<double> losses;
 };
@@ -68,6 +71,7 @@ Result run(const BenchShape& shape, const std::string& method, CompileMode mode,
       for (const auto& [n, w] : *store) r.weight_bytes += w.nbytes();
     TrainingGraph tg = build_training_graph(shape.config, o);
     for (const auto& n : tg.trainable_params) r.trainable += params.at(n).numel();
+    r.params = peft::count_parameters(params, {}, store.get()).total;
     memory::reset_peak();
     PassOptions po;
     po.mode = mode;
@@ -169,13 +173,14 @@ int main(int argc, char** argv) try {
     return std::string(buf);
   };
   const double MiB = 1 << 20;
-  std::printf("%-7s %-7s %10s %11s %10s %9s %9s %10s  %s\n", "method", "compile", "trainable",
-              "weights MiB", "tokens/s", "peak MiB", "compile s", "last loss", "ratios");
+  std::printf("%-7s %-7s %8s %10s %11s %10s %9s %9s %10s  %s\n", "method", "compile", "params",
+              "trainable", "weights MiB", "tokens/s", "peak MiB", "compile s", "last loss",
+              "ratios");
   for (const Result& r : results)
-    std::printf("%-7s %-7s %10lld %11.1f %10.1f %9.1f %9.3f %10.5f  %s\n", r.method.c_str(),
-                r.mode.c_str(), (long long)r.trainable, double(r.weight_bytes) / MiB,
-                r.tokens_per_s, double(r.peak_bytes) / MiB, r.compile_s, r.losses.back(),
-                ratios(r).c_str());
+    std::printf("%-7s %-7s %8s %10lld %11.1f %10.1f %9.1f %9.3f %10.5f  %s\n", r.method.c_str(),
+                r.mode.c_str(), short_count(r.params).c_str(), (long long)r.trainable,
+                double(r.weight_bytes) / MiB, r.tokens_per_s, double(r.peak_bytes) / MiB,
+                r.compile_s, r.losses.back(), ratios(r).c_str());
   // Where the peak goes: weights and trainable state are exact; activations (arena + eager
   // buffers at the peak) and workspace are the memory estimate's, which `fusetune plan` prints.
   std::printf(
@@ -199,6 +204,7 @@ int main(int argc, char** argv) try {
                          {"tokens_per_s", r.tokens_per_s},
                          {"peak_bytes", r.peak_bytes},
                          {"weight_bytes", r.weight_bytes},
+                         {"params", r.params},
                          {"trainable", r.trainable},
                          {"compile_s", r.compile_s},
                          {"predicted_peak_bytes", r.predicted.total()},

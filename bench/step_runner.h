@@ -56,6 +56,8 @@ inline const std::vector<BenchShape>& shapes() {
       {"tiny", llama_shape(4096, 128, 2, 4, 2, 384, false), 2, 128},
       {"stories260K", llama_shape(512, 64, 5, 8, 4, 172, true), 8, 256},
       {"llama3.2-1b", llama_shape(128256, 2048, 16, 32, 8, 8192, true), 1, 512},
+      // Llama 3.1 8B's shape, random-init (fp32: ~32 GB of weights; LoRA/QLoRA fit far better).
+      {"llama3.1-8b", llama_shape(128256, 4096, 32, 32, 8, 14336, false), 1, 512},
   };
   return all;
 }
@@ -67,6 +69,17 @@ inline const BenchShape& find_shape(const std::string& name) {
     names += (names.empty() ? "" : ", ") + s.name;
   }
   throw Error("unknown shape '" + name + "' (known: " + names + ")");
+}
+
+// Every parameter of the shape's model (as the run header counts them).
+inline int64_t shape_params(const BenchShape& s) {
+  int64_t n = 0;
+  for (const ParamInfo& p : graph_parameters(build_training_graph(s.config, {}).graph)) {
+    int64_t e = 1;
+    for (int64_t d : p.shape) e *= d;
+    n += e;
+  }
+  return n;
 }
 
 struct RunResult {

@@ -8,13 +8,16 @@
 #include "fusetune/compile/plan_report.h"
 #include "fusetune/config/builtin_configs.h"
 #include "fusetune/losses/preference.h"
+#include "fusetune/metrics/format.h"
 #include "fusetune/models/training_graph.h"
+#include "fusetune/peft/lora.h"
 #include "fusetune/peft/nf4_weight.h"
 #include "fusetune/recipes/dpo_step.h"
 #include "fusetune/recipes/lora_finetune_single_device.h"
 #include "fusetune/recipes/recipe_inference.h"
 #include "fusetune/recipes/recipe_setup.h"
 #include "fusetune/recipes/registry.h"
+#include "fusetune/recipes/step_plan.h"
 #include "fusetune/util/error.h"
 #include "fusetune/util/strings.h"
 
@@ -29,7 +32,13 @@ const char* const kPlanHelp =
     "shape (batch_size x max_seq_len) and prints, for compile false, model and true: the\n"
     "kernels per region, the fused groups, and the predicted peak memory (parameters,\n"
     "gradients, optimizer state, activations, workspace). Nothing is trained and no weights\n"
-    "are read. A run with log_peak_memory_stats reports the measured peak to compare.\n";
+    "are read. A run with log_peak_memory_stats reports the measured peak to compare.\n"
+    "\n"
+    "Each mode's peak is compared with the memory this process may use (MemAvailable, or the\n"
+    "memory cgroup's limit when lower; FUSETUNE_AVAILABLE_MEMORY_BYTES replaces the measurement).\n"
+    "When the configured mode does not fit, it lists the settings that would (compile: true,\n"
+    "activation checkpointing, QLoRA, a smaller batch_size or max_seq_len), each estimated the\n"
+    "same way; `fusetune run` stops before loading such a config (memory_check: false runs it).\n";
 
 int cmd_plan(const std::vector<std::string>& argv) {
   Args a = parse_args(argv, {{"config", "recipe"}, {}, true});
@@ -54,53 +63,41 @@ int cmd_plan(const std::vector<std::string>& argv) {
   std::fflush(stdout);
   Config cfg = prepare_recipe_config(recipe, a, kUsage);
   const ModelConfig model = model_architecture(cfg);
-  const int64_t T = configured_max_seq_len(cfg);
-  FT_CHECK(T > 0, "plan needs a sequence length: set dataset.max_seq_len or tokenizer.max_seq_len");
-  TrainingGraphOptions o;
-  o.batch_size = cfg.i64("batch_size");
-  o.seq_len = T;
-  o.packed = cfg.boolean("dataset.packed", false);
-  std::shared_ptr<peft::NF4Store> nf4;  // sized, never filled: no weights are read
-  const bool dpo = recipe == "lora_dpo_single_device" || recipe == "full_dpo_single_device";
-  if (recipe == "lora_finetune_single_device" || recipe == "lora_dpo_single_device") {
-    // The adapters train; the base is frozen (NF4 with quantize_base, as the recipe runs it).
-    const peft::LoraConfig lc = lora_config_from(cfg);
-    if (lc.quantize_base) nf4 = peft::nf4_store_layout(model);
-    o.trainable = peft::is_adapter_param;
-    o.llama = peft::lora_llama_options(lc, nf4);
-  }
-  PreferenceLoss pref;
-  if (dpo) {  // B pairs = 2B rows, chosen then rejected
-    pref = preference_loss_from(cfg);
-    o.batch_size *= 2;
-    o.loss = preference_loss_builder(pref);
-  }
-  TrainingGraph tg = build_training_graph(model, o);
+  const PlannedStep step = plan_step(cfg, recipe, model);
+  const TrainingGraphOptions& o = step.options;
+  const int64_t T = o.seq_len;
+  const peft::ParameterCount params = count_step_parameters(step);
   std::printf(
       "recipe %s: %s model, %lld layers, vocab %lld; step of %lld x %lld tokens%s, the largest "
-      "batch shape the config allows (batch_size x max_seq_len, two rows per DPO pair)\n\n",
+      "batch shape the config allows (batch_size x max_seq_len, two rows per DPO pair)\n",
       recipe.c_str(), model.model_type.c_str(), (long long)model.num_hidden_layers,
       (long long)model.vocab_size, (long long)o.batch_size, (long long)T,
       o.packed ? " (packed)" : "");
+  std::printf(
+      "parameters: %s (%lld), trainable %s (%s%%)%s\n", short_count(params.total).c_str(),
+      (long long)params.total, short_count(params.trainable).c_str(),
+      format_fixed(params.total > 0 ? 100.0 * double(params.trainable) / double(params.total) : 0.0,
+                   2)
+          .c_str(),
+      step.nf4 ? " (the NF4 base counted by its logical size)" : "");
+  if (const std::string note = plan_dtype_note(cfg); !note.empty())
+    std::printf("%s\n", note.c_str());
+  std::printf("\n");
   std::vector<ModePlan> plans;
   // optimizer_in_bwd: each gradient is freed once its parameter is updated; the table also
   // shows the peak of the ordinary step for comparison.
-  const bool in_bwd = cfg.boolean("optimizer_in_bwd", false);
+  const bool in_bwd = step.optimizer_in_bwd;
   std::vector<int64_t> ordinary_peak;
   for (CompileMode mode : {CompileMode::None, CompileMode::Model, CompileMode::Full}) {
-    PassOptions po;
-    po.mode = mode;
-    po.activation_checkpointing = cfg.boolean("enable_activation_checkpointing", false);
-    plans.push_back(plan_mode(tg.graph, po, optimizer_state_ratio(cfg), in_bwd));
-    if (in_bwd)
-      ordinary_peak.push_back(plan_mode(tg.graph, po, optimizer_state_ratio(cfg)).memory.total());
+    plans.push_back(plan_step_mode(step, mode));
+    if (in_bwd) ordinary_peak.push_back(plan_step_mode(step, mode, true).memory.total());
     std::printf("%s\n", format_mode_plan(plans.back()).c_str());
   }
-  if (dpo && pref.needs_reference()) {
+  if (step.preference && step.preference->needs_reference()) {
     // The reference model's forward pass runs before the policy's step, without gradients.
     LlamaOptions ref_llama =
-        recipe == "lora_dpo_single_device" ? peft::base_llama_options(nf4) : LlamaOptions{};
-    Graph ref = build_sequence_log_probs_graph(model, o.batch_size, T, DType::F32, ref_llama);
+        recipe == "lora_dpo_single_device" ? peft::base_llama_options(step.nf4) : LlamaOptions{};
+    Graph ref = build_sequence_log_probs_graph(model, o.batch_size, T, o.dtype, ref_llama);
     std::printf("reference forward (%s):", cfg.boolean("precompute_ref_log_probs", false)
                                                ? "once per pair, before training"
                                                : "every step, before the policy's");
@@ -114,16 +111,54 @@ int cmd_plan(const std::vector<std::string>& argv) {
     std::printf(" (activations + workspace%s)\n\n",
                 recipe == "full_dpo_single_device" ? "; plus a frozen copy of the parameters" : "");
   }
-  std::printf("%-8s %9s %14s%s\n", "compile", "kernels", "peak",
-              in_bwd ? "  optimizer_in_bwd: false" : "");
+  const bool accumulating = step.gradient_accumulation_steps > 1 && !in_bwd;
+  if (accumulating)
+    std::printf(
+        "gradient_accumulation_steps: %lld holds the summed gradients across micro-batches "
+        "(+%s while the next micro-batch's are computed): counted in the fit column\n\n",
+        (long long)step.gradient_accumulation_steps,
+        format_bytes(double(plans.back().memory.gradients)).c_str());
+  // The verdict: this machine's available memory against each mode's peak.
+  const std::optional<AvailableMemory> available = available_memory();
+  const std::string fit_header =
+      available ? "fits in " + format_bytes(double(available->bytes)) + "?" : "fits?";
+  std::printf("%-8s %9s %14s%s  %s\n", "compile", "kernels", "peak",
+              in_bwd ? "  optimizer_in_bwd: false" : "", fit_header.c_str());
+  const CompileMode configured = step.configured_mode;
   for (size_t i = 0; i < plans.size(); ++i) {
     const ModePlan& p = plans[i];
-    std::printf(
-        "%-8s %9lld %14s%s%s\n", compile_mode_name(p.mode),
-        (long long)(p.kernels[0] + p.kernels[1]), format_bytes(double(p.memory.total())).c_str(),
-        in_bwd ? ("  " + format_bytes(double(ordinary_peak[i]))).c_str() : "",
-        p.mode == parse_compile_mode(cfg.str("compile", "false")) ? "   <- this config" : "");
+    const int64_t peak = run_peak_bytes(step, p);
+    std::string verdict = !available ? "unknown" : peak <= available->bytes ? "yes" : "no";
+    if (accumulating) verdict += " (" + format_bytes(double(peak)) + " with accumulation)";
+    std::printf("%-8s %9lld %14s%s  %-5s%s\n", compile_mode_name(p.mode),
+                (long long)(p.kernels[0] + p.kernels[1]),
+                format_bytes(double(p.memory.total())).c_str(),
+                in_bwd ? ("  " + format_bytes(double(ordinary_peak[i]))).c_str() : "",
+                verdict.c_str(), p.mode == configured ? "   <- this config" : "");
   }
+  if (!available) {
+    std::printf("\nthe available memory could not be read (/proc/meminfo)\n");
+    return 0;
+  }
+  const ModePlan& mine = plans[configured == CompileMode::None    ? 0
+                               : configured == CompileMode::Model ? 1
+                                                                  : 2];
+  const int64_t peak = run_peak_bytes(step, mine);
+  std::printf("\navailable memory: %s (%s)\n", format_bytes(double(available->bytes)).c_str(),
+              available->source.c_str());
+  if (peak <= available->bytes) {
+    std::printf("this config (compile: %s) fits: %s of %s\n", compile_mode_name(configured),
+                format_bytes(double(peak)).c_str(), format_bytes(double(available->bytes)).c_str());
+    return 0;
+  }
+  std::printf(
+      "this config (compile: %s) does NOT fit: %s needed, %s available; `fusetune run` "
+      "would stop before loading the model (memory_check: false overrides)\n",
+      compile_mode_name(configured), format_bytes(double(peak)).c_str(),
+      format_bytes(double(available->bytes)).c_str());
+  std::printf("%s", format_fit_advice(find_fitting_settings(cfg, recipe, model, available->bytes),
+                                      available->bytes)
+                        .c_str());
   return 0;
 }
 

@@ -72,10 +72,16 @@ std::string run(Graph& g, const PassOptions& opts) {
     return "fuse_linear_cross_entropy: skipped (the loss region is not compiled)";
   int fused = 0;
   int64_t chunk = 0, vocab = 0;
+  // The readers are recomputed only after a fusion changed the graph (once per node was
+  // quadratic: seconds on an 8B model's step).
+  std::vector<std::vector<int>> readers;
+  bool stale = true;
   for (int i = 0; i < int(g.nodes().size()); ++i) {
-    auto readers = readers_of(g);
+    if (stale) readers = readers_of(g);
+    stale = false;
     auto m = match_at(g, readers, i);
     if (!m) continue;
+    stale = true;
     const Node mm = g.nodes()[m->matmul];
     const bool nf4 = mm.op == Op::NF4MatMul;
     const Value h = mm.inputs[0];

@@ -66,9 +66,16 @@ std::string run(Graph& g, const PassOptions& opts) {
     return "fuse_linear_log_probs: skipped (the loss region is not compiled)";
   int fused = 0;
   int64_t chunk = 0, vocab = 0;
+  // The readers are recomputed only after a fusion changed the graph (once per node was
+  // quadratic: seconds on an 8B model's step).
+  std::vector<std::vector<int>> readers;
+  bool stale = true;
   for (int i = 0; i < int(g.nodes().size()); ++i) {
-    auto m = match_at(g, readers_of(g), i);
+    if (stale) readers = readers_of(g);
+    stale = false;
+    auto m = match_at(g, readers, i);
     if (!m) continue;
+    stale = true;
     const Node mm = g.nodes()[m->matmul];
     const Node gather = g.nodes()[m->gather];
     const bool nf4 = mm.op == Op::NF4MatMul;

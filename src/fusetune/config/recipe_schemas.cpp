@@ -184,6 +184,12 @@ Schema build_full(bool preference = false) {
                   "config key 'profiler' is ignored: fusetune has no profiler "
                   "(see `fusetune plan` and the step log)");
             }));
+  s.add(Field::Bool("memory_check")
+            .def("true")
+            .doc("before loading the model, stop when `fusetune plan`'s peak for the configured "
+                 "compile mode exceeds the memory available to the process (MemAvailable or "
+                 "the memory cgroup's limit; FUSETUNE_AVAILABLE_MEMORY_BYTES replaces it), "
+                 "naming settings that fit; false skips the check"));
   s.add(Field::Bool("optimizer_in_bwd")
             .doc("update each parameter as soon as its gradient is computed and free the "
                  "gradient (needs gradient_accumulation_steps: 1, no clip_grad_norm)"));

@@ -44,4 +44,15 @@ std::string format_fixed(double x, int decimals) {
   return buf;
 }
 
+std::string short_count(int64_t n) {
+  const char* units[] = {"", "K", "M", "B", "T"};
+  double v = double(n);
+  int u = 0;
+  while (std::fabs(v) >= 1000 && u < 4) {
+    v /= 1000;
+    ++u;
+  }
+  return u == 0 ? std::to_string(n) : format_fixed(v, 2) + units[u];
+}
+
 }  // namespace fusetune

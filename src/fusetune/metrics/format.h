@@ -1,6 +1,7 @@
 #pragma once
 // Number formatting for log lines, matching what the same values look like in torchtune's
 // (Python) logs.
+#include <cstdint>
 #include <string>
 
 namespace fusetune {
@@ -13,5 +14,8 @@ std::string python_float_repr(double x);
 
 // Python's f"{x:.{decimals}f}" (printf "%.Nf": correctly rounded, "nan"/"inf" spelled so).
 std::string format_fixed(double x, int decimals);
+
+// 1234567 -> "1.23M": the size of a parameter count at a glance.
+std::string short_count(int64_t n);
 
 }  // namespace fusetune

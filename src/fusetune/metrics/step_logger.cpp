@@ -24,18 +24,6 @@ double steady_now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// 1234567 -> "1.23M": the size of a parameter count at a glance.
-std::string short_count(int64_t n) {
-  const char* units[] = {"", "K", "M", "B", "T"};
-  double v = double(n);
-  int u = 0;
-  while (std::fabs(v) >= 1000 && u < 4) {
-    v /= 1000;
-    ++u;
-  }
-  return u == 0 ? std::to_string(n) : format_fixed(v, 2) + units[u];
-}
-
 nlohmann::ordered_json number_or_null(double v) {
   return std::isfinite(v) ? nlohmann::ordered_json(v) : nlohmann::ordered_json(nullptr);
 }

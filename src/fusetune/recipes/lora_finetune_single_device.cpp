@@ -14,6 +14,7 @@
 #include "fusetune/io/hf_checkpoint.h"
 #include "fusetune/io/safetensors.h"
 #include "fusetune/peft/adapter.h"
+#include "fusetune/peft/parameter_count.h"
 #include "fusetune/recipes/train_loop.h"
 #include "fusetune/util/error.h"
 #include "fusetune/util/fs.h"
@@ -185,6 +186,7 @@ LoraJob lora_training_job(const Config& cfg, const std::string& recipe) {
       for (auto& [name, t] : a.tensors) m.params[name] = t;
     }
   };
+  job.params_stored_elsewhere = [run]() { return run->nf4 ? peft::nf4_numel(*run->nf4) : 0; };
   if (run->lora.dropout > 0) {
     const int64_t accum = cfg.i64("gradient_accumulation_steps", 1);
     job.add_inputs = [seed, accum](TensorMap& in, int64_t step, int64_t micro) {

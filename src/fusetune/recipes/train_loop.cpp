@@ -10,7 +10,9 @@
 #include "fusetune/kernels/cpu/gemm_peak.h"
 #include "fusetune/metrics/step_logger.h"
 #include "fusetune/optim/grad_clip.h"
+#include "fusetune/peft/parameter_count.h"
 #include "fusetune/recipes/recipe_setup.h"
+#include "fusetune/recipes/step_plan.h"
 #include "fusetune/recipes/training_checkpoint.h"
 #include "fusetune/runtime/memory.h"
 #include "fusetune/util/error.h"
@@ -88,6 +90,9 @@ int run_training(const Config& cfg, const TrainJob& job) {
                std::to_string(grad_accum) +
                "): each parameter is updated as soon as its gradient is ready, so gradients "
                "cannot be summed over micro-batches first (as in torchtune)");
+
+  // ---- memory check: the plan's peak against the available memory, before loading ---------
+  const std::string planned_peak = check_run_fits_memory(cfg, job.recipe);
 
   // ---- model, tokenizer, data -------------------------------------------------------------
   LoadedModel model = load_model(cfg, dtype);
@@ -191,10 +196,10 @@ int run_training(const Config& cfg, const TrainJob& job) {
   RunHeader header;
   header.recipe = job.recipe;
   header.model = model.config.model_type + " (" + model.description + ")";
-  for (const auto& [name, t] : model.params) {
-    header.params_total += t.numel();
-    if (job.trainable(name)) header.params_trainable += t.numel();
-  }
+  const peft::ParameterCount counted = peft::count_parameters(model.params, job.trainable);
+  header.params_total =
+      counted.total + (job.params_stored_elsewhere ? job.params_stored_elsewhere() : 0);
+  header.params_trainable = counted.trainable;
   header.threads = threads;
   header.dtype = cfg.str("dtype", "fp32");
   header.compile_mode = compile_mode_name(passes.mode);
@@ -203,6 +208,7 @@ int run_training(const Config& cfg, const TrainJob& job) {
                                        std::to_string(steps_per_epoch) + " per epoch)"});
   const double peak_gflops = kernels::measure_peak_gemm_gflops(512);
   header.extra.push_back({"peak_gemm_gflops", std::to_string(int64_t(peak_gflops))});
+  if (!planned_peak.empty()) header.extra.push_back({"planned_peak", planned_peak});
   if (!resumed_from.empty()) header.extra.push_back({"resumed_from", resumed_from});
   for (const std::string& d : skipped_checkpoints)
     header.extra.push_back({"skipped_damaged_checkpoint", d});

@@ -42,6 +42,9 @@ struct TrainJob {
   std::function<ResumedState(const std::filesystem::path&, DType)> load;
   // The data: samples (default) or preference pairs (the DPO recipes).
   bool preference_data = false;
+  // Parameters held outside LoadedModel::params (QLoRA's NF4 base), by their logical element
+  // count, for the run header; called after `prepare`. Empty: none.
+  std::function<int64_t()> params_stored_elsewhere;
   // The step; empty: supervised fine-tuning (make_sft_step).
   std::function<std::unique_ptr<TrainingStep>(const StepContext&)> make_step;
 };

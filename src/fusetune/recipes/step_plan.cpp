@@ -1,0 +1,246 @@
+#include "fusetune/recipes/step_plan.h"
+
+#include <algorithm>
+
+#include "fusetune/compile/compiler.h"
+#include "fusetune/models/parameters.h"
+#include "fusetune/peft/lora.h"
+#include "fusetune/recipes/dpo_step.h"
+#include "fusetune/recipes/lora_finetune_single_device.h"
+#include "fusetune/recipes/recipe_setup.h"
+#include "fusetune/util/error.h"
+#include "fusetune/util/strings.h"
+
+namespace fusetune {
+namespace {
+
+bool is_lora_recipe(const std::string& recipe) {
+  return recipe == "lora_finetune_single_device" || recipe == "lora_dpo_single_device";
+}
+
+bool is_dpo_recipe(const std::string& recipe) {
+  return recipe == "lora_dpo_single_device" || recipe == "full_dpo_single_device";
+}
+
+// The peak of `cfg` (after `overrides`) in its configured compile mode.
+int64_t configured_peak(const Config& cfg, const std::vector<std::string>& overrides,
+                        const std::string& recipe, const ModelConfig& model) {
+  Config c = cfg;
+  c.apply_overrides(overrides);
+  const PlannedStep s = plan_step(c, recipe, model, true);
+  return run_peak_bytes(s, plan_step_mode(s, s.configured_mode));
+}
+
+// The key that sets the training sequence length (configured_max_seq_len reads it first).
+std::string seq_len_key(const Config& cfg) {
+  return cfg.has("dataset.max_seq_len") ? "dataset.max_seq_len" : "tokenizer.max_seq_len";
+}
+
+std::string join_overrides(const std::vector<std::string>& o) { return join(o, " "); }
+
+}  // namespace
+
+DType plan_dtype(const Config& cfg) {
+  const std::string dtype = cfg.str("dtype", "fp32");
+  // bf16 SWITCH: bf16 step graphs are not built yet; plan them in fp32 (an upper bound).
+  // When they are, return DType::BF16 for "bf16" here: nothing else changes.
+  if (dtype == "bf16") return DType::F32;
+  return DType::F32;
+}
+
+std::string plan_dtype_note(const Config& cfg) {
+  const std::string dtype = cfg.str("dtype", "fp32");
+  if (dtype == "bf16" && plan_dtype(cfg) != DType::BF16)
+    return "dtype: bf16 is planned as fp32 until bf16 step graphs exist: every float tensor is "
+           "counted at 4 bytes, so the peaks below are upper bounds";
+  return "";
+}
+
+PlannedStep plan_step(const Config& cfg, const std::string& recipe, const ModelConfig& model,
+                      bool allow_unknown_seq_len) {
+  PlannedStep s;
+  s.recipe = recipe;
+  s.model = model;
+  int64_t T = configured_max_seq_len(cfg);
+  if (T <= 0) {
+    FT_CHECK(allow_unknown_seq_len,
+             "plan needs a sequence length: set dataset.max_seq_len or tokenizer.max_seq_len "
+             "(e.g. tokenizer.max_seq_len=2048 on the command line)");
+    s.seq_len_known = false;
+    T = 1;
+  }
+  TrainingGraphOptions& o = s.options;
+  o.batch_size = cfg.i64("batch_size");
+  o.seq_len = T;
+  o.packed = cfg.boolean("dataset.packed", false);
+  o.dtype = plan_dtype(cfg);
+  if (is_lora_recipe(recipe)) {
+    // The adapters train; the base is frozen (NF4 with quantize_base, as the recipe runs it).
+    const peft::LoraConfig lc = lora_config_from(cfg);
+    if (lc.quantize_base) s.nf4 = peft::nf4_store_layout(model);
+    o.trainable = peft::is_adapter_param;
+    o.llama = peft::lora_llama_options(lc, s.nf4);
+  }
+  if (is_dpo_recipe(recipe)) {  // B pairs = 2B rows, chosen then rejected
+    s.preference = preference_loss_from(cfg);
+    o.batch_size *= 2;
+    o.loss = preference_loss_builder(*s.preference);
+  }
+  s.optimizer_state = optimizer_state_ratio(cfg);
+  s.optimizer_in_bwd = cfg.boolean("optimizer_in_bwd", false);
+  s.activation_checkpointing = cfg.boolean("enable_activation_checkpointing", false);
+  s.gradient_accumulation_steps = cfg.i64("gradient_accumulation_steps", 1);
+  s.configured_mode = parse_compile_mode(cfg.str("compile", "false"));
+  s.graph = build_training_graph(model, o);
+  return s;
+}
+
+ModePlan plan_step_mode(const PlannedStep& s, CompileMode mode, bool ordinary) {
+  PassOptions po;
+  po.mode = mode;
+  po.activation_checkpointing = s.activation_checkpointing;
+  return plan_mode(s.graph.graph, po, s.optimizer_state, s.optimizer_in_bwd && !ordinary);
+}
+
+int64_t run_peak_bytes(const PlannedStep& s, const ModePlan& p) {
+  int64_t peak = p.memory.total();
+  if (s.gradient_accumulation_steps > 1 && !s.optimizer_in_bwd) peak += p.memory.gradients;
+  return peak;
+}
+
+peft::ParameterCount count_step_parameters(const PlannedStep& s) {
+  peft::ParameterCount c;
+  for (const ParamInfo& p : graph_parameters(s.graph.graph)) {
+    int64_t n = 1;
+    for (int64_t d : p.shape) n *= d;
+    c.total += n;
+    if (p.trainable) c.trainable += n;
+  }
+  if (s.nf4) c.total += peft::nf4_numel(*s.nf4);
+  return c;
+}
+
+FitAdvice find_fitting_settings(const Config& cfg, const std::string& recipe,
+                                const ModelConfig& model, int64_t available) {
+  // The single changes, in the documented order.
+  std::vector<FitCandidate> singles;
+  if (parse_compile_mode(cfg.str("compile", "false")) != CompileMode::Full)
+    singles.push_back({{"compile=true"}, "compile model, loss and backward as one graph", 0});
+  if (!cfg.boolean("enable_activation_checkpointing", false))
+    singles.push_back({{"enable_activation_checkpointing=true"},
+                       "recompute layer activations in the backward",
+                       0});
+  if (is_lora_recipe(recipe) && !cfg.boolean("model.quantize_base", false))
+    singles.push_back({{"model.quantize_base=true"}, "QLoRA: the frozen base stored as NF4", 0});
+  const int64_t batch = cfg.i64("batch_size");
+  if (batch > 1)
+    singles.push_back({{"batch_size=" + std::to_string(batch / 2)},
+                       "half the batch; raise gradient_accumulation_steps to keep the effective "
+                       "batch",
+                       0});
+  const int64_t T = configured_max_seq_len(cfg);
+  constexpr int64_t kMinSeqLen = 64;
+  if (T > kMinSeqLen)
+    singles.push_back({{seq_len_key(cfg) + "=" + std::to_string(std::max(kMinSeqLen, T / 2))},
+                       "half the sequence length; longer samples are truncated",
+                       0});
+  FitAdvice advice;
+  for (FitCandidate& c : singles) {
+    c.peak = configured_peak(cfg, c.overrides, recipe, model);
+    if (c.peak <= available) advice.fitting.push_back(c);
+  }
+  if (!advice.fitting.empty()) return advice;
+  if (!is_lora_recipe(recipe)) {
+    const bool eight_bit = optimizer_state_ratio(cfg).min_8bit_numel > 0;
+    const bool in_bwd = cfg.boolean("optimizer_in_bwd", false);
+    advice.hint = std::string("(beyond this list: train adapters instead, with ") +
+                  "lora_finetune_single_device and model.quantize_base: true" +
+                  (eight_bit ? "" : "; or optimizer: AdamW8bit") +
+                  (in_bwd || is_dpo_recipe(recipe) ? "" : "; or optimizer_in_bwd: true") + ")";
+  }
+  // Combined: the changes that keep the training the same first, then smaller batches, then
+  // shorter sequences; the first combination that fits.
+  FitCandidate combo{{}, "combined", 0};
+  auto consider = [&](const FitCandidate& c) {
+    if (!advice.closest || c.peak < advice.closest->peak) advice.closest = c;
+    if (c.peak > available) return false;
+    advice.fitting.push_back(c);
+    advice.closest.reset();
+    return true;
+  };
+  std::vector<std::string> base;
+  for (const FitCandidate& c : singles) {
+    const std::string& o = c.overrides[0];
+    if (o.rfind("batch_size=", 0) == 0 || o.find("max_seq_len=") != std::string::npos) continue;
+    base.push_back(o);
+  }
+  combo.overrides = base;
+  if (!base.empty()) {
+    combo.peak = configured_peak(cfg, combo.overrides, recipe, model);
+    if (consider(combo)) return advice;
+  }
+  for (int64_t b = batch / 2; b >= 1; b /= 2) {
+    combo.overrides = base;
+    combo.overrides.push_back("batch_size=" + std::to_string(b));
+    combo.peak = configured_peak(cfg, combo.overrides, recipe, model);
+    if (consider(combo)) return advice;
+    if (b == 1) break;
+  }
+  const std::vector<std::string> with_batch = combo.overrides;
+  for (int64_t t = std::max(kMinSeqLen, T / 2); T > kMinSeqLen; t = std::max(kMinSeqLen, t / 2)) {
+    combo.overrides = with_batch;
+    combo.overrides.push_back(seq_len_key(cfg) + "=" + std::to_string(t));
+    combo.peak = configured_peak(cfg, combo.overrides, recipe, model);
+    if (consider(combo) || t == kMinSeqLen) return advice;
+  }
+  return advice;
+}
+
+std::string format_fit_advice(const FitAdvice& advice, int64_t available) {
+  std::string out;
+  if (!advice.fitting.empty()) {
+    out += "settings that fit in " + format_bytes(double(available)) + ":\n";
+    for (const FitCandidate& c : advice.fitting)
+      out += "  " + join_overrides(c.overrides) + "  -> " + format_bytes(double(c.peak)) +
+             (c.why == "combined" ? "" : "  (" + c.why + ")") + "\n";
+  } else if (advice.closest) {
+    out += "no setting tried fits in " + format_bytes(double(available)) + "; the closest:\n  " +
+           join_overrides(advice.closest->overrides) + "  -> " +
+           format_bytes(double(advice.closest->peak)) + "\n";
+    if (!advice.hint.empty()) out += advice.hint + "\n";
+  }
+  return out;
+}
+
+std::string check_run_fits_memory(const Config& cfg, const std::string& recipe) {
+  if (!cfg.boolean("memory_check", true)) return "";
+  const std::optional<AvailableMemory> available = available_memory();
+  if (!available) return "";
+  ModelConfig model;
+  try {
+    model = model_architecture(cfg);
+  } catch (const Error&) {
+    return "";  // loading the model reports what is wrong with it
+  }
+  const PlannedStep s = plan_step(cfg, recipe, model, true);
+  const ModePlan p = plan_step_mode(s, s.configured_mode);
+  const int64_t peak = run_peak_bytes(s, p);
+  if (peak <= available->bytes)
+    return format_bytes(double(peak)) + (s.seq_len_known ? "" : " (no max_seq_len: a floor)") +
+           " of " + format_bytes(double(available->bytes)) + " available (" + available->source +
+           ")";
+  const FitAdvice advice = find_fitting_settings(cfg, recipe, model, available->bytes);
+  throw Error("this run would not fit in memory: `fusetune plan` predicts a peak of " +
+              format_bytes(double(peak)) +
+              " for its step (compile: " + compile_mode_name(s.configured_mode) + ", batch " +
+              std::to_string(s.options.batch_size) + " x " +
+              (s.seq_len_known ? std::to_string(s.options.seq_len) + " tokens"
+                               : std::string("1 token: no max_seq_len, so this is a floor")) +
+              (plan_dtype_note(cfg).empty() ? "" : ", dtype bf16 planned as fp32") + ") but " +
+              format_bytes(double(available->bytes)) + " is available (" + available->source +
+              "); stopping before the model is loaded.\n" +
+              format_fit_advice(advice, available->bytes) +
+              "Set memory_check: false to run anyway.");
+}
+
+}  // namespace fusetune
