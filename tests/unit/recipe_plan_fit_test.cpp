@@ -268,7 +268,7 @@ TEST(BuiltinConfigs, The8BAnd3BConfigsMirrorTorchtuneAndPlan) {
             "PagedAdamW8bit");
   EXPECT_TRUE(load_config("llama3_1/8B_full_single_device").boolean("optimizer_in_bwd"));
 
-  // The 8B QLoRA step plans (fp32 until bf16 graphs exist) and counts ~8.03B parameters.
+  // The 8B QLoRA step (k8BShape plans it in fp32) counts ~8.03B parameters.
   const std::string recipe = "lora_finetune_single_device";
   std::vector<std::string> o = k8BShape;
   o.insert(o.end(), {"batch_size=1", "tokenizer.max_seq_len=512"});
@@ -285,11 +285,21 @@ TEST(BuiltinConfigs, The8BAnd3BConfigsMirrorTorchtuneAndPlan) {
   EXPECT_GT(p.memory.total(), p.memory.parameters);
 }
 
-TEST(PlanDtype, Bf16IsPlannedAsFp32AndThePlanSaysSo) {
-  const Config bf16 = prepared("lora_finetune_single_device", "llama3_2/1B_qlora_single_device",
-                               {"model.init=random", "model.vocab_size=512", "model.hidden_size=64",
-                                "model.intermediate_size=128", "model.num_hidden_layers=1",
-                                "model.num_attention_heads=4", "model.num_key_value_heads=2"});
-  EXPECT_EQ(plan_dtype(bf16), DType::F32);
-  EXPECT_NE(plan_dtype_note(bf16).find("upper bound"), std::string::npos);
+TEST(PlanDtype, Bf16IsPlannedInBf16) {
+  std::vector<std::string> o = {"model.init=random",           "model.vocab_size=512",
+                                "model.hidden_size=64",        "model.intermediate_size=128",
+                                "model.num_hidden_layers=1",   "model.num_attention_heads=4",
+                                "model.num_key_value_heads=2", "tokenizer.max_seq_len=64"};
+  const Config bf16 = prepared("lora_finetune_single_device", "llama3_2/1B_qlora_single_device", o);
+  EXPECT_EQ(plan_dtype(bf16), DType::BF16);
+  // The unquantized parameters (norms, adapters) take half the bytes of an fp32 plan.
+  o.push_back("dtype=fp32");
+  const Config fp32 = prepared("lora_finetune_single_device", "llama3_2/1B_qlora_single_device", o);
+  const std::string recipe = "lora_finetune_single_device";
+  const ModePlan b =
+      plan_step_mode(plan_step(bf16, recipe, model_architecture(bf16)), CompileMode::Full);
+  const ModePlan f =
+      plan_step_mode(plan_step(fp32, recipe, model_architecture(fp32)), CompileMode::Full);
+  EXPECT_LT(b.memory.parameters, f.memory.parameters);
+  EXPECT_LT(b.memory.total(), f.memory.total());
 }

@@ -80,8 +80,6 @@ int cmd_plan(const std::vector<std::string>& argv) {
                    2)
           .c_str(),
       step.nf4 ? " (the NF4 base counted by its logical size)" : "");
-  if (const std::string note = plan_dtype_note(cfg); !note.empty())
-    std::printf("%s\n", note.c_str());
   std::printf("\n");
   std::vector<ModePlan> plans;
   // optimizer_in_bwd: each gradient is freed once its parameter is updated; the table also

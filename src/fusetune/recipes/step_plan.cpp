@@ -42,18 +42,7 @@ std::string join_overrides(const std::vector<std::string>& o) { return join(o, "
 
 DType plan_dtype(const Config& cfg) {
   const std::string dtype = cfg.str("dtype", "fp32");
-  // bf16 SWITCH: bf16 step graphs are not built yet; plan them in fp32 (an upper bound).
-  // When they are, return DType::BF16 for "bf16" here: nothing else changes.
-  if (dtype == "bf16") return DType::F32;
-  return DType::F32;
-}
-
-std::string plan_dtype_note(const Config& cfg) {
-  const std::string dtype = cfg.str("dtype", "fp32");
-  if (dtype == "bf16" && plan_dtype(cfg) != DType::BF16)
-    return "dtype: bf16 is planned as fp32 until bf16 step graphs exist: every float tensor is "
-           "counted at 4 bytes, so the peaks below are upper bounds";
-  return "";
+  return dtype == "bf16" || dtype == "bfloat16" ? DType::BF16 : DType::F32;
 }
 
 PlannedStep plan_step(const Config& cfg, const std::string& recipe, const ModelConfig& model,
@@ -236,9 +225,8 @@ std::string check_run_fits_memory(const Config& cfg, const std::string& recipe) 
               std::to_string(s.options.batch_size) + " x " +
               (s.seq_len_known ? std::to_string(s.options.seq_len) + " tokens"
                                : std::string("1 token: no max_seq_len, so this is a floor")) +
-              (plan_dtype_note(cfg).empty() ? "" : ", dtype bf16 planned as fp32") + ") but " +
-              format_bytes(double(available->bytes)) + " is available (" + available->source +
-              "); stopping before the model is loaded.\n" +
+              ") but " + format_bytes(double(available->bytes)) + " is available (" +
+              available->source + "); stopping before the model is loaded.\n" +
               format_fit_advice(advice, available->bytes) +
               "Set memory_check: false to run anyway.");
 }

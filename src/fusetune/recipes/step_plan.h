@@ -20,14 +20,8 @@
 namespace fusetune {
 
 // The element type the plan builds the step graphs in (TrainingGraphOptions::dtype), from the
-// config's `dtype`. THE SINGLE POINT WHERE bf16 PLANNING IS SWITCHED ON: until bf16 step
-// graphs exist, a `dtype: bf16` config is planned in fp32 (an upper bound: every float tensor
-// counted at 4 bytes) and `plan` says so; return DType::BF16 here once they do.
+// config's `dtype`, as the run does.
 DType plan_dtype(const Config& cfg);
-
-// When the plan does not estimate in the config's dtype (bf16 planned as fp32): a line saying
-// so, else "".
-std::string plan_dtype_note(const Config& cfg);
 
 // The step of one config, ready to plan in any compile mode.
 struct PlannedStep {
