@@ -3,7 +3,10 @@
 // 16, alpha 32), as torchtune's 1B LoRA config does. QLoRA stores every frozen big matrix as NF4:
 // the layers' projections, the embedding table and the head (peft/nf4_weight.h).
 //   bench_lora --shape mid --steps 5 [--methods full,full8,lora,qlora] [--modes false,model,true]
-//   [--threads 2] [--ckpt]
+//   [--threads 2] [--ckpt] [--dtypes fp32,bf16]
+// --dtypes runs every method in each training dtype (bf16: parameters, gradients and
+// activations stored as bf16, AdamW moments fp32). A run whose planned peak exceeds the memory
+// available (util/system_memory.h) is reported as not fitting, with the plan, and not run.
 // A method with the suffix "-ib" (full-ib, lora-ib, ...) runs with optimizer_in_bwd: each
 // parameter updated as soon as its gradient is computed, the gradient then freed.
 // --ckpt turns on activation checkpointing for every method alike (torchtune's LoRA/QLoRA
@@ -22,6 +25,7 @@
 #include "fusetune/peft/lora.h"
 #include "fusetune/peft/parameter_count.h"
 #include "fusetune/util/strings.h"
+#include "fusetune/util/system_memory.h"
 #include "step_runner.h"
 
 using namespace fusetune;
@@ -30,7 +34,8 @@ using namespace fusetune::bench;
 namespace {
 
 struct Result {
-  std::string method, mode;
+  std::string method, mode, dtype;
+  bool fits = true;
   double tokens_per_s = 0, compile_s = 0;
   int64_t peak_bytes = 0, trainable = 0, weight_bytes = 0;
   int64_t params = 0;  // every parameter, the NF4 base by its logical size
@@ -39,10 +44,11 @@ struct Result {
 };
 
 Result run(const BenchShape& shape, const std::string& method, CompileMode mode, int steps,
-           bool ckpt) {
+           bool ckpt, DType dtype) {
   Result r;
   r.method = method;
   r.mode = compile_mode_name(mode);
+  r.dtype = dtype == DType::BF16 ? "bf16" : "fp32";
   peft::LoraConfig lc;
   lc.attn_modules = {"q_proj", "v_proj", "output_proj"};
   lc.apply_to_mlp = true;
@@ -53,19 +59,45 @@ Result run(const BenchShape& shape, const std::string& method, CompileMode mode,
   lc.quantize_base = base_method == "qlora";
   const int64_t base = memory::current_bytes();
   {
-    TrainingGraph plain = build_training_graph(shape.config, TrainingGraphOptions{});
-    TensorMap params = init_parameters(graph_parameters(plain.graph), 1234, DType::F32);
-    std::shared_ptr<peft::NF4Store> store;
     TrainingGraphOptions o;
     o.batch_size = shape.batch;
     o.seq_len = shape.seq;
+    o.dtype = dtype;
     const bool full = base_method == "full" || base_method == "full8";
+    // The plan first: a run that would not fit is reported, not run. Planned on the graph
+    // the run builds (the NF4 base quantized from a zero model: only its layout matters).
+    OptimizerStateSize state(2.0 * 4.0 / double(dtype_size(dtype)));  // fp32 AdamW moments
+    if (base_method == "full8") state.min_8bit_numel = AdamW8bitOptions{}.min_8bit_size;
+    PassOptions po;
+    po.mode = mode;
+    po.activation_checkpointing = ckpt;
+    {
+      TrainingGraphOptions po_graph = o;
+      std::shared_ptr<peft::NF4Store> layout;
+      if (!full) {
+        if (lc.quantize_base) layout = peft::nf4_store_layout(shape.config);
+        po_graph.trainable = peft::is_adapter_param;
+        po_graph.llama = peft::lora_llama_options(lc, layout);
+      }
+      r.predicted =
+          plan_mode(build_training_graph(shape.config, po_graph).graph, po, state, in_bwd).memory;
+      const auto available = available_memory();
+      if (available && r.predicted.total() > available->bytes) {
+        r.fits = false;
+        return r;
+      }
+    }
+    TrainingGraph plain = build_training_graph(shape.config, TrainingGraphOptions{});
+    TensorMap params = init_parameters(graph_parameters(plain.graph), 1234, DType::F32);
+    std::shared_ptr<peft::NF4Store> store;
     if (!full) {
       if (lc.quantize_base) store = peft::quantize_base_weights(params, shape.config);
       peft::init_adapters(params, shape.config, lc, 1, DType::F32, store.get());
       o.trainable = peft::is_adapter_param;
       o.llama = peft::lora_llama_options(lc, store);
     }
+    if (dtype != DType::F32)
+      for (auto& [n, t] : params) t = t.to(dtype);
     for (const auto& [n, t] : params) r.weight_bytes += int64_t(t.nbytes());
     if (store)
       for (const auto& [n, w] : *store) r.weight_bytes += w.nbytes();
@@ -73,14 +105,8 @@ Result run(const BenchShape& shape, const std::string& method, CompileMode mode,
     for (const auto& n : tg.trainable_params) r.trainable += params.at(n).numel();
     r.params = peft::count_parameters(params, {}, store.get()).total;
     memory::reset_peak();
-    PassOptions po;
-    po.mode = mode;
-    po.activation_checkpointing = ckpt;
     TimedSteps t = timed_steps(shape, tg, params, po, steps, base_method == "full8", in_bwd);
     r.peak_bytes = memory::peak_bytes() - base;
-    OptimizerStateSize state(2.0);  // AdamW: 2 states per parameter
-    if (base_method == "full8") state.min_8bit_numel = AdamW8bitOptions{}.min_8bit_size;
-    r.predicted = plan_mode(tg.graph, po, state, in_bwd).memory;
     r.compile_s = t.compile_s;
     r.losses = t.losses;
     r.tokens_per_s = t.tokens_per_s(shape.batch * shape.seq);
@@ -91,7 +117,8 @@ Result run(const BenchShape& shape, const std::string& method, CompileMode mode,
 }  // namespace
 
 int main(int argc, char** argv) try {
-  std::string shape_name = "mid", methods = "full,full8,lora,qlora", modes = "false,model,true";
+  std::string shape_name = "mid", methods = "full,full8,lora,qlora", modes = "false,model,true",
+              dtypes = "fp32";
   int steps = 5;
   bool ckpt = false;
   for (int i = 1; i < argc; ++i) {
@@ -112,9 +139,11 @@ int main(int argc, char** argv) try {
       omp_set_num_threads(std::stoi(next()));
     else if (a == "--ckpt")
       ckpt = true;
+    else if (a == "--dtypes")
+      dtypes = next();
     else
       throw Error("unknown argument '" + a +
-                  "' (use --shape, --steps, --methods, --modes, --threads, --ckpt)");
+                  "' (use --shape, --steps, --methods, --modes, --threads, --ckpt, --dtypes)");
   }
   FT_CHECK(steps >= 2, "--steps must be >= 2 (the first step is not timed)");
   const BenchShape& shape = find_shape(shape_name);
@@ -127,23 +156,44 @@ int main(int argc, char** argv) try {
       shape.config.tie_word_embeddings ? "tied" : "untied", omp_get_max_threads(),
       ckpt ? "on" : "off");
   std::vector<Result> results;
+  for (const std::string& d : split(dtypes, ','))
+    FT_CHECK(d == "fp32" || d == "bf16", "--dtypes: unknown dtype '" + d + "' (fp32, bf16)");
   for (const std::string& m : split(methods, ','))
-    for (const std::string& c : split(modes, ',')) {
-      const std::string b =
-          m.size() > 3 && m.substr(m.size() - 3) == "-ib" ? m.substr(0, m.size() - 3) : m;
-      FT_CHECK(b == "full" || b == "full8" || b == "lora" || b == "qlora",
-               "--methods: unknown method '" + m + "'");
-      results.push_back(run(shape, m, parse_compile_mode(c), steps, ckpt));
-    }
+    for (const std::string& c : split(modes, ','))
+      for (const std::string& d : split(dtypes, ',')) {
+        const std::string b =
+            m.size() > 3 && m.substr(m.size() - 3) == "-ib" ? m.substr(0, m.size() - 3) : m;
+        FT_CHECK(b == "full" || b == "full8" || b == "lora" || b == "qlora",
+                 "--methods: unknown method '" + m + "'");
+        results.push_back(run(shape, m, parse_compile_mode(c), steps, ckpt,
+                              d == "bf16" ? DType::BF16 : DType::F32));
+        const Result& r = results.back();
+        std::fprintf(stderr, "%s %s %s: %s\n", r.method.c_str(), r.mode.c_str(), r.dtype.c_str(),
+                     r.fits ? "done" : "does not fit: not run");
+      }
+  // The comparisons are within one dtype and compile mode.
+  const Result* current = nullptr;
   auto find = [&](const std::string& method, const std::string& mode) -> const Result* {
     for (const Result& r : results)
-      if (r.method == method && r.mode == mode) return &r;
+      if (r.method == method && r.mode == mode && r.dtype == current->dtype && r.fits) return &r;
     return nullptr;
   };
   // The targets' ratios, each against the same compile mode: lora rows LoRA/full tokens/s,
   // qlora rows QLoRA/LoRA peak and tokens/s.
   auto ratios = [&](const Result& r) {
-    char buf[96] = "";
+    current = &r;
+    char buf[128] = "";
+    if (!r.fits) return std::string("does not fit: not run");
+    if (r.dtype == "bf16") {  // against the same run in fp32
+      for (const Result& f : results)
+        if (f.method == r.method && f.mode == r.mode && f.dtype == "fp32" && f.fits) {
+          std::snprintf(buf, sizeof buf, "bf16/fp32: peak x%.2f, tok/s x%.2f",
+                        double(r.peak_bytes) / double(f.peak_bytes),
+                        r.tokens_per_s / f.tokens_per_s);
+          return std::string(buf);
+        }
+      return std::string();
+    }
     if (r.method.size() > 3 && r.method.substr(r.method.size() - 3) == "-ib") {
       if (const Result* f = find(r.method.substr(0, r.method.size() - 3), r.mode))
         std::snprintf(buf, sizeof buf, "peak x%.2f (-%.1f MiB), max loss rel diff %.1e",
@@ -173,27 +223,29 @@ int main(int argc, char** argv) try {
     return std::string(buf);
   };
   const double MiB = 1 << 20;
-  std::printf("%-7s %-7s %8s %10s %11s %10s %9s %9s %10s  %s\n", "method", "compile", "params",
-              "trainable", "weights MiB", "tokens/s", "peak MiB", "compile s", "last loss",
-              "ratios");
+  std::printf("%-7s %-7s %-5s %8s %10s %11s %10s %9s %9s %9s %10s  %s\n", "method", "compile",
+              "dtype", "params", "trainable", "weights MiB", "tokens/s", "peak MiB", "plan MiB",
+              "compile s", "last loss", "ratios");
   for (const Result& r : results)
-    std::printf("%-7s %-7s %8s %10lld %11.1f %10.1f %9.1f %9.3f %10.5f  %s\n", r.method.c_str(),
-                r.mode.c_str(), short_count(r.params).c_str(), (long long)r.trainable,
-                double(r.weight_bytes) / MiB, r.tokens_per_s, double(r.peak_bytes) / MiB,
-                r.compile_s, r.losses.back(), ratios(r).c_str());
+    std::printf("%-7s %-7s %-5s %8s %10lld %11.1f %10.1f %9.1f %9.1f %9.3f %10.5f  %s\n",
+                r.method.c_str(), r.mode.c_str(), r.dtype.c_str(), short_count(r.params).c_str(),
+                (long long)r.trainable, double(r.weight_bytes) / MiB, r.tokens_per_s,
+                double(r.peak_bytes) / MiB, double(r.predicted.total()) / MiB, r.compile_s,
+                r.losses.empty() ? 0.0 : r.losses.back(), ratios(r).c_str());
   // Where the peak goes: weights and trainable state are exact; activations (arena + eager
   // buffers at the peak) and workspace are the memory estimate's, which `fusetune plan` prints.
   std::printf(
       "\nmemory breakdown, MiB (weights, grads, optimizer state: exact; activations, "
       "workspace: predicted)\n");
-  std::printf("%-7s %-7s %9s %7s %9s %11s %9s %10s %9s\n", "method", "compile", "weights", "grads",
-              "opt state", "activations", "workspace", "predicted", "measured");
+  std::printf("%-7s %-7s %-5s %9s %7s %9s %11s %9s %10s %9s\n", "method", "compile", "dtype",
+              "weights", "grads", "opt state", "activations", "workspace", "predicted", "measured");
   for (const Result& r : results) {
     const MemoryBreakdown& m = r.predicted;
-    std::printf("%-7s %-7s %9.1f %7.1f %9.1f %11.1f %9.1f %10.1f %9.1f\n", r.method.c_str(),
-                r.mode.c_str(), double(r.weight_bytes) / MiB, double(m.gradients) / MiB,
-                double(m.optimizer_state) / MiB, double(m.activations) / MiB,
-                double(m.workspace) / MiB, double(m.total()) / MiB, double(r.peak_bytes) / MiB);
+    std::printf("%-7s %-7s %-5s %9.1f %7.1f %9.1f %11.1f %9.1f %10.1f %9.1f\n", r.method.c_str(),
+                r.mode.c_str(), r.dtype.c_str(), double(r.weight_bytes) / MiB,
+                double(m.gradients) / MiB, double(m.optimizer_state) / MiB,
+                double(m.activations) / MiB, double(m.workspace) / MiB, double(m.total()) / MiB,
+                double(r.peak_bytes) / MiB);
   }
   nlohmann::json j;
   j["shape"] = shape.name;
@@ -201,6 +253,8 @@ int main(int argc, char** argv) try {
   for (const Result& r : results)
     j["runs"].push_back({{"method", r.method},
                          {"compile", r.mode},
+                         {"dtype", r.dtype},
+                         {"fits", r.fits},
                          {"tokens_per_s", r.tokens_per_s},
                          {"peak_bytes", r.peak_bytes},
                          {"weight_bytes", r.weight_bytes},
