@@ -218,7 +218,7 @@ TEST(TorchtuneConfigs, PastedLoraConfigPlansAndTrainsWithLocalFiles) {
       " checkpointer.checkpoint_dir=" + (a / "stories260K").string() +
       " 'checkpointer.checkpoint_files=[model.safetensors]' checkpointer.model_type=LLAMA2" +
       " tokenizer.path=" + (a / "stories260K/tokenizer.json").string() +
-      " tokenizer.max_seq_len=128 dtype=fp32 device=cpu output_dir=" + (dir / "out").string();
+      " tokenizer.max_seq_len=128 output_dir=" + (dir / "out").string();
   // As pasted: the recipe from its `tune run` line, then the Hub dataset it needs.
   auto r = fusetune::testing::run_fusetune("plan --config " + config);
   EXPECT_EQ(r.code, 1);

@@ -88,7 +88,7 @@ GenerationResult Generator::generate(const std::vector<std::vector<int32_t>>& pr
   for (const auto& p : prompts) r.stats.prompt_tokens += int64_t(p.size());
   std::optional<KVCache> cache;
   if (o.use_kv_cache) {
-    cache.emplace(cfg_, B, S, dtype_);
+    cache.emplace(cfg_, B, S, compute_dtype(dtype_));
     r.stats.kv_cache_bytes = cache->bytes();
   }
   Sampler sampler(o.sampling, o.seed);
@@ -113,7 +113,7 @@ GenerationResult Generator::generate(const std::vector<std::vector<int32_t>>& pr
     if (cache) {
       cache->bind(in);
     } else {
-      fresh.emplace(cfg_, B, len, dtype_);
+      fresh.emplace(cfg_, B, len, compute_dtype(dtype_));
       fresh->bind(in);
     }
     Executor& ex = step(B, T, cache ? S : len, &r.stats.compile_seconds);

@@ -1,6 +1,7 @@
 #pragma once
 // The KV cache of a generation session: each layer's keys and values [B, S, KV, hd] in the
-// model's dtype, zero-filled at the start. Every prefill and decode run binds them to the
+// model's compute dtype (fp32 for a bf16 model: the cache is written in place, and 8-bit
+// mantissas would put 0.4% errors into every attention score), zero-filled at the start. Every prefill and decode run binds them to the
 // step graph's "kv_cache.*" inputs (models/decode_graph.h), and Op::KVCacheAttention writes the
 // new tokens' keys and values into them, so they carry the state from one run to the next.
 #include <cstdint>

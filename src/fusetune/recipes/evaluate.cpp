@@ -75,7 +75,7 @@ std::vector<double> SequenceScorer::logps(const Batch& batch) {
              arena_)
              .executor;
   }
-  Tensor mask = Tensor::empty({B * T}, m_.dtype);
+  Tensor mask = Tensor::empty({B * T}, compute_dtype(m_.dtype));
   for (int64_t i = 0; i < B * T; ++i) {
     const double v = batch.labels[size_t(i)] != kIgnoreIndex ? 1.0 : 0.0;
     if (m_.dtype == DType::F64)

@@ -1,5 +1,7 @@
 #include "fusetune/recipes/inference_setup.h"
 
+#include <cstdio>
+
 #include "fusetune/compile/compiler.h"
 #include "fusetune/peft/adapter.h"
 #include "fusetune/util/error.h"
@@ -8,11 +10,8 @@ namespace fusetune {
 
 InferenceModel load_inference_model(const Config& cfg) {
   InferenceModel m;
-  const std::string dtype = cfg.str("dtype", "fp32");
-  FT_CHECK(dtype == "fp32",
-           "config key 'dtype': '" + dtype + "' is not supported on CPU yet (use fp32)");
-  FT_CHECK(cfg.str("device", "cpu") == "cpu",
-           "config key 'device': this build supports only 'cpu'");
+  m.dtype = parse_dtype(cfg.str("dtype", "fp32"));
+  for (const std::string& w : device_warnings(cfg)) std::fprintf(stderr, "%s\n", w.c_str());
   configure_threads(cfg);
   m.mode = parse_compile_mode(cfg.str("compile", "true"));
   m.model = load_model(cfg, m.dtype);

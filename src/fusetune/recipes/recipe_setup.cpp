@@ -105,6 +105,20 @@ OptimizerStateSize optimizer_state_ratio(const Config& cfg) {
   return s;
 }
 
+DType parse_dtype(const std::string& s) {
+  if (s == "fp32" || s == "float32") return DType::F32;
+  if (s == "bf16" || s == "bfloat16") return DType::BF16;
+  throw Error("config key 'dtype': '" + s + "' is not supported (use fp32 or bf16)");
+}
+
+std::vector<std::string> device_warnings(const Config& cfg) {
+  const std::string device = cfg.str("device", "cpu");
+  if (device == "cpu") return {};
+  return {"warning: device: " + device +
+          ": this build of fusetune has no GPU backend; running on the CPU (set device: cpu "
+          "to silence this)"};
+}
+
 std::vector<std::string> optimizer_warnings(const Config& cfg) {
   const std::string kind = canonical_component(cfg, "optimizer");
   if (kind == "PagedAdamW8bit" || (kind == "AdamW8bit" && cfg.boolean("optimizer.is_paged", false)))

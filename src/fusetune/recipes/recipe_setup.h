@@ -49,6 +49,13 @@ OptimizerStateSize optimizer_state_ratio(const Config& cfg);
 // CPU).
 std::vector<std::string> optimizer_warnings(const Config& cfg);
 
+// `dtype`: fp32 (float32) or bf16 (bfloat16); anything else is an error naming the key.
+DType parse_dtype(const std::string& s);
+
+// `device: cuda` (every torchtune config says so): this build runs on the CPU, and says so
+// once instead of refusing the config.
+std::vector<std::string> device_warnings(const Config& cfg);
+
 std::unique_ptr<Tokenizer> build_tokenizer(const Config& cfg);
 // `section`: "dataset", or "dataset_val" for the validation data.
 std::unique_ptr<Dataset> build_dataset_from_config(const Config& cfg, const Tokenizer& tok,

@@ -41,8 +41,7 @@ std::string join_overrides(const std::vector<std::string>& o) { return join(o, "
 }  // namespace
 
 DType plan_dtype(const Config& cfg) {
-  const std::string dtype = cfg.str("dtype", "fp32");
-  return dtype == "bf16" || dtype == "bfloat16" ? DType::BF16 : DType::F32;
+  return parse_dtype(cfg.str("dtype", "fp32"));
 }
 
 PlannedStep plan_step(const Config& cfg, const std::string& recipe, const ModelConfig& model,

@@ -46,20 +46,12 @@ std::string non_finite_step_message(int64_t step, double loss, double norm,
                : std::string("none yet"));
 }
 
-DType parse_dtype(const std::string& s) {
-  if (s == "fp32" || s == "float32") return DType::F32;
-  if (s == "bf16" || s == "bfloat16") return DType::BF16;
-  throw Error("config key 'dtype': '" + s + "' is not supported (use fp32 or bf16)");
-}
-
 }  // namespace
 
 int run_training(const Config& cfg, const TrainJob& job) {
   // ---- settings ---------------------------------------------------------------------------
   const std::filesystem::path output_dir = cfg.str("output_dir");
   const DType dtype = parse_dtype(cfg.str("dtype", "fp32"));
-  FT_CHECK(cfg.str("device", "cpu") == "cpu",
-           "config key 'device': this build supports only 'cpu'");
   const int threads = configure_threads(cfg);
   PassOptions passes;
   passes.mode = parse_compile_mode(cfg.str("compile", "false"));
@@ -214,6 +206,7 @@ int run_training(const Config& cfg, const TrainJob& job) {
     header.extra.push_back({"skipped_damaged_checkpoint", d});
   logger.header(header);
   for (const std::string& w : optimizer_warnings(cfg)) logger.message(w);
+  for (const std::string& w : device_warnings(cfg)) logger.message(w);
   if (cfg.boolean("low_cpu_ram", false))
     logger.message(
         "low_cpu_ram: true changes nothing here: the weights are read through mmap by one "
