@@ -33,7 +33,8 @@ TensorMap load_reference(const Config& cfg, const LoadedModel& policy) {
                "(checkpoint_dir, checkpoint_files), usually the checkpointer's starting weights");
   const Config rc = cfg.sub("ref_checkpointer");
   const std::string dir = rc.str("checkpoint_dir");
-  HFCheckpoint ck = load_hf_checkpoint(dir, checkpoint_file_list(rc), DType::F32);
+  // Owned and counted (the mapped file may be rewritten), converted straight from the file.
+  HFCheckpoint ck = load_hf_checkpoint_owned(dir, checkpoint_file_list(rc), DType::F32);
   TensorMap ref;
   for (const auto& [name, t] : policy.params) {
     auto it = ck.tensors.find(name);
@@ -43,7 +44,7 @@ TensorMap load_reference(const Config& cfg, const LoadedModel& policy) {
     FT_CHECK(it->second.shape() == t.shape(), "ref_checkpointer: tensor '" + name + "' in " + dir +
                                                   " is " + shape_str(it->second.shape()) +
                                                   " but the policy's is " + shape_str(t.shape()));
-    ref[name] = it->second.clone();  // owned and counted: the mapped file may be rewritten
+    ref[name] = it->second;
   }
   return ref;
 }
