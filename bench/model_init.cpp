@@ -1,7 +1,9 @@
 // Random init of a real-size model, one tensor at a time, the way `model.init: random`
 // produces it (models/parameters.h): into bf16 / fp32, or with QLoRA's base quantized to NF4
-// as it is generated (peft::NF4BaseSink). Prints seconds, GB/s of final storage, the counted
-// peak (runtime/memory.h) and the process peak RSS. Nothing is written to disk.
+// as it is generated (peft::NF4BaseSink). With --checkpoint DIR, loading that checkpoint the
+// way load_model does (io/hf_checkpoint.h, load_hf_checkpoint_owned) instead. Prints seconds,
+// GB/s of final storage, the counted peak (runtime/memory.h) and the process peak RSS.
+// Nothing is written to disk.
 #include <sys/resource.h>
 
 #include <chrono>
@@ -9,6 +11,7 @@
 
 #include "bench_args.h"
 #include "fusetune/io/hf_checkpoint.h"
+#include "fusetune/io/hf_config.h"
 #include "fusetune/models/parameters.h"
 #include "fusetune/peft/nf4_weight.h"
 #include "fusetune/runtime/memory.h"
@@ -43,8 +46,10 @@ ModelConfig shape_config(const std::string& shape) {
 }  // namespace
 
 int main(int argc, char** argv) try {
-  bench::BenchArgs args(argc, argv, {{"shape", "llama3.1-8b"}, {"as", "bf16"}, {"seed", "0"}});
-  const ModelConfig c = shape_config(args.str("shape"));
+  bench::BenchArgs args(
+      argc, argv, {{"shape", "llama3.1-8b"}, {"as", "bf16"}, {"seed", "0"}, {"checkpoint", ""}});
+  const std::string dir = args.str("checkpoint");
+  const ModelConfig c = dir.empty() ? shape_config(args.str("shape")) : load_model_config(dir);
   const std::string as = args.str("as");
   FT_CHECK(as == "bf16" || as == "fp32" || as == "nf4", "--as must be bf16, fp32 or nf4");
   std::vector<ParamInfo> params;
@@ -55,9 +60,15 @@ int main(int argc, char** argv) try {
   }
   const auto t0 = std::chrono::steady_clock::now();
   peft::NF4BaseSink sink;
-  TensorMap m =
-      init_parameters(params, uint64_t(args.i64("seed")), as == "fp32" ? DType::F32 : DType::BF16,
-                      0.02, as == "nf4" ? &sink : nullptr);
+  const DType dtype = as == "fp32" ? DType::F32 : DType::BF16;
+  TensorMap m;
+  if (dir.empty()) {
+    m = init_parameters(params, uint64_t(args.i64("seed")), dtype, 0.02,
+                        as == "nf4" ? &sink : nullptr);
+  } else {
+    HFCheckpoint ck = load_hf_checkpoint_owned(dir, {}, dtype, as == "nf4" ? &sink : nullptr);
+    m.insert(ck.tensors.begin(), ck.tensors.end());
+  }
   int64_t bytes = 0;
   for (const auto& [name, t] : m) bytes += int64_t(t.nbytes());
   if (as == "nf4")
@@ -66,10 +77,11 @@ int main(int argc, char** argv) try {
   struct rusage ru {};
   ::getrusage(RUSAGE_SELF, &ru);
   std::printf(
-      "%s as %s, %d threads: %.2fB parameters -> %s in %.1f s (%.2f GB/s of final storage); "
+      "%s%s as %s, %d threads: %.2fB parameters -> %s in %.1f s (%.2f GB/s of final storage); "
       "counted peak %s; peak RSS %s\n",
-      args.str("shape").c_str(), as.c_str(), omp_get_max_threads(), numel / 1e9,
-      format_bytes(double(bytes)).c_str(), secs, bytes / secs / 1e9,
+      dir.empty() ? "random init of " : "loading ",
+      dir.empty() ? args.str("shape").c_str() : dir.c_str(), as.c_str(), omp_get_max_threads(),
+      numel / 1e9, format_bytes(double(bytes)).c_str(), secs, bytes / secs / 1e9,
       format_bytes(double(memory::peak_bytes())).c_str(),
       format_bytes(double(ru.ru_maxrss) * 1024).c_str());
   return 0;

@@ -277,7 +277,15 @@ Tensor SafetensorsFile::read(const std::string& name, DType dtype) const {
   Tensor t = Tensor::empty(i.shape, dtype);
   const int64_t n = t.numel();
   if (dtype == i.dtype) {
-    if (t.nbytes()) std::memcpy(t.raw(), p, t.nbytes());
+    // In 1 MiB pieces over the threads: the copy's cost is page faults (the mapped file's
+    // and the new buffer's), which then happen in parallel.
+    const size_t bytes = t.nbytes(), piece = size_t(1) << 20;
+    const int64_t pieces = int64_t((bytes + piece - 1) / piece);
+    auto* dst = static_cast<uint8_t*>(t.raw());
+#pragma omp parallel for schedule(static) if (pieces > 1)
+    for (int64_t k = 0; k < pieces; ++k)
+      std::memcpy(dst + size_t(k) * piece, p + size_t(k) * piece,
+                  std::min(piece, bytes - size_t(k) * piece));
   } else if (dtype == DType::F32) {
     convert_span(p, i.dtype, t.data<float>(), n);
   } else if (dtype == DType::F64) {
