@@ -27,6 +27,7 @@ int cmd_merge(const std::vector<std::string>& args);
 int cmd_generate(const std::vector<std::string>& args);
 int cmd_eval(const std::vector<std::string>& args);
 int cmd_report(const std::vector<std::string>& args);
+int cmd_init_checkpoint(const std::vector<std::string>& args);
 extern const char* const kRunHelp;
 extern const char* const kLsHelp;
 extern const char* const kCpHelp;
@@ -45,6 +46,7 @@ extern const char* const kMergeHelp;
 extern const char* const kGenerateHelp;
 extern const char* const kEvalHelp;
 extern const char* const kReportHelp;
+extern const char* const kInitCheckpointHelp;
 
 // Prints warnings from validation to stderr, one "fusetune: warning: ..." line each.
 void print_warnings(const std::vector<std::string>& warnings);

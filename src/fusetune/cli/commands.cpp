@@ -20,6 +20,7 @@ const std::vector<Command>& commands() {
       {"generate", "Generate text from a model (and adapter) with a KV cache", kGenerateHelp, cmd_generate},
       {"eval", "Perplexity or multiple-choice accuracy of a model (and adapter)", kEvalHelp, cmd_eval},
       {"report", "Compare runs' curves and headers in one HTML page", kReportHelp, cmd_report},
+      {"init-checkpoint", "Write a randomly initialized model as a Hugging Face checkpoint", kInitCheckpointHelp, cmd_init_checkpoint},
   };
   return table;
 }
@@ -36,7 +37,7 @@ void print_usage(std::FILE* out) {
                "Fine-tunes Llama-family language models; the model, the loss and the backward\n"
                "compile together as one graph. Recipes and configs follow torchtune.\n\n"
                "commands:\n");
-  for (const auto& c : commands()) std::fprintf(out, "  %-10s %s\n", c.name, c.summary);
+  for (const auto& c : commands()) std::fprintf(out, "  %-15s %s\n", c.name, c.summary);
   std::fprintf(out, "\nRun 'fusetune <command> --help' for a command's arguments.\n");
 }
 

@@ -110,19 +110,29 @@ const std::vector<std::string>& hf_side_files() {
   return files;
 }
 
-HFCheckpoint load_hf_checkpoint(const fs::path& dir, const std::vector<std::string>& files,
-                                DType target) {
+namespace {
+
+// A checkpoint directory opened and checked, before any tensor is read.
+struct OpenedCheckpoint {
+  ModelConfig config;
+  std::vector<SafetensorsFile> opened;
+  std::map<std::string, size_t> where;  // tensor -> index into `opened`
+  std::vector<std::pair<std::string, Shape>> expected;
+};
+
+OpenedCheckpoint open_checkpoint(const fs::path& dir, const std::vector<std::string>& files,
+                                 DType target) {
   FT_CHECK(is_floating(target), std::string("cannot load a checkpoint as ") + dtype_name(target) +
                                     " (not a float type)");
   std::error_code ec;
   FT_CHECK(fs::is_directory(dir, ec),
            "checkpoint directory '" + dir.string() + "' does not exist or is not a directory");
-  HFCheckpoint ck;
+  OpenedCheckpoint ck;
   ck.config = load_model_config(dir);
 
   // Which file holds which tensor.
-  std::vector<SafetensorsFile> opened;
-  std::map<std::string, size_t> where;  // tensor -> index into `opened`
+  std::vector<SafetensorsFile>& opened = ck.opened;
+  std::map<std::string, size_t>& where = ck.where;  // tensor -> index into `opened`
   auto add_file = [&](const fs::path& p) {
     opened.push_back(SafetensorsFile::open(p));
     for (const auto& name : opened.back().names()) {
@@ -181,7 +191,8 @@ HFCheckpoint load_hf_checkpoint(const fs::path& dir, const std::vector<std::stri
   }
 
   // Check every tensor against what config.json implies.
-  const auto expected = expected_parameters(ck.config);
+  ck.expected = expected_parameters(ck.config);
+  const auto& expected = ck.expected;
   std::map<std::string, Shape> want(expected.begin(), expected.end());
   std::vector<std::string> expected_names;
   for (const auto& e : expected) expected_names.push_back(e.first);
@@ -211,8 +222,18 @@ HFCheckpoint load_hf_checkpoint(const fs::path& dir, const std::vector<std::stri
                 "' (config.json implies shape " + shape_str(want[missing.front()]) + ")" + more);
   }
 
-  for (const auto& [name, shape] : expected) {
-    const SafetensorsFile& f = opened[where.at(name)];
+  return ck;
+}
+
+}  // namespace
+
+HFCheckpoint load_hf_checkpoint(const fs::path& dir, const std::vector<std::string>& files,
+                                DType target) {
+  OpenedCheckpoint oc = open_checkpoint(dir, files, target);
+  HFCheckpoint ck;
+  ck.config = oc.config;
+  for (const auto& [name, shape] : oc.expected) {
+    const SafetensorsFile& f = oc.opened[oc.where.at(name)];
     Tensor t = f.tensor(name);
     ck.tensors[name] = t.dtype() == target ? t : t.to(target);
     ck.source_file[name] = f.path();
@@ -220,8 +241,44 @@ HFCheckpoint load_hf_checkpoint(const fs::path& dir, const std::vector<std::stri
   return ck;
 }
 
+HFCheckpoint load_hf_checkpoint_owned(const fs::path& dir, const std::vector<std::string>& files,
+                                      DType target, ParamSink* sink) {
+  OpenedCheckpoint oc = open_checkpoint(dir, files, target);
+  HFCheckpoint ck;
+  ck.config = oc.config;
+  // File by file, in the order they were opened; each mapping is dropped once read.
+  std::vector<std::vector<std::string>> by_file(oc.opened.size());
+  for (const auto& [name, shape] : oc.expected) by_file[oc.where.at(name)].push_back(name);
+  for (size_t i = 0; i < oc.opened.size(); ++i) {
+    {
+      const SafetensorsFile f = std::move(oc.opened[i]);
+      for (const std::string& name : by_file[i]) {
+        if (sink && sink->takes(name)) {
+          sink->put(name, f.read(name, DType::F32));
+        } else {
+          ck.tensors[name] = f.read(name, target);
+        }
+        f.evict(name);
+        ck.source_file[name] = f.path();
+      }
+    }  // unmapped here (nothing borrows from it)
+  }
+  return ck;
+}
+
 void save_hf_checkpoint(const fs::path& dir, const ModelConfig& config, const NamedTensors& tensors,
                         const SaveOptions& opt) {
+  std::vector<TensorSource> sources;
+  sources.reserve(tensors.size());
+  for (const auto& [name, t] : tensors) {
+    FT_CHECK(t.defined(), "save " + dir.string() + ": tensor '" + name + "' is undefined");
+    sources.push_back({name, t.shape(), t.dtype(), [t] { return t; }});
+  }
+  save_hf_checkpoint(dir, config, sources, opt);
+}
+
+void save_hf_checkpoint(const fs::path& dir, const ModelConfig& config,
+                        const std::vector<TensorSource>& tensors, const SaveOptions& opt) {
   const std::string out = dir.string();
   validate_model_config(config, out + "/config.json");
   FT_CHECK(is_floating(opt.dtype), std::string("cannot save a checkpoint as ") +
@@ -232,17 +289,18 @@ void save_hf_checkpoint(const fs::path& dir, const ModelConfig& config, const Na
   const auto expected = expected_parameters(config);
   std::map<std::string, Shape> want(expected.begin(), expected.end());
   std::set<std::string> seen;
-  for (const auto& [name, t] : tensors) {
+  for (const auto& t : tensors) {
+    const std::string& name = t.name;
     FT_CHECK(seen.insert(name).second, "save " + out + ": tensor '" + name + "' given twice");
-    FT_CHECK(t.defined(), "save " + out + ": tensor '" + name + "' is undefined");
+    FT_CHECK(bool(t.produce), "save " + out + ": tensor '" + name + "' is undefined");
     auto w = want.find(name);
     FT_CHECK(w != want.end(), "save " + out + ": '" + name + "' is not a parameter of this " +
                                   config.model_type + " model");
-    FT_CHECK(t.shape() == w->second, "save " + out + ": tensor '" + name + "' has shape " +
-                                         shape_str(t.shape()) + " but the config implies " +
-                                         shape_str(w->second));
-    FT_CHECK(is_floating(t.dtype()), "save " + out + ": tensor '" + name + "' has dtype " +
-                                         dtype_name(t.dtype()) + ", expected a float type");
+    FT_CHECK(t.shape == w->second, "save " + out + ": tensor '" + name + "' has shape " +
+                                       shape_str(t.shape) + " but the config implies " +
+                                       shape_str(w->second));
+    FT_CHECK(is_floating(t.dtype), "save " + out + ": tensor '" + name + "' has dtype " +
+                                       dtype_name(t.dtype) + ", expected a float type");
   }
   for (const auto& [name, shape] : expected)
     FT_CHECK(seen.count(name), "save " + out + ": tensor '" + name + "' is missing");
@@ -260,10 +318,10 @@ void save_hf_checkpoint(const fs::path& dir, const ModelConfig& config, const Na
              "copy_files_from '" + opt.copy_files_from.string() + "' is not a directory");
 
   // Shards: greedy in the given order; a tensor larger than the limit gets a shard of its own.
-  std::vector<NamedTensors> shards(1);
+  std::vector<std::vector<TensorSource>> shards(1);
   int64_t shard_bytes = 0, total = 0;
   for (const auto& nt : tensors) {
-    const int64_t bytes = nt.second.numel() * int64_t(dtype_size(opt.dtype));
+    const int64_t bytes = shape_numel(nt.shape) * int64_t(dtype_size(opt.dtype));
     if (!shards.back().empty() && shard_bytes + bytes > opt.max_shard_bytes) {
       shards.emplace_back();
       shard_bytes = 0;
@@ -284,7 +342,7 @@ void save_hf_checkpoint(const fs::path& dir, const ModelConfig& config, const Na
       name = buf;
     }
     detail::write_safetensors(staging.path() / name, shards[s], meta, opt.dtype);
-    for (const auto& nt : shards[s]) weight_map[nt.first] = name;
+    for (const auto& nt : shards[s]) weight_map[nt.name] = name;
   }
   if (shards.size() > 1) {
     json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};

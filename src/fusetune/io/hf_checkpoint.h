@@ -12,6 +12,7 @@
 
 #include "fusetune/io/safetensors.h"
 #include "fusetune/models/model_config.h"
+#include "fusetune/models/param_sink.h"
 #include "fusetune/runtime/tensor.h"
 
 namespace fusetune {
@@ -34,6 +35,16 @@ HFCheckpoint load_hf_checkpoint(const std::filesystem::path& dir,
                                 const std::vector<std::string>& checkpoint_files = {},
                                 DType target = DType::F32);
 
+// Loads `dir` like load_hf_checkpoint, but straight into owned, counted tensors of dtype
+// `target`, one tensor at a time: each is converted from the mapped bytes into its final
+// storage (no borrowed or intermediate copy), its pages are dropped once copied, and each
+// shard is unmapped when its tensors are done. Peak memory: the final footprint plus the
+// pages of one tensor. Tensors `sink` takes are handed to it as F32 (one temporary at a
+// time) and are absent from `tensors`. For loading a model to train.
+HFCheckpoint load_hf_checkpoint_owned(const std::filesystem::path& dir,
+                                      const std::vector<std::string>& checkpoint_files = {},
+                                      DType target = DType::F32, ParamSink* sink = nullptr);
+
 struct SaveOptions {
   DType dtype = DType::F32;  // or BF16 / F16: floating tensors are converted on the way out
   int64_t max_shard_bytes = int64_t(5) << 30;
@@ -50,5 +61,9 @@ const std::vector<std::string>& hf_side_files();
 // to replace a non-empty directory that holds no config.json (it is not a checkpoint).
 void save_hf_checkpoint(const std::filesystem::path& dir, const ModelConfig& config,
                         const NamedTensors& tensors, const SaveOptions& options = {});
+// The same with each tensor produced only when its shard is written (io/safetensors.h), so
+// that at most one tensor of the model is in memory at a time.
+void save_hf_checkpoint(const std::filesystem::path& dir, const ModelConfig& config,
+                        const std::vector<TensorSource>& tensors, const SaveOptions& options = {});
 
 }  // namespace fusetune

@@ -121,6 +121,8 @@ SafetensorsFile SafetensorsFile::open(const fs::path& path) {
       addr, [size](const void* p) { ::munmap(const_cast<void*>(p), size); });
   SafetensorsFile f = from_memory(addr, size, std::move(owner), file);
   f.writable_ = true;
+  f.map_begin_ = static_cast<const uint8_t*>(addr);
+  f.map_size_ = size;
   return f;
 }
 
@@ -217,15 +219,119 @@ Tensor SafetensorsFile::tensor(const std::string& name) const {
   return t;
 }
 
+namespace {
+
+// Element i of `n` elements of dtype `from` at `src` (any alignment) as F32 / F64.
+template <class T>
+void convert_span(const uint8_t* src, DType from, T* dst, int64_t n) {
+  auto run = [&](auto load) {
+#pragma omp parallel for schedule(static) if (n > (int64_t(1) << 16))
+    for (int64_t i = 0; i < n; ++i) dst[i] = T(load(i));
+  };
+  switch (from) {
+    case DType::F32:
+      run([src](int64_t i) {
+        float v;
+        std::memcpy(&v, src + 4 * i, 4);
+        return v;
+      });
+      break;
+    case DType::F64:
+      run([src](int64_t i) {
+        double v;
+        std::memcpy(&v, src + 8 * i, 8);
+        return v;
+      });
+      break;
+    case DType::BF16:
+      run([src](int64_t i) {
+        uint16_t v;
+        std::memcpy(&v, src + 2 * i, 2);
+        return bf16_to_f32(v);
+      });
+      break;
+    case DType::F16:
+      run([src](int64_t i) {
+        uint16_t v;
+        std::memcpy(&v, src + 2 * i, 2);
+        return f16_to_f32(v);
+      });
+      break;
+    default:
+      throw Error(std::string("cannot convert ") + dtype_name(from));
+  }
+}
+
+}  // namespace
+
+Tensor SafetensorsFile::read(const std::string& name, DType dtype) const {
+  const TensorInfo& i = info(name);
+  FT_CHECK(is_floating(dtype) && is_floating(i.dtype),
+           name_ + ": cannot read tensor '" + printable(name) + "' (" + dtype_name(i.dtype) +
+               ") as " + dtype_name(dtype) + ": not both float types");
+  const uint8_t* p = data_ + i.begin;
+  Tensor t = Tensor::empty(i.shape, dtype);
+  const int64_t n = t.numel();
+  if (dtype == i.dtype) {
+    // In 1 MiB pieces over the threads: the copy's cost is page faults (the mapped file's
+    // and the new buffer's), which then happen in parallel.
+    const size_t bytes = t.nbytes(), piece = size_t(1) << 20;
+    const int64_t pieces = int64_t((bytes + piece - 1) / piece);
+    auto* dst = static_cast<uint8_t*>(t.raw());
+#pragma omp parallel for schedule(static) if (pieces > 1)
+    for (int64_t k = 0; k < pieces; ++k)
+      std::memcpy(dst + size_t(k) * piece, p + size_t(k) * piece,
+                  std::min(piece, bytes - size_t(k) * piece));
+  } else if (dtype == DType::F32) {
+    convert_span(p, i.dtype, t.data<float>(), n);
+  } else if (dtype == DType::F64) {
+    convert_span(p, i.dtype, t.data<double>(), n);
+  } else {
+    // BF16 / F16 targets round the F32 value (F64 sources: as Tensor::to does).
+    uint16_t* d = t.data<uint16_t>();
+    const bool bf = dtype == DType::BF16;
+    constexpr int64_t kBlock = 4096;
+    const int64_t blocks = (n + kBlock - 1) / kBlock;
+    const size_t es = dtype_size(i.dtype);
+#pragma omp parallel for schedule(static) if (blocks > 1)
+    for (int64_t b = 0; b < blocks; ++b) {
+      float tmp[kBlock];
+      const int64_t lo = b * kBlock, m = std::min(kBlock, n - lo);
+      convert_span(p + size_t(lo) * es, i.dtype, tmp, m);
+      for (int64_t k = 0; k < m; ++k) d[lo + k] = bf ? f32_to_bf16(tmp[k]) : f32_to_f16(tmp[k]);
+    }
+  }
+  return t;
+}
+
+void SafetensorsFile::evict(const std::string& name) const {
+  if (!map_begin_) return;
+  const TensorInfo& i = info(name);
+  const uintptr_t page = uintptr_t(::sysconf(_SC_PAGESIZE));
+  const uintptr_t lo = (reinterpret_cast<uintptr_t>(data_ + i.begin) + page - 1) / page * page;
+  const uintptr_t hi = reinterpret_cast<uintptr_t>(data_ + i.end) / page * page;
+  if (hi > lo) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+}
+
 namespace detail {
 
 uint64_t write_safetensors(const fs::path& path, const NamedTensors& tensors,
                            const std::map<std::string, std::string>& metadata,
                            std::optional<DType> convert_to) {
+  std::vector<TensorSource> sources;
+  sources.reserve(tensors.size());
+  for (const auto& [name, t] : tensors) {
+    FT_CHECK(t.defined(), path.string() + ": tensor '" + name + "' is undefined");
+    sources.push_back({name, t.shape(), t.dtype(), [t] { return t; }});
+  }
+  return write_safetensors(path, sources, metadata, convert_to);
+}
+
+uint64_t write_safetensors(const fs::path& path, const std::vector<TensorSource>& tensors,
+                           const std::map<std::string, std::string>& metadata,
+                           std::optional<DType> convert_to) {
   const std::string file = path.string();
-  auto out_dtype = [&](const Tensor& t) {
-    return convert_to && is_floating(t.dtype()) ? *convert_to : t.dtype();
-  };
+  auto out_dtype = [&](DType dt) { return convert_to && is_floating(dt) ? *convert_to : dt; };
   FT_CHECK(!convert_to || is_floating(*convert_to),
            file + ": cannot save tensors as " + dtype_name(*convert_to) + " (not a float type)");
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
@@ -235,15 +341,13 @@ uint64_t write_safetensors(const fs::path& path, const NamedTensors& tensors,
     header["__metadata__"] = std::move(m);
   }
   uint64_t offset = 0;
-  for (const auto& [name, t] : tensors) {
-    FT_CHECK(t.defined(), file + ": tensor '" + name + "' is undefined");
+  for (const auto& [name, shape, dtype, produce] : tensors) {
     FT_CHECK(name != "__metadata__", file + ": '__metadata__' cannot name a tensor");
     FT_CHECK(!header.contains(name), file + ": tensor '" + name + "' given twice");
-    const DType dt = out_dtype(t);
-    const uint64_t bytes = uint64_t(t.numel()) * dtype_size(dt);
-    header[name] = {{"dtype", dtype_name(dt)},
-                    {"shape", t.shape()},
-                    {"data_offsets", {offset, offset + bytes}}};
+    const DType dt = out_dtype(dtype);
+    const uint64_t bytes = uint64_t(shape_numel(shape)) * dtype_size(dt);
+    header[name] = {
+        {"dtype", dtype_name(dt)}, {"shape", shape}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
   std::string h;
@@ -259,8 +363,14 @@ uint64_t write_safetensors(const fs::path& path, const NamedTensors& tensors,
   for (int i = 0; i < 8; ++i) len[i] = uint8_t(uint64_t(h.size()) >> (8 * i));
   w.write(len, 8);
   w.write(h);
-  for (const auto& [name, t] : tensors) {
-    const DType dt = out_dtype(t);
+  for (const auto& src : tensors) {
+    const Tensor t = src.produce();
+    FT_CHECK(t.defined() && t.shape() == src.shape && out_dtype(t.dtype()) == out_dtype(src.dtype),
+             file + ": tensor '" + src.name + "' was produced as " +
+                 (t.defined() ? std::string(dtype_name(t.dtype())) + " " + shape_str(t.shape())
+                              : std::string("nothing")) +
+                 ", not the announced " + dtype_name(src.dtype) + " " + shape_str(src.shape));
+    const DType dt = out_dtype(t.dtype());
     if (dt == t.dtype()) {
       if (t.nbytes()) w.write(t.raw(), t.nbytes());
     } else {

@@ -6,6 +6,7 @@
 // truncated or corrupt file fails at open with a one-line error naming file and tensor.
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -41,14 +42,23 @@ class SafetensorsFile {
   // A tensor over the file's bytes (no copy) that keeps the mapping alive. When the bytes are
   // not aligned for the dtype (other writers may not pad the header), an aligned copy.
   Tensor tensor(const std::string& name) const;
+  // An owned, counted copy of a floating tensor converted to `dtype` (a float type) straight
+  // from the file's bytes: no intermediate copy, whatever the two dtypes.
+  Tensor read(const std::string& name, DType dtype) const;
+  // Drops the pages of a mmap'd file that hold only `name`'s bytes from memory (they are read
+  // from the file again when touched): for loaders that have copied the tensor out. Writes to
+  // borrowed tensors over those bytes are lost. No-op for files not opened by open().
+  void evict(const std::string& name) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
  private:
   SafetensorsFile() = default;
   std::string name_;
   std::shared_ptr<const void> owner_;
-  const uint8_t* data_ = nullptr;  // start of the data section
-  bool writable_ = false;          // private mapping: borrowed tensors may be written
+  const uint8_t* data_ = nullptr;       // start of the data section
+  bool writable_ = false;               // private mapping: borrowed tensors may be written
+  const uint8_t* map_begin_ = nullptr;  // the whole mapping, when open() made it
+  size_t map_size_ = 0;
   std::vector<std::string> names_;
   std::map<std::string, TensorInfo> infos_;
   std::map<std::string, std::string> metadata_;
@@ -65,7 +75,22 @@ using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 void save_safetensors(const std::filesystem::path& path, const NamedTensors& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 
+// A tensor a writer asks for only when it reaches it, so that a whole model never has to sit
+// in memory: `produce` returns a tensor of `shape` (any float dtype when the writer converts,
+// else `dtype`).
+struct TensorSource {
+  std::string name;
+  Shape shape;
+  DType dtype = DType::F32;
+  std::function<Tensor()> produce;
+};
+
 namespace detail {
+// The same, for tensors produced one at a time.
+uint64_t write_safetensors(const std::filesystem::path& path,
+                           const std::vector<TensorSource>& tensors,
+                           const std::map<std::string, std::string>& metadata,
+                           std::optional<DType> convert_to);
 // Writes a safetensors file at `path` (which must not exist) and fsyncs it, converting each
 // floating tensor to `convert_to` when given, one tensor at a time. Not atomic by itself.
 // Returns the number of data bytes written.

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "fusetune/graph/graph.h"
+#include "fusetune/models/param_sink.h"
 #include "fusetune/runtime/eager_executor.h"
 
 namespace fusetune {
@@ -20,8 +21,20 @@ struct ParamInfo {
 std::vector<ParamInfo> graph_parameters(const Graph& g);
 
 // Normal(0, std) for matrices and embeddings, ones for norm weights, zeros for biases, like
-// Hugging Face's _init_weights with initializer_range = std. Deterministic in `seed`.
+// Hugging Face's _init_weights with initializer_range = std. Counter-based: element i of
+// parameter `name` is a function of (seed, name, i) alone (SplitMix64 of the counter, then
+// Box-Muller in double), so the values do not depend on the thread count, on the order of the
+// parameters or on which others exist. `dtype`: F64 holds the double, F32 it rounded to
+// nearest, BF16 / F16 the F32 value rounded to nearest. Each tensor is written in its dtype
+// directly (OpenMP over blocks of elements), never through a float copy of another width.
+// Parameters `sink` takes are produced as F32, one at a time, handed to it and left out of
+// the result.
 TensorMap init_parameters(const std::vector<ParamInfo>& params, uint64_t seed, DType dtype,
-                          double std = 0.02);
+                          double std = 0.02, ParamSink* sink = nullptr);
+
+// One parameter's initial values (as init_parameters gives them) written into `out`, a
+// float tensor (F32, F64, BF16 or F16) shaped like the parameter: for writers that produce a
+// model tensor by tensor.
+void init_parameter(const std::string& name, uint64_t seed, double std, Tensor& out);
 
 }  // namespace fusetune

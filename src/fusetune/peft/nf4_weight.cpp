@@ -82,6 +82,40 @@ std::shared_ptr<NF4Store> quantize_base_weights(TensorMap& params, const ModelCo
   return store;
 }
 
+bool NF4BaseSink::takes(const std::string& name) const {
+  // The names quantized_weights lists, for any config: the layers' projection weights, the
+  // embedding and the untied head (a tied model has no lm_head parameter).
+  if (name == "model.embed_tokens.weight" || name == "lm_head.weight") return true;
+  if (name.rfind("model.layers.", 0) != 0) return false;
+  for (const char* suffix :
+       {".self_attn.q_proj.weight", ".self_attn.k_proj.weight", ".self_attn.v_proj.weight",
+        ".self_attn.o_proj.weight", ".mlp.gate_proj.weight", ".mlp.up_proj.weight",
+        ".mlp.down_proj.weight"}) {
+    const size_t n = std::strlen(suffix);
+    if (name.size() > n && name.compare(name.size() - n, n, suffix) == 0) return true;
+  }
+  return false;
+}
+
+void NF4BaseSink::put(const std::string& name, const Tensor& value) {
+  FT_CHECK(!store_->count(name), "quantize_base: parameter '" + name + "' given twice");
+  (*store_)[name] = quantize_nf4(value);
+}
+
+std::shared_ptr<NF4Store> NF4BaseSink::finish(const ModelConfig& cfg) {
+  const auto want = quantized_weights(cfg);
+  for (const auto& [name, shape] : want) {
+    auto it = store_->find(name);
+    FT_CHECK(it != store_->end(), "quantize_base: parameter '" + name + "' is missing");
+    FT_CHECK(it->second.shape == shape, "quantize_base: parameter '" + name + "' is " +
+                                            shape_str(it->second.shape) + ", expected " +
+                                            shape_str(shape));
+  }
+  FT_CHECK(store_->size() == want.size(),
+           "quantize_base: the model has weights quantize_base does not expect");
+  return store_;
+}
+
 std::shared_ptr<NF4Store> nf4_store_layout(const ModelConfig& cfg) {
   auto store = std::make_shared<NF4Store>();
   for (const auto& [name, shape] : quantized_weights(cfg)) {

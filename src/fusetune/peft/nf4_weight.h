@@ -10,6 +10,7 @@
 #include "fusetune/graph/builder.h"
 #include "fusetune/kernels/cpu/nf4.h"
 #include "fusetune/models/model_config.h"
+#include "fusetune/models/param_sink.h"
 #include "fusetune/runtime/executor.h"
 
 namespace fusetune::peft {
@@ -40,6 +41,20 @@ using NF4Store = std::map<std::string, NF4Weight>;
 // stay float. torchtune / bitsandbytes keep the embedding and head in bf16; we quantize them
 // too, on purpose: on small models they are most of the weight bytes (configs/README.md).
 std::shared_ptr<NF4Store> quantize_base_weights(TensorMap& params, const ModelConfig& cfg);
+
+// QLoRA's base quantized while it is loaded or initialized (models/param_sink.h): it takes
+// exactly the weights quantize_base_weights quantizes and stores each as NF4 as it arrives,
+// so the base never exists in float. The result equals quantize_base_weights' bit for bit.
+class NF4BaseSink : public ParamSink {
+ public:
+  bool takes(const std::string& name) const override;
+  void put(const std::string& name, const Tensor& value) override;
+  // The store, after checking it holds every weight quantize_base covers for `cfg`.
+  std::shared_ptr<NF4Store> finish(const ModelConfig& cfg);
+
+ private:
+  std::shared_ptr<NF4Store> store_ = std::make_shared<NF4Store>();
+};
 
 // The store quantize_base_weights makes for `cfg`, with every tensor sized but its contents
 // unset: for `fusetune plan`, which predicts a step's memory without reading weights.

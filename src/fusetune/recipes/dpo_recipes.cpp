@@ -33,8 +33,10 @@ TensorMap load_reference(const Config& cfg, const LoadedModel& policy) {
                "(checkpoint_dir, checkpoint_files), usually the checkpointer's starting weights");
   const Config rc = cfg.sub("ref_checkpointer");
   const std::string dir = rc.str("checkpoint_dir");
-  HFCheckpoint ck =
-      load_hf_checkpoint(dir, checkpoint_file_list(rc), policy.params.begin()->second.dtype());
+  // Owned and counted (the mapped file may be rewritten), converted straight from the file
+  // into the policy's dtype.
+  HFCheckpoint ck = load_hf_checkpoint_owned(dir, checkpoint_file_list(rc),
+                                             policy.params.begin()->second.dtype());
   TensorMap ref;
   for (const auto& [name, t] : policy.params) {
     auto it = ck.tensors.find(name);
@@ -44,7 +46,7 @@ TensorMap load_reference(const Config& cfg, const LoadedModel& policy) {
     FT_CHECK(it->second.shape() == t.shape(), "ref_checkpointer: tensor '" + name + "' in " + dir +
                                                   " is " + shape_str(it->second.shape()) +
                                                   " but the policy's is " + shape_str(t.shape()));
-    ref[name] = it->second.clone();  // owned and counted: the mapped file may be rewritten
+    ref[name] = it->second;
   }
   return ref;
 }

@@ -163,15 +163,20 @@ LoraJob lora_training_job(const Config& cfg, const std::string& recipe) {
       };
     job.eval_llama = eval;
   }
-  job.prepare = [run, &cfg, seed](LoadedModel& m) {
+  // quantize_base: the base is quantized to NF4 tensor by tensor as it is loaded, never held
+  // in float as a whole (peft::NF4BaseSink); `prepare` collects the store.
+  std::shared_ptr<peft::NF4BaseSink> nf4_sink;
+  if (run->lora.quantize_base) job.sink = nf4_sink = std::make_shared<peft::NF4BaseSink>();
+  job.prepare = [run, &cfg, seed, nf4_sink](LoadedModel& m) {
     run->model = m.config;
     run->base_name = m.checkpoint_dir.empty() ? m.description : m.checkpoint_dir.string();
     for (auto& [name, t] : m.params)
       FT_CHECK(!peft::is_adapter_param(name),
                "the base checkpoint already has adapter tensor '" + name + "'");
-    // Adapters train in the model's dtype (fp32 or bf16), as the base was loaded.
+    // Adapters train in the model's dtype (fp32 or bf16), as the base was loaded (the norms
+    // stay in m.params when the projections went to NF4).
     const DType dtype = m.params.empty() ? DType::F32 : m.params.begin()->second.dtype();
-    if (run->lora.quantize_base) run->nf4 = peft::quantize_base_weights(m.params, m.config);
+    if (nf4_sink) run->nf4 = nf4_sink->finish(m.config);
     peft::init_adapters(m.params, m.config, run->lora, seed, dtype, run->nf4.get());
     if (cfg.has("checkpointer.adapter_checkpoint")) {
       // Start from a saved PEFT adapter (checkpoint_dir/adapter_checkpoint).

@@ -53,7 +53,7 @@ ModelConfig random_model_config(const Config& m) {
 
 }  // namespace
 
-LoadedModel load_model(const Config& cfg, DType dtype) {
+LoadedModel load_model(const Config& cfg, DType dtype, ParamSink* sink) {
   LoadedModel out;
   const std::string init = cfg.str("model.init", "checkpoint");
   if (init == "random") {
@@ -62,19 +62,19 @@ LoadedModel load_model(const Config& cfg, DType dtype) {
     o.dtype = dtype;
     TrainingGraph tg = build_training_graph(out.config, o);
     out.params = init_parameters(graph_parameters(tg.graph), uint64_t(cfg.i64("seed", 0)), dtype,
-                                 cfg.f64("model.initializer_range", 0.02));
+                                 cfg.f64("model.initializer_range", 0.02), sink);
     out.description = "random init (seed " + std::to_string(cfg.i64("seed", 0)) + ")";
     return out;
   }
   FT_CHECK(init == "checkpoint",
            "config key 'model.init' must be 'random' or 'checkpoint', got '" + init + "'");
   out.checkpoint_dir = cfg.str("checkpointer.checkpoint_dir");
-  HFCheckpoint ck =
-      load_hf_checkpoint(out.checkpoint_dir, checkpoint_file_list(cfg.sub("checkpointer")), dtype);
+  // Owned weights in counted memory: they are trained in place, and the mapped file must stay
+  // untouched (it may be the checkpoint we later overwrite).
+  HFCheckpoint ck = load_hf_checkpoint_owned(
+      out.checkpoint_dir, checkpoint_file_list(cfg.sub("checkpointer")), dtype, sink);
   out.config = ck.config;
-  // Own the weights in counted memory: they are trained in place, and the mapped file must
-  // stay untouched (it may be the checkpoint we later overwrite).
-  for (auto& [name, t] : ck.tensors) out.params[name] = t.clone();
+  for (auto& [name, t] : ck.tensors) out.params[name] = std::move(t);
   out.description = out.checkpoint_dir.string();
   return out;
 }

@@ -13,6 +13,7 @@
 #include "fusetune/data/loader.h"
 #include "fusetune/data/tokenizer.h"
 #include "fusetune/models/model_config.h"
+#include "fusetune/models/param_sink.h"
 #include "fusetune/optim/lr_schedule.h"
 #include "fusetune/optim/optimizer.h"
 #include "fusetune/runtime/executor.h"
@@ -32,7 +33,10 @@ struct LoadedModel {
 // `model.init: random` builds the architecture from `model` (inline keys or `model.config`, a
 // config.json) and initializes it from `seed`; otherwise the weights come from
 // `checkpointer.checkpoint_dir`. The parameter set is the model graph's (so it always matches).
-LoadedModel load_model(const Config& cfg, DType dtype);
+// Either way each parameter is produced straight into its final storage, one tensor at a
+// time (peak memory: the final footprint plus one tensor): in `dtype`, or, for those `sink`
+// takes (QLoRA's NF4 base), handed to the sink as F32 and left out of `params`.
+LoadedModel load_model(const Config& cfg, DType dtype, ParamSink* sink = nullptr);
 
 // The architecture alone (no weights read): for planning.
 ModelConfig model_architecture(const Config& cfg);

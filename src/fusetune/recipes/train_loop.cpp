@@ -87,7 +87,7 @@ int run_training(const Config& cfg, const TrainJob& job) {
   const std::string planned_peak = check_run_fits_memory(cfg, job.recipe);
 
   // ---- model, tokenizer, data -------------------------------------------------------------
-  LoadedModel model = load_model(cfg, dtype);
+  LoadedModel model = load_model(cfg, dtype, job.sink.get());
   if (job.prepare) job.prepare(model);
   auto tokenizer = build_tokenizer(cfg);
   FT_CHECK(tokenizer->vocab_size() <= model.config.vocab_size,

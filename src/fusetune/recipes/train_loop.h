@@ -32,9 +32,11 @@ struct TrainJob {
   std::string recipe;
   TrainablePredicate trainable;
   // Optional hooks (PEFT recipes); each empty one keeps the full fine-tuning behaviour.
-  LlamaOptions llama;                         // linear-layer hooks for the step graphs
-  std::optional<LlamaOptions> eval_llama;     // the hooks for validation (default: llama)
-  std::function<void(LoadedModel&)> prepare;  // after loading: add adapters, quantize the base
+  LlamaOptions llama;                      // linear-layer hooks for the step graphs
+  std::optional<LlamaOptions> eval_llama;  // the hooks for validation (default: llama)
+  // Takes parameters as they are loaded (QLoRA: the base straight to NF4); see load_model.
+  std::shared_ptr<ParamSink> sink;
+  std::function<void(LoadedModel&)> prepare;  // after loading: add adapters, collect the base
   // Extra step inputs (a dropout seed): called for every micro-batch.
   std::function<void(TensorMap& inputs, int64_t global_step, int64_t micro_step)> add_inputs;
   // Checkpoint writing and resuming; defaults: save_training_checkpoint, load_training_checkpoint.

@@ -174,8 +174,8 @@ ResumedState load_training_checkpoint(const fs::path& dir, DType dtype) {
            "cannot resume from " + dir.string() + ": recipe_state.json is missing or unreadable");
   ResumedState r;
   r.progress = *progress;
-  HFCheckpoint ck = load_hf_checkpoint(dir, {}, dtype);
-  for (auto& [name, t] : ck.tensors) r.params[name] = t.clone();
+  HFCheckpoint ck = load_hf_checkpoint_owned(dir, {}, dtype);  // owned: trained in place
+  for (auto& [name, t] : ck.tensors) r.params[name] = std::move(t);
   SafetensorsFile st = SafetensorsFile::open(dir / "recipe_state.safetensors");
   for (const std::string& name : st.names()) {
     if (name.rfind("optimizer.", 0) == 0)
