@@ -101,7 +101,8 @@ class Graph {
 
 // Output types of `op` applied to inputs of the given types; throws fusetune::Error on a
 // mismatch, naming the op and the shapes. In a BF16 graph the floating outputs are BF16
-// except those keeps_f32_in_bf16_graph names, and ops take BF16 or F32 inputs alike.
+// except those keeps_f32_in_bf16_graph names and those of ops whose floating inputs are all
+// F32 (not only scalars); ops take BF16 or F32 inputs alike.
 std::vector<TensorType> infer_types(const Graph& g, Op op, const std::vector<Value>& inputs,
                                     const Attrs& attrs);
 

@@ -435,10 +435,20 @@ bool keeps_f32_in_bf16_graph(Op op, size_t output, const Shape& shape) {
 std::vector<TensorType> infer_types(const Graph& g, Op op, const std::vector<Value>& in,
                                     const Attrs& a) {
   std::vector<TensorType> out = infer_float_types(g, op, in, a);
-  if (g.float_dtype() == DType::BF16)
-    for (size_t k = 0; k < out.size(); ++k)
-      if (out[k].dtype == DType::BF16 && keeps_f32_in_bf16_graph(op, k, out[k].shape))
-        out[k].dtype = DType::F32;
+  if (g.float_dtype() != DType::BF16) return out;
+  // fp32 stays fp32: an op whose floating inputs are all fp32, one of them not a scalar (the
+  // preference losses' per-sequence arithmetic), has no reason to round its result. A scalar
+  // alone (the loss seed expanded into a gradient) does not make a tensor fp32.
+  bool f32_tensor = false, all_f32 = true;
+  for (const Value& v : in)
+    if (is_floating(g.type(v).dtype)) {
+      all_f32 &= g.type(v).dtype == DType::F32;
+      f32_tensor |= !g.type(v).shape.empty();
+    }
+  for (size_t k = 0; k < out.size(); ++k)
+    if (out[k].dtype == DType::BF16 &&
+        ((f32_tensor && all_f32) || keeps_f32_in_bf16_graph(op, k, out[k].shape)))
+      out[k].dtype = DType::F32;
   return out;
 }
 

@@ -19,6 +19,13 @@ double sum(const float* x, int64_t n) {
 
 double mean(const float* x, int64_t n) { return n > 0 ? sum(x, n) / double(n) : 0.0; }
 
+// The values of a per-row report output, which must be fp32.
+const float* f32_data(const Tensor& t) {
+  FT_CHECK(t.dtype() == DType::F32,
+           std::string("DPO report output is ") + dtype_name(t.dtype()) + ", expected F32");
+  return t.data<float>();
+}
+
 class DpoStep final : public TrainingStep {
  public:
   explicit DpoStep(DpoStepOptions o)
@@ -55,10 +62,11 @@ class DpoStep final : public TrainingStep {
     StepOutputs r;
     r.loss = element_as_double(out.at("loss"), 0);
     r.grads = gradients_of(out);
-    const float* cr = out.at("report:chosen_rewards").data<float>();
-    const float* rr = out.at("report:rejected_rewards").data<float>();
-    const float* lp = out.at("report:policy_logps").data<float>();
-    const float* ls = out.at("report:logit_sums").data<float>();
+    // fp32 in an fp32 step, and in a bf16 one (sequence-level values stay fp32, graph.h).
+    const float* cr = f32_data(out.at("report:chosen_rewards"));
+    const float* rr = f32_data(out.at("report:rejected_rewards"));
+    const float* lp = f32_data(out.at("report:policy_logps"));
+    const float* ls = f32_data(out.at("report:logit_sums"));
     double acc = 0, margin = 0;
     for (int64_t i = 0; i < B; ++i) {
       acc += cr[i] > rr[i] ? 1.0 : 0.0;
