@@ -5,6 +5,8 @@
 #include "fusetune/config/components.h"
 #include "fusetune/config/recipe_schemas.h"
 #include "fusetune/config/schema.h"
+#include "fusetune/optim/optimizer.h"
+#include "fusetune/recipes/lora_finetune_single_device.h"
 #include "fusetune/util/error.h"
 
 using namespace fusetune;
@@ -180,14 +182,69 @@ TEST(ConfigSchema, DefaultComponentsWhenAbsent) {
                        "'optimizer._component_' (a string) is required but missing"));
   EXPECT_TRUE(contains(problems({"~optimizer._component_"}),
                        "missing required key 'optimizer._component_' (one of: AdamW, "
-                       "AdamW8bit, PagedAdamW8bit, SGD)"));
+                       "AdamW8bit, PagedAdamW8bit, PagedAdamW, SGD)"));
+}
+
+// bitsandbytes' 32-bit PagedAdamW (torchtune's *_low_memory and Qwen2.5 full configs) is
+// AdamW; the Optimizer2State values that would change it are refused with the reason.
+TEST(ConfigSchema, PagedAdamWIsAdamW) {
+  EXPECT_EQ(problems({"optimizer._component_=bitsandbytes.optim.PagedAdamW"}), "");
+  EXPECT_EQ(problems({"optimizer._component_=bitsandbytes.optim.PagedAdamW32bit",
+                      "optimizer.weight_decay=0.1", "optimizer.min_8bit_size=16"}),
+            "");
+  std::string msg = problems({"optimizer._component_=bitsandbytes.optim.PagedAdamW",
+                              "optimizer.optim_bits=8", "optimizer.amsgrad=true"});
+  EXPECT_TRUE(contains(msg,
+                       "'optimizer.optim_bits' is 8: fusetune's PagedAdamW keeps 32-bit "
+                       "state; for 8-bit state use bitsandbytes.optim.PagedAdamW8bit"))
+      << msg;
+  EXPECT_TRUE(contains(msg, "'optimizer.amsgrad' is true: AMSGrad is not implemented")) << msg;
+  EXPECT_EQ(fusetune::parse_optimizer_kind("bitsandbytes.optim.PagedAdamW"),
+            fusetune::OptimizerKind::AdamW);
+}
+
+// torchtune's qlora_* builders are its lora_* builders with quantize_base=True: the same here,
+// after the schema's defaults, unless the config sets the key; QDoRA is refused by validate.
+TEST(ConfigSchema, QloraBuilderMeansQuantizeBase) {
+  const char* yaml = R"(output_dir: /tmp/out
+model:
+  _component_: torchtune.models.llama3_2.qlora_llama3_2_1b
+  lora_attn_modules: [q_proj, v_proj]
+checkpointer:
+  checkpoint_dir: /m
+tokenizer:
+  _component_: byte
+dataset:
+  _component_: text_completion
+  source: data/corpus.txt
+optimizer:
+  _component_: AdamW
+  lr: 1e-3
+)";
+  const Schema& schema = lora_finetune_schema();
+  EXPECT_EQ(error_of([&] { validate(with({}, yaml), schema); }), "");
+  EXPECT_TRUE(fusetune::lora_config_from(with_defaults(with({}, yaml), schema)).quantize_base);
+  EXPECT_FALSE(
+      fusetune::lora_config_from(with_defaults(with({"model.quantize_base=false"}, yaml), schema))
+          .quantize_base);
+  EXPECT_FALSE(
+      fusetune::lora_config_from(
+          with_defaults(
+              with({"model._component_=torchtune.models.llama3_2.lora_llama3_2_1b"}, yaml), schema))
+          .quantize_base);
+  std::string msg = error_of([&] { validate(with({"model.use_dora=true"}, yaml), schema); });
+  EXPECT_TRUE(contains(msg, "DoRA on an NF4 base (QDoRA) is not supported yet")) << msg;
+  msg = error_of([&] {
+    validate(with({"model.use_dora=true", "model.quantize_base=false"}, yaml), schema);
+  });
+  EXPECT_EQ(msg, "");
 }
 
 TEST(ConfigSchema, UnknownComponentSuggestsClosest) {
   std::string msg = problems({"optimizer=AdamWW"});
   EXPECT_TRUE(contains(msg,
                        "unknown optimizer._component_ 'AdamWW' (did you mean 'AdamW'?); "
-                       "valid: AdamW, AdamW8bit, PagedAdamW8bit, SGD"))
+                       "valid: AdamW, AdamW8bit, PagedAdamW8bit, PagedAdamW, SGD"))
       << msg;
   msg = problems({"optimizer=torch.optim.Adamw"});
   EXPECT_TRUE(contains(msg, "(did you mean 'torch.optim.AdamW'?)")) << msg;
@@ -339,7 +396,8 @@ TEST(ConfigSchema, LoraSchemaAddsLoraKeys) {
   EXPECT_EQ(f.i64("model.lora_rank"), 8);
   EXPECT_DOUBLE_EQ(f.f64("model.lora_alpha"), 16);
   EXPECT_FALSE(f.boolean("model.use_dora"));
-  EXPECT_FALSE(f.boolean("model.quantize_base"));
+  EXPECT_FALSE(f.has("model.quantize_base"));  // the model builder decides
+  EXPECT_FALSE(fusetune::lora_config_from(f).quantize_base);
   EXPECT_FALSE(f.boolean("save_adapter_weights_only"));
   EXPECT_EQ(problems({lora_overrides, "~model.init", "model.init=checkpoint", "~model.vocab_size",
                       "~model.hidden_size", "~model.intermediate_size", "~model.num_hidden_layers",

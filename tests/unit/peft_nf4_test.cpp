@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "fusetune/compile/compiler.h"
@@ -95,6 +96,19 @@ TEST(NF4, RoundTripErrorIsWithinHalfTheLargestGapTimesAbsmax) {
       }
     }
     EXPECT_GT(worst_ratio, 0.0);
+  }
+}
+
+// dtype: bf16 loads the base in bf16: it is quantized from its exact fp32 widening.
+TEST(NF4, Bf16BaseIsQuantizedAsItsFp32Widening) {
+  const Tensor b = normal_matrix(70, 96, 3).to(DType::BF16);
+  const peft::NF4Weight q = peft::quantize_nf4(b), r = peft::quantize_nf4(b.to(DType::F32));
+  EXPECT_EQ(q.offset, r.offset);
+  for (const auto& [x, y] : {std::pair{&q.codes, &r.codes},
+                             {&q.absmax_codes, &r.absmax_codes},
+                             {&q.absmax_scales, &r.absmax_scales}}) {
+    ASSERT_EQ(x->numel(), y->numel());
+    EXPECT_EQ(std::memcmp(x->data<int32_t>(), y->data<int32_t>(), x->numel() * 4), 0);
   }
 }
 

@@ -68,14 +68,58 @@ std::vector<Field> adamw8bit_fields(bool paged) {
   return f;
 }
 
+// The keys bitsandbytes' 32-bit PagedAdamW takes: AdamW's, plus its Optimizer2State arguments,
+// each accepted with its only meaning for 32-bit state or refused with the reason.
+std::vector<Field> paged_adamw_fields() {
+  return {
+      Field::List("betas")
+          .items(kFloat)
+          .size(2)
+          .def("[0.9, 0.999]")
+          .doc("coefficients of the running averages of the gradient and its square"),
+      Field::Float("eps").def("1e-8").min(0).doc("added to the denominator"),
+      Field::Float("weight_decay").def("0.01").min(0).doc("decoupled weight decay"),
+      Field::Bool("amsgrad").def("false").doc("must be false: AMSGrad is not implemented"),
+      Field::Int("optim_bits")
+          .def("32")
+          .doc("must be 32 (fp32 moments); for 8-bit state use PagedAdamW8bit"),
+      Field::Int("min_8bit_size").def("4096").min(1).doc("no effect with 32-bit state"),
+      Field::Int("percentile_clipping")
+          .def("100")
+          .doc("must be 100 (off): percentile gradient clipping is not implemented; use "
+               "clip_grad_norm"),
+      Field::Bool("block_wise").def("true").doc("no effect with 32-bit state"),
+  };
+}
+
+// The PagedAdamW values fusetune refuses, each with its reason.
+void check_paged_adamw(const Config& opt, Problems& p) {
+  auto refuse = [&](const char* key, const std::string& why) {
+    p.errors.push_back("config key '" + opt.full_key(key) + "' is " + opt.str(key) + ": " + why +
+                       " (" + opt.where(key) + ")");
+  };
+  if (opt.has("amsgrad") && opt.boolean("amsgrad"))
+    refuse("amsgrad", "AMSGrad is not implemented; set it to false");
+  if (opt.has("optim_bits") && opt.i64("optim_bits") != 32)
+    refuse("optim_bits",
+           "fusetune's PagedAdamW keeps 32-bit state; for 8-bit state use "
+           "bitsandbytes.optim.PagedAdamW8bit");
+  if (opt.has("percentile_clipping") && opt.i64("percentile_clipping") != 100)
+    refuse("percentile_clipping",
+           "percentile gradient clipping is not implemented; use 100 (off) and clip_grad_norm "
+           "for gradient clipping");
+}
+
 // The values of those keys fusetune refuses, each with its reason.
 void check_adamw8bit(const Config& opt, Problems& p) {
   if (!opt.has("_component_") || opt.is_map("_component_") || opt.is_list("_component_")) return;
   const std::string c = opt.str("_component_");
   bool eight_bit = false;
-  for (const auto& comp : component_table("optimizer")->components)
+  for (const auto& comp : component_table("optimizer")->components) {
+    if (comp.name == "PagedAdamW" && comp.matches(c)) return check_paged_adamw(opt, p);
     if ((comp.name == "AdamW8bit" || comp.name == "PagedAdamW8bit") && comp.matches(c))
       eight_bit = true;
+  }
   if (!eight_bit) return;
   auto refuse = [&](const char* key, const std::string& why) {
     p.errors.push_back("config key '" + opt.full_key(key) + "' is " + opt.str(key) + ": " + why +
@@ -184,6 +228,11 @@ std::vector<ComponentTable> build_tables() {
                   "AdamW8bit; paging (CUDA unified memory) has no meaning on a CPU and is not "
                   "done (a warning says so)",
                   adamw8bit_fields(true)),
+        Component("PagedAdamW",
+                  {"bitsandbytes.optim.PagedAdamW", "bitsandbytes.optim.PagedAdamW32bit"},
+                  "AdamW (bitsandbytes' paged 32-bit AdamW); paging (CUDA unified memory) has no "
+                  "meaning on a CPU and is not done (a warning says so)",
+                  paged_adamw_fields()),
         Component("SGD", {"torch.optim.SGD"}, "stochastic gradient descent",
                   {Field::Float("momentum").def("0.0").min(0).doc("momentum factor"),
                    Field::Float("weight_decay")

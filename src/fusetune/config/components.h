@@ -18,7 +18,7 @@ struct ComponentTable {
 };
 
 // The table for a map key (the last part of a dotted key), or nullptr. Sections:
-//   optimizer      AdamW | AdamW8bit | PagedAdamW8bit | SGD
+//   optimizer      AdamW | AdamW8bit | PagedAdamW8bit | PagedAdamW | SGD
 //   lr_scheduler   cosine_with_warmup | linear_with_warmup | constant        (default constant)
 //   loss           cross_entropy (default) | DPOLoss | RSOLoss | IPOLoss | SimPOLoss
 //   checkpointer   FullModelHFCheckpointer                                   (default)

@@ -2,6 +2,7 @@
 
 #include "fusetune/config/components.h"
 #include "fusetune/config/scalars.h"
+#include "fusetune/util/error.h"
 #include "fusetune/util/strings.h"
 
 namespace fusetune {
@@ -255,11 +256,34 @@ Schema build_lora(bool preference = false) {
                 .max(1, true)
                 .doc("dropout on the adapter input"));
   model.add(Field::Bool("use_dora").def("false").doc("DoRA: learn a magnitude vector too"));
-  model.add(
-      Field::Bool("quantize_base")
-          .def("false")
-          .doc("store the frozen base as NF4 (QLoRA): layer projections, embedding and head"));
+  // No schema default: absent means true for torchtune's qlora_* builders (lora_config_from).
+  model.add(Field::Bool("quantize_base")
+                .doc("store the frozen base as NF4 (QLoRA): layer projections, embedding and head; "
+                     "default true for torchtune's qlora_* builders, else false"));
   s.add(model);
+  s.checks.push_back([](const Config& root, const Config&, Problems& p) {
+    if (!root.has("model") || !root.is_map("model")) return;
+    const Config m = root.sub("model");
+    auto flag = [&](const char* key, bool def) {
+      if (!m.has(key) || m.is_map(key) || m.is_list(key)) return def;
+      try {
+        return m.boolean(key);
+      } catch (const Error&) {
+        return def;  // a non-boolean is reported by the field's own check
+      }
+    };
+    std::string builder;
+    if (m.has("_component_") && !m.is_map("_component_") && !m.is_list("_component_"))
+      builder = m.str("_component_");
+    const bool qlora = starts_with(builder.substr(builder.rfind('.') + 1), "qlora_");
+    if (flag("use_dora", false) && flag("quantize_base", qlora))
+      p.errors.push_back(
+          "config key 'model.use_dora' is true with an NF4 base (" +
+          std::string(m.has("quantize_base") ? "quantize_base: true" : builder) +
+          "): DoRA on an NF4 base (QDoRA) is not supported yet; use DoRA on a bf16/fp32 base "
+          "(quantize_base: false) or QLoRA without DoRA (" +
+          m.where("use_dora") + ")");
+  });
   s.field("checkpointer")
       .add(Field::String("adapter_checkpoint")
                .doc("PEFT adapter to resume from, in checkpoint_dir"));

@@ -14,6 +14,10 @@ OptimizerKind parse_optimizer_kind(const std::string& component) {
   std::transform(lower.begin(), lower.end(), lower.begin(),
                  [](unsigned char c) { return char(std::tolower(c)); });
   if (lower == "torch.optim.adamw" || lower == "adamw") return OptimizerKind::AdamW;
+  // bitsandbytes' 32-bit PagedAdamW: AdamW (paging has no meaning on a CPU).
+  if (lower == "bitsandbytes.optim.pagedadamw" || lower == "pagedadamw" ||
+      lower == "bitsandbytes.optim.pagedadamw32bit" || lower == "pagedadamw32bit")
+    return OptimizerKind::AdamW;
   if (lower == "torch.optim.sgd" || lower == "sgd") return OptimizerKind::SGD;
   if (lower == "bitsandbytes.optim.adamw8bit" || lower == "adamw8bit" ||
       lower == "bitsandbytes.optim.pagedadamw8bit" || lower == "pagedadamw8bit")
@@ -22,9 +26,11 @@ OptimizerKind parse_optimizer_kind(const std::string& component) {
                                           "torch.optim.SGD",
                                           "bitsandbytes.optim.AdamW8bit",
                                           "bitsandbytes.optim.PagedAdamW8bit",
+                                          "bitsandbytes.optim.PagedAdamW",
                                           "AdamW",
                                           "AdamW8bit",
                                           "PagedAdamW8bit",
+                                          "PagedAdamW",
                                           "SGD"};
   std::string hint = closest_match(component, known);
   throw Error("unknown optimizer '" + component + "'" +

@@ -45,7 +45,8 @@ class Optimizer {
   virtual int64_t state_bytes() const = 0;
 };
 
-// AdamW8bit: bitsandbytes' AdamW8bit and PagedAdamW8bit (adamw8bit.h).
+// AdamW8bit: bitsandbytes' AdamW8bit and PagedAdamW8bit (adamw8bit.h). AdamW also stands for
+// bitsandbytes' 32-bit PagedAdamW (paging has no meaning on a CPU).
 enum class OptimizerKind { AdamW, AdamW8bit, SGD };
 
 // Maps a config's optimizer component ("torch.optim.AdamW", "AdamW", "SGD",

@@ -17,6 +17,9 @@ kernels::NF4View NF4Weight::view() const {
 
 NF4Weight quantize_nf4(const Tensor& w) {
   FT_CHECK(w.rank() == 2, "NF4: expected a matrix, got " + shape_str(w.shape()));
+  // A bf16 / fp16 base (dtype: bf16 loads the checkpoint so) is quantized from its exact fp32
+  // widening, as bitsandbytes quantizes a bf16 weight.
+  if (w.dtype() == DType::BF16 || w.dtype() == DType::F16) return quantize_nf4(w.to(DType::F32));
   FT_CHECK(w.dtype() == DType::F32 || w.dtype() == DType::F64,
            std::string("NF4: cannot quantize dtype ") + dtype_name(w.dtype()));
   const kernels::NF4Sizes s = kernels::nf4_sizes(w.numel());

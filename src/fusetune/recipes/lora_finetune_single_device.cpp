@@ -18,10 +18,25 @@
 #include "fusetune/recipes/train_loop.h"
 #include "fusetune/util/error.h"
 #include "fusetune/util/fs.h"
+#include "fusetune/util/strings.h"
 
 namespace fusetune {
 
 namespace fs = std::filesystem;
+
+namespace {
+
+// True when model._component_ is one of torchtune's qlora_* builders, which mean
+// quantize_base: true unless the config sets it.
+bool qlora_builder(const Config& cfg) {
+  if (!cfg.has("model._component_") || cfg.is_map("model._component_") ||
+      cfg.is_list("model._component_"))
+    return false;
+  const std::string builder = cfg.str("model._component_");
+  return starts_with(builder.substr(builder.rfind('.') + 1), "qlora_");
+}
+
+}  // namespace
 
 peft::LoraConfig lora_config_from(const Config& cfg) {
   peft::LoraConfig c;
@@ -33,7 +48,9 @@ peft::LoraConfig lora_config_from(const Config& cfg) {
   c.alpha = m.f64("lora_alpha", 16);
   c.dropout = m.f64("lora_dropout", 0.0);
   c.use_dora = m.boolean("use_dora", false);
-  c.quantize_base = m.boolean("quantize_base", false);
+  // torchtune's qlora_* builders are their lora_* builders with quantize_base=True (a
+  // functools.partial: an explicit key still wins).
+  c.quantize_base = m.boolean("quantize_base", qlora_builder(cfg));
   c.validate();
   return c;
 }

@@ -125,6 +125,11 @@ std::vector<std::string> optimizer_warnings(const Config& cfg) {
     return {"warning: " + kind + (kind == "AdamW8bit" ? " with is_paged: true" : std::string()) +
             ": paging (CUDA unified memory that spills optimizer state to the host) has no "
             "meaning on a CPU; the state is 8-bit AdamW8bit state in ordinary memory, not paged"};
+  if (kind == "PagedAdamW")
+    return {
+        "warning: PagedAdamW: paging (CUDA unified memory that spills optimizer state to the "
+        "host) has no meaning on a CPU; the state is AdamW's fp32 state in ordinary memory, "
+        "not paged"};
   return {};
 }
 
