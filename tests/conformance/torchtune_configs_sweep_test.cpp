@@ -200,9 +200,6 @@ struct KnownRefusal {
   bool may_pass = false;  // depends on the machine
 };
 const std::map<std::string, KnownRefusal> kKnownRefusals = {
-    // Offloading activations to the host has no meaning on a CPU; the schema refuses True.
-    {"llama2/7B_full_low_memory", {"'enable_activation_offloading' must be one of false"}},
-    {"mistral/7B_full_low_memory", {"'enable_activation_offloading' must be one of false"}},
     {"llama3/8B_qdora_single_device", {"DoRA on an NF4 base (QDoRA) is not supported yet"}},
     // Planned for batch 8 x 1024 tokens with the 128K vocabulary's logits materialized
     // (compile: false): ~18 GiB, so it runs only where that much memory is available.

@@ -304,9 +304,8 @@ TEST(ConfigSchema, CrossKeyChecks) {
   EXPECT_EQ(problems({"dataset.packed=true"}), "");  // tokenizer.max_seq_len is set
   msg = problems({"tokenizer={_component_: hf, path: /m/original/tokenizer.model}"});
   EXPECT_TRUE(contains(msg, "the hf tokenizer reads a Hugging Face tokenizer.json")) << msg;
-  msg = problems({"optimizer_in_bwd=true", "enable_activation_offloading=True"});
-  EXPECT_FALSE(contains(msg, "optimizer_in_bwd")) << msg;
-  EXPECT_TRUE(contains(msg, "'enable_activation_offloading' must be one of false")) << msg;
+  // Offloading (GPU to host) has nothing to do on a CPU: accepted, said in the run's log.
+  EXPECT_EQ(problems({"optimizer_in_bwd=true", "enable_activation_offloading=True"}), "");
   EXPECT_EQ(problems({"optimizer_in_bwd=False"}), "");
   EXPECT_EQ(problems({"optimizer_in_bwd=true"}), "");
   msg = problems({"optimizer_in_bwd=true", "clip_grad_norm=1.0"});

@@ -195,9 +195,11 @@ Schema build_full(bool preference = false) {
             .doc("update each parameter as soon as its gradient is computed and free the "
                  "gradient (needs gradient_accumulation_steps: 1, no clip_grad_norm)"));
   // torchtune keys that fusetune accepts so pasted configs validate.
+  // torchtune moves saved activations from GPU to host memory; on a CPU they live there
+  // already, so the key has nothing to do (said once when true).
   s.add(Field::Bool("enable_activation_offloading")
-            .values({"false"})
-            .doc("torchtune's activation offloading; not supported, must be false"));
+            .doc("torchtune's GPU-to-host activation offloading: nothing to offload on a CPU "
+                 "(enable_activation_checkpointing is what saves activation memory here)"));
   s.add(Field::String("log_level").ignore("fusetune has one log level"));
   s.checks.push_back(check_packing);
   s.checks.push_back([preference](const Config& root, const Config&, Problems& p) {

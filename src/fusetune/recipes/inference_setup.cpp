@@ -11,7 +11,7 @@ namespace fusetune {
 InferenceModel load_inference_model(const Config& cfg) {
   InferenceModel m;
   m.dtype = parse_dtype(cfg.str("dtype", "fp32"));
-  for (const std::string& w : device_warnings(cfg)) std::fprintf(stderr, "%s\n", w.c_str());
+  for (const std::string& w : cpu_notes(cfg)) std::fprintf(stderr, "%s\n", w.c_str());
   configure_threads(cfg);
   m.mode = parse_compile_mode(cfg.str("compile", "true"));
   m.model = load_model(cfg, m.dtype);

@@ -111,12 +111,19 @@ DType parse_dtype(const std::string& s) {
   throw Error("config key 'dtype': '" + s + "' is not supported (use fp32 or bf16)");
 }
 
-std::vector<std::string> device_warnings(const Config& cfg) {
+std::vector<std::string> cpu_notes(const Config& cfg) {
+  std::vector<std::string> w;
   const std::string device = cfg.str("device", "cpu");
-  if (device == "cpu") return {};
-  return {"warning: device: " + device +
-          ": this build of fusetune has no GPU backend; running on the CPU (set device: cpu "
-          "to silence this)"};
+  if (device != "cpu")
+    w.push_back("warning: device: " + device +
+                ": this build of fusetune has no GPU backend; running on the CPU (set device: "
+                "cpu to silence this)");
+  if (cfg.boolean("enable_activation_offloading", false))
+    w.push_back(
+        "enable_activation_offloading: true moves saved activations from a GPU to host memory "
+        "in torchtune; on a CPU they are in host memory already, so nothing changes "
+        "(enable_activation_checkpointing: true is what trades compute for activation memory)");
+  return w;
 }
 
 std::vector<std::string> optimizer_warnings(const Config& cfg) {

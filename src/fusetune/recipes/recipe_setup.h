@@ -57,8 +57,8 @@ std::vector<std::string> optimizer_warnings(const Config& cfg);
 DType parse_dtype(const std::string& s);
 
 // `device: cuda` (every torchtune config says so): this build runs on the CPU, and says so
-// once instead of refusing the config.
-std::vector<std::string> device_warnings(const Config& cfg);
+// once instead of refusing the config; likewise `enable_activation_offloading: true`.
+std::vector<std::string> cpu_notes(const Config& cfg);
 
 std::unique_ptr<Tokenizer> build_tokenizer(const Config& cfg);
 // `section`: "dataset", or "dataset_val" for the validation data.

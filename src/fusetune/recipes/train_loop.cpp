@@ -206,7 +206,7 @@ int run_training(const Config& cfg, const TrainJob& job) {
     header.extra.push_back({"skipped_damaged_checkpoint", d});
   logger.header(header);
   for (const std::string& w : optimizer_warnings(cfg)) logger.message(w);
-  for (const std::string& w : device_warnings(cfg)) logger.message(w);
+  for (const std::string& w : cpu_notes(cfg)) logger.message(w);
   if (cfg.boolean("low_cpu_ram", false))
     logger.message(
         "low_cpu_ram: true changes nothing here: the weights are read through mmap by one "
