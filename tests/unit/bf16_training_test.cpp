@@ -17,6 +17,7 @@
 #include "fusetune/models/parameters.h"
 #include "fusetune/models/training_graph.h"
 #include "fusetune/runtime/eager_executor.h"
+#include "fusetune/util/error.h"
 #include "graph_compare.h"
 #include "recipe_runs.h"
 #include "test_support.h"
@@ -136,6 +137,40 @@ TEST(Bf16Kernels, FusedCrossEntropyWithABf16HeadMatchesTheWidenedHead) {
   std::vector<double> dh_d(dh_ref.begin(), dh_ref.end()), dW_d(dW_ref.begin(), dW_ref.end());
   EXPECT_LE(max_rel(dh.data(), dh_d), 1e-5);
   EXPECT_LE(max_rel(dW.data(), dW_d), 1e-5);
+}
+
+TEST(Bf16Kernels, EmbeddingBackwardIsTheFp32SumRoundedOnce) {
+  const int64_t n = 300, D = 40, V = 50;  // ids repeat: up to ~6 rows per id
+  const std::vector<float> dy = random_floats(n * D, 8);
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) ids[size_t(i)] = int32_t((i * 7919) % V);
+  ids[5] = 3;  // and one id that appears in two distant places
+  std::vector<float> ref(static_cast<size_t>(V * D));
+  kernels::embedding_backward<float>(dy.data(), ids.data(), ref.data(), n, D, V);
+  std::vector<uint16_t> got(static_cast<size_t>(V * D), 0xFFFF);
+  kernels::embedding_backward_bf16(dy.data(), ids.data(), got.data(), n, D, V);
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], f32_to_bf16(ref[i])) << i;
+  ids[7] = int32_t(V);
+  EXPECT_THROW(kernels::embedding_backward_bf16(dy.data(), ids.data(), got.data(), n, D, V), Error);
+}
+
+TEST(Bf16Graph, LargeSameShapeAddIsTheFp32SumRoundedOnce) {
+  Graph g(DType::BF16);
+  const Shape s{3, 70001};  // several chunks and a ragged end
+  Value a = g.input("a", s, DType::BF16), b = g.input("b", s, DType::BF16);
+  g.mark_output("sum", g.add1(Op::Add, {a, b}));
+  TensorMap in;
+  in["a"] = Tensor::empty(s, DType::BF16);
+  in["b"] = Tensor::empty(s, DType::BF16);
+  const std::vector<uint16_t> x = to_bf16(random_floats(3 * 70001, 9)),
+                              y = to_bf16(random_floats(3 * 70001, 10));
+  std::copy(x.begin(), x.end(), in["a"].data<uint16_t>());
+  std::copy(y.begin(), y.end(), in["b"].data<uint16_t>());
+  EagerExecutor ex(g);
+  const Tensor out = ex.run(in, {})[0];
+  ASSERT_EQ(out.dtype(), DType::BF16);
+  for (size_t i = 0; i < x.size(); ++i)
+    ASSERT_EQ(out.data<uint16_t>()[i], f32_to_bf16(bf16_to_f32(x[i]) + bf16_to_f32(y[i]))) << i;
 }
 
 TEST(Bf16Graph, StoresTensorsInBf16AndScalarsAndStatisticsInFp32) {

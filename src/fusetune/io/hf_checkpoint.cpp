@@ -272,7 +272,7 @@ void save_hf_checkpoint(const fs::path& dir, const ModelConfig& config, const Na
   sources.reserve(tensors.size());
   for (const auto& [name, t] : tensors) {
     FT_CHECK(t.defined(), "save " + dir.string() + ": tensor '" + name + "' is undefined");
-    sources.push_back({name, t.shape(), t.dtype(), [t] { return t; }});
+    sources.push_back({name, t.shape(), t.dtype(), [t = t] { return t; }});
   }
   save_hf_checkpoint(dir, config, sources, opt);
 }

@@ -322,7 +322,7 @@ uint64_t write_safetensors(const fs::path& path, const NamedTensors& tensors,
   sources.reserve(tensors.size());
   for (const auto& [name, t] : tensors) {
     FT_CHECK(t.defined(), path.string() + ": tensor '" + name + "' is undefined");
-    sources.push_back({name, t.shape(), t.dtype(), [t] { return t; }});
+    sources.push_back({name, t.shape(), t.dtype(), [t = t] { return t; }});
   }
   return write_safetensors(path, sources, metadata, convert_to);
 }

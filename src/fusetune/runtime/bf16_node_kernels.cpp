@@ -1,6 +1,9 @@
 #include "fusetune/runtime/bf16_node_kernels.h"
 
+#include <omp.h>
+
 #include <algorithm>
+#include <vector>
 
 #include "fusetune/kernels/cpu/bf16.h"
 #include "fusetune/kernels/cpu/kernels.h"
@@ -85,6 +88,35 @@ bool is_single_matmul(const Node& n, const Graph& g) {
 
 int64_t f32_bytes(const TensorType& t) { return t.numel() * 4; }
 
+// A same-shape Add of bf16 tensors (the sum of a tied embedding's two [V, D] gradients, the
+// residual stream's gradients), in chunks: widening both operands whole would take three fp32
+// copies of a weight-sized tensor.
+constexpr int64_t kAddChunk = 16384;
+
+bool is_chunked_add(const Node& n, const Graph& g) {
+  if (n.op != Op::Add) return false;
+  const TensorType &a = g.type(n.inputs[0]), &b = g.type(n.inputs[1]);
+  return a.shape == b.shape && a.dtype == DType::BF16 && b.dtype == DType::BF16 &&
+         n.outputs[0].dtype == DType::BF16;
+}
+
+void add_bf16_chunked(const uint16_t* a, const uint16_t* b, uint16_t* out, int64_t n) {
+  const int64_t chunks = (n + kAddChunk - 1) / kAddChunk;
+#pragma omp parallel if (n >= 4 * kAddChunk)
+  {
+    std::vector<float> x(kAddChunk), y(kAddChunk);
+#pragma omp for schedule(static)
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int64_t i0 = c * kAddChunk, m = std::min(kAddChunk, n - i0);
+      for (int64_t i = 0; i < m; ++i) {  // widen (exact), add in fp32, round once
+        x[size_t(i)] = bf16_to_f32(a[i0 + i]);
+        y[size_t(i)] = bf16_to_f32(b[i0 + i]);
+      }
+      for (int64_t i = 0; i < m; ++i) out[i0 + i] = f32_to_bf16(x[size_t(i)] + y[size_t(i)]);
+    }
+  }
+}
+
 }  // namespace
 
 bool kernel_reads_bf16(const Node& n, size_t input) {
@@ -108,6 +140,15 @@ void run_bf16_node_kernel(const Graph& g, const Node& n, const std::vector<Tenso
     k::embedding_forward<uint16_t>(in[0].data<uint16_t>(), in[1].data<int32_t>(),
                                    out[0].data<uint16_t>(), in[1].numel(), in[0].dim(1),
                                    in[0].dim(0));
+    return;
+  }
+  if (is_chunked_add(n, g))
+    return add_bf16_chunked(in[0].data<uint16_t>(), in[1].data<uint16_t>(), out[0].data<uint16_t>(),
+                            out[0].numel());
+  if (n.op == Op::EmbeddingBackward && out[0].dtype() == DType::BF16) {
+    const Tensor dy = in[0].dtype() == DType::BF16 ? widen(in[0]) : in[0];
+    k::embedding_backward_bf16(dy.data<float>(), in[1].data<int32_t>(), out[0].data<uint16_t>(),
+                               in[1].numel(), out[0].dim(1), out[0].dim(0));
     return;
   }
   std::vector<Tensor> in32(in.size()), out32(out.size());
@@ -136,6 +177,10 @@ int64_t bf16_conversion_scratch_bytes(const Graph& g, const Node& n) {
            (bf16(c) ? f32_bytes(c) : 0);
   }
   if (n.op == Op::Embedding && bf16(g.type(n.inputs[0]))) return 0;
+  if (is_chunked_add(n, g)) return omp_get_max_threads() * 2 * kAddChunk * 4;
+  if (n.op == Op::EmbeddingBackward && bf16(n.outputs[0]))  // dy widened, per-row sums
+    return (bf16(g.type(n.inputs[0])) ? f32_bytes(g.type(n.inputs[0])) : 0) +
+           omp_get_max_threads() * n.outputs[0].shape[1] * 4;
   int64_t bytes = 0;
   for (size_t i = 0; i < n.inputs.size(); ++i)
     if (bf16(g.type(n.inputs[i])) && !kernel_reads_bf16(n, i))

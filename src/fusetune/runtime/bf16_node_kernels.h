@@ -7,8 +7,10 @@
 // weight"):
 //   - MatMul widens its weight operand a tile of rows at a time (kernels/cpu/bf16.h), and a
 //     weight gradient (dW = dy^T x, the trans_a products) is produced a tile of rows at a time;
-//   - Embedding copies bf16 rows straight into its bf16 output;
-//   - the fused LM-head ops read a bf16 head tile by tile, like an NF4 head.
+//   - Embedding copies bf16 rows straight into its bf16 output, and its backward sums each
+//     id's rows in fp32 straight into the bf16 table gradient;
+//   - the fused LM-head ops read a bf16 head tile by tile, like an NF4 head;
+//   - a same-shape Add (a tied embedding's two gradients) runs in small chunks.
 #include <cstdint>
 #include <vector>
 

@@ -2,16 +2,20 @@
 
 #include <algorithm>
 #include <cstring>
+#include <numeric>
+#include <string>
+#include <vector>
 
 #include "fusetune/kernels/cpu/kernels.h"
 #include "fusetune/kernels/cpu/nf4.h"
 #include "fusetune/kernels/cpu/parallel.h"
 #include "fusetune/runtime/tensor.h"
+#include "fusetune/util/error.h"
 
 namespace fusetune::kernels {
 
 void bf16_to_f32_array(const uint16_t* x, float* out, int64_t n) {
-#pragma omp parallel for simd schedule(static) if (n >= detail::kParallelMin)
+#pragma omp parallel for schedule(static) if (n >= detail::kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     const uint32_t bits = uint32_t(x[i]) << 16;
     std::memcpy(out + i, &bits, 4);
@@ -27,6 +31,39 @@ void f32_to_bf16_array(const float* x, uint16_t* out, int64_t n) {
     const bool nan = (bits & 0x7FFFFFFFu) > 0x7F800000u;
     const uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
     out[i] = uint16_t(nan ? ((bits >> 16) | 0x40u) : rounded);
+  }
+}
+
+void embedding_backward_bf16(const float* dy, const int32_t* ids, uint16_t* dtable, int64_t n,
+                             int64_t D, int64_t V) {
+  for (int64_t i = 0; i < n; ++i)
+    FT_CHECK(ids[i] >= 0 && ids[i] < V,
+             "embedding_backward: token id " + std::to_string(ids[i]) + " at position " +
+                 std::to_string(i) + " is outside the vocabulary of size " + std::to_string(V));
+  std::memset(dtable, 0, sizeof(uint16_t) * size_t(V * D));  // bf16 +0
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), int64_t(0));
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return ids[a] < ids[b]; });
+  std::vector<int64_t> starts;  // where each id's run of positions begins in `order`
+  for (int64_t k = 0; k < n; ++k)
+    if (k == 0 || ids[order[size_t(k)]] != ids[order[size_t(k - 1)]]) starts.push_back(k);
+  starts.push_back(n);
+  const int64_t groups = int64_t(starts.size()) - 1;
+#pragma omp parallel if (n * D >= detail::kParallelMin)
+  {
+    std::vector<float> row(static_cast<size_t>(D));
+#pragma omp for schedule(static)
+    for (int64_t g = 0; g < groups; ++g) {
+      std::fill(row.begin(), row.end(), 0.0f);
+      for (int64_t k = starts[size_t(g)]; k < starts[size_t(g + 1)]; ++k) {
+        const float* src = dy + order[size_t(k)] * D;
+#pragma omp simd
+        for (int64_t j = 0; j < D; ++j) row[size_t(j)] += src[j];
+      }
+      uint16_t* dst = dtable + int64_t(ids[order[size_t(starts[size_t(g)])]]) * D;
+      for (int64_t j = 0; j < D; ++j) dst[j] = f32_to_bf16(row[size_t(j)]);
+    }
   }
 }
 

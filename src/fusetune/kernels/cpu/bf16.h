@@ -20,4 +20,11 @@ int64_t bf16_tile_rows(int64_t rows, int64_t cols);
 void gemm_bf16_weight(bool trans_b, int64_t M, int64_t N, int64_t K, const float* A,
                       const uint16_t* B, float* out);
 
+// The embedding backward into a bf16 table gradient dtable [V, D]: each id's rows of dy [n, D]
+// summed in fp32 in position order (the fp32 kernel's order, so the result is its sum rounded
+// once), written as bf16; every other row zero. No fp32 [V, D] buffer: the vocabulary is most
+// of a small model's weights (128256 x 2048 for Llama 3.2 1B: 1 GB in fp32).
+void embedding_backward_bf16(const float* dy, const int32_t* ids, uint16_t* dtable, int64_t n,
+                             int64_t D, int64_t V);
+
 }  // namespace fusetune::kernels
