@@ -11,8 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "recipe_runs.h"
-#include "test_support.h"
+#include "stories260k_curve.h"
 
 namespace fs = std::filesystem;
 using namespace fusetune::testing;
@@ -21,30 +20,9 @@ namespace {
 
 constexpr int64_t kSteps = 200;
 
-std::string config(const fs::path& out, const std::string& dtype) {
-  const fs::path a = assets_dir();
-  return "output_dir: " + out.string() + "\nmodel:\n  init: checkpoint\ncheckpointer:\n" +
-         "  checkpoint_dir: " + (a / "stories260K").string() +
-         "\ntokenizer:\n  _component_: hf\n  path: " +
-         (a / "stories260K" / "tokenizer.json").string() +
-         "\n  max_seq_len: 128\ndataset:\n  _component_: text_completion\n  source: " +
-         (a / "datasets" / "tinystories_197k.txt").string() +
-         "\n  packed: false\nseed: 3\nshuffle: true\nbatch_size: 4\nepochs: 1\n"
-         "max_steps_per_epoch: " +
-         std::to_string(kSteps) + "\ndtype: " + dtype +
-         "\noptimizer:\n  _component_: AdamW\n  lr: 2e-3\n  weight_decay: 0.01\n"
-         "lr_scheduler:\n  _component_: cosine_with_warmup\n  num_warmup_steps: 10\n"
-         "clip_grad_norm: 1.0\ncompile: true\nnum_threads: 1\nlog_every_n_steps: 1\n"
-         "log_peak_memory_stats: false\n";
-}
-
 std::vector<double> train(const TempDir& tmp, const std::string& dtype) {
-  const fs::path yaml = tmp / (dtype + ".yaml");
-  write_text(yaml, config(tmp / dtype, dtype));
-  CliRun r = run_shell(run_command("full_finetune_single_device", yaml.string(), {}),
-                       tmp / (dtype + "_io"));
-  EXPECT_EQ(r.code, 0) << r.err;
-  return losses_of(logged_steps(tmp / dtype));
+  return train_stories260k_curve(tmp, dtype, kSteps, "  _component_: AdamW\n",
+                                 "dtype: " + dtype + "\n");
 }
 
 }  // namespace
