@@ -217,3 +217,38 @@ TEST(NF4, QloraStepPeakIsFarBelowTheFp32Base) {
   EXPECT_LT(double(nf4), 0.35 * double(fp32))
       << "fp32 base " << fp32 << " bytes, NF4 base " << nf4 << " bytes";
 }
+
+// Each weight's 4-bit code is the nearest table entry to w / absmax, the lower one on an exact
+// tie (bitsandbytes' rule), written out here as a plain argmin; the kernel counts table gaps
+// instead, so that it vectorizes. Exact midpoints, both ends and values past them included.
+TEST(NF4, CodesAreTheNearestTableEntryWithTiesToTheLowerOne) {
+  const float* t = kernels::nf4_table();
+  std::vector<float> w;
+  w.push_back(1.0f);  // the block's absmax is 1: w / absmax == w exactly
+  for (int j = 0; j + 1 < 16; ++j) {
+    const float mid = t[j] + (t[j + 1] - t[j]) / 2;
+    w.insert(w.end(), {mid, std::nextafter(mid, -2.0f), std::nextafter(mid, 2.0f), t[j]});
+  }
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  while (w.size() % 64 != 0 || w.size() < 192) w.push_back(u(rng));
+  w[100] = -1.0f;
+  const int64_t n = int64_t(w.size());
+  const kernels::NF4Sizes s = kernels::nf4_sizes(n);
+  std::vector<int32_t> codes(size_t(s.code_words)), am_codes(size_t(s.absmax_words));
+  std::vector<float> scales(size_t(s.scales));
+  float offset = 0;
+  // Later blocks' absmax is < 1: their w / absmax is computed the way the kernel does.
+  kernels::nf4_quantize(w.data(), n, codes.data(), am_codes.data(), scales.data(), &offset);
+  for (int64_t i = 0; i < n; ++i) {
+    float am = 0;
+    for (int64_t k = i / 64 * 64; k < i / 64 * 64 + 64; ++k)
+      am = std::max(am, std::abs(w[size_t(k)]));
+    const float v = float(double(w[size_t(i)]) / double(am));
+    int best = 0;
+    for (int j = 1; j < 16; ++j)
+      if (std::abs(v - t[j]) < std::abs(v - t[best])) best = j;
+    const int got = int((uint32_t(codes[size_t(i >> 3)]) >> (4 * (i & 7))) & 15u);
+    ASSERT_EQ(got, best) << "weight " << i << " = " << w[size_t(i)] << " (w/absmax " << v << ")";
+  }
+}

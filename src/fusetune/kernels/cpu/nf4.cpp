@@ -59,6 +59,18 @@ int nearest(const float* table, int n, float v) {
   return (v - table[hi - 1]) <= (table[hi] - v) ? hi - 1 : hi;
 }
 
+// nearest(kNF4, 16, v[k]) for a block, without branches so that it vectorizes (8B QLoRA
+// quantizes ~6.5e9 weights at load). The code is the number of table gaps [t_j, t_j+1] whose
+// upper end is strictly nearer than the lower one: the same comparison nearest() makes on the
+// gap holding v (every gap below it counts, none above), hence the same bits, ties included.
+void nearest_nf4_codes(const float* v, int64_t n, int32_t* c) {
+  for (int64_t k = 0; k < n; ++k) c[k] = 0;
+  for (int j = 0; j + 1 < 16; ++j) {
+    const float lo = kNF4[j], hi = kNF4[j + 1];
+    for (int64_t k = 0; k < n; ++k) c[k] += (v[k] - lo) > (hi - v[k]) ? 1 : 0;
+  }
+}
+
 inline int code_at(const int32_t* codes, int64_t i) {
   return int((uint32_t(codes[i >> 3]) >> (4 * (i & 7))) & 15u);
 }
@@ -113,9 +125,18 @@ void nf4_quantize(const T* w, int64_t n, int32_t* codes, int32_t* absmax_codes,
     float am = 0;
     for (int64_t i = i0; i < i1; ++i) am = std::max(am, float(std::abs(double(w[i]))));
     absmax[size_t(b)] = am;
-    for (int64_t i = i0; i < i1; ++i) {
-      const int c = am > 0 ? nearest(kNF4, 16, float(double(w[i]) / double(am))) : 7;  // 7: 0.0
-      codes[i >> 3] = int32_t(uint32_t(codes[i >> 3]) | (uint32_t(c) << (4 * (i & 7))));
+    const int64_t len = i1 - i0;
+    int32_t c[kNF4Block];
+    if (am > 0) {
+      float v[kNF4Block];
+      for (int64_t k = 0; k < len; ++k) v[k] = float(double(w[i0 + k]) / double(am));
+      nearest_nf4_codes(v, len, c);
+    } else {
+      std::fill(c, c + len, 7);  // code 7 is 0.0
+    }
+    for (int64_t k = 0; k < len; ++k) {
+      const int64_t i = i0 + k;
+      codes[i >> 3] = int32_t(uint32_t(codes[i >> 3]) | (uint32_t(c[k]) << (4 * (i & 7))));
     }
   }
   // Double quantization (bitsandbytes: absmax - mean, then blockwise 8-bit dynamic map).
