@@ -252,3 +252,27 @@ TEST(NF4, CodesAreTheNearestTableEntryWithTiesToTheLowerOne) {
     ASSERT_EQ(got, best) << "weight " << i << " = " << w[size_t(i)] << " (w/absmax " << v << ")";
   }
 }
+
+// A weight quantized a 2^20-element chunk at a time (a checkpoint's bf16 bytes, the random
+// init) has the bits of the whole-tensor quantization: here 3 chunks, the last one partial.
+TEST(NF4, ChunkedQuantizationHasTheWholeTensorBits) {
+  const Tensor w = normal_matrix(1100, 2048, 9);  // 2.25M elements
+  const Tensor wb = w.to(DType::BF16);
+  const peft::NF4Weight whole = peft::quantize_nf4(wb.to(DType::F32));
+  int calls = 0;
+  const peft::NF4Weight chunked =
+      peft::quantize_nf4(w.shape(), [&](int64_t first, int64_t n, float* out) {
+        ++calls;
+        widen_to_f32(wb.data<uint16_t>() + first, DType::BF16, n, out);
+      });
+  const peft::NF4Weight from_bf16 = peft::quantize_nf4(wb);
+  EXPECT_EQ(calls, 3);
+  for (const peft::NF4Weight* q : {&chunked, &from_bf16}) {
+    EXPECT_EQ(q->offset, whole.offset);
+    EXPECT_EQ(0, std::memcmp(q->codes.raw(), whole.codes.raw(), whole.codes.nbytes()));
+    EXPECT_EQ(0, std::memcmp(q->absmax_codes.raw(), whole.absmax_codes.raw(),
+                             whole.absmax_codes.nbytes()));
+    EXPECT_EQ(0, std::memcmp(q->absmax_scales.raw(), whole.absmax_scales.raw(),
+                             whole.absmax_scales.nbytes()));
+  }
+}

@@ -254,7 +254,14 @@ HFCheckpoint load_hf_checkpoint_owned(const fs::path& dir, const std::vector<std
       const SafetensorsFile f = std::move(oc.opened[i]);
       for (const std::string& name : by_file[i]) {
         if (sink && sink->takes(name)) {
-          sink->put(name, f.read(name, DType::F32));
+          // Straight from the mapped bytes, widened a range at a time as the sink asks.
+          const Tensor t = f.tensor(name);
+          FT_CHECK(is_floating(t.dtype()), f.path() + ": tensor '" + name + "' is " +
+                                               dtype_name(t.dtype()) + ", not a float type");
+          const auto* bytes = static_cast<const uint8_t*>(t.raw());
+          sink->put(name, t.shape(), [&](int64_t first, int64_t n, float* out) {
+            widen_to_f32(bytes + size_t(first) * dtype_size(t.dtype()), t.dtype(), n, out);
+          });
         } else {
           ck.tensors[name] = f.read(name, target);
         }

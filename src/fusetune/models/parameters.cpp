@@ -137,10 +137,11 @@ InitKind init_kind(const std::string& name) {
   return InitKind::Normal;
 }
 
-// Writes element values v (a double) through `store(i, v)`, F32/BF16/F16 rounding v to F32
-// first so that every narrower dtype is the F32 init rounded.
+// Writes the values v (a double) of elements [first, first + n) through `store(i - first, v)`,
+// F32/BF16/F16 rounding v to F32 first so that every narrower dtype is the F32 init rounded.
+// `first` is even: element 2j and 2j+1 are one normal pair.
 template <class Store>
-void fill(InitKind kind, uint64_t key, double std, int64_t n, Store store) {
+void fill(InitKind kind, uint64_t key, double std, int64_t first, int64_t n, Store store) {
   if (kind != InitKind::Normal) {
     const double v = kind == InitKind::Ones ? 1.0 : 0.0;
 #pragma omp parallel for schedule(static) if (n > (int64_t(1) << 16))
@@ -156,7 +157,7 @@ void fill(InitKind kind, uint64_t key, double std, int64_t n, Store store) {
     const int64_t lo = blk * kBlock, m = std::min(n - lo, kBlock);
     const int64_t pairs = (m + 1) / 2;
     double za[kBlock / 2], zb[kBlock / 2];
-    const uint64_t j0 = uint64_t(lo / 2);
+    const uint64_t j0 = uint64_t((first + lo) / 2);
 #pragma omp simd
     for (int64_t k = 0; k < pairs; ++k) normal_pair(key, j0 + uint64_t(k), &za[k], &zb[k]);
     for (int64_t k = 0; k < m / 2; ++k) {
@@ -176,18 +177,18 @@ void init_parameter(const std::string& name, uint64_t seed, double std, Tensor& 
   switch (out.dtype()) {
     case DType::F64: {
       double* d = out.data<double>();
-      fill(kind, key, std, n, [d](int64_t i, double v) { d[i] = v; });
+      fill(kind, key, std, 0, n, [d](int64_t i, double v) { d[i] = v; });
       break;
     }
     case DType::F32: {
       float* d = out.data<float>();
-      fill(kind, key, std, n, [d](int64_t i, double v) { d[i] = float(v); });
+      fill(kind, key, std, 0, n, [d](int64_t i, double v) { d[i] = float(v); });
       break;
     }
     case DType::BF16: {
       uint16_t* d = out.data<uint16_t>();
       // f32_to_bf16's round to nearest even, inline (the values are finite).
-      fill(kind, key, std, n, [d](int64_t i, double v) {
+      fill(kind, key, std, 0, n, [d](int64_t i, double v) {
         const float f = float(v);
         uint32_t bits;
         std::memcpy(&bits, &f, 4);
@@ -197,7 +198,7 @@ void init_parameter(const std::string& name, uint64_t seed, double std, Tensor& 
     }
     case DType::F16: {
       uint16_t* d = out.data<uint16_t>();
-      fill(kind, key, std, n, [d](int64_t i, double v) { d[i] = f32_to_f16(float(v)); });
+      fill(kind, key, std, 0, n, [d](int64_t i, double v) { d[i] = f32_to_f16(float(v)); });
       break;
     }
     default:
@@ -214,9 +215,12 @@ TensorMap init_parameters(const std::vector<ParamInfo>& params, uint64_t seed, D
   TensorMap out;
   for (const ParamInfo& p : params) {
     if (sink && sink->takes(p.name)) {
-      Tensor t = Tensor::empty(p.shape, DType::F32);
-      init_parameter(p.name, seed, std, t);
-      sink->put(p.name, t);
+      const InitKind kind = init_kind(p.name);
+      const uint64_t key = stream_key(seed, p.name);
+      sink->put(p.name, p.shape, [&](int64_t first, int64_t n, float* dst) {
+        FT_CHECK(first % 2 == 0, "init: a parameter range must start at an even element");
+        fill(kind, key, std, first, n, [dst](int64_t i, double v) { dst[i] = float(v); });
+      });
       continue;
     }
     Tensor t = Tensor::empty(p.shape, dtype);

@@ -27,8 +27,8 @@ std::vector<ParamInfo> graph_parameters(const Graph& g);
 // parameters or on which others exist. `dtype`: F64 holds the double, F32 it rounded to
 // nearest, BF16 / F16 the F32 value rounded to nearest. Each tensor is written in its dtype
 // directly (OpenMP over blocks of elements), never through a float copy of another width.
-// Parameters `sink` takes are produced as F32, one at a time, handed to it and left out of
-// the result.
+// Parameters `sink` takes are handed to it one at a time, produced as F32 a range of
+// elements at a time as it asks (never whole), and left out of the result.
 TensorMap init_parameters(const std::vector<ParamInfo>& params, uint64_t seed, DType dtype,
                           double std = 0.02, ParamSink* sink = nullptr);
 

@@ -15,19 +15,55 @@ kernels::NF4View NF4Weight::view() const {
           shape[1]};
 }
 
-NF4Weight quantize_nf4(const Tensor& w) {
-  FT_CHECK(w.rank() == 2, "NF4: expected a matrix, got " + shape_str(w.shape()));
-  // A bf16 / fp16 base (dtype: bf16 loads the checkpoint so) is quantized from its exact fp32
-  // widening, as bitsandbytes quantizes a bf16 weight.
-  if (w.dtype() == DType::BF16 || w.dtype() == DType::F16) return quantize_nf4(w.to(DType::F32));
-  FT_CHECK(w.dtype() == DType::F32 || w.dtype() == DType::F64,
-           std::string("NF4: cannot quantize dtype ") + dtype_name(w.dtype()));
-  const kernels::NF4Sizes s = kernels::nf4_sizes(w.numel());
+namespace {
+
+NF4Weight empty_nf4(const Shape& shape) {
+  FT_CHECK(shape.size() == 2, "NF4: expected a matrix, got " + shape_str(shape));
+  const kernels::NF4Sizes s = kernels::nf4_sizes(shape_numel(shape));
   NF4Weight q;
-  q.shape = w.shape();
+  q.shape = shape;
   q.codes = Tensor::empty({s.code_words}, DType::I32);
   q.absmax_codes = Tensor::empty({s.absmax_words}, DType::I32);
   q.absmax_scales = Tensor::empty({s.scales}, DType::I32);
+  return q;
+}
+
+}  // namespace
+
+NF4Weight quantize_nf4(const Shape& shape, const ParamSink::ElementSource& values) {
+  NF4Weight q = empty_nf4(shape);
+  const int64_t n = shape_numel(shape), blocks = kernels::nf4_sizes(n).blocks;
+  // 2^20 elements (4 MiB of F32) at a time: a multiple of the block, so no block is split.
+  constexpr int64_t kChunk = int64_t(1) << 20;
+  static_assert(kChunk % kernels::kNF4Block == 0);
+  std::vector<float> chunk(size_t(std::min(n, kChunk)));
+  std::vector<float> absmax(static_cast<size_t>(blocks));
+  for (int64_t first = 0; first < n; first += kChunk) {
+    const int64_t m = std::min(kChunk, n - first);
+    values(first, m, chunk.data());
+    kernels::nf4_quantize_blocks(chunk.data(), m, q.codes.data<int32_t>() + first / 8,
+                                 absmax.data() + first / kernels::kNF4Block);
+  }
+  kernels::nf4_quantize_absmax(absmax.data(), blocks, q.absmax_codes.data<int32_t>(),
+                               reinterpret_cast<float*>(q.absmax_scales.data<int32_t>()),
+                               &q.offset);
+  return q;
+}
+
+NF4Weight quantize_nf4(const Tensor& w) {
+  FT_CHECK(w.rank() == 2, "NF4: expected a matrix, got " + shape_str(w.shape()));
+  FT_CHECK(is_floating(w.dtype()),
+           std::string("NF4: cannot quantize dtype ") + dtype_name(w.dtype()));
+  // A bf16 / fp16 base (dtype: bf16 loads the checkpoint so) is quantized from its exact fp32
+  // widening, as bitsandbytes quantizes a bf16 weight; widened a chunk at a time.
+  if (w.dtype() == DType::BF16 || w.dtype() == DType::F16) {
+    const auto* bytes = static_cast<const uint8_t*>(w.raw());
+    const size_t es = dtype_size(w.dtype());
+    return quantize_nf4(w.shape(), [&](int64_t first, int64_t n, float* out) {
+      widen_to_f32(bytes + size_t(first) * es, w.dtype(), n, out);
+    });
+  }
+  NF4Weight q = empty_nf4(w.shape());
   float* scales = reinterpret_cast<float*>(q.absmax_scales.data<int32_t>());
   if (w.dtype() == DType::F32)
     kernels::nf4_quantize(w.data<float>(), w.numel(), q.codes.data<int32_t>(),
@@ -100,9 +136,9 @@ bool NF4BaseSink::takes(const std::string& name) const {
   return false;
 }
 
-void NF4BaseSink::put(const std::string& name, const Tensor& value) {
+void NF4BaseSink::put(const std::string& name, const Shape& shape, const ElementSource& values) {
   FT_CHECK(!store_->count(name), "quantize_base: parameter '" + name + "' given twice");
-  (*store_)[name] = quantize_nf4(value);
+  (*store_)[name] = quantize_nf4(shape, values);
 }
 
 std::shared_ptr<NF4Store> NF4BaseSink::finish(const ModelConfig& cfg) {

@@ -28,8 +28,11 @@ struct NF4Weight {
   }
 };
 
-// `w` is a float matrix (F32 or F64).
+// `w` is a float matrix (F32, F64, or BF16 / F16: widened a chunk at a time).
 NF4Weight quantize_nf4(const Tensor& w);
+// The same bits, from a matrix produced a range of elements at a time (models/param_sink.h):
+// only a 4 MiB chunk of it exists in F32 at once.
+NF4Weight quantize_nf4(const Shape& shape, const ParamSink::ElementSource& values);
 Tensor dequantize_nf4(const NF4Weight& w, DType dtype);
 
 // Quantized weights by parameter name ("model.layers.0.self_attn.q_proj.weight").
@@ -48,7 +51,7 @@ std::shared_ptr<NF4Store> quantize_base_weights(TensorMap& params, const ModelCo
 class NF4BaseSink : public ParamSink {
  public:
   bool takes(const std::string& name) const override;
-  void put(const std::string& name, const Tensor& value) override;
+  void put(const std::string& name, const Shape& shape, const ElementSource& values) override;
   // The store, after checking it holds every weight quantize_base covers for `cfg`.
   std::shared_ptr<NF4Store> finish(const ModelConfig& cfg);
 

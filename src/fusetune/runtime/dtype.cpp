@@ -2,6 +2,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <string>
+
+#include "fusetune/util/error.h"
 
 namespace fusetune {
 
@@ -123,6 +126,31 @@ uint16_t f32_to_f16(float v) {
   uint32_t rem = mant & 0x1FFF;
   if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) ++h;
   return uint16_t(h);
+}
+
+void widen_to_f32(const void* src, DType from, int64_t n, float* out) {
+  switch (from) {
+    case DType::F32:
+      std::memcpy(out, src, size_t(n) * 4);
+      return;
+    case DType::F64: {
+      const auto* s = static_cast<const double*>(src);
+      for (int64_t i = 0; i < n; ++i) out[i] = float(s[i]);
+      return;
+    }
+    case DType::BF16: {
+      const auto* s = static_cast<const uint16_t*>(src);
+      for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_f32(s[i]);
+      return;
+    }
+    case DType::F16: {
+      const auto* s = static_cast<const uint16_t*>(src);
+      for (int64_t i = 0; i < n; ++i) out[i] = f16_to_f32(s[i]);
+      return;
+    }
+    default:
+      throw Error(std::string("cannot widen ") + dtype_name(from) + " to F32 (not a float type)");
+  }
 }
 
 }  // namespace fusetune

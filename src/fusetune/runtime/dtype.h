@@ -23,6 +23,8 @@ float bf16_to_f32(uint16_t v);
 uint16_t f32_to_bf16(float v);
 float f16_to_f32(uint16_t v);
 uint16_t f32_to_f16(float v);
+// n floating elements of dtype `from` at `src` (aligned for it) as F32 (F64 rounded to nearest).
+void widen_to_f32(const void* src, DType from, int64_t n, float* out);
 
 template <class T>
 constexpr DType dtype_of();

@@ -111,20 +111,16 @@ NF4Sizes nf4_sizes(int64_t numel) {
 }
 
 template <class T>
-void nf4_quantize(const T* w, int64_t n, int32_t* codes, int32_t* absmax_codes,
-                  float* absmax_scales, float* offset) {
-  const NF4Sizes s = nf4_sizes(n);
-  std::fill(codes, codes + s.code_words, 0);
-  std::fill(absmax_codes, absmax_codes + s.absmax_words, 0);
-  std::vector<float> absmax(size_t(s.blocks), 0.0f);
+void nf4_quantize_blocks(const T* w, int64_t n, int32_t* codes, float* absmax) {
+  const int64_t blocks = (n + kNF4Block - 1) / kNF4Block;
   // Parallel over blocks: block b alone writes its 8 code words and absmax[b] (the bits do not
   // depend on the thread count). An 8B QLoRA base is ~6.5e9 weights.
 #pragma omp parallel for schedule(static) if (n >= detail::kParallelMin)
-  for (int64_t b = 0; b < s.blocks; ++b) {
+  for (int64_t b = 0; b < blocks; ++b) {
     const int64_t i0 = b * kNF4Block, i1 = std::min(n, i0 + kNF4Block);
     float am = 0;
     for (int64_t i = i0; i < i1; ++i) am = std::max(am, float(std::abs(double(w[i]))));
-    absmax[size_t(b)] = am;
+    absmax[b] = am;
     const int64_t len = i1 - i0;
     int32_t c[kNF4Block];
     if (am > 0) {
@@ -134,33 +130,48 @@ void nf4_quantize(const T* w, int64_t n, int32_t* codes, int32_t* absmax_codes,
     } else {
       std::fill(c, c + len, 7);  // code 7 is 0.0
     }
+    std::fill(codes + (i0 >> 3), codes + ((i1 + 7) >> 3), 0);
     for (int64_t k = 0; k < len; ++k) {
       const int64_t i = i0 + k;
       codes[i >> 3] = int32_t(uint32_t(codes[i >> 3]) | (uint32_t(c[k]) << (4 * (i & 7))));
     }
   }
+}
+
+void nf4_quantize_absmax(const float* absmax, int64_t blocks, int32_t* absmax_codes,
+                         float* absmax_scales, float* offset) {
+  const NF4Sizes s = nf4_sizes(blocks * kNF4Block);
+  std::fill(absmax_codes, absmax_codes + s.absmax_words, 0);
   // Double quantization (bitsandbytes: absmax - mean, then blockwise 8-bit dynamic map).
   double mean = 0;
-  for (float a : absmax) mean += a;
-  mean = s.blocks ? mean / double(s.blocks) : 0.0;
+  for (int64_t b = 0; b < blocks; ++b) mean += absmax[b];
+  mean = blocks ? mean / double(blocks) : 0.0;
   *offset = float(mean);
   const float* map = nf4_dynamic_map();
   // A scale block's 256 absmax codes fill whole int32 words (4 per word): no word is shared.
   static_assert(kNF4AbsmaxBlock % 4 == 0);
 #pragma omp parallel for schedule(static) if (s.scales >= 16)
   for (int64_t sb = 0; sb < s.scales; ++sb) {
-    const int64_t b0 = sb * kNF4AbsmaxBlock, b1 = std::min(s.blocks, b0 + kNF4AbsmaxBlock);
+    const int64_t b0 = sb * kNF4AbsmaxBlock, b1 = std::min(blocks, b0 + kNF4AbsmaxBlock);
     float scale = 0;
-    for (int64_t b = b0; b < b1; ++b)
-      scale = std::max(scale, std::abs(absmax[size_t(b)] - *offset));
+    for (int64_t b = b0; b < b1; ++b) scale = std::max(scale, std::abs(absmax[b] - *offset));
     absmax_scales[sb] = scale;
     for (int64_t b = b0; b < b1; ++b) {
-      const float v = scale > 0 ? (absmax[size_t(b)] - *offset) / scale : 0.0f;
+      const float v = scale > 0 ? (absmax[b] - *offset) / scale : 0.0f;
       const int c = nearest(map, 256, v);
       absmax_codes[b >> 2] =
           int32_t(uint32_t(absmax_codes[b >> 2]) | (uint32_t(c) << (8 * (b & 3))));
     }
   }
+}
+
+template <class T>
+void nf4_quantize(const T* w, int64_t n, int32_t* codes, int32_t* absmax_codes,
+                  float* absmax_scales, float* offset) {
+  const NF4Sizes s = nf4_sizes(n);
+  std::vector<float> absmax(size_t(s.blocks), 0.0f);
+  nf4_quantize_blocks(w, n, codes, absmax.data());
+  nf4_quantize_absmax(absmax.data(), s.blocks, absmax_codes, absmax_scales, offset);
 }
 
 float nf4_block_absmax(const NF4View& w, int64_t b) {
@@ -214,6 +225,7 @@ void nf4_matmul_backward(const NF4View& w, const T* dy, int64_t N, T* dx) {
 
 #define FT_NF4(T)                                                                       \
   template void nf4_quantize<T>(const T*, int64_t, int32_t*, int32_t*, float*, float*); \
+  template void nf4_quantize_blocks<T>(const T*, int64_t, int32_t*, float*);            \
   template void nf4_dequantize_rows<T>(const NF4View&, int64_t, int64_t, T*);           \
   template void nf4_gather_rows<T>(const NF4View&, const int32_t*, int64_t, T*);        \
   template void nf4_matmul<T>(const NF4View&, const T*, int64_t, T*);                   \

@@ -43,6 +43,14 @@ template <class T>
 void nf4_quantize(const T* w, int64_t n, int32_t* codes, int32_t* absmax_codes,
                   float* absmax_scales, float* offset);
 
+// The two halves of nf4_quantize, for a weight quantized a range of elements at a time: the
+// codes and absmax of w[0, n) (a range that starts on a block boundary: codes and absmax point
+// at that block's), then, once every block's absmax is known, their double quantization.
+template <class T>
+void nf4_quantize_blocks(const T* w, int64_t n, int32_t* codes, float* absmax);
+void nf4_quantize_absmax(const float* absmax, int64_t blocks, int32_t* absmax_codes,
+                         float* absmax_scales, float* offset);
+
 // The dequantized absmax of block b (what dequantization multiplies by).
 float nf4_block_absmax(const NF4View& w, int64_t block);
 
