@@ -1,0 +1,141 @@
+#include "fusetune/kernels/cpu/ggml_quant.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "fusetune/util/error.h"
+
+namespace fusetune::ggml {
+namespace {
+
+uint32_t bits_of(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+float float_of(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+void check_k(int64_t k, const char* what) {
+  FT_CHECK(k >= 0 && k % kBlock == 0, std::string(what) + ": row length " + std::to_string(k) +
+                                          " is not a multiple of the block size 32");
+}
+
+}  // namespace
+
+uint16_t fp32_to_fp16(float f) {
+  const uint32_t u = bits_of(f);
+  const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
+  const uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return sign | 0x7e00u;   // NaN -> quiet NaN (as ggml's converter)
+  if (a >= 0x477ff000u) return sign | 0x7c00u;  // rounds to >= 65520: infinity
+  if (a < 0x38800000u) {
+    // Below the smallest normal half (2^-14): a subnormal half, units of 2^-24. Adding 0.5 in
+    // float arithmetic rounds the fraction to nearest even exactly (the sum has 2^-24 ulps).
+    const float r = float_of(a) + 0.5f;
+    return sign | static_cast<uint16_t>(bits_of(r) - bits_of(0.5f));
+  }
+  // Normal: rebias the exponent (127 -> 15), drop 13 mantissa bits rounding to nearest even;
+  // a carry out of the mantissa correctly bumps the exponent.
+  const uint32_t odd = (a >> 13) & 1u;
+  const uint32_t h = (a - (112u << 23) + 0xfffu + odd) >> 13;
+  return sign | static_cast<uint16_t>(h);
+}
+
+float fp16_to_fp32(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1fu;
+  const uint32_t man = h & 0x3ffu;
+  if (exp == 0) {  // zero or subnormal: man * 2^-24, exact in float
+    const float v = static_cast<float>(man) * 0x1p-24f;
+    return float_of(bits_of(v) | sign);
+  }
+  if (exp == 31) return float_of(sign | 0x7f800000u | (man << 13));  // inf / NaN
+  return float_of(sign | ((exp + 112u) << 23) | (man << 13));
+}
+
+void quantize_row_q4_0(const float* x, BlockQ4_0* y, int64_t k) {
+  check_k(k, "quantize_row_q4_0");
+  for (int64_t b = 0; b < k / kBlock; ++b) {
+    const float* xb = x + b * kBlock;
+    float amax = 0.0f, max = 0.0f;  // the signed value of largest magnitude, first on ties
+    for (int64_t j = 0; j < kBlock; ++j) {
+      if (amax < std::fabs(xb[j])) {
+        amax = std::fabs(xb[j]);
+        max = xb[j];
+      }
+    }
+    const float d = max / -8.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    y[b].d = fp32_to_fp16(d);
+    for (int64_t j = 0; j < kBlock / 2; ++j) {
+      // ggml truncates (x * id + 8.5) through int8_t: round half up, then caps at 15 (the
+      // element equal to max maps to -8 + 8 = 0; its opposite would be 16).
+      const int lo = std::min(15, static_cast<int>(static_cast<int8_t>(xb[j] * id + 8.5f)));
+      const int hi =
+          std::min(15, static_cast<int>(static_cast<int8_t>(xb[j + kBlock / 2] * id + 8.5f)));
+      y[b].qs[j] = static_cast<uint8_t>(lo | (hi << 4));
+    }
+  }
+}
+
+void dequantize_row_q4_0(const BlockQ4_0* x, float* y, int64_t k) {
+  check_k(k, "dequantize_row_q4_0");
+  for (int64_t b = 0; b < k / kBlock; ++b) {
+    const float d = fp16_to_fp32(x[b].d);
+    float* yb = y + b * kBlock;
+    for (int64_t j = 0; j < kBlock / 2; ++j) {
+      yb[j] = static_cast<float>((x[b].qs[j] & 0x0f) - 8) * d;
+      yb[j + kBlock / 2] = static_cast<float>((x[b].qs[j] >> 4) - 8) * d;
+    }
+  }
+}
+
+void quantize_row_q8_0(const float* x, BlockQ8_0* y, int64_t k) {
+  check_k(k, "quantize_row_q8_0");
+  for (int64_t b = 0; b < k / kBlock; ++b) {
+    const float* xb = x + b * kBlock;
+    float amax = 0.0f;
+    for (int64_t j = 0; j < kBlock; ++j) amax = std::max(amax, std::fabs(xb[j]));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    y[b].d = fp32_to_fp16(d);
+    for (int64_t j = 0; j < kBlock; ++j) {
+      y[b].qs[j] = static_cast<int8_t>(std::round(xb[j] * id));  // roundf: ties away from 0
+    }
+  }
+}
+
+void dequantize_row_q8_0(const BlockQ8_0* x, float* y, int64_t k) {
+  check_k(k, "dequantize_row_q8_0");
+  for (int64_t b = 0; b < k / kBlock; ++b) {
+    const float d = fp16_to_fp32(x[b].d);
+    for (int64_t j = 0; j < kBlock; ++j) y[b * kBlock + j] = static_cast<float>(x[b].qs[j]) * d;
+  }
+}
+
+// One block at a time so x == y works and no whole quantized copy is needed.
+void fake_quantize_row_q4_0(const float* x, float* y, int64_t k) {
+  check_k(k, "fake_quantize_row_q4_0");
+  for (int64_t b = 0; b < k / kBlock; ++b) {
+    BlockQ4_0 q;
+    quantize_row_q4_0(x + b * kBlock, &q, kBlock);
+    dequantize_row_q4_0(&q, y + b * kBlock, kBlock);
+  }
+}
+
+void fake_quantize_row_q8_0(const float* x, float* y, int64_t k) {
+  check_k(k, "fake_quantize_row_q8_0");
+  for (int64_t b = 0; b < k / kBlock; ++b) {
+    BlockQ8_0 q;
+    quantize_row_q8_0(x + b * kBlock, &q, kBlock);
+    dequantize_row_q8_0(&q, y + b * kBlock, kBlock);
+  }
+}
+
+}  // namespace fusetune::ggml
