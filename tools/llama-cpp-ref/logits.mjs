@@ -1,8 +1,9 @@
 // Evaluates token ids with a real llama.cpp (node-llama-cpp's prebuilt CPU build) and prints,
 // as JSON, the log-probabilities llama.cpp gives every vocabulary token after each position:
-//   node logits.mjs --model FILE.gguf --tokens 1,403,407 [--threads N]
-// -> {"n_vocab": V, "logprobs": [[V floats], ...]} (one row per input token). The KV cache is
-// fp32 (llama.cpp's default is fp16).
+//   node logits.mjs --model FILE.gguf --tokens 1,403,407 [--threads N] [--text TEXT]
+// -> {"n_vocab": V, "logprobs": [[V floats], ...], "text_tokens": [...]}: one row per input
+// token; text_tokens is llama.cpp's tokenization of TEXT (no BOS) with the GGUF's tokenizer.
+// The KV cache is fp32 (llama.cpp's default is fp16).
 // Log-probabilities (log-softmax of the logits at temperature 1, no top-k/p filtering) are what
 // node-llama-cpp exposes; they equal the logits up to a per-row constant.
 import {getLlama, LlamaLogLevel} from "node-llama-cpp";
@@ -40,7 +41,9 @@ const logprobs = out.map((o) => {
   for (const [tok, p] of o.next.probabilities) row[tok] = Math.log(p);
   return row;
 });
-process.stdout.write(JSON.stringify({n_vocab: nVocab, logprobs}) + "\n");
+const text = opt("text");
+const textTokens = text === undefined ? undefined : Array.from(model.tokenize(text));
+process.stdout.write(JSON.stringify({n_vocab: nVocab, logprobs, text_tokens: textTokens}) + "\n");
 await context.dispose();
 await model.dispose();
 await llama.dispose();
