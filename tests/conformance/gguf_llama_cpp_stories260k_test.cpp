@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fusetune/data/hf_tokenizer.h"
+#include "fusetune/data/unicode_normalize.h"
 #include "fusetune/io/gguf_export.h"
 #include "fusetune/io/hf_checkpoint.h"
 #include "fusetune/kernels/cpu/ggml_quant.h"
@@ -308,5 +309,88 @@ TEST(GgufLlamaCpp, Stories260KLogitsAgreeWithFusetune) {
     if (type == gguf::FileType::Q4_0) {  // fusetune predicts most of Q4_0's loss increase
       EXPECT_LT(std::fabs(nll_cpp - nll_ft), 0.25 * (nll_cpp - nll_fp32));
     }
+  }
+}
+
+// Byte-level BPE tokenizers (Llama 3, Qwen3, GPT-2) exported as tokenizer.ggml.* ("gpt2" with
+// the pre-tokenizer name) into a tiny random model: llama.cpp's tokenizer, reading only the
+// GGUF, encodes the tokenizer test corpus to the same ids as fusetune (which the tokenizer
+// conformance tests check against Hugging Face's own library).
+TEST(GgufLlamaCpp, ByteLevelTokenizersEncodeAsFusetune) {
+  if (auto why = llama_cpp_unavailable(); !why.empty()) FT_SKIP_UNLESS_REQUIRED(why);
+  std::vector<std::string> corpus;
+  {
+    std::ifstream in(fs::path(fusetune::testing::test_data_dir()) / "tokenizer_corpus.jsonl");
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.empty()) continue;
+      const auto v = nlohmann::json::parse(line);
+      const std::string t = v.is_string() ? v.get<std::string>() : v.at("text").get<std::string>();
+      if (!t.empty() && t.find("<|") == std::string::npos) corpus.push_back(t);  // no specials
+    }
+  }
+  fusetune::testing::TempDir tmp;
+  std::ofstream(tmp / "texts.json") << nlohmann::json(corpus).dump();
+  for (const auto& [name, pre] : {std::pair{"llama3", "llama-bpe"}, std::pair{"qwen3", "qwen2"},
+                                  std::pair{"gpt2", "gpt-2"}}) {
+    SCOPED_TRACE(name);
+    const fs::path src = fusetune::testing::assets_dir() / "tokenizers" / name;
+    if (!fs::exists(src / "tokenizer.json")) {
+      FT_SKIP_UNLESS_REQUIRED("asset tokenizers/" + std::string(name) + " not found");
+    }
+    auto tok = HfTokenizer::from_file(src / "tokenizer.json");
+    ModelConfig c;
+    c.vocab_size = tok->vocab_size();
+    c.hidden_size = 32;
+    c.intermediate_size = 32;
+    c.num_hidden_layers = 1;
+    c.num_attention_heads = 2;
+    c.num_key_value_heads = 2;
+    c.head_dim = 16;
+    c.tie_word_embeddings = true;
+    NamedTensors ts;
+    for (const auto& [pname, shape] : expected_parameters(c)) {
+      Tensor t = Tensor::empty(shape, DType::F32);
+      for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = float((i * 7919) % 13) * 0.01f;
+      ts.push_back({pname, t});
+    }
+    const fs::path ck = tmp / name;
+    save_hf_checkpoint(ck, c, ts);
+    fs::copy_file(src / "tokenizer.json", ck / "tokenizer.json");
+    fs::copy_file(src / "tokenizer_config.json", ck / "tokenizer_config.json");
+    const fs::path file = tmp / (std::string(name) + ".gguf");
+    gguf::export_gguf(ck, file, gguf::FileType::Q8_0);
+
+    const fs::path out = tmp / "tok.json", log = tmp / "tok.log";
+    const std::string cmd = "node '" + (ref_dir() / "logits.mjs").string() + "' --model '" +
+                            file.string() + "' --texts '" + (tmp / "texts.json").string() + "' >'" +
+                            out.string() + "' 2>'" + log.string() + "'";
+    if (std::system(cmd.c_str()) != 0) {
+      std::ifstream in(log);
+      FAIL() << cmd << "\n" << std::string(std::istreambuf_iterator<char>(in), {});
+    }
+    const auto j = nlohmann::json::parse(std::ifstream(out));
+    ASSERT_EQ(j["texts_tokens"].size(), corpus.size());
+    // llama.cpp applies no tokenizer.json normalizer: Qwen3's NFC is not in the GGUF, so
+    // strings NFC changes are left out for it (and counted).
+    const bool nfc = std::string(name) == "qwen3";
+    size_t same = 0, compared = 0;
+    std::string first_diff;
+    for (size_t i = 0; i < corpus.size(); ++i) {
+      if (nfc && unicode::normalize(corpus[i], unicode::NormalForm::NFC) != corpus[i]) continue;
+      ++compared;
+      const auto want = tok->encode(corpus[i], false, false);
+      if (j["texts_tokens"][i].get<std::vector<int32_t>>() == want) {
+        ++same;
+      } else {
+        if (first_diff.empty()) first_diff = nlohmann::json(corpus[i]).dump();
+      }
+    }
+    std::printf(
+        "[gguf tokenizer %s, pre %s] llama.cpp encodes %zu of %zu corpus strings as "
+        "fusetune (%zu left out: NFC changes them)%s%s\n",
+        name, pre, same, compared, corpus.size() - compared,
+        first_diff.empty() ? "" : "; first difference: ", first_diff.c_str());
+    EXPECT_EQ(same, compared) << "first difference: " << first_diff;
   }
 }

@@ -69,6 +69,7 @@ GGUFTokenizer from_sentencepiece(const fs::path& file) {
   t.unk = sp.unk_id();
   t.pad = sp.pad_id();
   t.add_bos = true;  // LlamaTokenizer's default
+  t.add_eos = false;
   return t;
 }
 
@@ -120,14 +121,14 @@ GGUFTokenizer from_spm_json(const json& model, const fs::path& file) {
 std::string bpe_pre_name(const json& pre, const fs::path& file) {
   std::vector<json> splits;
   has_type(pre, "Split", &splits);
-  if (splits.empty()) return "gpt2";  // ByteLevel with its own GPT-2 regex
+  if (splits.empty()) return "gpt-2";  // ByteLevel with its own GPT-2 regex
   const std::string pat = splits[0].value("pattern", json::object()).value("Regex", "");
   const std::string common = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}";
   const std::string rest = "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
   if (pat == common + "{1,3}" + rest) return "llama-bpe";
   if (pat == common + rest) return "qwen2";
   throw Error("'" + file.string() + "': its pre-tokenizer split pattern is not one llama.cpp " +
-              "names (known: Llama 3 'llama-bpe', Qwen2 'qwen2', GPT-2 'gpt2'); cannot export");
+              "names (known: Llama 3 'llama-bpe', Qwen2 'qwen2', GPT-2 'gpt-2'); cannot export");
 }
 
 GGUFTokenizer from_bpe_json(const json& j, const fs::path& file) {
@@ -176,6 +177,8 @@ GGUFTokenizer read_gguf_tokenizer(const fs::path& dir, int64_t vocab_size, int64
       t = from_bpe_json(tj, json_file);
     } else if (spm_style) {
       t = from_spm_json(model, json_file);
+      t.add_bos = true;  // LlamaTokenizer's default, unless the files below say otherwise
+      t.add_eos = false;
     } else {
       throw Error("'" + json_file.string() +
                   "': a BPE tokenizer that is neither byte-level (GPT-2 style) nor "
@@ -220,6 +223,19 @@ GGUFTokenizer read_gguf_tokenizer(const fs::path& dir, int64_t vocab_size, int64
       t.add_bos = first.contains("SpecialToken");
     }
   }
+  // bos/eos named by tokenizer_config.json when config.json has no ids.
+  auto id_of = [&](const char* key) -> int64_t {
+    if (!cfg.contains(key)) return -1;
+    const json& v = cfg[key];
+    const std::string s = v.is_string()                            ? v.get<std::string>()
+                          : v.is_object() && v.contains("content") ? v["content"].get<std::string>()
+                                                                   : "";
+    for (size_t i = 0; i < t.tokens.size() && !s.empty(); ++i)
+      if (t.tokens[i] == s) return int64_t(i);
+    return -1;
+  };
+  if (t.bos < 0) t.bos = id_of("bos_token");
+  if (t.eos < 0) t.eos = id_of("eos_token");
   if (cfg.contains("add_bos_token") && cfg["add_bos_token"].is_boolean())
     t.add_bos = cfg["add_bos_token"].get<bool>();
   if (cfg.contains("add_eos_token") && cfg["add_eos_token"].is_boolean())
@@ -238,8 +254,8 @@ void add_tokenizer_metadata(Writer& w, const GGUFTokenizer& t) {
   if (t.eos >= 0) w.add_u32("tokenizer.ggml.eos_token_id", uint32_t(t.eos));
   if (t.unk >= 0) w.add_u32("tokenizer.ggml.unknown_token_id", uint32_t(t.unk));
   if (t.pad >= 0) w.add_u32("tokenizer.ggml.padding_token_id", uint32_t(t.pad));
-  w.add_bool("tokenizer.ggml.add_bos_token", t.add_bos);
-  w.add_bool("tokenizer.ggml.add_eos_token", t.add_eos);
+  if (t.add_bos) w.add_bool("tokenizer.ggml.add_bos_token", *t.add_bos);
+  if (t.add_eos) w.add_bool("tokenizer.ggml.add_eos_token", *t.add_eos);
 }
 
 }  // namespace fusetune::gguf

@@ -4,11 +4,12 @@
 //     byte_fallback and the "▁" space) -> model "llama": tokens, scores, token_type;
 //   - GPT-2-style byte-level BPE (tokenizer.json with a ByteLevel pre-tokenizer) -> model
 //     "gpt2": tokens, token_type, merges and the pre-tokenizer name llama.cpp selects its
-//     split regex by ("llama-bpe" for Llama 3, "qwen2", "gpt2").
+//     split regex by ("llama-bpe" for Llama 3, "qwen2", "gpt-2").
 // Anything else is a clear error. The token list is padded to the model's vocab_size (as
 // llama.cpp's converter does) since llama.cpp sizes the embedding by it.
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,7 +33,10 @@ struct GGUFTokenizer {
   std::vector<int32_t> types;
   std::vector<std::string> merges;  // gpt2 only, "a b"
   int64_t bos = -1, eos = -1, unk = -1, pad = -1;
-  bool add_bos = false, add_eos = false;
+  // Written only when known (tokenizer_config.json, the template post-processor, or
+  // SentencePiece's default); otherwise llama.cpp's default for the pre-tokenizer applies
+  // (e.g. llama-bpe adds BOS).
+  std::optional<bool> add_bos, add_eos;
 };
 
 class Writer;
