@@ -414,3 +414,91 @@ TEST(IoGguf, ClearErrors) {
   r = fusetune::testing::run_fusetune("quantize --type f32 --output x " + (dir / "wp").string());
   EXPECT_NE(r.out.find("not a quantization"), std::string::npos) << r.out;
 }
+
+TEST(IoGguf, Qwen2WithBiasesAndAByteLevelTokenizer) {
+  fusetune::testing::TempDir dir;
+  ModelConfig c = small_config(false);
+  c.model_type = "qwen2";
+  c.attention_bias = true;
+  c.bos_token_id = -1;
+  c.eos_token_id = -1;
+  // Byte-level BPE with Qwen2's split pattern and merges as [a, b] pairs; two added tokens.
+  const std::string qwen2_split =
+      "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+"
+      "[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+  json vocab = json::object();
+  for (int i = 0; i < 30; ++i) vocab[std::string(1, char('a' + i % 26)) + std::to_string(i)] = i;
+  json tokenizer = {
+      {"model",
+       {{"type", "BPE"},
+        {"vocab", vocab},
+        {"merges", json::array({json::array({"a0", "b1"}), json::array({"c2", "d3"})})}}},
+      {"pre_tokenizer",
+       {{"type", "Sequence"},
+        {"pretokenizers",
+         {{{"type", "Split"}, {"pattern", {{"Regex", qwen2_split}}}, {"behavior", "Isolated"}},
+          {{"type", "ByteLevel"}, {"use_regex", false}}}}}},
+      {"added_tokens",
+       {{{"id", 30}, {"content", "<|end|>"}, {"special", true}},
+        {{"id", 31}, {"content", "word"}, {"special", false}}}}};
+  write_checkpoint(dir / "ck", c, tokenizer);
+  std::ofstream(dir / "ck" / "tokenizer_config.json") << json{{"eos_token", "<|end|>"}}.dump();
+  export_gguf(dir / "ck", dir / "m.gguf", FileType::F32);
+  const auto f = read_gguf(dir / "m.gguf");
+  const HFCheckpoint ck = load_hf_checkpoint(dir / "ck");
+
+  EXPECT_EQ(f.kv.at("general.architecture"), "qwen2");
+  EXPECT_EQ(f.kv.at("qwen2.attention.head_count_kv"), 2);
+  EXPECT_EQ(f.kv.count("llama.block_count"), 0u);
+  EXPECT_EQ(f.kv.at("tokenizer.ggml.model"), "gpt2");
+  EXPECT_EQ(f.kv.at("tokenizer.ggml.pre"), "qwen2");
+  EXPECT_EQ(f.kv.at("tokenizer.ggml.merges"), json({"a0 b1", "c2 d3"}));
+  EXPECT_EQ(f.kv.count("tokenizer.ggml.scores"), 0u);
+  EXPECT_EQ(f.kv.at("tokenizer.ggml.token_type")[30], 3);  // special: control
+  EXPECT_EQ(f.kv.at("tokenizer.ggml.token_type")[31], 4);  // added, not special: user-defined
+  EXPECT_EQ(f.kv.at("tokenizer.ggml.eos_token_id"), 30);   // named in tokenizer_config.json
+  EXPECT_EQ(f.kv.count("tokenizer.ggml.bos_token_id"), 0u);
+  EXPECT_EQ(f.kv.count("tokenizer.ggml.add_bos_token"), 0u);  // unknown: llama.cpp's default
+  // NEOX RoPE in llama.cpp's qwen2: q stays in HF's row order; the biases are there, F32.
+  const auto q = tensor_values(ck, "model.layers.0.self_attn.q_proj.weight");
+  EXPECT_EQ(0, std::memcmp(f.data("blk.0.attn_q.weight"), q.data(), q.size() * 4));
+  EXPECT_EQ(f.tensor("blk.0.attn_k.bias").ne, (std::vector<uint64_t>{16}));
+  const auto kb = tensor_values(ck, "model.layers.0.self_attn.k_proj.bias");
+  EXPECT_EQ(0, std::memcmp(f.data("blk.0.attn_k.bias"), kb.data(), kb.size() * 4));
+
+  // An unknown split pattern is refused, naming the file.
+  tokenizer["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "\\w+";
+  std::ofstream(dir / "ck" / "tokenizer.json") << tokenizer.dump();
+  try {
+    export_gguf(dir / "ck", dir / "m2.gguf", FileType::F32);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tokenizer.json': its pre-tokenizer split pattern"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(IoGguf, Llama3RopeScalingBecomesRopeFreqs) {
+  fusetune::testing::TempDir dir;
+  ModelConfig c = small_config(true);
+  c.rope_theta = 500000;
+  c.rope_scaling.rope_type = "llama3";
+  c.rope_scaling.factor = 8;
+  c.rope_scaling.low_freq_factor = 1;
+  c.rope_scaling.high_freq_factor = 4;
+  c.rope_scaling.original_max_position_embeddings = 8192;
+  write_checkpoint(dir / "ck", c, spm_tokenizer_json());
+  export_gguf(dir / "ck", dir / "m.gguf", FileType::F32);
+  const auto f = read_gguf(dir / "m.gguf");
+  ASSERT_EQ(f.tensor("rope_freqs.weight").ne, (std::vector<uint64_t>{4}));
+  float r[4];
+  std::memcpy(r, f.data("rope_freqs.weight"), sizeof r);
+  // head_dim 8: wavelengths 2 pi / 500000^(-i/8), i = 0, 2, 4, 6: 6.3, 167, 4443, 118137.
+  // Below 8192/4 = 2048: 1; above 8192: the factor 8; 4443 in between: smooth =
+  // (8192/4443 - 1) / 3 = 0.2813, 1 / ((1 - smooth) / 8 + smooth) = 2.6945.
+  EXPECT_EQ(r[0], 1.0f);
+  EXPECT_EQ(r[1], 1.0f);
+  EXPECT_NEAR(r[2], 2.6945, 1e-3);
+  EXPECT_EQ(r[3], 8.0f);
+}

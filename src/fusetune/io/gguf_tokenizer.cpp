@@ -82,7 +82,9 @@ GGUFTokenizer from_spm_json(const json& model, const fs::path& file) {
   const json& vocab = model.at("vocab");
   std::map<std::string, int64_t> rank;
   int64_t r = 0;
-  for (const auto& m : model.value("merges", json::array())) {
+  const json merges = model.value("merges", json::array());
+  FT_CHECK(merges.is_array(), "'" + file.string() + "': model.merges is not an array");
+  for (const auto& m : merges) {
     std::string joined;
     if (m.is_string()) {
       const std::string s = m.get<std::string>();
@@ -144,7 +146,9 @@ GGUFTokenizer from_bpe_json(const json& j, const fs::path& file) {
              "'" + file.string() + "': token id " + std::to_string(id) + " outside the vocab");
     t.tokens[size_t(id)] = piece;
   }
-  for (const auto& m : j.at("model").value("merges", json::array()))
+  const json merges = j.at("model").value("merges", json::array());
+  FT_CHECK(merges.is_array(), "'" + file.string() + "': model.merges is not an array");
+  for (const auto& m : merges)
     t.merges.push_back(m.is_string()
                            ? m.get<std::string>()
                            : m.at(0).get<std::string>() + " " + m.at(1).get<std::string>());
