@@ -2,24 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <string>
 
+#include "fusetune/runtime/dtype.h"
 #include "fusetune/util/error.h"
 
 namespace fusetune::ggml {
 namespace {
-
-uint32_t bits_of(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-float float_of(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 
 void check_k(int64_t k, const char* what) {
   FT_CHECK(k >= 0 && k % kBlock == 0, std::string(what) + ": row length " + std::to_string(k) +
@@ -28,36 +17,10 @@ void check_k(int64_t k, const char* what) {
 
 }  // namespace
 
-uint16_t fp32_to_fp16(float f) {
-  const uint32_t u = bits_of(f);
-  const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
-  const uint32_t a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return sign | 0x7e00u;   // NaN -> quiet NaN (as ggml's converter)
-  if (a >= 0x477ff000u) return sign | 0x7c00u;  // rounds to >= 65520: infinity
-  if (a < 0x38800000u) {
-    // Below the smallest normal half (2^-14): a subnormal half, units of 2^-24. Adding 0.5 in
-    // float arithmetic rounds the fraction to nearest even exactly (the sum has 2^-24 ulps).
-    const float r = float_of(a) + 0.5f;
-    return sign | static_cast<uint16_t>(bits_of(r) - bits_of(0.5f));
-  }
-  // Normal: rebias the exponent (127 -> 15), drop 13 mantissa bits rounding to nearest even;
-  // a carry out of the mantissa correctly bumps the exponent.
-  const uint32_t odd = (a >> 13) & 1u;
-  const uint32_t h = (a - (112u << 23) + 0xfffu + odd) >> 13;
-  return sign | static_cast<uint16_t>(h);
-}
-
-float fp16_to_fp32(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exp = (h >> 10) & 0x1fu;
-  const uint32_t man = h & 0x3ffu;
-  if (exp == 0) {  // zero or subnormal: man * 2^-24, exact in float
-    const float v = static_cast<float>(man) * 0x1p-24f;
-    return float_of(bits_of(v) | sign);
-  }
-  if (exp == 31) return float_of(sign | 0x7f800000u | (man << 13));  // inf / NaN
-  return float_of(sign | ((exp + 112u) << 23) | (man << 13));
-}
+// The engine's IEEE half conversions (runtime/dtype.h) round to nearest even and map NaN to a
+// quiet NaN, as ggml's software converter and x86's F16C do.
+uint16_t fp32_to_fp16(float f) { return f32_to_f16(f); }
+float fp16_to_fp32(uint16_t h) { return f16_to_f32(h); }
 
 void quantize_row_q4_0(const float* x, BlockQ4_0* y, int64_t k) {
   check_k(k, "quantize_row_q4_0");

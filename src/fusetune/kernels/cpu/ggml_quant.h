@@ -8,7 +8,8 @@
 // The scale is stored as IEEE fp16; dequantization uses the fp16 value, while quantization
 // divides by the fp32 d (as ggml does). Nibble j holds element j (low) and j + 16 (high).
 // Q8_0 (ggml quantize_row_q8_0_ref): d = amax / 127, q = roundf(x / d) (ties away from zero).
-// fp16 conversion: round to nearest even, as ggml's software converter and x86 F16C agree.
+// fp16 conversion: round to nearest even (runtime/dtype.h), as ggml's software converter and
+// x86 F16C do.
 #include <cstdint>
 
 namespace fusetune::ggml {
