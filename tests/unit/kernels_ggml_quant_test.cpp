@@ -233,3 +233,33 @@ TEST(GgmlQuant, RowLengthNotAMultipleOf32Throws) {
   EXPECT_THROW(quantize_row_q4_0(x.data(), q.data(), 40), fusetune::Error);
   EXPECT_THROW(fake_quantize_row_q8_0(x.data(), x.data(), 40), fusetune::Error);
 }
+
+TEST(GgmlQuant, ActivationRoundingAsLlamaCppCpuTiesToEven) {
+  // amax = 127: id = 1, d = 1; ties go to even (2.5 -> 2, 3.5 -> 4, -2.5 -> -2), unlike the
+  // reference quantizer's roundf (3, 4, -3).
+  std::vector<float> x(32, 0.0f);
+  x[0] = 127.0f;
+  x[1] = 2.5f;
+  x[2] = 3.5f;
+  x[3] = -2.5f;
+  x[4] = 0.4f;
+  std::vector<float> y(32), r(32);
+  fake_quantize_activations_q8_0(x.data(), y.data(), 32);
+  fake_quantize_row_q8_0(x.data(), r.data(), 32);
+  EXPECT_EQ(y[0], 127.0f);
+  EXPECT_EQ(y[1], 2.0f);
+  EXPECT_EQ(r[1], 3.0f);
+  EXPECT_EQ(y[2], 4.0f);
+  EXPECT_EQ(y[3], -2.0f);
+  EXPECT_EQ(r[3], -3.0f);
+  EXPECT_EQ(y[4], 0.0f);
+  // amax = 0.3: the scale is fp16(0.3 / 127) and x * (127 / 0.3) is rounded before scaling.
+  std::vector<float> z(32, 0.0f);
+  z[0] = 0.3f;
+  z[1] = -0.1f;
+  fake_quantize_activations_q8_0(z.data(), z.data(), 32);  // in place
+  const float d = fp16_to_fp32(fp32_to_fp16(0.3f / 127.0f));
+  EXPECT_EQ(z[0], 127.0f * d);
+  EXPECT_EQ(z[1], -42.0f * d);  // -0.1 * 423.33 = -42.33 -> -42
+  EXPECT_EQ(z[2], 0.0f);
+}

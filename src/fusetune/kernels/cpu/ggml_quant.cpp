@@ -101,4 +101,17 @@ void fake_quantize_row_q8_0(const float* x, float* y, int64_t k) {
   }
 }
 
+void fake_quantize_activations_q8_0(const float* x, float* y, int64_t k) {
+  check_k(k, "fake_quantize_activations_q8_0");
+  for (int64_t b = 0; b < k / kBlock; ++b) {
+    const float* xb = x + b * kBlock;
+    float* yb = y + b * kBlock;
+    float amax = 0.0f;
+    for (int64_t j = 0; j < kBlock; ++j) amax = std::max(amax, std::fabs(xb[j]));
+    const float d = fp16_to_fp32(fp32_to_fp16(amax / 127.0f));
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    for (int64_t j = 0; j < kBlock; ++j) yb[j] = std::nearbyint(xb[j] * id) * d;  // ties to even
+  }
+}
+
 }  // namespace fusetune::ggml

@@ -40,4 +40,9 @@ void dequantize_row_q8_0(const BlockQ8_0* x, float* y, int64_t k);
 void fake_quantize_row_q4_0(const float* x, float* y, int64_t k);
 void fake_quantize_row_q8_0(const float* x, float* y, int64_t k);
 
+// What llama.cpp's CPU matmul does to an activation row before the dot products with Q4_0/Q8_0
+// weights (ggml-cpu's SIMD quantize_row_q8_0 on x86 and ARM, not the reference above): d =
+// amax / 127 stored as fp16, q = round-half-to-even(x * (127 / amax)); y = q * fp16(d).
+void fake_quantize_activations_q8_0(const float* x, float* y, int64_t k);
+
 }  // namespace fusetune::ggml
