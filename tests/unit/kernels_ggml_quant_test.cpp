@@ -263,3 +263,24 @@ TEST(GgmlQuant, ActivationRoundingAsLlamaCppCpuTiesToEven) {
   EXPECT_EQ(z[1], -42.0f * d);  // -0.1 * 423.33 = -42.33 -> -42
   EXPECT_EQ(z[2], 0.0f);
 }
+
+TEST(GgmlQuant, BlocksSoTinyThat1OverDOverflowsGiveZeros) {
+  // amax = 1e-40 (subnormal): 1/d is inf, so x * id is inf or NaN; ggml's cast gives 0 on x86
+  // and the fp16 scale is 0: every value dequantizes to zero, nothing undefined happens.
+  std::vector<float> x(32, 0.0f);
+  x[0] = -1e-40f;
+  x[5] = 5e-41f;
+  BlockQ4_0 q4;
+  quantize_row_q4_0(x.data(), &q4, 32);
+  EXPECT_EQ(q4.d & 0x7fff, 0);
+  for (int j = 0; j < 16; ++j) EXPECT_EQ(q4.qs[j], 0) << j;
+  BlockQ8_0 q8;
+  quantize_row_q8_0(x.data(), &q8, 32);
+  EXPECT_EQ(q8.d, 0);
+  for (int j = 0; j < 32; ++j) EXPECT_EQ(q8.qs[j], 0) << j;
+  std::vector<float> y(32);
+  for (auto f : {fake_quantize_row_q4_0, fake_quantize_row_q8_0, fake_quantize_activations_q8_0}) {
+    f(x.data(), y.data(), 32);
+    for (float v : y) EXPECT_EQ(v, 0.0f);
+  }
+}

@@ -15,6 +15,11 @@ void check_k(int64_t k, const char* what) {
                                           " is not a multiple of the block size 32");
 }
 
+// ggml's C cast (int8_t)v. For the finite values the quantizers produce it is the truncation;
+// a non-finite v (a block so tiny that 1/d overflows: 0 * inf, x * inf) is undefined in C and
+// gives 0 on x86 (cvttss2si's 0x80000000, low byte 0), which we return without the UB.
+int to_int8(float v) { return std::isfinite(v) ? static_cast<int8_t>(v) : 0; }
+
 }  // namespace
 
 // The engine's IEEE half conversions (runtime/dtype.h) round to nearest even and map NaN to a
@@ -39,9 +44,8 @@ void quantize_row_q4_0(const float* x, BlockQ4_0* y, int64_t k) {
     for (int64_t j = 0; j < kBlock / 2; ++j) {
       // ggml truncates (x * id + 8.5) through int8_t: round half up, then caps at 15 (the
       // element equal to max maps to -8 + 8 = 0; its opposite would be 16).
-      const int lo = std::min(15, static_cast<int>(static_cast<int8_t>(xb[j] * id + 8.5f)));
-      const int hi =
-          std::min(15, static_cast<int>(static_cast<int8_t>(xb[j + kBlock / 2] * id + 8.5f)));
+      const int lo = std::min(15, to_int8(xb[j] * id + 8.5f));
+      const int hi = std::min(15, to_int8(xb[j + kBlock / 2] * id + 8.5f));
       y[b].qs[j] = static_cast<uint8_t>(lo | (hi << 4));
     }
   }
@@ -69,7 +73,7 @@ void quantize_row_q8_0(const float* x, BlockQ8_0* y, int64_t k) {
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     y[b].d = fp32_to_fp16(d);
     for (int64_t j = 0; j < kBlock; ++j) {
-      y[b].qs[j] = static_cast<int8_t>(std::round(xb[j] * id));  // roundf: ties away from 0
+      y[b].qs[j] = static_cast<int8_t>(to_int8(std::round(xb[j] * id)));  // roundf: ties away
     }
   }
 }
@@ -110,7 +114,10 @@ void fake_quantize_activations_q8_0(const float* x, float* y, int64_t k) {
     for (int64_t j = 0; j < kBlock; ++j) amax = std::max(amax, std::fabs(xb[j]));
     const float d = fp16_to_fp32(fp32_to_fp16(amax / 127.0f));
     const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-    for (int64_t j = 0; j < kBlock; ++j) yb[j] = std::nearbyint(xb[j] * id) * d;  // ties to even
+    for (int64_t j = 0; j < kBlock; ++j) {
+      const float q = std::nearbyint(xb[j] * id);  // ties to even
+      yb[j] = std::isfinite(q) ? q * d : 0.0f;     // 127/amax overflows only where d is 0
+    }
   }
 }
 
