@@ -1,14 +1,15 @@
-// stories260K exported to GGUF (F32, Q8_0, Q4_0) and run by a real llama.cpp (node-llama-cpp
+// stories260K exported to GGUF (F32, F16, Q8_0, Q4_0) and run by a real llama.cpp (node-llama-cpp
 // 3.21.1's prebuilt CPU build, tools/llama-cpp-ref): its log-probabilities on a story agree
-// with fusetune's evaluation of the same weights (for Q8_0/Q4_0: fusetune on
+// with fusetune's evaluation of the same weights (for F16/Q8_0/Q4_0: fusetune on
 // dequantize(quantize(W)), i.e. `fusetune quantize`'s checkpoint), and its tokenizer, read
 // from the GGUF metadata, encodes text as fusetune does. Skips without node-llama-cpp
 // (scripts/prepare_llama_cpp.sh installs it).
 //
 // What remains between the two for Q8_0/Q4_0 is llama.cpp's activation rounding, not in the
-// weights: its CPU matmul quantizes each activation row to Q8_0 blocks for Q4_0/Q8_0 weights,
-// and to fp16 for the F16 fallback tensors (stories260K's ffn_down: rows of 172). The test
-// prints the differences and bounds them well below the gap to the unquantized model.
+// weights: its CPU matmul quantizes each activation row to Q8_0 blocks for Q4_0/Q8_0 weights
+// (and to fp16 for F16 weights, as stories260K's ffn_down with rows of 172 is in Q8_0/Q4_0
+// files; at this size that part is within the noise). The test prints the differences and
+// bounds them by the noise floor of that rounding.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -251,7 +252,8 @@ TEST(GgufLlamaCpp, Stories260KLogitsAgreeWithFusetune) {
   const auto lp_fp32 = fusetune_logprobs(ck.config, orig, ids);
   const double nll_fp32 = mean_nll(lp_fp32, ids);
 
-  for (const auto type : {gguf::FileType::F32, gguf::FileType::Q8_0, gguf::FileType::Q4_0}) {
+  for (const auto type :
+       {gguf::FileType::F32, gguf::FileType::F16, gguf::FileType::Q8_0, gguf::FileType::Q4_0}) {
     SCOPED_TRACE(gguf::file_type_name(type));
     const fs::path file =
         tmp / (std::string("stories260K-") + gguf::file_type_name(type) + ".gguf");
@@ -287,7 +289,7 @@ TEST(GgufLlamaCpp, Stories260KLogitsAgreeWithFusetune) {
       EXPECT_NEAR(nll_cpp, nll_ft, 1e-5);
       continue;
     }
-    // Quantized: llama.cpp also rounds the activations (round_activations). The independent
+    // F16 / quantized: llama.cpp also rounds the activations (round_activations). The independent
     // reference with that rounding comes closer; what remains is at the noise floor of the
     // rounding itself: a 1e-6 relative change of the activations (a different summation order)
     // flips some roundings and moves the log-probabilities as much.
@@ -302,9 +304,15 @@ TEST(GgufLlamaCpp, Stories260KLogitsAgreeWithFusetune) {
         "%.3g\n",
         gguf::file_type_name(type), da.max_abs, da.mean_abs, nll_act, noise.max_abs,
         noise.mean_abs);
+    EXPECT_LT(da.mean_abs, 1.5 * noise.mean_abs);
+    if (type == gguf::FileType::F16) {
+      // fp16 activations or not cannot be told apart here: both are at the noise floor.
+      EXPECT_LT(d.mean_abs, 0.005);
+      EXPECT_LT(std::fabs(nll_cpp - nll_ft), 5e-4);
+      continue;
+    }
     EXPECT_LT(d.mean_abs, 0.05);
     EXPECT_LT(da.mean_abs, d.mean_abs);
-    EXPECT_LT(da.mean_abs, 1.5 * noise.mean_abs);
     EXPECT_LT(std::fabs(nll_cpp - nll_ft), 0.005);
     if (type == gguf::FileType::Q4_0) {  // fusetune predicts most of Q4_0's loss increase
       EXPECT_LT(std::fabs(nll_cpp - nll_ft), 0.25 * (nll_cpp - nll_fp32));
