@@ -6,6 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install_deps.sh --with-reference
 scripts/prepare_reference_tokenizer.sh || echo "note: reference tokenizer unavailable; its conformance tests will skip" >&2
+scripts/prepare_llama_cpp.sh || echo "note: node-llama-cpp unavailable; the GGUF/llama.cpp conformance test will skip" >&2
 for preset in ${FUSETUNE_TEST_PRESETS:-release asan}; do
   if [ "$preset" = release ]; then
     scripts/build.sh "$preset"

@@ -28,6 +28,8 @@ int cmd_generate(const std::vector<std::string>& args);
 int cmd_eval(const std::vector<std::string>& args);
 int cmd_report(const std::vector<std::string>& args);
 int cmd_init_checkpoint(const std::vector<std::string>& args);
+int cmd_export(const std::vector<std::string>& args);
+int cmd_quantize(const std::vector<std::string>& args);
 extern const char* const kRunHelp;
 extern const char* const kLsHelp;
 extern const char* const kCpHelp;
@@ -47,6 +49,8 @@ extern const char* const kGenerateHelp;
 extern const char* const kEvalHelp;
 extern const char* const kReportHelp;
 extern const char* const kInitCheckpointHelp;
+extern const char* const kExportHelp;
+extern const char* const kQuantizeHelp;
 
 // Prints warnings from validation to stderr, one "fusetune: warning: ..." line each.
 void print_warnings(const std::vector<std::string>& warnings);

@@ -21,6 +21,8 @@ const std::vector<Command>& commands() {
       {"eval", "Perplexity or multiple-choice accuracy of a model (and adapter)", kEvalHelp, cmd_eval},
       {"report", "Compare runs' curves and headers in one HTML page", kReportHelp, cmd_report},
       {"init-checkpoint", "Write a randomly initialized model as a Hugging Face checkpoint", kInitCheckpointHelp, cmd_init_checkpoint},
+      {"quantize", "Quantize a checkpoint with llama.cpp's schemes (q4_0, q8_0, f16)", kQuantizeHelp, cmd_quantize},
+      {"export", "Export a checkpoint as a GGUF file for llama.cpp", kExportHelp, cmd_export},
   };
   return table;
 }

@@ -1,0 +1,245 @@
+#include "fusetune/io/gguf_export.h"
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <numbers>
+#include <regex>
+
+#include "fusetune/io/gguf_tokenizer.h"
+#include "fusetune/io/hf_checkpoint.h"
+#include "fusetune/kernels/cpu/ggml_quant.h"
+#include "fusetune/util/error.h"
+
+namespace fusetune::gguf {
+namespace {
+
+namespace fs = std::filesystem;
+
+bool is_head(const std::string& hf_name, bool tied) {
+  return hf_name == "lm_head.weight" || (tied && hf_name == "model.embed_tokens.weight");
+}
+
+template <class Block>
+std::vector<uint8_t> quantize_bytes(const float* x, int64_t n,
+                                    void (*q)(const float*, Block*, int64_t)) {
+  std::vector<uint8_t> out(size_t(n / 32) * sizeof(Block));
+  q(x, reinterpret_cast<Block*>(out.data()), n);
+  return out;
+}
+
+std::vector<uint8_t> encode(TensorType t, const float* x, int64_t n) {
+  switch (t) {
+    case TensorType::F32: {
+      std::vector<uint8_t> out(size_t(n) * 4);
+      std::memcpy(out.data(), x, out.size());
+      return out;
+    }
+    case TensorType::F16: {
+      std::vector<uint8_t> out(size_t(n) * 2);
+      for (int64_t i = 0; i < n; ++i) {
+        const uint16_t h = ggml::fp32_to_fp16(x[i]);
+        std::memcpy(out.data() + 2 * i, &h, 2);
+      }
+      return out;
+    }
+    case TensorType::Q4_0:
+      return quantize_bytes<ggml::BlockQ4_0>(x, n, ggml::quantize_row_q4_0);
+    case TensorType::Q8_0:
+      return quantize_bytes<ggml::BlockQ8_0>(x, n, ggml::quantize_row_q8_0);
+  }
+  return {};
+}
+
+// Llama 3 RoPE scaling is a tensor in GGUF: per frequency pair, the factor llama.cpp divides
+// the rotation frequency by (convert_hf_to_gguf.py's LlamaModel rope_freqs).
+std::vector<float> llama3_rope_factors(const ModelConfig& c) {
+  const RopeScaling& rs = c.rope_scaling;
+  const double low_wavelen = double(rs.original_max_position_embeddings) / rs.low_freq_factor;
+  const double high_wavelen = double(rs.original_max_position_embeddings) / rs.high_freq_factor;
+  std::vector<float> f;
+  for (int64_t i = 0; i < c.head_dim; i += 2) {
+    const double freq = 1.0 / std::pow(c.rope_theta, double(i) / double(c.head_dim));
+    const double wavelen = 2 * std::numbers::pi / freq;
+    if (wavelen < high_wavelen) {
+      f.push_back(1.0f);
+    } else if (wavelen > low_wavelen) {
+      f.push_back(float(rs.factor));
+    } else {
+      const double smooth =
+          (double(rs.original_max_position_embeddings) / wavelen - rs.low_freq_factor) /
+          (rs.high_freq_factor - rs.low_freq_factor);
+      f.push_back(float(1.0 / ((1 - smooth) / rs.factor + smooth)));
+    }
+  }
+  return f;
+}
+
+}  // namespace
+
+FileType parse_file_type(const std::string& s, const std::string& what) {
+  if (s == "f32") return FileType::F32;
+  if (s == "f16") return FileType::F16;
+  if (s == "q8_0") return FileType::Q8_0;
+  if (s == "q4_0") return FileType::Q4_0;
+  throw Error(what + " must be f32, f16, q8_0 or q4_0, got '" + s + "'");
+}
+
+const char* file_type_name(FileType t) {
+  switch (t) {
+    case FileType::F32:
+      return "f32";
+    case FileType::F16:
+      return "f16";
+    case FileType::Q8_0:
+      return "q8_0";
+    case FileType::Q4_0:
+      return "q4_0";
+  }
+  return "?";
+}
+
+TensorType tensor_type_for(FileType ft, const std::string& hf_name,
+                           const std::vector<int64_t>& shape, bool tie_word_embeddings) {
+  if (shape.size() < 2) return TensorType::F32;
+  const bool blocks_fit = shape.back() % 32 == 0;
+  switch (ft) {
+    case FileType::F32:
+      return TensorType::F32;
+    case FileType::F16:
+      return TensorType::F16;
+    case FileType::Q8_0:
+      return blocks_fit ? TensorType::Q8_0 : TensorType::F16;
+    case FileType::Q4_0:
+      if (!blocks_fit) return TensorType::F16;
+      return is_head(hf_name, tie_word_embeddings) ? TensorType::Q8_0 : TensorType::Q4_0;
+  }
+  return TensorType::F32;
+}
+
+void fake_quantize(TensorType t, float* x, int64_t numel) {
+  switch (t) {
+    case TensorType::F32:
+      return;
+    case TensorType::F16:
+      for (int64_t i = 0; i < numel; ++i) x[i] = ggml::fp16_to_fp32(ggml::fp32_to_fp16(x[i]));
+      return;
+    case TensorType::Q4_0:
+      ggml::fake_quantize_row_q4_0(x, x, numel);
+      return;
+    case TensorType::Q8_0:
+      ggml::fake_quantize_row_q8_0(x, x, numel);
+      return;
+  }
+}
+
+std::string gguf_tensor_name(const std::string& hf_name) {
+  if (hf_name == "model.embed_tokens.weight") return "token_embd.weight";
+  if (hf_name == "model.norm.weight") return "output_norm.weight";
+  if (hf_name == "lm_head.weight") return "output.weight";
+  static const std::regex layer(R"(model\.layers\.(\d+)\.(.+)\.(weight|bias))");
+  static const std::pair<const char*, const char*> names[] = {
+      {"input_layernorm", "attn_norm"},    {"self_attn.q_proj", "attn_q"},
+      {"self_attn.k_proj", "attn_k"},      {"self_attn.v_proj", "attn_v"},
+      {"self_attn.o_proj", "attn_output"}, {"post_attention_layernorm", "ffn_norm"},
+      {"mlp.gate_proj", "ffn_gate"},       {"mlp.up_proj", "ffn_up"},
+      {"mlp.down_proj", "ffn_down"}};
+  std::smatch m;
+  if (std::regex_match(hf_name, m, layer))
+    for (const auto& [hf, gg] : names)
+      if (m[2] == hf) return "blk." + m[1].str() + "." + gg + "." + m[3].str();
+  throw Error("no GGUF tensor name for the parameter '" + hf_name + "'");
+}
+
+void permute_rope_rows(float* w, int64_t n_head, int64_t head_dim, int64_t cols) {
+  std::vector<float> head(size_t(head_dim * cols));
+  const int64_t half = head_dim / 2;
+  for (int64_t h = 0; h < n_head; ++h) {
+    float* base = w + h * head_dim * cols;
+    std::memcpy(head.data(), base, head.size() * sizeof(float));
+    for (int64_t i = 0; i < half; ++i)
+      for (int64_t s = 0; s < 2; ++s)
+        std::memcpy(base + (2 * i + s) * cols, head.data() + (s * half + i) * cols,
+                    size_t(cols) * sizeof(float));
+  }
+}
+
+std::string gguf_architecture(const ModelConfig& c) {
+  FT_CHECK(c.hidden_act == "silu", "config.json: hidden_act '" + c.hidden_act +
+                                       "' has no GGUF llama architecture (silu only)");
+  FT_CHECK(!c.mlp_bias, "config.json: mlp_bias: true has no GGUF llama/qwen2 architecture");
+  if (c.model_type == "qwen2") return "qwen2";
+  FT_CHECK(c.model_type == "llama" || c.model_type == "mistral",
+           "config.json: model_type '" + c.model_type + "' cannot be exported to GGUF");
+  FT_CHECK(!c.attention_bias, "config.json: attention_bias: true (a " + c.model_type +
+                                  " with q/k/v biases) is not expressible as GGUF llama");
+  return "llama";
+}
+
+ExportResult export_gguf(const fs::path& dir, const fs::path& output, FileType type) {
+  auto ck = std::make_shared<HFCheckpoint>(load_hf_checkpoint(dir, {}, DType::F32));
+  const ModelConfig& c = ck->config;
+  const std::string arch = gguf_architecture(c);
+  const bool permute = arch == "llama";
+
+  Writer w;
+  w.add_string("general.architecture", arch);
+  std::string name = fs::absolute(dir).lexically_normal().filename().string();
+  if (name.empty()) name = fs::absolute(dir).lexically_normal().parent_path().filename().string();
+  w.add_string("general.name", name);
+  const uint32_t ftype[] = {0, 1, 7, 2};  // llama_ftype: ALL_F32, MOSTLY_F16, Q8_0, Q4_0
+  w.add_u32("general.file_type", ftype[int(type)]);
+  w.add_u32(arch + ".context_length", uint32_t(c.max_position_embeddings));
+  w.add_u32(arch + ".embedding_length", uint32_t(c.hidden_size));
+  w.add_u32(arch + ".block_count", uint32_t(c.num_hidden_layers));
+  w.add_u32(arch + ".feed_forward_length", uint32_t(c.intermediate_size));
+  w.add_u32(arch + ".attention.head_count", uint32_t(c.num_attention_heads));
+  w.add_u32(arch + ".attention.head_count_kv", uint32_t(c.num_key_value_heads));
+  w.add_f32(arch + ".rope.freq_base", float(c.rope_theta));
+  w.add_f32(arch + ".attention.layer_norm_rms_epsilon", float(c.rms_norm_eps));
+  w.add_u32(arch + ".rope.dimension_count", uint32_t(c.head_dim));
+  w.add_u32(arch + ".vocab_size", uint32_t(c.vocab_size));
+  if (c.head_dim * c.num_attention_heads != c.hidden_size) {
+    w.add_u32(arch + ".attention.key_length", uint32_t(c.head_dim));
+    w.add_u32(arch + ".attention.value_length", uint32_t(c.head_dim));
+  }
+  if (c.rope_scaling.rope_type == "linear") {
+    w.add_string(arch + ".rope.scaling.type", "linear");
+    w.add_f32(arch + ".rope.scaling.factor", float(c.rope_scaling.factor));
+  }
+  add_tokenizer_metadata(w, read_gguf_tokenizer(dir, c.vocab_size, c.bos_token_id, c.eos_token_id));
+
+  ExportResult result;
+  auto add = [&](TensorEntry e) {
+    result.tensors.push_back({e.name, e.type});
+    int64_t n = 1;
+    for (int64_t d : e.shape) n *= d;
+    result.bytes += type_bytes(e.type, n);
+    w.add_tensor(std::move(e));
+  };
+  if (c.rope_scaling.rope_type == "llama3") {
+    auto f = llama3_rope_factors(c);
+    add({"rope_freqs.weight", {int64_t(f.size())}, TensorType::F32, [f] {
+           return encode(TensorType::F32, f.data(), int64_t(f.size()));
+         }});
+  }
+  for (const auto& [hf_name, shape] : expected_parameters(c)) {
+    const TensorType t = tensor_type_for(type, hf_name, shape, c.tie_word_embeddings);
+    int64_t heads = 0;
+    if (permute && hf_name.find("self_attn.q_proj.weight") != std::string::npos)
+      heads = c.num_attention_heads;
+    if (permute && hf_name.find("self_attn.k_proj.weight") != std::string::npos)
+      heads = c.num_key_value_heads;
+    add({gguf_tensor_name(hf_name), shape, t,
+         [ck, hf_name = hf_name, shape = shape, t, heads, hd = c.head_dim] {
+           const Tensor& src = ck->tensors.at(hf_name);
+           std::vector<float> x(src.data<float>(), src.data<float>() + src.numel());
+           if (heads > 0) permute_rope_rows(x.data(), heads, hd, shape.back());
+           return encode(t, x.data(), int64_t(x.size()));
+         }});
+  }
+  w.write(output);
+  return result;
+}
+
+}  // namespace fusetune::gguf
