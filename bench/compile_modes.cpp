@@ -128,8 +128,7 @@ int main(int argc, char** argv) try {
                   op_profile::report().c_str());
     std::fflush(stdout);
   }
-  if (!quantizer.empty())
-    return qat_overhead(shape, split(modes_arg, ','), results, steps, fpt, ce_budget, quantizer);
+
   const double eager_tps = results.front().tokens_per_s;
   std::printf("%-8s %12s %9s %10s %10s %7s\n", "compile", "tokens/s", "vs first", "peak GiB",
               "compile s", "MFU");
@@ -161,6 +160,8 @@ int main(int argc, char** argv) try {
                           {"losses", r.losses},
                           {"mfu", fpt * r.tokens_per_s / (peak * 1e9)}};
   std::printf("%s\n", j.dump().c_str());
+  if (!quantizer.empty())
+    return qat_overhead(shape, split(modes_arg, ','), results, steps, fpt, ce_budget, quantizer);
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "bench_compile_modes: error: %s\n", e.what());

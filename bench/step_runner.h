@@ -158,7 +158,7 @@ inline TimedSteps timed_steps(const BenchShape& shape, const TrainingGraph& tg, 
   for (int s = 0; s < steps; ++s) {
     Batch b = synthetic_batch(shape, 99 + uint64_t(s));
     TensorMap in = step_inputs(b);
-    for (const auto& [name, t] : extra) in[name] = t;
+    for (const auto& [name, value] : extra) in[name] = value;
     auto ts = std::chrono::steady_clock::now();
     std::vector<Tensor> out;
     if (in_bwd) {
