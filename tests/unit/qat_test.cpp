@@ -394,6 +394,13 @@ TEST(QatModel, AllCompileModesAgree) {
         // The head is quantized except torchao's tied one.
         EXPECT_EQ(count_ops(tg.graph, Op::FakeQuantMatMul),
                   7 * 2 + (tied && !gguf(scheme) ? 0 : 1));
+        // One activation fake quantization per distinct input (q/k/v share one, gate/up one),
+        // + the head's input, + gguf's embedding table.
+        if (scheme != quant::QatScheme::Int4WeightOnly) {
+          int forward = 0;
+          for (const Node& n : tg.graph.nodes()) forward += n.op == Op::FakeQuantize && !n.backward;
+          EXPECT_EQ(forward, 4 * 2 + (tied && !gguf(scheme) ? 0 : 1) + (gguf(scheme) ? 1 : 0));
+        }
         TensorMap params = init_parameters(graph_parameters(tg.graph), 11, dt, 0.2);
         Batch batch = random_batch(2, 8, cfg.vocab_size, 5);
         const TensorMap inputs =

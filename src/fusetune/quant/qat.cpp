@@ -42,6 +42,21 @@ Attrs fq_attrs(const FakeQuantSpec& s) {
 
 FakeQuantSpec spec(FakeQuant scheme, int64_t group) { return {scheme, group}; }
 
+// FakeQuantize(x2) for x2 = x or a reshape of x, reusing the node an earlier projection of the
+// same input made (q/k/v and gate/up read one normed hidden state: one fake quantization).
+Value fake_quantized_input(Graph& g, Value x, Value x2, Value on, const Attrs& at) {
+  for (int i = int(g.nodes().size()) - 1; i >= 0 && i > x.node; --i) {
+    const Node& n = g.nodes()[size_t(i)];
+    if (n.op != Op::FakeQuantize || n.attrs.groups != at.groups || n.attrs.len != at.len ||
+        !(n.inputs[1] == on) || g.shape(n.inputs[0]) != g.shape(x2))
+      continue;
+    const Value in = n.inputs[0];
+    const Node& src = g.node(in);
+    if (in == x || (src.op == Op::Reshape && src.inputs[0] == x)) return {i, 0};
+  }
+  return g.add1(Op::FakeQuantize, {x2, on}, at);
+}
+
 // Whether rows of `in` elements are whole groups of the spec.
 bool fits(const FakeQuantSpec& s, int64_t in) {
   return s.scheme == FakeQuant::None || (s.group > 0 && in % s.group == 0);
@@ -186,7 +201,7 @@ LlamaOptions qat_llama_options(const QatConfig& c, std::shared_ptr<const ModelCo
     const Shape xs = b.shape(x);
     Value x2 = b.reshape(x, {shape_numel(xs) / site.in, site.in});
     if (q.activation.scheme != FakeQuant::None)
-      x2 = g.add1(Op::FakeQuantize, {x2, on}, fq_attrs(q.activation));
+      x2 = fake_quantized_input(g, x, x2, on, fq_attrs(q.activation));
     Value y = q.weight.scheme != FakeQuant::None
                   ? g.add1(Op::FakeQuantMatMul, {x2, w, on}, fq_attrs(q.weight), site.module)
                   : b.matmul(x2, w, false, true);

@@ -31,7 +31,7 @@ void add_fake_quant(TrainJob& job, const quant::QatConfig& q,
   job.llama = hooks(true);
   job.eval_llama = hooks(false);
   auto prepare = job.prepare;
-  job.prepare = [model, q, prepare](LoadedModel& m) {
+  job.prepare = [model, prepare](LoadedModel& m) {
     // The hooks were chosen for the architecture read from the config; the loaded one is it.
     FT_CHECK(m.config.tie_word_embeddings == model->tie_word_embeddings &&
                  m.config.vocab_size == model->vocab_size,
