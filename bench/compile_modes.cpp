@@ -2,6 +2,8 @@
 // model only, compile model + loss. Same init, same data, same seed for every mode.
 //   bench_compile_modes --shape L3-micro --steps 6 [--modes false,model,true] [--threads 2]
 //   bench_compile_modes --config path/config.json --batch 4 --seq 256
+//   bench_compile_modes --shape stories260K --quantizer gguf_q4_0   (QAT: each mode without and
+//     with fake quantization, quant/qat.h; Int8DynActInt4WeightQATQuantizer:GROUPSIZE, ...)
 // Prints a table, then the same results as one JSON line. Nothing here asserts a timing.
 #include <cmath>
 #include <iostream>
@@ -13,6 +15,7 @@
 #include "fusetune/kernels/cpu/gemm_peak.h"
 #include "fusetune/metrics/format.h"
 #include "fusetune/models/flops.h"
+#include "fusetune/quant/qat.h"
 #include "fusetune/runtime/op_profile.h"
 #include "fusetune/util/strings.h"
 #include "step_runner.h"
@@ -20,11 +23,54 @@
 using namespace fusetune;
 using namespace fusetune::bench;
 
+namespace {
+
+// --quantizer SCHEME[:GROUPSIZE]: the same modes again with the linear layers fake-quantized,
+// and the step-time overhead of each mode against its own float run.
+int qat_overhead(const BenchShape& shape, const std::vector<std::string>& modes,
+                 const std::vector<RunResult>& plain, int steps, double fpt, int64_t ce_budget,
+                 const std::string& spec) {
+  const auto parts = split(spec, ':');
+  Config c = Config::from_string("quantizer: {_component_: " + parts[0] +
+                                     (parts.size() > 1 ? ", groupsize: " + parts[1] : "") + "}\n",
+                                 "--quantizer");
+  const quant::QatConfig q = quant::qat_config_from(c);
+  auto model = std::make_shared<ModelConfig>(shape.config);
+  for (const std::string& site : quant::check_model(q, *model))
+    std::printf("note: %s stays float (rows are not whole groups)\n", site.c_str());
+  Tensor on = Tensor::empty({}, DType::I32);
+  on.data<int32_t>()[0] = 1;
+  const TensorMap extra{{quant::kFakeQuantEnabledInput, on}};
+  std::printf("\nQAT (%s): tokens/s without and with fake quantization\n", spec.c_str());
+  std::printf("%-8s %12s %12s %10s %14s\n", "compile", "float", "fake-quant", "overhead",
+              "loss step 1");
+  nlohmann::json j;
+  for (size_t i = 0; i < modes.size(); ++i) {
+    const RunResult r = run_mode(shape, parse_compile_mode(modes[i]), steps, fpt, ce_budget,
+                                 quant::qat_llama_options(q, model, true), extra);
+    const double overhead = plain[i].tokens_per_s / r.tokens_per_s - 1;
+    std::printf("%-8s %12.1f %12.1f %9.1f%% %14.6f\n", r.mode.c_str(), plain[i].tokens_per_s,
+                r.tokens_per_s, 100 * overhead, r.losses.front());
+    j["qat"][r.mode] = {{"float_tokens_per_s", plain[i].tokens_per_s},
+                        {"qat_tokens_per_s", r.tokens_per_s},
+                        {"step_time_overhead", overhead},
+                        {"losses", r.losses}};
+    std::fflush(stdout);
+  }
+  j["shape"] = shape.name;
+  j["quantizer"] = spec;
+  std::printf("%s\n", j.dump().c_str());
+  return 0;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) try {
   std::string shape_name = "L3-micro", config_path, modes_arg = "false,model,true";
   int steps = 6;
   int64_t batch = 4, seq = 256;
   int64_t ce_budget = PassOptions{}.ce_chunk_budget_bytes;
+  std::string quantizer;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -47,10 +93,12 @@ int main(int argc, char** argv) try {
       omp_set_num_threads(std::stoi(next()));
     else if (a == "--ce-budget-mb")
       ce_budget = std::stoll(next()) << 20;
+    else if (a == "--quantizer")
+      quantizer = next();
     else
-      throw Error(
-          "unknown argument '" + a +
-          "' (use --shape, --steps, --modes, --config, --batch, --seq, --threads, --ce-budget-mb)");
+      throw Error("unknown argument '" + a +
+                  "' (use --shape, --steps, --modes, --config, --batch, --seq, --threads, "
+                  "--ce-budget-mb, --quantizer)");
   }
   FT_CHECK(steps >= 2, "--steps must be >= 2 (the first step is not timed)");
   BenchShape shape = config_path.empty()
@@ -80,6 +128,7 @@ int main(int argc, char** argv) try {
                   op_profile::report().c_str());
     std::fflush(stdout);
   }
+
   const double eager_tps = results.front().tokens_per_s;
   std::printf("%-8s %12s %9s %10s %10s %7s\n", "compile", "tokens/s", "vs first", "peak GiB",
               "compile s", "MFU");
@@ -111,6 +160,8 @@ int main(int argc, char** argv) try {
                           {"losses", r.losses},
                           {"mfu", fpt * r.tokens_per_s / (peak * 1e9)}};
   std::printf("%s\n", j.dump().c_str());
+  if (!quantizer.empty())
+    return qat_overhead(shape, split(modes_arg, ','), results, steps, fpt, ce_budget, quantizer);
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "bench_compile_modes: error: %s\n", e.what());

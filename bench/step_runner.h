@@ -141,9 +141,10 @@ struct TimedSteps {
 // seeded synthetic batches of `shape` (the same data for every mode and method), timing each
 // step as the recipe logs it. `in_bwd` (optimizer_in_bwd): each parameter is updated from the
 // executor's output callback as soon as its gradient is computed, which is then freed.
+// `extra`: further step inputs (QAT's fake_quant_enabled).
 inline TimedSteps timed_steps(const BenchShape& shape, const TrainingGraph& tg, TensorMap& params,
                               const PassOptions& po, int steps, bool adamw8bit = false,
-                              bool in_bwd = false) {
+                              bool in_bwd = false, const TensorMap& extra = {}) {
   TimedSteps t;
   std::unique_ptr<Optimizer> opt_ptr;
   if (adamw8bit)
@@ -156,7 +157,8 @@ inline TimedSteps timed_steps(const BenchShape& shape, const TrainingGraph& tg, 
   t.compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   for (int s = 0; s < steps; ++s) {
     Batch b = synthetic_batch(shape, 99 + uint64_t(s));
-    const TensorMap in = step_inputs(b);
+    TensorMap in = step_inputs(b);
+    for (const auto& [name, value] : extra) in[name] = value;
     auto ts = std::chrono::steady_clock::now();
     std::vector<Tensor> out;
     if (in_bwd) {
@@ -190,10 +192,12 @@ inline TimedSteps timed_steps(const BenchShape& shape, const TrainingGraph& tg, 
 }
 
 // Runs `steps` optimizer steps of `shape` in `mode` from the same init and data as every other
-// mode (seeded), returning per-step losses and times.
+// mode (seeded), returning per-step losses and times. `llama`: model hooks (QAT's
+// fake-quantized linears) and `extra` the inputs they read.
 inline RunResult run_mode(const BenchShape& shape, CompileMode mode, int steps,
                           double flops_per_token,
-                          int64_t ce_budget_bytes = PassOptions{}.ce_chunk_budget_bytes) {
+                          int64_t ce_budget_bytes = PassOptions{}.ce_chunk_budget_bytes,
+                          const LlamaOptions& llama = {}, const TensorMap& extra = {}) {
   RunResult r;
   r.mode = compile_mode_name(mode);
   const int64_t base = memory::current_bytes();
@@ -201,13 +205,14 @@ inline RunResult run_mode(const BenchShape& shape, CompileMode mode, int steps,
     TrainingGraphOptions o;
     o.batch_size = shape.batch;
     o.seq_len = shape.seq;
+    o.llama = llama;
     TrainingGraph tg = build_training_graph(shape.config, o);
     TensorMap params = init_parameters(graph_parameters(tg.graph), 1234, DType::F32);
     memory::reset_peak();
     PassOptions po;
     po.mode = mode;
     po.ce_chunk_budget_bytes = ce_budget_bytes;
-    TimedSteps t = timed_steps(shape, tg, params, po, steps);
+    TimedSteps t = timed_steps(shape, tg, params, po, steps, false, false, extra);
     r.peak_bytes = memory::peak_bytes() - base;
     r.compile_s = t.compile_s;
     r.losses = t.losses;

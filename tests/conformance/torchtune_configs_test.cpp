@@ -98,7 +98,8 @@ TEST(TorchtuneConfigs, EveryConfigNamesItsRecipe) {
   EXPECT_EQ(by_recipe["lora_finetune_distributed"], 20);
   EXPECT_EQ(by_recipe["knowledge_distillation_single_device"], 2);
   EXPECT_EQ(by_recipe["eleuther_eval"], 4);
-  EXPECT_EQ(supported, 32);
+  EXPECT_EQ(by_recipe["qat_single_device"], 3);
+  EXPECT_EQ(supported, 35);
   std::string summary;
   for (const auto& [name, n] : by_recipe)
     summary += "  " + name + (registered(name) ? "" : " (not in fusetune)") + ": " +

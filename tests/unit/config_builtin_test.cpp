@@ -120,12 +120,12 @@ TEST(RecipeRegistry, FindRecipe) {
   EXPECT_EQ(find_recipe("full_finetune_single_device").name, "full_finetune_single_device");
   EXPECT_EQ(find_recipe("lora_finetune_single_device.py").name, "lora_finetune_single_device");
   EXPECT_NE(find_recipe("full_finetune_single_device").schema, nullptr);
-  EXPECT_EQ(
-      error_of([] { find_recipe("full_finetune_single_devce"); }),
-      "unknown recipe 'full_finetune_single_devce' (did you mean "
-      "'full_finetune_single_device'?); recipes: full_finetune_single_device, "
-      "lora_finetune_single_device, lora_dpo_single_device, full_dpo_single_device, generate, "
-      "eval");
+  EXPECT_EQ(error_of([] { find_recipe("full_finetune_single_devce"); }),
+            "unknown recipe 'full_finetune_single_devce' (did you mean "
+            "'full_finetune_single_device'?); recipes: full_finetune_single_device, "
+            "lora_finetune_single_device, lora_dpo_single_device, full_dpo_single_device, "
+            "qat_single_device, qat_lora_finetune_single_device, generate, "
+            "eval");
 }
 
 TEST(RecipeSchemas, LossesAndDatasetsBelongToTheirRecipes) {

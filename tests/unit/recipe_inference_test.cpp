@@ -105,9 +105,9 @@ TEST(RecipeInference, TorchtuneRecipesFusetuneLacksAreNamed) {
   EXPECT_TRUE(has(missing_torchtune_recipe("lora_dpo_distributed.py"),
                   "closest is lora_dpo_single_device"));
   EXPECT_TRUE(has(missing_torchtune_recipe("qat_lora_finetune_distributed"),
-                  "closest is lora_finetune_single_device"));
-  EXPECT_TRUE(
-      has(missing_torchtune_recipe("qat_single_device"), "closest is full_finetune_single_device"));
+                  "closest is qat_lora_finetune_single_device"));
+  EXPECT_TRUE(has(missing_torchtune_recipe("qat_distributed"), "closest is qat_single_device"));
+  EXPECT_EQ(missing_torchtune_recipe("qat_single_device"), "");  // fusetune has it
   EXPECT_TRUE(has(missing_torchtune_recipe("eleuther_eval"), "closest is eval"));
   for (const char* none :
        {"ppo_full_finetune_single_device", "knowledge_distillation_single_device", "quantize"}) {

@@ -6,6 +6,7 @@
 #include <climits>
 #include <set>
 
+#include "fusetune/kernels/cpu/fake_quant.h"
 #include "fusetune/kernels/cpu/flash_attention.h"
 #include "fusetune/kernels/cpu/fused_linear_cross_entropy.h"
 #include "fusetune/kernels/cpu/fused_linear_log_probs.h"
@@ -96,6 +97,9 @@ MemoryBreakdown estimate_step_memory(const Graph& g, const MemoryPlan* plan,
     } else if (n.op == Op::NF4MatMul || n.op == Op::NF4MatMulBackward) {
       scratch =
           kernels::nf4_tile_rows(n.attrs.shape[0], n.attrs.shape[1]) * n.attrs.shape[1] * elem;
+    } else if (n.op == Op::FakeQuantMatMul || n.op == Op::FakeQuantMatMulBackward) {
+      const Shape& w = g.shape(n.inputs[1]);  // the fake-quantized tile of W
+      scratch = kernels::fake_quant_tile_rows(w[0], w[1]) * w[1] * elem;
     } else if (n.op == Op::FlashAttention || n.op == Op::FlashAttentionBackward) {
       // Per-thread score tiles (and, backward, the rows' do.o sums).
       const Shape& q = g.shape(n.inputs[0]);

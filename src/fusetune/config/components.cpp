@@ -437,6 +437,43 @@ std::vector<ComponentTable> build_tables() {
   auto log_dir = [] {
     return Field::String("log_dir").def("${output_dir}/logs").doc("where log files go");
   };
+  // Quantization-aware training (quant/qat.h): torchao's QAT quantizers under torchtune's and
+  // torchao's names, and llama.cpp's formats.
+  t.push_back(
+      {"quantizer",
+       {Component("Int8DynActInt4WeightQATQuantizer",
+                  {"torchtune.training.quantization.Int8DynActInt4WeightQATQuantizer",
+                   "torchao.quantization.qat.Int8DynActInt4WeightQATQuantizer"},
+                  "int8 dynamic per-token activations, int4 symmetric per-group weights (torchao)",
+                  {Field::Int("groupsize")
+                       .def("256")
+                       .min(1)
+                       .doc("weights per quantization group along a row (the input dim)"),
+                   Field::Bool("padding_allowed")
+                       .def("false")
+                       .values({"false"})
+                       .doc("must be false: a layer whose rows are not whole groups is refused "
+                            "(torchao would leave it unquantized)")}),
+        Component("Int4WeightOnlyQATQuantizer",
+                  {"torchtune.training.quantization.Int4WeightOnlyQATQuantizer",
+                   "torchao.quantization.qat.Int4WeightOnlyQATQuantizer"},
+                  "int4 (uint4 with a float zero point) per-group weights, bf16 scales (torchao)",
+                  {Field::Int("groupsize")
+                       .def("256")
+                       .values({"32", "64", "128", "256"})
+                       .doc("weights per quantization group along a row (the input dim)"),
+                   Field::Int("inner_k_tiles")
+                       .def("8")
+                       .values({"2", "4", "8"})
+                       .doc("the packing of torchao's tinygemm int4 kernel: checked as torchao "
+                            "does, no effect on the numbers (there is no int4 kernel here)")}),
+        Component("gguf_q4_0", {},
+                  "llama.cpp Q4_0 weights (blocks of 32, fp16 scale), Q8_0 activations; "
+                  "embedding and head as llama-quantize's defaults (quant/qat.h)"),
+        Component("gguf_q8_0", {},
+                  "llama.cpp Q8_0 weights and activations, embedding and head Q8_0")},
+       ""});
+
   t.push_back({"metric_logger",
                {Component("stdout",
                           {"torchtune.training.metric_logging.StdoutLogger",

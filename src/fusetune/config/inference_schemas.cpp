@@ -3,6 +3,8 @@
 #include "fusetune/config/components.h"
 #include "fusetune/config/recipe_schemas.h"
 
+#include <string>
+
 namespace fusetune {
 namespace {
 
@@ -22,14 +24,20 @@ Schema base_schema(const char* recipe) {
   s.add(component_section("tokenizer").req().doc("text to token ids"));
   s.add(Field::String("adapter").doc(
       "a PEFT LoRA/DoRA adapter directory applied on top of the weights, unmerged"));
-  s.add(Field::Map("quantizer")
-            .doc("torchtune's quantizer: must be null (not supported)")
-            .check([](const Config& q, const Config&, Problems& p) {
-              p.errors.push_back(
-                  "config key 'quantizer': quantized inference is not supported; the model "
-                  "runs in its dtype (set quantizer: null) (" +
-                  q.where("") + ")");
-            }));
+  if (std::string(recipe) == "eval")  // the QAT schemes (quant/qat.h), fake-quantized
+    s.add(component_section("quantizer")
+              .doc("evaluate the model fake-quantized as this scheme would quantize it "
+                   "(quant/qat.h: Int8DynActInt4WeightQATQuantizer, Int4WeightOnlyQATQuantizer, "
+                   "gguf_q4_0, gguf_q8_0); absent: as stored"));
+  else
+    s.add(Field::Map("quantizer")
+              .doc("torchtune's quantizer: must be null (not supported)")
+              .check([](const Config& q, const Config&, Problems& p) {
+                p.errors.push_back(
+                    "config key 'quantizer': quantized generation is not supported; the model "
+                    "runs in its dtype (set quantizer: null) (" +
+                    q.where("") + ")");
+              }));
   s.add(Field::String("output_dir").doc("when set, results are also written here as JSON"));
   s.add(Field::String("log_level").ignore("fusetune has one log level"));
   return s;

@@ -354,7 +354,45 @@ Schema build_full_dpo() {
   return s;
 }
 
+// The QAT recipes: fine-tuning with fake-quantized linear layers (quant/qat.h).
+Schema build_qat(bool lora) {
+  Schema s = lora ? build_lora() : build_full();
+  s.recipe = lora ? "qat_lora_finetune_single_device" : "qat_single_device";
+  s.add(component_section("quantizer")
+            .req()
+            .doc("the quantization the model is trained for (quant/qat.h): torchao's "
+                 "Int8DynActInt4WeightQATQuantizer / Int4WeightOnlyQATQuantizer or llama.cpp's "
+                 "gguf_q4_0 / gguf_q8_0"));
+  s.add(Field::Int("fake_quant_after_n_steps")
+            .min(0)
+            .doc("train this many optimizer steps without fake quantization, then switch it on "
+                 "(default: on from the first step)"));
+  s.checks.push_back([lora](const Config& root, const Config&, Problems& p) {
+    if (!lora || !root.is_map("model")) return;
+    const Config m = root.sub("model");
+    for (const char* key : {"use_dora", "quantize_base"})
+      if (m.has(key) && !m.is_map(key) && !m.is_list(key) && parse_bool(m.str(key)).value_or(false))
+        p.errors.push_back(std::string("config key 'model.") + key +
+                           "' is true: the QAT recipe fake-quantizes a float base (" +
+                           (std::string(key) == "use_dora"
+                                ? "DoRA's weight norm needs it unquantized"
+                                : "an NF4 base is a different quantization") +
+                           ") (" + m.where(key) + ")");
+  });
+  return s;
+}
+
 }  // namespace
+
+const Schema& qat_schema() {
+  static const Schema s = build_qat(false);
+  return s;
+}
+
+const Schema& qat_lora_schema() {
+  static const Schema s = build_qat(true);
+  return s;
+}
 
 const Schema& lora_dpo_schema() {
   static const Schema s = build_lora_dpo();

@@ -18,6 +18,11 @@ const Schema& lora_dpo_schema();  // lora_finetune's keys + precompute_ref_log_p
 const Schema&
 full_dpo_schema();  // full_finetune's keys + ref_checkpointer, precompute_ref_log_probs
 
+// qat_single_device / qat_lora_finetune_single_device (quant/qat.h): full / lora's keys plus the
+// `quantizer` section and fake_quant_after_n_steps.
+const Schema& qat_schema();
+const Schema& qat_lora_schema();
+
 // The `model` map every recipe shares (architecture keys, init, the torchtune builder);
 // lora_recipe: LoRA builder names (lora_*, qlora_*) are accepted.
 Field model_field(bool lora_recipe);

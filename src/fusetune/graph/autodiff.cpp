@@ -160,6 +160,19 @@ struct Backward {
       case Op::NF4MatMul:
         dx[0] = op(Op::NF4MatMulBackward, {dy, in[1], in[2], in[3]}, a);
         break;
+      case Op::FakeQuantize:  // the straight-through estimator: dy, masked when attrs.inverse
+        dx[0] = a.inverse ? op(Op::FakeQuantizeBackward, {in[0], dy, in[1]}, a) : dy;
+        break;
+      case Op::FakeQuantMatMul: {
+        if (need[0]) dx[0] = op(Op::FakeQuantMatMulBackward, {dy, in[1], in[2]}, a);
+        if (need[1]) {  // dW = STE(dy^T x)
+          Attrs at;
+          at.trans_a = true;
+          Value dw = op(Op::MatMul, {dy, in[0]}, at);
+          dx[1] = a.inverse ? op(Op::FakeQuantizeBackward, {in[1], dw, in[2]}, a) : dw;
+        }
+        break;
+      }
       case Op::LabelLogProbs: {
         Attrs at;
         at.dim0 = int(g.shape(in[0])[1]);

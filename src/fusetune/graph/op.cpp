@@ -116,6 +116,14 @@ const char* op_name(Op op) {
       return "fused_linear_log_probs_backward";
     case Op::KVCacheAttention:
       return "kv_cache_attention";
+    case Op::FakeQuantize:
+      return "fake_quantize";
+    case Op::FakeQuantizeBackward:
+      return "fake_quantize_backward";
+    case Op::FakeQuantMatMul:
+      return "fake_quant_matmul";
+    case Op::FakeQuantMatMulBackward:
+      return "fake_quant_matmul_backward";
     case Op::kCount:
       break;
   }

@@ -98,6 +98,15 @@ enum class Op : uint8_t {
                      // cache_pos [] I32, cache_start [B] I32) -> o [B,T,H,hd]: writes k, v at
                      // slots [cache_pos, cache_pos + T), then query t attends to slots
                      // [cache_start[b], cache_pos + t]. attrs.scalar = softmax scale.
+  // Quantization-aware training (kernels/cpu/fake_quant.h): attrs.groups = the
+  // kernels::FakeQuant scheme, attrs.len = the group length along the last dim; `enable` []
+  // I32: 0 computes without fake quantization (fake_quant_after_n_steps); attrs.inverse: the
+  // scheme's straight-through gradient is masked (FakeQuantizeBackward), else it is dy.
+  FakeQuantize,             // (x [.., C], enable) -> fq(x), groups along the last dim
+  FakeQuantizeBackward,     // (x, dy, enable) -> the straight-through gradient of x
+  FakeQuantMatMul,          // (x [N, K], W [O, K], enable) -> x fq(W)^T [N, O]: fq(W) formed
+                            // a tile of rows at a time inside the GEMM, never whole
+  FakeQuantMatMulBackward,  // (dy [N, O], W [O, K], enable) -> dy fq(W) [N, K], tile by tile
   kCount
 };
 

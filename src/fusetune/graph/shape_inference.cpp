@@ -306,6 +306,37 @@ std::vector<TensorType> infer_float_types(const Graph& g, Op op, const std::vect
         fail(op, "input " + shape_str(S(0)) + " does not match the weight " + shape_str(a.shape));
       return {{Shape{S(0)[0], out_dim}, fd}};
     }
+    case Op::FakeQuantize:
+    case Op::FakeQuantizeBackward: {
+      const bool fwd = op == Op::FakeQuantize;
+      arity(fwd ? 2 : 3, fwd ? 2 : 3);
+      need_float(0);
+      if (!fwd) {
+        need_float(1);
+        if (S(1) != S(0)) fail(op, "dy must have x's shape " + shape_str(S(0)));
+      }
+      need_i32(fwd ? 1 : 2);
+      if (S(0).empty() || a.len <= 0 || S(0).back() % a.len != 0)
+        fail(op, "the last dim of " + shape_str(S(0)) + " is not a whole number of groups of " +
+                     std::to_string(a.len));
+      return {{S(0), fd}};
+    }
+    case Op::FakeQuantMatMul:
+    case Op::FakeQuantMatMulBackward: {
+      arity(3, 3);
+      need_float(0);
+      need_float(1);
+      need_i32(2);
+      if (S(1).size() != 2) fail(op, "W must be a matrix [O, K], got " + shape_str(S(1)));
+      const bool fwd = op == Op::FakeQuantMatMul;
+      const int64_t in_dim = fwd ? S(1)[1] : S(1)[0], out_dim = fwd ? S(1)[0] : S(1)[1];
+      if (S(0).size() != 2 || S(0)[1] != in_dim)
+        fail(op, "input " + shape_str(S(0)) + " does not match the weight " + shape_str(S(1)));
+      if (a.len <= 0 || S(1)[1] % a.len != 0)
+        fail(op, "the weight's rows of " + std::to_string(S(1)[1]) +
+                     " are not a whole number of groups of " + std::to_string(a.len));
+      return {{Shape{S(0)[0], out_dim}, fd}};
+    }
     case Op::NF4Embedding: {
       arity(4, 4);
       for (size_t i = 0; i < 4; ++i) need_i32(i);

@@ -152,17 +152,22 @@ void init_adapters(TensorMap& params, const ModelConfig& model, const LoraConfig
 namespace {
 
 // The hooks for the modules `c` targets (none: the frozen base alone).
-LlamaOptions hooks_for(const LoraConfig& c, std::shared_ptr<const NF4Store> nf4) {
+LlamaOptions hooks_for(const LoraConfig& c, std::shared_ptr<const NF4Store> nf4,
+                       const LlamaOptions& base = {}) {
   const auto targets = target_modules(c);
-  LinearFn fn = [c, targets, nf4](Builder& b, Value x, const LinearSite& site) -> Value {
+  FT_CHECK(!(nf4 && (base.linear || base.head)), "LoRA: an NF4 base and a base hook together");
+  LinearFn fn = [c, targets, nf4, base](Builder& b, Value x, const LinearSite& site) -> Value {
     Graph& g = b.graph();
     const bool target =
         std::find(targets.begin(), targets.end(), leaf(site.module)) != targets.end();
     // The frozen base.
     Value w;  // the float base weight, when there is one (DoRA needs it)
     Value y;
+    const LinearFn& base_fn = site.module == "lm_head" ? base.head : base.linear;
     if (nf4 && nf4->count(site.weight)) {
       y = nf4_linear(b, x, nf4->at(site.weight), site.weight);
+    } else if (base_fn) {
+      y = base_fn(b, x, site);
     } else {
       w = g.param(site.weight, {site.out, site.in}, site.trainable);
       y = b.linear(x, w);
@@ -197,7 +202,8 @@ LlamaOptions hooks_for(const LoraConfig& c, std::shared_ptr<const NF4Store> nf4)
   o.linear = fn;
   // The head goes through `fn` when it has an adapter or an NF4 base (tied: the embedding's).
   const bool nf4_head = nf4 && (nf4->count("lm_head.weight") || nf4->count(kEmbedWeight));
-  if (c.apply_to_output || nf4_head) o.head = fn;
+  if (c.apply_to_output || nf4_head || base.head) o.head = fn;
+  o.embedding = base.embedding;
   if (nf4 && nf4->count(kEmbedWeight))
     o.embedding = [nf4](Builder& b, Value ids, const LinearSite& site) {
       return nf4_embedding(b, ids, nf4->at(site.weight), site.weight);
@@ -207,9 +213,10 @@ LlamaOptions hooks_for(const LoraConfig& c, std::shared_ptr<const NF4Store> nf4)
 
 }  // namespace
 
-LlamaOptions lora_llama_options(const LoraConfig& c, std::shared_ptr<const NF4Store> nf4) {
+LlamaOptions lora_llama_options(const LoraConfig& c, std::shared_ptr<const NF4Store> nf4,
+                                const LlamaOptions* base) {
   c.validate();
-  return hooks_for(c, std::move(nf4));
+  return base ? hooks_for(c, std::move(nf4), *base) : hooks_for(c, std::move(nf4));
 }
 
 LlamaOptions base_llama_options(std::shared_ptr<const NF4Store> nf4) {

@@ -56,7 +56,11 @@ void init_adapters(TensorMap& params, const ModelConfig& model, const LoraConfig
 // NF4 head (or a tied head whose table is NF4) computes the logits by NF4MatMul (fused with
 // the loss under compile: true). `dropout_seed` names the [] I32 graph input that
 // seeds lora_dropout (fed per step); it is only created when dropout > 0.
-LlamaOptions lora_llama_options(const LoraConfig& c, std::shared_ptr<const NF4Store> nf4 = nullptr);
+// `base`: computes the frozen base's product instead of a float Param (QAT's fake-quantized
+// linears, quant/qat.h): base.linear for the layers, base.head for lm_head (when set), and
+// base.embedding replaces the embedding; not with `nf4` or DoRA.
+LlamaOptions lora_llama_options(const LoraConfig& c, std::shared_ptr<const NF4Store> nf4 = nullptr,
+                                const LlamaOptions* base = nullptr);
 
 // The frozen base alone, adapters disabled (torchtune's disable_adapter; the LoRA-DPO
 // reference model): NF4 weights where `nf4` holds them, the float parameters elsewhere.

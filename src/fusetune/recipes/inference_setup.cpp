@@ -1,9 +1,12 @@
 #include "fusetune/recipes/inference_setup.h"
 
 #include <cstdio>
+#include <optional>
 
 #include "fusetune/compile/compiler.h"
 #include "fusetune/peft/adapter.h"
+#include "fusetune/peft/lora.h"
+#include "fusetune/quant/qat.h"
 #include "fusetune/util/error.h"
 
 namespace fusetune {
@@ -16,14 +19,27 @@ InferenceModel load_inference_model(const Config& cfg) {
   m.mode = parse_compile_mode(cfg.str("compile", "true"));
   m.model = load_model(cfg, m.dtype);
   m.description = m.model.description;
+  std::optional<peft::LoraConfig> adapter;
   if (cfg.has("adapter")) {
     const std::string dir = cfg.str("adapter");
     peft::Adapter a = peft::load_peft_adapter(dir, m.model.config);
     a.config.dropout = 0.0;  // inference: the adapter as trained, without dropout
     for (auto& [name, t] : a.tensors)
       m.model.params[name] = t.dtype() == m.dtype ? t : t.to(m.dtype);
+    adapter = a.config;
     m.llama = peft::lora_llama_options(a.config);
     m.description += " + adapter " + dir;
+  }
+  if (cfg.has("quantizer") && cfg.is_map("quantizer")) {
+    // eval: the model fake-quantized as the scheme quantizes it (quant/qat.h), always on.
+    const quant::QatConfig q = quant::qat_config_from(cfg);
+    auto model = std::make_shared<ModelConfig>(m.model.config);
+    for (const std::string& site : quant::check_model(q, *model))
+      std::fprintf(stderr, "note: quantizer %s: %s is not a whole number of groups: float\n",
+                   quant::scheme_name(q.scheme), site.c_str());
+    const LlamaOptions fq = quant::qat_llama_options(q, model, false);
+    m.llama = adapter ? peft::lora_llama_options(*adapter, nullptr, &fq) : fq;
+    m.description += std::string(" fake-quantized as ") + quant::scheme_name(q.scheme);
   }
   return m;
 }

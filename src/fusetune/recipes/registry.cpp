@@ -7,6 +7,7 @@
 #include "fusetune/recipes/full_finetune_single_device.h"
 #include "fusetune/recipes/generate.h"
 #include "fusetune/recipes/lora_finetune_single_device.h"
+#include "fusetune/recipes/qat_recipes.h"
 #include "fusetune/recipes/recipe_inference.h"
 #include "fusetune/util/error.h"
 #include "fusetune/util/strings.h"
@@ -26,6 +27,13 @@ const std::vector<RecipeInfo>& recipes() {
       {"full_dpo_single_device",
        "Preference optimization (DPO, RSO, IPO, SimPO) of every weight on one device",
        &full_dpo_schema(), full_dpo_single_device},
+      {"qat_single_device",
+       "Quantization-aware full fine-tuning on one device: linear layers fake-quantized "
+       "(torchao int4/int8 or llama.cpp Q4_0/Q8_0)",
+       &qat_schema(), qat_single_device},
+      {"qat_lora_finetune_single_device",
+       "Quantization-aware LoRA on one device: adapters on a fake-quantized base",
+       &qat_lora_schema(), qat_lora_finetune_single_device},
       {"generate",
        "Generate text from a model (and adapter) with a KV cache; also `fusetune generate`",
        &generate_schema(), generate_recipe},

@@ -5,6 +5,7 @@
 #include "fusetune/compile/compiler.h"
 #include "fusetune/models/parameters.h"
 #include "fusetune/peft/lora.h"
+#include "fusetune/quant/qat.h"
 #include "fusetune/recipes/dpo_step.h"
 #include "fusetune/recipes/lora_finetune_single_device.h"
 #include "fusetune/recipes/recipe_setup.h"
@@ -15,7 +16,8 @@ namespace fusetune {
 namespace {
 
 bool is_lora_recipe(const std::string& recipe) {
-  return recipe == "lora_finetune_single_device" || recipe == "lora_dpo_single_device";
+  return recipe == "lora_finetune_single_device" || recipe == "lora_dpo_single_device" ||
+         recipe == "qat_lora_finetune_single_device";
 }
 
 bool is_dpo_recipe(const std::string& recipe) {
@@ -40,9 +42,7 @@ std::string join_overrides(const std::vector<std::string>& o) { return join(o, "
 
 }  // namespace
 
-DType plan_dtype(const Config& cfg) {
-  return parse_dtype(cfg.str("dtype", "fp32"));
-}
+DType plan_dtype(const Config& cfg) { return parse_dtype(cfg.str("dtype", "fp32")); }
 
 PlannedStep plan_step(const Config& cfg, const std::string& recipe, const ModelConfig& model,
                       bool allow_unknown_seq_len) {
@@ -68,6 +68,13 @@ PlannedStep plan_step(const Config& cfg, const std::string& recipe, const ModelC
     if (lc.quantize_base) s.nf4 = peft::nf4_store_layout(model);
     o.trainable = peft::is_adapter_param;
     o.llama = peft::lora_llama_options(lc, s.nf4);
+  }
+  if (recipe == "qat_single_device" || recipe == "qat_lora_finetune_single_device") {
+    // The fake-quantized linears (quant/qat.h), under the adapters for QAT LoRA.
+    const LlamaOptions fq = quant::qat_llama_options(quant::qat_config_from(cfg),
+                                                     std::make_shared<ModelConfig>(model), true);
+    o.llama =
+        is_lora_recipe(recipe) ? peft::lora_llama_options(lora_config_from(cfg), nullptr, &fq) : fq;
   }
   if (is_dpo_recipe(recipe)) {  // B pairs = 2B rows, chosen then rejected
     s.preference = preference_loss_from(cfg);

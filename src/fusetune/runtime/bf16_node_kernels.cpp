@@ -127,6 +127,9 @@ bool kernel_reads_bf16(const Node& n, size_t input) {
       return input == 2 && n.inputs.size() == 3;  // a dense head (an NF4 head has 3 inputs)
     case Op::FusedLinearLogProbsBackward:
       return input == 4 && n.inputs.size() == 5;
+    case Op::FakeQuantMatMul:  // the weight, widened a tile of rows at a time
+    case Op::FakeQuantMatMulBackward:
+      return input == 1;
     default:
       return false;
   }

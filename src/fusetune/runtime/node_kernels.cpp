@@ -4,7 +4,9 @@
 #include <cstring>
 #include <type_traits>
 
+#include "fusetune/kernels/cpu/bf16.h"
 #include "fusetune/kernels/cpu/elementwise_program.h"
+#include "fusetune/kernels/cpu/fake_quant.h"
 #include "fusetune/kernels/cpu/flash_attention.h"
 #include "fusetune/kernels/cpu/fused_linear_cross_entropy.h"
 #include "fusetune/kernels/cpu/fused_linear_log_probs.h"
@@ -314,6 +316,51 @@ void run_typed(const Node& n, const std::vector<Tensor>& in, std::vector<Tensor>
                                               out.size() > 1 ? out[1].data<T>() : nullptr);
       break;
     }
+    case Op::FakeQuantize:
+    case Op::FakeQuantizeBackward: {
+      const bool fwd = n.op == Op::FakeQuantize;
+      const k::FakeQuantSpec spec{k::FakeQuant(a.groups), a.len};
+      const int64_t cols = in[0].shape().back(), rows = in[0].numel() / std::max<int64_t>(1, cols);
+      const T* src = X(fwd ? 0 : 1);
+      if (I(fwd ? 1 : 2)[0] == 0) {  // fake quantization off: identity, plain gradient
+        if (Y != src) std::copy(src, src + out[0].numel(), Y);
+      } else if (fwd) {
+        k::fake_quantize_rows<T>(spec, X(0), Y, rows, cols);
+      } else {
+        k::fake_quantize_backward<T>(spec, X(0), X(1), Y, rows, cols);
+      }
+      break;
+    }
+    case Op::FakeQuantMatMul:
+    case Op::FakeQuantMatMulBackward: {
+      const bool fwd = n.op == Op::FakeQuantMatMul;
+      const k::FakeQuantSpec spec{k::FakeQuant(a.groups), a.len};
+      const int64_t N = in[0].dim(0), O = in[1].dim(0), K = in[1].dim(1);
+      const bool on = I(2)[0] != 0;
+      if constexpr (std::is_same_v<T, float>) {
+        if (in[1].dtype() == DType::BF16) {  // a bf16 weight, widened tile by tile
+          const uint16_t* w = in[1].data<uint16_t>();
+          if (fwd && on)
+            k::fake_quant_matmul_bf16(spec, w, X(0), N, O, K, Y);
+          else if (on)
+            k::fake_quant_matmul_backward_bf16(spec, w, X(0), N, O, K, Y);
+          else if (fwd)
+            k::gemm_bf16_weight(true, N, O, K, X(0), w, Y);
+          else
+            k::gemm_bf16_weight(false, N, K, O, X(0), w, Y);
+          break;
+        }
+      }
+      if (fwd && on)
+        k::fake_quant_matmul<T>(spec, X(1), X(0), N, O, K, Y);
+      else if (on)
+        k::fake_quant_matmul_backward<T>(spec, X(1), X(0), N, O, K, Y);
+      else if (fwd)
+        k::gemm<T>(false, true, N, O, K, T(1), X(0), K, X(1), K, T(0), Y, O);
+      else
+        k::gemm<T>(false, false, N, K, O, T(1), X(0), O, X(1), K, T(0), Y, K);
+      break;
+    }
     case Op::KVCacheAttention: {
       const Shape& qs = in[0].shape();
       const k::KVCacheDims d{qs[0], qs[1], qs[2], in[1].dim(2), qs[3], in[3].dim(1)};
@@ -343,6 +390,11 @@ bool can_write_over_input(const Node& n, int input) {
     case Op::Silu:
     case Op::Dropout:
       return input == 0;
+    // kernels/cpu/fake_quant.cpp: a group's statistics are read before any of it is written.
+    case Op::FakeQuantize:
+      return input == 0;
+    case Op::FakeQuantizeBackward:  // dx[i] from x's group (read into scratch) and dy[i]
+      return input == 1;
     // Row kernels that read their row (max / sums / dot products) before writing it, and
     // then write element j from element j only: softmax.cpp, norm.cpp (forward only: the
     // RMSNorm backward reads dy and x again for dw after writing dx), rope.cpp (each lane
