@@ -7,6 +7,7 @@
 
 #include "fusetune/compile/compiler.h"
 #include "fusetune/config/schema.h"
+#include "fusetune/dist/grad_allreduce.h"
 #include "fusetune/kernels/cpu/gemm_peak.h"
 #include "fusetune/metrics/step_logger.h"
 #include "fusetune/optim/grad_clip.h"
@@ -85,6 +86,12 @@ int run_training(const Config& cfg, const TrainJob& job) {
 
   // ---- memory check: the plan's peak against the available memory, before loading ---------
   const std::string planned_peak = check_run_fits_memory(cfg, job.recipe);
+  // Ranks (job.comm): one process is rank 0 of 1.
+  const int rank = job.comm ? job.comm->rank() : 0;
+  const int world = job.comm ? job.comm->size() : 1;
+  FT_CHECK(world == 1 || !in_bwd,
+           "optimizer_in_bwd: true is not supported with more than one rank (each update needs "
+           "the gradient summed over the ranks first); set optimizer_in_bwd: false");
 
   // ---- model, tokenizer, data -------------------------------------------------------------
   LoadedModel model = load_model(cfg, dtype, job.sink.get());
@@ -93,7 +100,9 @@ int run_training(const Config& cfg, const TrainJob& job) {
   FT_CHECK(tokenizer->vocab_size() <= model.config.vocab_size,
            "the tokenizer has " + std::to_string(tokenizer->vocab_size()) +
                " tokens but the model's vocab_size is " + std::to_string(model.config.vocab_size));
-  const LoaderOptions loader_options = loader_options_from(cfg, *tokenizer);
+  LoaderOptions loader_options = loader_options_from(cfg, *tokenizer);
+  loader_options.num_shards = world;
+  loader_options.shard = rank;
   std::unique_ptr<Dataset> dataset;
   std::unique_ptr<PreferenceDataset> pairs;
   std::unique_ptr<DataLoader> loader_ptr;
@@ -111,6 +120,8 @@ int run_training(const Config& cfg, const TrainJob& job) {
   std::unique_ptr<DataLoader> val_loader;
   if (cfg.has("dataset_val")) {
     LoaderOptions vo = loader_options;
+    vo.num_shards = 1;  // every rank validates on all of it (the same val_loss)
+    vo.shard = 0;
     vo.shuffle = false;
     vo.drop_last = false;
     if (job.preference_data) {
@@ -176,7 +187,9 @@ int run_training(const Config& cfg, const TrainJob& job) {
 
   // ---- logging ------------------------------------------------------------------------------
   StepLoggerOptions lo;
-  lo.output_dir = output_dir;
+  if (rank == 0) lo.output_dir = output_dir;  // other ranks: no files, nothing printed
+  lo.print = rank == 0;
+  if (rank != 0) lo.progress = ProgressBar::Mode::Never;
   // stdout: the step lines (and, as for every logger, the files under output_dir/logs);
   // disk, jsonl, tensorboard: the files in metric_logger.log_dir; tensorboard: event files too.
   const std::string logger_kind = canonical_component(cfg, "metric_logger");
@@ -196,6 +209,10 @@ int run_training(const Config& cfg, const TrainJob& job) {
   header.dtype = cfg.str("dtype", "fp32");
   header.compile_mode = compile_mode_name(passes.mode);
   header.extra.push_back({"dataset", data_report.summary()});
+  if (world > 1)
+    header.extra.push_back({"ranks", std::to_string(world) + " (data parallel; global batch " +
+                                         std::to_string(loader_options.batch_size * world) +
+                                         ")"});
   header.extra.push_back({"steps", std::to_string(total_steps) + " (" +
                                        std::to_string(steps_per_epoch) + " per epoch)"});
   const double peak_gflops = kernels::measure_peak_gemm_gflops(512);
@@ -215,6 +232,10 @@ int run_training(const Config& cfg, const TrainJob& job) {
 
   // `at` is where a run resumed from this checkpoint continues.
   auto save = [&](const std::string& name, const TrainingProgress& at) {
+    if (rank != 0) {
+      if (job.comm) job.comm->barrier("waiting for rank 0 to write checkpoint " + name);
+      return;
+    }
     CheckpointContent c;
     c.config = &model.config;
     c.params = &model.params;
@@ -234,6 +255,7 @@ int run_training(const Config& cfg, const TrainJob& job) {
       for (const auto& gone : prune_checkpoints(output_dir, output_dir / name, *keep_last_n))
         logger.message("Removed checkpoint " + gone.string() +
                        " (keep_last_n_checkpoints: " + std::to_string(*keep_last_n) + ")");
+    if (job.comm) job.comm->barrier("writing checkpoint " + name);
   };
 
   // ---- the step ------------------------------------------------------------------------------
@@ -309,6 +331,9 @@ int run_training(const Config& cfg, const TrainJob& job) {
         micro.push_back(loader.next());
         units += step->loss_units(micro.back());
       }
+      // Ranks: normalized by the whole step's units over all ranks (not per rank).
+      const std::string at_step = " of step " + std::to_string(progress.global_step + 1);
+      if (job.comm) job.comm->allreduce_sum(&units, 1, "the loss-unit all-reduce" + at_step);
       const double scale = units > 0 ? 1.0 / double(units) : 0.0;
       lr = schedule.lr_at(progress.global_step);
       double loss = 0;
@@ -339,6 +364,20 @@ int run_training(const Config& cfg, const TrainJob& job) {
           metrics[i].first = out.metrics[i].first;
           metrics[i].second += out.metrics[i].second / double(micro.size());
         }
+      }
+      if (job.comm && world > 1) {
+        // Ranks: the step's loss, metrics and gradients summed over the ranks; clipping and
+        // the update then see the global gradient (DESIGN.md §7: accumulate -> reduce -> clip).
+        std::vector<double> scalars = {loss};
+        for (const auto& mv : metrics) scalars.push_back(mv.second / double(world));
+        job.comm->allreduce_sum(scalars.data(), int64_t(scalars.size()),
+                                "the loss all-reduce" + at_step);
+        loss = scalars[0];
+        for (size_t i = 0; i < metrics.size(); ++i) metrics[i].second = scalars[i + 1];
+        std::vector<Tensor*> reduce;
+        for (const std::string& name : trainable)  // sorted: the same order on every rank
+          if (auto it = grads.find(name); it != grads.end()) reduce.push_back(&it->second);
+        dist::allreduce_gradients(*job.comm, reduce, "the gradient all-reduce" + at_step);
       }
       const double compile_s = step->take_compile_seconds();
       std::optional<double> grad_norm;
@@ -371,7 +410,7 @@ int run_training(const Config& cfg, const TrainJob& job) {
       const double step_s = seconds_since(t0);
       if (progress.global_step % log_every == 0 || progress.global_step == 1) {
         int64_t tokens = 0;
-        for (const Batch& b : micro) tokens += b.num_valid_labels();
+        for (const Batch& b : micro) tokens += b.num_valid_labels();  // this rank's
         StepMetrics m;
         m.step = progress.global_step;
         m.epoch = progress.epoch + 1;

@@ -1,0 +1,105 @@
+#include "fusetune/dist/communicator.h"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <limits>
+
+#include "fusetune/util/error.h"
+
+namespace fusetune::dist {
+namespace {
+
+bool env_set(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v;
+}
+
+void check(int rc, const char* call) {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, text, &len);
+  throw Error(std::string(call) + " failed: " + std::string(text, len));
+}
+
+// MPI counts are int: large buffers go in pieces.
+template <typename T>
+void allreduce(T* data, int64_t n, MPI_Datatype type) {
+  constexpr int64_t kMax = int64_t(1) << 30;
+  for (int64_t at = 0; at < n; at += kMax) {
+    const int count = int(std::min(kMax, n - at));
+    check(MPI_Allreduce(MPI_IN_PLACE, data + at, count, type, MPI_SUM, MPI_COMM_WORLD),
+          "MPI_Allreduce");
+  }
+}
+
+}  // namespace
+
+bool launched_by_mpi() {
+  // Open MPI's mpirun, PMIx launchers (srun --mpi=pmix, prterun), MPICH's Hydra, and srun
+  // without an MPI plugin (SLURM_STEP_NUM_TASKS is set only inside a job step).
+  return env_set("OMPI_COMM_WORLD_SIZE") || env_set("PMIX_RANK") || env_set("PMI_RANK") ||
+         (env_set("SLURM_STEP_NUM_TASKS") && env_set("SLURM_PROCID"));
+}
+
+Communicator::Communicator(int rank, int size, bool mpi, double timeout_s)
+    : rank_(rank), size_(size), mpi_(mpi) {
+  if (mpi_) watchdog_ = std::make_unique<Watchdog>(timeout_s, who());
+}
+
+std::unique_ptr<Communicator> Communicator::from_environment(double timeout_s) {
+  FT_CHECK(timeout_s > 0, "dist_timeout_seconds must be > 0");
+  if (!launched_by_mpi()) return std::unique_ptr<Communicator>(new Communicator(0, 1, false, 0));
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  FT_CHECK(!initialized, "MPI is already initialized in this process");
+  int provided = 0;
+  // Only the main thread calls MPI (the watchdog never does).
+  check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  return std::unique_ptr<Communicator>(new Communicator(rank, size, true, timeout_s));
+}
+
+Communicator::~Communicator() {
+  watchdog_.reset();
+  if (mpi_) MPI_Finalize();
+}
+
+std::string Communicator::who() const {
+  return "rank " + std::to_string(rank_) + " of " + std::to_string(size_);
+}
+
+void Communicator::allreduce_sum(float* data, int64_t n, const std::string& what) {
+  if (size_ == 1) return;
+  WatchdogScope w(watchdog_.get(), what);
+  allreduce(data, n, MPI_FLOAT);
+}
+
+void Communicator::allreduce_sum(double* data, int64_t n, const std::string& what) {
+  if (size_ == 1) return;
+  WatchdogScope w(watchdog_.get(), what);
+  allreduce(data, n, MPI_DOUBLE);
+}
+
+void Communicator::allreduce_sum(int64_t* data, int64_t n, const std::string& what) {
+  if (size_ == 1) return;
+  WatchdogScope w(watchdog_.get(), what);
+  allreduce(data, n, MPI_INT64_T);
+}
+
+void Communicator::barrier(const std::string& what) {
+  if (size_ == 1) return;
+  WatchdogScope w(watchdog_.get(), what);
+  check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
+}
+
+void Communicator::abort(int code) {
+  if (mpi_) MPI_Abort(MPI_COMM_WORLD, code);
+  std::exit(code);
+}
+
+}  // namespace fusetune::dist
