@@ -91,12 +91,12 @@ int cmd_run(const std::vector<std::string>& argv) {
     }
     FT_CHECK(nproc >= 1, "--nproc_per_node must be a whole number >= 1, got '" + n + "'");
     const std::string suffix = "_distributed";
-    FT_CHECK(recipe.name.size() > suffix.size() &&
-                 recipe.name.compare(recipe.name.size() - suffix.size(), suffix.size(), suffix) ==
-                     0,
-             "--nproc_per_node runs a *_distributed recipe as ranks; " + recipe.name +
-                 " trains in one process (its distributed counterpart, if fusetune has it, is "
-                 "listed by `fusetune ls`)");
+    FT_CHECK(
+        recipe.name.size() > suffix.size() &&
+            recipe.name.compare(recipe.name.size() - suffix.size(), suffix.size(), suffix) == 0,
+        "--nproc_per_node runs a *_distributed recipe as ranks; " + recipe.name +
+            " trains in one process (its distributed counterpart, if fusetune has it, is "
+            "listed by `fusetune ls`)");
     FT_CHECK(!dist::launched_by_mpi(),
              "--nproc_per_node inside an MPI launch: this process is already one rank of "
              "mpirun/srun; drop --nproc_per_node (the launcher sets the number of ranks)");
