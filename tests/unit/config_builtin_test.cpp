@@ -124,7 +124,8 @@ TEST(RecipeRegistry, FindRecipe) {
       error_of([] { find_recipe("full_finetune_single_devce"); }),
       "unknown recipe 'full_finetune_single_devce' (did you mean "
       "'full_finetune_single_device'?); recipes: full_finetune_single_device, "
-      "lora_finetune_single_device, lora_dpo_single_device, full_dpo_single_device, generate, "
+      "lora_finetune_single_device, lora_dpo_single_device, full_dpo_single_device, "
+            "full_finetune_distributed, lora_finetune_distributed, generate, "
       "eval");
 }
 

@@ -14,7 +14,8 @@
 namespace fusetune::cli {
 
 const char* const kRunHelp =
-    "usage: fusetune run [--nproc_per_node N] RECIPE --config CONFIG [key=value | ~key ...]\n"
+    "usage: fusetune run RECIPE --config CONFIG [key=value | ~key ...]\n"
+    "       fusetune run --nproc_per_node N RECIPE --config CONFIG [key=value | ~key ...]\n"
     "\n"
     "Runs RECIPE (see `fusetune ls`) with CONFIG: a YAML file, or the name of a built-in\n"
     "config such as llama3_2/1B_full_single_device.\n"

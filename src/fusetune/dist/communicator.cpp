@@ -97,6 +97,42 @@ void Communicator::barrier(const std::string& what) {
   check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
 }
 
+namespace {
+
+// Byte buffers in pieces of at most 1 GiB (MPI counts are int).
+template <typename F>
+void in_pieces(int64_t bytes, F f) {
+  constexpr int64_t kMax = int64_t(1) << 30;
+  for (int64_t at = 0; at < bytes; at += kMax) f(at, int(std::min(kMax, bytes - at)));
+}
+
+}  // namespace
+
+void Communicator::broadcast(void* data, int64_t bytes, int root, const std::string& what) {
+  if (size_ == 1) return;
+  WatchdogScope w(watchdog_.get(), what);
+  in_pieces(bytes, [&](int64_t at, int n) {
+    check(MPI_Bcast(static_cast<char*>(data) + at, n, MPI_BYTE, root, MPI_COMM_WORLD), "MPI_Bcast");
+  });
+}
+
+void Communicator::send(const void* data, int64_t bytes, int dest, const std::string& what) {
+  WatchdogScope w(watchdog_.get(), what);
+  in_pieces(bytes, [&](int64_t at, int n) {
+    check(MPI_Send(static_cast<const char*>(data) + at, n, MPI_BYTE, dest, 0, MPI_COMM_WORLD),
+          "MPI_Send");
+  });
+}
+
+void Communicator::recv(void* data, int64_t bytes, int source, const std::string& what) {
+  WatchdogScope w(watchdog_.get(), what);
+  in_pieces(bytes, [&](int64_t at, int n) {
+    check(MPI_Recv(static_cast<char*>(data) + at, n, MPI_BYTE, source, 0, MPI_COMM_WORLD,
+                   MPI_STATUS_IGNORE),
+          "MPI_Recv");
+  });
+}
+
 void Communicator::abort(int code) {
   if (mpi_) MPI_Abort(MPI_COMM_WORLD, code);
   std::exit(code);

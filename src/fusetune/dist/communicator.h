@@ -35,6 +35,10 @@ class Communicator {
   void allreduce_sum(double* data, int64_t n, const std::string& what);
   void allreduce_sum(int64_t* data, int64_t n, const std::string& what);
   void barrier(const std::string& what);
+  // Raw bytes: `root`'s buffer copied to every rank; point to point (ZeRO state gathering).
+  void broadcast(void* data, int64_t bytes, int root, const std::string& what);
+  void send(const void* data, int64_t bytes, int dest, const std::string& what);
+  void recv(void* data, int64_t bytes, int source, const std::string& what);
   // Ends every rank at once (MPI_Abort): after an error on this rank, the others must not wait
   // for it until the timeout.
   [[noreturn]] void abort(int code);

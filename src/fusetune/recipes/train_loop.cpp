@@ -8,6 +8,7 @@
 #include "fusetune/compile/compiler.h"
 #include "fusetune/config/schema.h"
 #include "fusetune/dist/grad_allreduce.h"
+#include "fusetune/dist/sharded_optimizer.h"
 #include "fusetune/kernels/cpu/gemm_peak.h"
 #include "fusetune/metrics/step_logger.h"
 #include "fusetune/optim/grad_clip.h"
@@ -145,7 +146,14 @@ int run_training(const Config& cfg, const TrainJob& job) {
   const int64_t total_steps = steps_per_epoch * epochs;
 
   // ---- optimizer, schedule, resume ----------------------------------------------------------
-  auto optimizer = build_optimizer(cfg);
+  std::unique_ptr<Optimizer> optimizer = build_optimizer(cfg);
+  // zero_stage 1 (distributed recipes): each rank keeps the optimizer state of its share.
+  dist::ShardedOptimizer* sharded = nullptr;
+  if (job.comm && cfg.i64("zero_stage", 0) == 1) {
+    auto s = std::make_unique<dist::ShardedOptimizer>(std::move(optimizer), *job.comm);
+    sharded = s.get();
+    optimizer = std::move(s);
+  }
   const LRSchedule schedule = build_lr_schedule(cfg, total_steps);
   TrainingProgress progress;
   progress.seed = uint64_t(cfg.i64("seed", 0));
@@ -211,8 +219,7 @@ int run_training(const Config& cfg, const TrainJob& job) {
   header.extra.push_back({"dataset", data_report.summary()});
   if (world > 1)
     header.extra.push_back({"ranks", std::to_string(world) + " (data parallel; global batch " +
-                                         std::to_string(loader_options.batch_size * world) +
-                                         ")"});
+                                         std::to_string(loader_options.batch_size * world) + ")"});
   header.extra.push_back({"steps", std::to_string(total_steps) + " (" +
                                        std::to_string(steps_per_epoch) + " per epoch)"});
   const double peak_gflops = kernels::measure_peak_gemm_gflops(512);
@@ -232,6 +239,7 @@ int run_training(const Config& cfg, const TrainJob& job) {
 
   // `at` is where a run resumed from this checkpoint continues.
   auto save = [&](const std::string& name, const TrainingProgress& at) {
+    if (sharded) sharded->gather_state("gathering the optimizer state for checkpoint " + name);
     if (rank != 0) {
       if (job.comm) job.comm->barrier("waiting for rank 0 to write checkpoint " + name);
       return;
@@ -250,6 +258,7 @@ int run_training(const Config& cfg, const TrainJob& job) {
       job.save(output_dir / name, c);
     else
       save_training_checkpoint(output_dir / name, c);
+    if (sharded) sharded->drop_gathered_state();
     logger.message("Saved checkpoint to " + (output_dir / name).string());
     if (keep_last_n)
       for (const auto& gone : prune_checkpoints(output_dir, output_dir / name, *keep_last_n))
