@@ -90,7 +90,7 @@ std::vector<double> tail(const std::vector<double>& v, size_t from) {
 
 }  // namespace
 
-TEST(DistTraining, FullTwoRanksMatchOneProcessRerunBitwiseZero1AndResumeAcrossRankCounts) {
+TEST(DistTraining, FullTwoRanksMatchOneProcessRerunBitwiseZero12AndResumeAcrossRankCounts) {
   FT_REQUIRE_MPIRUN();
   const TempDir tmp;
   const fs::path corpus = write_corpus(tmp.path());
@@ -135,6 +135,14 @@ TEST(DistTraining, FullTwoRanksMatchOneProcessRerunBitwiseZero1AndResumeAcrossRa
   const double state_bytes = double(fs::file_size(two / "epoch_0" / "recipe_state.safetensors"));
   EXPECT_LT(double(logged_peak_bytes(z1)), double(logged_peak_bytes(two)) - 0.3 * state_bytes)
       << "ZeRO-1 should hold about half the optimizer state on rank 0";
+  // ZeRO-2 (gradients summed into their owners; one micro-batch, so the same sums): bitwise too.
+  const fs::path z2 = tmp.path() / "z2";
+  run_ok(mpirun_command(2, "full_finetune_distributed", "demo/tiny_full",
+                        run_overrides(z2, corpus, 2, {{"zero_stage", "2"}})),
+         tmp.path() / "s_z2");
+  EXPECT_EQ(losses_of(logged_steps(z2)), got);
+  for (const char* f : {"epoch_0/model.safetensors", "epoch_0/recipe_state.safetensors"})
+    EXPECT_EQ(read_text(z2 / f), read_text(two / f)) << f;
   // Resume the 2-rank run's step_5 with one process (the distributed recipe started plainly),
   // and the 1-process run's step_5 with 2 ranks: both continue the reference curve.
   const fs::path to_one = tmp.path() / "to_one", to_two = tmp.path() / "to_two";
@@ -154,7 +162,7 @@ TEST(DistTraining, FullTwoRanksMatchOneProcessRerunBitwiseZero1AndResumeAcrossRa
                     "resumed 1 -> 2 ranks at ZeRO-1");
 }
 
-TEST(DistTraining, LoraTwoRanksOverTcpMatchOneProcess) {
+TEST(DistTraining, LoraZero2TwoRanksOverTcpMatchOneProcess) {
   FT_REQUIRE_MPIRUN();
   const TempDir tmp;
   const fs::path corpus = write_corpus(tmp.path());
@@ -168,6 +176,8 @@ TEST(DistTraining, LoraTwoRanksOverTcpMatchOneProcess) {
   const std::vector<double> want = losses_of(logged_steps(ref));
   ASSERT_EQ(want.size(), 5u);
   // As between hosts: TCP only (no shared memory transport).
+  // ZeRO-2: each micro-batch's gradients summed into their owners, accumulated there.
+  lora["zero_stage"] = "2";
   const fs::path two = tmp.path() / "two";
   run_ok(mpirun_command(2, "lora_finetune_distributed", "demo/tiny_full",
                         run_overrides(two, corpus, 2, lora), "--mca btl tcp,self"),
@@ -188,8 +198,8 @@ TEST(DistTraining, LaunchAndConfigErrorsAreClear) {
   EXPECT_NE(r.err.find("--nproc_per_node must be a whole number >= 1, got 'two'"),
             std::string::npos)
       << r.err;
-  r = run("validate demo/tiny_full --recipe full_finetune_distributed zero_stage=2");
+  r = run("validate demo/tiny_full --recipe full_finetune_distributed zero_stage=3");
   EXPECT_NE(r.code, 0);
-  EXPECT_NE((r.out + r.err).find("zero_stage: 2 is not implemented yet"), std::string::npos)
+  EXPECT_NE((r.out + r.err).find("zero_stage: 3 is not implemented yet"), std::string::npos)
       << r.out << r.err;
 }

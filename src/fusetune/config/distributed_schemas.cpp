@@ -20,8 +20,8 @@ Schema distributed(Schema s, const char* recipe) {
             .min(0)
             .doc("ZeRO sharding stage; 0 = every rank holds the whole model, gradients and "
                  "optimizer state (plain data parallelism); 1 = the optimizer state is sharded "
-                 "(each rank updates its share of the parameters and broadcasts them); 2 and 3 "
-                 "are not implemented yet"));
+                 "(each rank updates its share of the parameters and broadcasts them); 2 = the "
+                 "summed gradients are sharded too (fp32); 3 is not implemented yet"));
   s.add(Field::Float("dist_timeout_seconds")
             .def("300")
             .min(0)
@@ -42,10 +42,11 @@ Schema distributed(Schema s, const char* recipe) {
     if (root.has("zero_stage") && !root.is_map("zero_stage") && !root.is_list("zero_stage")) {
       const YAML::Node n = root.node("zero_stage");
       const std::string v = n.IsScalar() ? n.Scalar() : "";
-      if (v != "0" && v != "1")
+      if (v != "0" && v != "1" && v != "2")
         p.errors.push_back("zero_stage: " + v +
                            " is not implemented yet: zero_stage 0 (every rank holds the whole "
-                           "model and optimizer state) and 1 (optimizer state sharded) are (" +
+                           "model and optimizer state), 1 (optimizer state sharded) and 2 "
+                           "(gradients sharded too) are (" +
                            root.where("zero_stage") + ")");
     }
     if (set_true(root, "fsdp_cpu_offload"))
@@ -54,7 +55,7 @@ Schema distributed(Schema s, const char* recipe) {
           "already live in host memory on a CPU");
     if (set_true(root, "fsdp_reshard_after_forward"))
       p.warnings.push_back(
-          "fsdp_reshard_after_forward: true changes nothing at zero_stage 0 and 1: no rank gathers "
+          "fsdp_reshard_after_forward: true changes nothing at zero_stage 0-2: no rank gathers "
           "sharded parameters, so there is nothing to free after the forward");
     else if (root.has("fsdp_reshard_after_forward"))
       p.errors.push_back(

@@ -91,6 +91,19 @@ void Communicator::allreduce_sum(int64_t* data, int64_t n, const std::string& wh
   allreduce(data, n, MPI_INT64_T);
 }
 
+void Communicator::reduce_sum(float* data, int64_t n, int root, const std::string& what) {
+  if (size_ == 1) return;
+  WatchdogScope w(watchdog_.get(), what);
+  constexpr int64_t kMax = int64_t(1) << 30;
+  for (int64_t at = 0; at < n; at += kMax) {
+    const int count = int(std::min(kMax, n - at));
+    float* p = data + at;
+    check(MPI_Reduce(rank_ == root ? MPI_IN_PLACE : p, rank_ == root ? p : nullptr, count,
+                     MPI_FLOAT, MPI_SUM, root, MPI_COMM_WORLD),
+          "MPI_Reduce");
+  }
+}
+
 void Communicator::barrier(const std::string& what) {
   if (size_ == 1) return;
   WatchdogScope w(watchdog_.get(), what);

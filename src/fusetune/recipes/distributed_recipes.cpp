@@ -12,7 +12,7 @@ namespace fusetune {
 namespace {
 
 int run_ranks(const Config& cfg, TrainJob job) {
-  FT_CHECK(cfg.i64("zero_stage", 0) <= 1,
+  FT_CHECK(cfg.i64("zero_stage", 0) <= 2,
            "zero_stage: " + std::to_string(cfg.i64("zero_stage", 0)) + " is not implemented yet");
   auto comm = dist::Communicator::from_environment(cfg.f64("dist_timeout_seconds", 300));
   job.comm = comm.get();

@@ -8,6 +8,7 @@
 #include "fusetune/compile/compiler.h"
 #include "fusetune/config/schema.h"
 #include "fusetune/dist/grad_allreduce.h"
+#include "fusetune/dist/owned_gradients.h"
 #include "fusetune/dist/sharded_optimizer.h"
 #include "fusetune/kernels/cpu/gemm_peak.h"
 #include "fusetune/metrics/step_logger.h"
@@ -147,9 +148,13 @@ int run_training(const Config& cfg, const TrainJob& job) {
 
   // ---- optimizer, schedule, resume ----------------------------------------------------------
   std::unique_ptr<Optimizer> optimizer = build_optimizer(cfg);
-  // zero_stage 1 (distributed recipes): each rank keeps the optimizer state of its share.
+  // zero_stage 1, 2 (distributed recipes): each rank keeps the optimizer state of its share;
+  // 2: and only its share of the summed gradients (streamed out of the backward).
+  const int64_t zero_stage = job.comm ? cfg.i64("zero_stage", 0) : 0;
+  FT_CHECK(zero_stage < 2 || !in_bwd,
+           "optimizer_in_bwd: true cannot be combined with zero_stage 2");
   dist::ShardedOptimizer* sharded = nullptr;
-  if (job.comm && cfg.i64("zero_stage", 0) == 1) {
+  if (zero_stage >= 1) {
     auto s = std::make_unique<dist::ShardedOptimizer>(std::move(optimizer), *job.comm);
     sharded = s.get();
     optimizer = std::move(s);
@@ -281,6 +286,30 @@ int run_training(const Config& cfg, const TrainJob& job) {
   ctx.step.add_inputs = job.add_inputs;
   std::unique_ptr<TrainingStep> step = job.make_step ? job.make_step(ctx) : make_sft_step(ctx.step);
   double lr = 0;  // the step's learning rate (optimizer_in_bwd updates inside step->run)
+  // Adds a micro-batch's gradient into the step's accumulation buffer.
+  auto accumulate = [&grads](const std::string& name, Tensor g, bool first) {
+    Tensor& acc = grads[name];
+    if (first) {
+      acc = std::move(g);
+    } else if (acc.dtype() == DType::BF16) {
+      // bf16 gradients: each sum in fp32, rounded to nearest back to bf16 once per
+      // micro-batch (at most half an ulp per micro-batch; no fp32 copy is held).
+      uint16_t* a = acc.data<uint16_t>();
+      const uint16_t* d = g.data<uint16_t>();
+      for (int64_t i = 0; i < acc.numel(); ++i)
+        a[i] = f32_to_bf16(bf16_to_f32(a[i]) + bf16_to_f32(d[i]));
+    } else {
+      float* a = acc.data<float>();
+      const float* d = g.data<float>();
+      for (int64_t i = 0; i < acc.numel(); ++i) a[i] += d[i];
+    }
+  };
+  std::unique_ptr<dist::OwnedGradients> zero2;
+  if (zero_stage == 2) {
+    std::vector<int64_t> numels;
+    for (const std::string& name : trainable) numels.push_back(model.params.at(name).numel());
+    zero2 = std::make_unique<dist::OwnedGradients>(*job.comm, trainable, numels);
+  }
   if (in_bwd) {
     const bool ok = step->stream_gradients(
         [&, trainable_set = std::set<std::string>(trainable.begin(), trainable.end())](
@@ -336,12 +365,12 @@ int run_training(const Config& cfg, const TrainJob& job) {
       // The loss is normalized by the loss units (tokens, pairs) of the whole optimizer step.
       std::vector<Batch> micro;
       int64_t units = 0;
+      const std::string at_step = " of step " + std::to_string(progress.global_step + 1);
       for (int64_t k = 0; k < grad_accum; ++k) {
         micro.push_back(loader.next());
         units += step->loss_units(micro.back());
       }
       // Ranks: normalized by the whole step's units over all ranks (not per rank).
-      const std::string at_step = " of step " + std::to_string(progress.global_step + 1);
       if (job.comm) job.comm->allreduce_sum(&units, 1, "the loss-unit all-reduce" + at_step);
       const double scale = units > 0 ? 1.0 / double(units) : 0.0;
       lr = schedule.lr_at(progress.global_step);
@@ -351,21 +380,10 @@ int run_training(const Config& cfg, const TrainJob& job) {
         StepOutputs out = step->run(micro[k], scale, progress.global_step, int64_t(k));
         loss += out.loss;
         for (auto& [name, g] : out.grads) {
-          Tensor& acc = grads[name];
-          if (k == 0) {
-            acc = std::move(g);
-          } else if (acc.dtype() == DType::BF16) {
-            // bf16 gradients: each sum in fp32, rounded to nearest back to bf16 once per
-            // micro-batch (at most half an ulp per micro-batch; no fp32 copy is held).
-            uint16_t* a = acc.data<uint16_t>();
-            const uint16_t* d = g.data<uint16_t>();
-            for (int64_t i = 0; i < acc.numel(); ++i)
-              a[i] = f32_to_bf16(bf16_to_f32(a[i]) + bf16_to_f32(d[i]));
-          } else {
-            float* a = acc.data<float>();
-            const float* d = g.data<float>();
-            for (int64_t i = 0; i < acc.numel(); ++i) a[i] += d[i];
-          }
+          // ZeRO-2: each micro-batch's gradients summed into their owners (in name order, the
+          // same on every rank); the others are dropped, so only the owned ones accumulate.
+          if (zero2 && !zero2->reduce(name, g, "the gradient reduce (ZeRO-2)" + at_step)) continue;
+          accumulate(name, std::move(g), k == 0);
         }
         // Metrics are averaged over the micro-batches.
         if (k == 0) metrics.assign(out.metrics.size(), {});
@@ -386,7 +404,8 @@ int run_training(const Config& cfg, const TrainJob& job) {
         std::vector<Tensor*> reduce;
         for (const std::string& name : trainable)  // sorted: the same order on every rank
           if (auto it = grads.find(name); it != grads.end()) reduce.push_back(&it->second);
-        dist::allreduce_gradients(*job.comm, reduce, "the gradient all-reduce" + at_step);
+        if (!zero2)
+          dist::allreduce_gradients(*job.comm, reduce, "the gradient all-reduce" + at_step);
       }
       const double compile_s = step->take_compile_seconds();
       std::optional<double> grad_norm;
@@ -406,7 +425,13 @@ int run_training(const Config& cfg, const TrainJob& job) {
         std::vector<ParamRef> refs = param_refs();
         // A non-finite loss or gradient is never applied to the weights (clip_grad_norm leaves
         // non-finite gradients untouched and returns their norm).
-        const double norm = clip ? clip_grad_norm(refs, *clip) : fusetune::grad_norm(refs);
+        double norm = 0;
+        if (zero2) {  // each rank holds its share of the gradients
+          norm = zero2->global_norm(refs, "the gradient norm all-reduce" + at_step);
+          if (clip) clip_to_norm(refs, *clip, norm);
+        } else {
+          norm = clip ? clip_grad_norm(refs, *clip) : fusetune::grad_norm(refs);
+        }
         if (!std::isfinite(loss) || !std::isfinite(norm))
           throw Error(
               non_finite_step_message(progress.global_step + 1, loss, norm, micro, output_dir));
