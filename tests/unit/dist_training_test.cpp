@@ -111,6 +111,7 @@ TEST(DistTraining, FullTwoRanksMatchOneProcessRerunBitwiseZero12AndResumeAcrossR
   EXPECT_NE(r.out.find("ranks:            2 (data parallel; global batch 4)"), std::string::npos)
       << r.out;
   EXPECT_EQ(printed_steps(r.out).size(), 10u) << "only rank 0 prints step lines\n" << r.out;
+  EXPECT_NE(r.out.find(" comm_s:"), std::string::npos) << "time in collectives\n" << r.out;
   const std::vector<double> got = losses_of(logged_steps(two));
   expect_same_curve(got, want, "2 ranks x 2 vs 1 x 4");
   // Rerun: bitwise the same losses and weights.

@@ -3,8 +3,10 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <limits>
+#include <utility>
 
 #include "fusetune/util/error.h"
 
@@ -34,6 +36,23 @@ void allreduce(T* data, int64_t n, MPI_Datatype type) {
           "MPI_Allreduce");
   }
 }
+
+// Arms the watchdog and adds the time spent to a counter.
+class CollectiveScope {
+ public:
+  CollectiveScope(Watchdog* w, const std::string& what, double* seconds)
+      : guard_(w, what), seconds_(seconds), t0_(std::chrono::steady_clock::now()) {}
+  ~CollectiveScope() {
+    *seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+  }
+  CollectiveScope(const CollectiveScope&) = delete;
+  CollectiveScope& operator=(const CollectiveScope&) = delete;
+
+ private:
+  WatchdogScope guard_;
+  double* seconds_;
+  std::chrono::steady_clock::time_point t0_;
+};
 
 }  // namespace
 
@@ -75,25 +94,25 @@ std::string Communicator::who() const {
 
 void Communicator::allreduce_sum(float* data, int64_t n, const std::string& what) {
   if (size_ == 1) return;
-  WatchdogScope w(watchdog_.get(), what);
+  CollectiveScope w(watchdog_.get(), what, &comm_s_);
   allreduce(data, n, MPI_FLOAT);
 }
 
 void Communicator::allreduce_sum(double* data, int64_t n, const std::string& what) {
   if (size_ == 1) return;
-  WatchdogScope w(watchdog_.get(), what);
+  CollectiveScope w(watchdog_.get(), what, &comm_s_);
   allreduce(data, n, MPI_DOUBLE);
 }
 
 void Communicator::allreduce_sum(int64_t* data, int64_t n, const std::string& what) {
   if (size_ == 1) return;
-  WatchdogScope w(watchdog_.get(), what);
+  CollectiveScope w(watchdog_.get(), what, &comm_s_);
   allreduce(data, n, MPI_INT64_T);
 }
 
 void Communicator::reduce_sum(float* data, int64_t n, int root, const std::string& what) {
   if (size_ == 1) return;
-  WatchdogScope w(watchdog_.get(), what);
+  CollectiveScope w(watchdog_.get(), what, &comm_s_);
   constexpr int64_t kMax = int64_t(1) << 30;
   for (int64_t at = 0; at < n; at += kMax) {
     const int count = int(std::min(kMax, n - at));
@@ -106,7 +125,7 @@ void Communicator::reduce_sum(float* data, int64_t n, int root, const std::strin
 
 void Communicator::barrier(const std::string& what) {
   if (size_ == 1) return;
-  WatchdogScope w(watchdog_.get(), what);
+  CollectiveScope w(watchdog_.get(), what, &comm_s_);
   check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
 }
 
@@ -123,14 +142,14 @@ void in_pieces(int64_t bytes, F f) {
 
 void Communicator::broadcast(void* data, int64_t bytes, int root, const std::string& what) {
   if (size_ == 1) return;
-  WatchdogScope w(watchdog_.get(), what);
+  CollectiveScope w(watchdog_.get(), what, &comm_s_);
   in_pieces(bytes, [&](int64_t at, int n) {
     check(MPI_Bcast(static_cast<char*>(data) + at, n, MPI_BYTE, root, MPI_COMM_WORLD), "MPI_Bcast");
   });
 }
 
 void Communicator::send(const void* data, int64_t bytes, int dest, const std::string& what) {
-  WatchdogScope w(watchdog_.get(), what);
+  CollectiveScope w(watchdog_.get(), what, &comm_s_);
   in_pieces(bytes, [&](int64_t at, int n) {
     check(MPI_Send(static_cast<const char*>(data) + at, n, MPI_BYTE, dest, 0, MPI_COMM_WORLD),
           "MPI_Send");
@@ -138,13 +157,15 @@ void Communicator::send(const void* data, int64_t bytes, int dest, const std::st
 }
 
 void Communicator::recv(void* data, int64_t bytes, int source, const std::string& what) {
-  WatchdogScope w(watchdog_.get(), what);
+  CollectiveScope w(watchdog_.get(), what, &comm_s_);
   in_pieces(bytes, [&](int64_t at, int n) {
     check(MPI_Recv(static_cast<char*>(data) + at, n, MPI_BYTE, source, 0, MPI_COMM_WORLD,
                    MPI_STATUS_IGNORE),
           "MPI_Recv");
   });
 }
+
+double Communicator::take_comm_seconds() { return std::exchange(comm_s_, 0.0); }
 
 void Communicator::abort(int code) {
   if (mpi_) MPI_Abort(MPI_COMM_WORLD, code);

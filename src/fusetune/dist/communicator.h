@@ -44,6 +44,8 @@ class Communicator {
   // Ends every rank at once (MPI_Abort): after an error on this rank, the others must not wait
   // for it until the timeout.
   [[noreturn]] void abort(int code);
+  // Seconds spent in collectives (waiting for the other ranks included) since the last call.
+  double take_comm_seconds();
 
  private:
   Communicator(int rank, int size, bool mpi, double timeout_s);
@@ -51,6 +53,7 @@ class Communicator {
   int size_ = 1;
   bool mpi_ = false;
   std::unique_ptr<Watchdog> watchdog_;  // only with MPI
+  double comm_s_ = 0;
 };
 
 }  // namespace fusetune::dist

@@ -442,6 +442,7 @@ int run_training(const Config& cfg, const TrainJob& job) {
       ++progress.global_step;
 
       const double step_s = seconds_since(t0);
+      const double comm_s = job.comm ? job.comm->take_comm_seconds() : 0.0;
       if (progress.global_step % log_every == 0 || progress.global_step == 1) {
         int64_t tokens = 0;
         for (const Batch& b : micro) tokens += b.num_valid_labels();  // this rank's
@@ -458,6 +459,8 @@ int run_training(const Config& cfg, const TrainJob& job) {
         for (const auto& [name, value] : metrics) m.extra.push_back({name, value, 4});
         m.extra.push_back({"mfu", flops / step_s / (peak_gflops * 1e9), 3});
         if (compile_s > 0) m.extra.push_back({"compile_s", compile_s, 3});
+        // Ranks: rank 0's time in collectives this step, waiting for the others included.
+        if (world > 1) m.extra.push_back({"comm_s", comm_s, 3});
         logger.log(m);
       }
       logger.progress(progress.epoch + 1, progress.global_step, loss);
