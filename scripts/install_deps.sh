@@ -18,6 +18,7 @@ pkgs=(
   libgtest-dev googletest                  # unit tests
   libprotobuf-dev                          # tests: protobuf's parser reads TensorBoard event files
   libbenchmark-dev                         # micro-benchmarks
+  libopenmpi-dev openmpi-bin               # the *_distributed recipes: ranks over MPI (mpirun)
 )
 missing=()
 for p in "${pkgs[@]}"; do

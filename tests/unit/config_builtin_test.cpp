@@ -124,8 +124,8 @@ TEST(RecipeRegistry, FindRecipe) {
             "unknown recipe 'full_finetune_single_devce' (did you mean "
             "'full_finetune_single_device'?); recipes: full_finetune_single_device, "
             "lora_finetune_single_device, lora_dpo_single_device, full_dpo_single_device, "
-            "qat_single_device, qat_lora_finetune_single_device, generate, "
-            "eval");
+            "qat_single_device, qat_lora_finetune_single_device, full_finetune_distributed, "
+            "lora_finetune_distributed, generate, eval");
 }
 
 TEST(RecipeSchemas, LossesAndDatasetsBelongToTheirRecipes) {

@@ -32,11 +32,19 @@ DataLoader::DataLoader(int64_t num_items, const std::string& what, LoaderOptions
                        MakeBatch make)
     : num_items_(num_items), make_batch_(std::move(make)), opts_(std::move(opts)) {
   FT_CHECK(opts_.batch_size > 0, "batch_size must be > 0, got " + std::to_string(opts_.batch_size));
-  steps_per_epoch_ = opts_.drop_last ? num_items_ / opts_.batch_size
-                                     : (num_items_ + opts_.batch_size - 1) / opts_.batch_size;
-  FT_CHECK(steps_per_epoch_ > 0, "dataset " + what + " has " + std::to_string(num_items_) +
-                                     " items, fewer than one batch of " +
-                                     std::to_string(opts_.batch_size) + " (lower batch_size)");
+  FT_CHECK(opts_.num_shards >= 1 && opts_.shard >= 0 && opts_.shard < opts_.num_shards &&
+               (opts_.num_shards == 1 || opts_.drop_last),
+           "data loader: shard " + std::to_string(opts_.shard) + " of " +
+               std::to_string(opts_.num_shards) + " is invalid (sharding needs drop_last)");
+  const int64_t global = opts_.batch_size * opts_.num_shards;
+  steps_per_epoch_ = opts_.drop_last ? num_items_ / global : (num_items_ + global - 1) / global;
+  FT_CHECK(steps_per_epoch_ > 0,
+           "dataset " + what + " has " + std::to_string(num_items_) +
+               " items, fewer than one batch of " + std::to_string(global) +
+               (opts_.num_shards > 1 ? " (batch_size " + std::to_string(opts_.batch_size) +
+                                           " x " + std::to_string(opts_.num_shards) + " ranks)"
+                                     : std::string()) +
+               " (lower batch_size)");
 }
 
 DataLoader::DataLoader(const Dataset& dataset, LoaderOptions opts)
@@ -79,7 +87,7 @@ Batch DataLoader::next() {
     order_ = epoch_order(state_.epoch);
     order_epoch_ = state_.epoch;
   }
-  const int64_t begin = state_.index * opts_.batch_size;
+  const int64_t begin = (state_.index * opts_.num_shards + opts_.shard) * opts_.batch_size;
   const int64_t end = std::min<int64_t>(begin + opts_.batch_size, num_items_);
   std::vector<int64_t> items(order_.begin() + begin, order_.begin() + end);
   Batch b = make_batch_(items);

@@ -8,6 +8,11 @@
 // drop_last (default true, like torchtune): an epoch has floor(n / batch_size) batches and the
 // remainder is not seen that epoch (it is, in general, in another); with drop_last false the
 // last batch of an epoch is smaller (Batch::batch_size says how big).
+// Sharding (data parallelism): with num_shards ranks, a step's global batch is
+// batch_size * num_shards consecutive items of the epoch's order, and shard r takes the r-th
+// batch_size of them: each item is seen once per epoch across the ranks, in the same global
+// order for the same seed whatever the number of ranks (2 ranks x batch b see the items of
+// 1 rank x batch 2b). Sharded loaders need drop_last (no rank gets an empty batch).
 // Resuming: state() is the position of the batch next() will return; set_state() of a saved
 // state continues with exactly that batch, so a resumed run sees the same sequence as an
 // uninterrupted one.
@@ -29,6 +34,8 @@ struct LoaderOptions {
   bool shuffle = true;
   uint64_t seed = 0;
   bool drop_last = true;
+  int64_t num_shards = 1;  // data-parallel ranks
+  int64_t shard = 0;       // this rank, 0..num_shards-1
   CollateOptions collate;
 };
 
@@ -42,7 +49,7 @@ class DataLoader {
  public:
   struct State {
     int64_t epoch = 0;
-    int64_t index = 0;  // batch index within the epoch, 0..steps_per_epoch()
+    int64_t index = 0;  // (global) batch index within the epoch, 0..steps_per_epoch()
     bool operator==(const State&) const = default;
   };
 

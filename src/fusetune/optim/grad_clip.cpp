@@ -56,7 +56,7 @@ void scale_in_place(uint16_t* g, float s, int64_t n) {
 
 }  // namespace
 
-double grad_norm(const std::vector<ParamRef>& params) {
+double grad_sum_squares(const std::vector<ParamRef>& params) {
   check_params(params, "clip_grad_norm");
   double total = 0;
   for (const ParamRef& p : params) {
@@ -66,15 +66,25 @@ double grad_norm(const std::vector<ParamRef>& params) {
              : g.dtype() == DType::BF16 ? sum_squares(g.data<uint16_t>(), g.numel())
                                         : sum_squares(g.data<double>(), g.numel());
   }
-  return std::sqrt(total);
+  return total;
+}
+
+double grad_norm(const std::vector<ParamRef>& params) {
+  return std::sqrt(grad_sum_squares(params));
 }
 
 double clip_grad_norm(const std::vector<ParamRef>& params, double max_norm) {
   FT_CHECK(max_norm > 0, "clip_grad_norm: max_norm must be > 0, got " + std::to_string(max_norm));
   const double total = grad_norm(params);
-  if (!std::isfinite(total)) return total;
+  clip_to_norm(params, max_norm, total);
+  return total;
+}
+
+void clip_to_norm(const std::vector<ParamRef>& params, double max_norm, double total) {
+  FT_CHECK(max_norm > 0, "clip_grad_norm: max_norm must be > 0, got " + std::to_string(max_norm));
+  if (!std::isfinite(total)) return;
   const double coef = max_norm / (total + 1e-6);
-  if (coef >= 1) return total;
+  if (coef >= 1) return;
   for (const ParamRef& p : params) {
     if (!has_grad(p)) continue;
     Tensor& g = *p.grad;
@@ -85,7 +95,6 @@ double clip_grad_norm(const std::vector<ParamRef>& params, double max_norm) {
     else
       scale_in_place(g.data<double>(), coef, g.numel());
   }
-  return total;
 }
 
 }  // namespace fusetune

@@ -23,4 +23,10 @@ double grad_norm(const std::vector<ParamRef>& params);
 // Clips in place and returns the total norm before clipping. max_norm must be > 0.
 double clip_grad_norm(const std::vector<ParamRef>& params, double max_norm);
 
+// The pieces, for gradients spread over ranks (ZeRO-2): the sum of squares of `params`'
+// gradients (grad_norm = its sqrt), and the scaling clip_grad_norm applies given the total norm
+// of all the gradients (nothing when it is not finite or within max_norm).
+double grad_sum_squares(const std::vector<ParamRef>& params);
+void clip_to_norm(const std::vector<ParamRef>& params, double max_norm, double total_norm);
+
 }  // namespace fusetune

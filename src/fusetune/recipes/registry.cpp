@@ -1,7 +1,9 @@
 #include "fusetune/recipes/registry.h"
 
+#include "fusetune/config/distributed_schemas.h"
 #include "fusetune/config/inference_schemas.h"
 #include "fusetune/config/recipe_schemas.h"
+#include "fusetune/recipes/distributed_recipes.h"
 #include "fusetune/recipes/dpo_recipes.h"
 #include "fusetune/recipes/evaluate.h"
 #include "fusetune/recipes/full_finetune_single_device.h"
@@ -34,6 +36,13 @@ const std::vector<RecipeInfo>& recipes() {
       {"qat_lora_finetune_single_device",
        "Quantization-aware LoRA on one device: adapters on a fake-quantized base",
        &qat_lora_schema(), qat_lora_finetune_single_device},
+      {"full_finetune_distributed",
+       "Full fine-tuning over N data-parallel ranks (MPI: --nproc_per_node N, mpirun, srun)",
+       &full_finetune_distributed_schema(), full_finetune_distributed},
+      {"lora_finetune_distributed",
+       "LoRA / DoRA / QLoRA fine-tuning over N data-parallel ranks (MPI: --nproc_per_node N, "
+       "mpirun, srun)",
+       &lora_finetune_distributed_schema(), lora_finetune_distributed},
       {"generate",
        "Generate text from a model (and adapter) with a KV cache; also `fusetune generate`",
        &generate_schema(), generate_recipe},

@@ -7,6 +7,9 @@
 
 #include "fusetune/compile/compiler.h"
 #include "fusetune/config/schema.h"
+#include "fusetune/dist/grad_allreduce.h"
+#include "fusetune/dist/owned_gradients.h"
+#include "fusetune/dist/sharded_optimizer.h"
 #include "fusetune/kernels/cpu/gemm_peak.h"
 #include "fusetune/metrics/step_logger.h"
 #include "fusetune/optim/grad_clip.h"
@@ -85,6 +88,12 @@ int run_training(const Config& cfg, const TrainJob& job) {
 
   // ---- memory check: the plan's peak against the available memory, before loading ---------
   const std::string planned_peak = check_run_fits_memory(cfg, job.recipe);
+  // Ranks (job.comm): one process is rank 0 of 1.
+  const int rank = job.comm ? job.comm->rank() : 0;
+  const int world = job.comm ? job.comm->size() : 1;
+  FT_CHECK(world == 1 || !in_bwd,
+           "optimizer_in_bwd: true is not supported with more than one rank (each update needs "
+           "the gradient summed over the ranks first); set optimizer_in_bwd: false");
 
   // ---- model, tokenizer, data -------------------------------------------------------------
   LoadedModel model = load_model(cfg, dtype, job.sink.get());
@@ -93,7 +102,9 @@ int run_training(const Config& cfg, const TrainJob& job) {
   FT_CHECK(tokenizer->vocab_size() <= model.config.vocab_size,
            "the tokenizer has " + std::to_string(tokenizer->vocab_size()) +
                " tokens but the model's vocab_size is " + std::to_string(model.config.vocab_size));
-  const LoaderOptions loader_options = loader_options_from(cfg, *tokenizer);
+  LoaderOptions loader_options = loader_options_from(cfg, *tokenizer);
+  loader_options.num_shards = world;
+  loader_options.shard = rank;
   std::unique_ptr<Dataset> dataset;
   std::unique_ptr<PreferenceDataset> pairs;
   std::unique_ptr<DataLoader> loader_ptr;
@@ -111,6 +122,8 @@ int run_training(const Config& cfg, const TrainJob& job) {
   std::unique_ptr<DataLoader> val_loader;
   if (cfg.has("dataset_val")) {
     LoaderOptions vo = loader_options;
+    vo.num_shards = 1;  // every rank validates on all of it (the same val_loss)
+    vo.shard = 0;
     vo.shuffle = false;
     vo.drop_last = false;
     if (job.preference_data) {
@@ -134,7 +147,18 @@ int run_training(const Config& cfg, const TrainJob& job) {
   const int64_t total_steps = steps_per_epoch * epochs;
 
   // ---- optimizer, schedule, resume ----------------------------------------------------------
-  auto optimizer = build_optimizer(cfg);
+  std::unique_ptr<Optimizer> optimizer = build_optimizer(cfg);
+  // zero_stage 1, 2 (distributed recipes): each rank keeps the optimizer state of its share;
+  // 2: and only its share of the summed gradients (streamed out of the backward).
+  const int64_t zero_stage = job.comm ? cfg.i64("zero_stage", 0) : 0;
+  FT_CHECK(zero_stage < 2 || !in_bwd,
+           "optimizer_in_bwd: true cannot be combined with zero_stage 2");
+  dist::ShardedOptimizer* sharded = nullptr;
+  if (zero_stage >= 1) {
+    auto s = std::make_unique<dist::ShardedOptimizer>(std::move(optimizer), *job.comm);
+    sharded = s.get();
+    optimizer = std::move(s);
+  }
   const LRSchedule schedule = build_lr_schedule(cfg, total_steps);
   TrainingProgress progress;
   progress.seed = uint64_t(cfg.i64("seed", 0));
@@ -176,7 +200,9 @@ int run_training(const Config& cfg, const TrainJob& job) {
 
   // ---- logging ------------------------------------------------------------------------------
   StepLoggerOptions lo;
-  lo.output_dir = output_dir;
+  if (rank == 0) lo.output_dir = output_dir;  // other ranks: no files, nothing printed
+  lo.print = rank == 0;
+  if (rank != 0) lo.progress = ProgressBar::Mode::Never;
   // stdout: the step lines (and, as for every logger, the files under output_dir/logs);
   // disk, jsonl, tensorboard: the files in metric_logger.log_dir; tensorboard: event files too.
   const std::string logger_kind = canonical_component(cfg, "metric_logger");
@@ -196,6 +222,9 @@ int run_training(const Config& cfg, const TrainJob& job) {
   header.dtype = cfg.str("dtype", "fp32");
   header.compile_mode = compile_mode_name(passes.mode);
   header.extra.push_back({"dataset", data_report.summary()});
+  if (world > 1)
+    header.extra.push_back({"ranks", std::to_string(world) + " (data parallel; global batch " +
+                                         std::to_string(loader_options.batch_size * world) + ")"});
   header.extra.push_back({"steps", std::to_string(total_steps) + " (" +
                                        std::to_string(steps_per_epoch) + " per epoch)"});
   const double peak_gflops = kernels::measure_peak_gemm_gflops(512);
@@ -215,6 +244,11 @@ int run_training(const Config& cfg, const TrainJob& job) {
 
   // `at` is where a run resumed from this checkpoint continues.
   auto save = [&](const std::string& name, const TrainingProgress& at) {
+    if (sharded) sharded->gather_state("gathering the optimizer state for checkpoint " + name);
+    if (rank != 0) {
+      if (job.comm) job.comm->barrier("waiting for rank 0 to write checkpoint " + name);
+      return;
+    }
     CheckpointContent c;
     c.config = &model.config;
     c.params = &model.params;
@@ -229,11 +263,13 @@ int run_training(const Config& cfg, const TrainJob& job) {
       job.save(output_dir / name, c);
     else
       save_training_checkpoint(output_dir / name, c);
+    if (sharded) sharded->drop_gathered_state();
     logger.message("Saved checkpoint to " + (output_dir / name).string());
     if (keep_last_n)
       for (const auto& gone : prune_checkpoints(output_dir, output_dir / name, *keep_last_n))
         logger.message("Removed checkpoint " + gone.string() +
                        " (keep_last_n_checkpoints: " + std::to_string(*keep_last_n) + ")");
+    if (job.comm) job.comm->barrier("writing checkpoint " + name);
   };
 
   // ---- the step ------------------------------------------------------------------------------
@@ -250,6 +286,30 @@ int run_training(const Config& cfg, const TrainJob& job) {
   ctx.step.add_inputs = job.add_inputs;
   std::unique_ptr<TrainingStep> step = job.make_step ? job.make_step(ctx) : make_sft_step(ctx.step);
   double lr = 0;  // the step's learning rate (optimizer_in_bwd updates inside step->run)
+  // Adds a micro-batch's gradient into the step's accumulation buffer.
+  auto accumulate = [&grads](const std::string& name, Tensor g, bool first) {
+    Tensor& acc = grads[name];
+    if (first) {
+      acc = std::move(g);
+    } else if (acc.dtype() == DType::BF16) {
+      // bf16 gradients: each sum in fp32, rounded to nearest back to bf16 once per
+      // micro-batch (at most half an ulp per micro-batch; no fp32 copy is held).
+      uint16_t* a = acc.data<uint16_t>();
+      const uint16_t* d = g.data<uint16_t>();
+      for (int64_t i = 0; i < acc.numel(); ++i)
+        a[i] = f32_to_bf16(bf16_to_f32(a[i]) + bf16_to_f32(d[i]));
+    } else {
+      float* a = acc.data<float>();
+      const float* d = g.data<float>();
+      for (int64_t i = 0; i < acc.numel(); ++i) a[i] += d[i];
+    }
+  };
+  std::unique_ptr<dist::OwnedGradients> zero2;
+  if (zero_stage == 2) {
+    std::vector<int64_t> numels;
+    for (const std::string& name : trainable) numels.push_back(model.params.at(name).numel());
+    zero2 = std::make_unique<dist::OwnedGradients>(*job.comm, trainable, numels);
+  }
   if (in_bwd) {
     const bool ok = step->stream_gradients(
         [&, trainable_set = std::set<std::string>(trainable.begin(), trainable.end())](
@@ -305,10 +365,13 @@ int run_training(const Config& cfg, const TrainJob& job) {
       // The loss is normalized by the loss units (tokens, pairs) of the whole optimizer step.
       std::vector<Batch> micro;
       int64_t units = 0;
+      const std::string at_step = " of step " + std::to_string(progress.global_step + 1);
       for (int64_t k = 0; k < grad_accum; ++k) {
         micro.push_back(loader.next());
         units += step->loss_units(micro.back());
       }
+      // Ranks: normalized by the whole step's units over all ranks (not per rank).
+      if (job.comm) job.comm->allreduce_sum(&units, 1, "the loss-unit all-reduce" + at_step);
       const double scale = units > 0 ? 1.0 / double(units) : 0.0;
       lr = schedule.lr_at(progress.global_step);
       double loss = 0;
@@ -317,21 +380,10 @@ int run_training(const Config& cfg, const TrainJob& job) {
         StepOutputs out = step->run(micro[k], scale, progress.global_step, int64_t(k));
         loss += out.loss;
         for (auto& [name, g] : out.grads) {
-          Tensor& acc = grads[name];
-          if (k == 0) {
-            acc = std::move(g);
-          } else if (acc.dtype() == DType::BF16) {
-            // bf16 gradients: each sum in fp32, rounded to nearest back to bf16 once per
-            // micro-batch (at most half an ulp per micro-batch; no fp32 copy is held).
-            uint16_t* a = acc.data<uint16_t>();
-            const uint16_t* d = g.data<uint16_t>();
-            for (int64_t i = 0; i < acc.numel(); ++i)
-              a[i] = f32_to_bf16(bf16_to_f32(a[i]) + bf16_to_f32(d[i]));
-          } else {
-            float* a = acc.data<float>();
-            const float* d = g.data<float>();
-            for (int64_t i = 0; i < acc.numel(); ++i) a[i] += d[i];
-          }
+          // ZeRO-2: each micro-batch's gradients summed into their owners (in name order, the
+          // same on every rank); the others are dropped, so only the owned ones accumulate.
+          if (zero2 && !zero2->reduce(name, g, "the gradient reduce (ZeRO-2)" + at_step)) continue;
+          accumulate(name, std::move(g), k == 0);
         }
         // Metrics are averaged over the micro-batches.
         if (k == 0) metrics.assign(out.metrics.size(), {});
@@ -339,6 +391,21 @@ int run_training(const Config& cfg, const TrainJob& job) {
           metrics[i].first = out.metrics[i].first;
           metrics[i].second += out.metrics[i].second / double(micro.size());
         }
+      }
+      if (job.comm && world > 1) {
+        // Ranks: the step's loss, metrics and gradients summed over the ranks; clipping and
+        // the update then see the global gradient (DESIGN.md §7: accumulate -> reduce -> clip).
+        std::vector<double> scalars = {loss};
+        for (const auto& mv : metrics) scalars.push_back(mv.second / double(world));
+        job.comm->allreduce_sum(scalars.data(), int64_t(scalars.size()),
+                                "the loss all-reduce" + at_step);
+        loss = scalars[0];
+        for (size_t i = 0; i < metrics.size(); ++i) metrics[i].second = scalars[i + 1];
+        std::vector<Tensor*> reduce;
+        for (const std::string& name : trainable)  // sorted: the same order on every rank
+          if (auto it = grads.find(name); it != grads.end()) reduce.push_back(&it->second);
+        if (!zero2)
+          dist::allreduce_gradients(*job.comm, reduce, "the gradient all-reduce" + at_step);
       }
       const double compile_s = step->take_compile_seconds();
       std::optional<double> grad_norm;
@@ -358,7 +425,13 @@ int run_training(const Config& cfg, const TrainJob& job) {
         std::vector<ParamRef> refs = param_refs();
         // A non-finite loss or gradient is never applied to the weights (clip_grad_norm leaves
         // non-finite gradients untouched and returns their norm).
-        const double norm = clip ? clip_grad_norm(refs, *clip) : fusetune::grad_norm(refs);
+        double norm = 0;
+        if (zero2) {  // each rank holds its share of the gradients
+          norm = zero2->global_norm(refs, "the gradient norm all-reduce" + at_step);
+          if (clip) clip_to_norm(refs, *clip, norm);
+        } else {
+          norm = clip ? clip_grad_norm(refs, *clip) : fusetune::grad_norm(refs);
+        }
         if (!std::isfinite(loss) || !std::isfinite(norm))
           throw Error(
               non_finite_step_message(progress.global_step + 1, loss, norm, micro, output_dir));
@@ -369,9 +442,10 @@ int run_training(const Config& cfg, const TrainJob& job) {
       ++progress.global_step;
 
       const double step_s = seconds_since(t0);
+      const double comm_s = job.comm ? job.comm->take_comm_seconds() : 0.0;
       if (progress.global_step % log_every == 0 || progress.global_step == 1) {
         int64_t tokens = 0;
-        for (const Batch& b : micro) tokens += b.num_valid_labels();
+        for (const Batch& b : micro) tokens += b.num_valid_labels();  // this rank's
         StepMetrics m;
         m.step = progress.global_step;
         m.epoch = progress.epoch + 1;
@@ -385,6 +459,8 @@ int run_training(const Config& cfg, const TrainJob& job) {
         for (const auto& [name, value] : metrics) m.extra.push_back({name, value, 4});
         m.extra.push_back({"mfu", flops / step_s / (peak_gflops * 1e9), 3});
         if (compile_s > 0) m.extra.push_back({"compile_s", compile_s, 3});
+        // Ranks: rank 0's time in collectives this step, waiting for the others included.
+        if (world > 1) m.extra.push_back({"comm_s", comm_s, 3});
         logger.log(m);
       }
       logger.progress(progress.epoch + 1, progress.global_step, loss);

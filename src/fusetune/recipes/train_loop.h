@@ -11,6 +11,7 @@
 
 #include "fusetune/config/config.h"
 #include "fusetune/data/datasets/preference.h"
+#include "fusetune/dist/communicator.h"
 #include "fusetune/models/llama.h"
 #include "fusetune/recipes/recipe_setup.h"
 #include "fusetune/recipes/sft_step.h"
@@ -49,6 +50,10 @@ struct TrainJob {
   std::function<int64_t()> params_stored_elsewhere;
   // The step; empty: supervised fine-tuning (make_sft_step).
   std::function<std::unique_ptr<TrainingStep>(const StepContext&)> make_step;
+  // Data parallelism (the *_distributed recipes; outlives the run): the loader shards by rank,
+  // the loss units, losses and gradients are summed over the ranks before clipping, and only
+  // rank 0 logs and writes checkpoints. Null: one process.
+  dist::Communicator* comm = nullptr;
 };
 
 int run_training(const Config& cfg, const TrainJob& job);

@@ -1,0 +1,87 @@
+#include "fusetune/config/distributed_schemas.h"
+
+#include "fusetune/config/recipe_schemas.h"
+#include "fusetune/config/scalars.h"
+
+namespace fusetune {
+namespace {
+
+// True when `key` is a boolean set to true (a non-boolean is reported by the field's check).
+bool set_true(const Config& root, const char* key) {
+  if (!root.has(key) || root.is_map(key) || root.is_list(key)) return false;
+  const YAML::Node n = root.node(key);
+  return n.IsScalar() && parse_bool(n.Scalar()).value_or(false);
+}
+
+Schema distributed(Schema s, const char* recipe) {
+  s.recipe = recipe;
+  s.add(Field::Int("zero_stage")
+            .def("0")
+            .min(0)
+            .doc("ZeRO sharding stage; 0 = every rank holds the whole model, gradients and "
+                 "optimizer state (plain data parallelism); 1 = the optimizer state is sharded "
+                 "(each rank updates its share of the parameters and broadcasts them); 2 = the "
+                 "summed gradients are sharded too (fp32); 3 is not implemented yet"));
+  s.add(Field::Float("dist_timeout_seconds")
+            .def("300")
+            .min(0)
+            .doc("how long a rank waits for the others in one collective (including rank 0 "
+                 "writing a checkpoint) before it reports that a rank died or hangs and exits"));
+  // torchtune's FSDP keys.
+  s.add(Field::Bool("fsdp_cpu_offload")
+            .doc("torchtune: keep parameters and optimizer state in host memory; on a CPU they "
+                 "are there already (accepted, a note when true)"));
+  s.add(Field::Bool("fsdp_reshard_after_forward")
+            .doc("torchtune: free gathered parameters after the forward; only meaningful with "
+                 "sharded parameters (ZeRO-3, not implemented): an error when false"));
+  s.add(Field::List("custom_sharded_layers")
+            .items(kString)
+            .doc("torchtune: extra modules FSDP wraps; only meaningful with sharded parameters "
+                 "(ZeRO-3, not implemented): an error when non-empty"));
+  s.checks.push_back([](const Config& root, const Config&, Problems& p) {
+    if (root.has("zero_stage") && !root.is_map("zero_stage") && !root.is_list("zero_stage")) {
+      const YAML::Node n = root.node("zero_stage");
+      const std::string v = n.IsScalar() ? n.Scalar() : "";
+      if (v != "0" && v != "1" && v != "2")
+        p.errors.push_back("zero_stage: " + v +
+                           " is not implemented yet: zero_stage 0 (every rank holds the whole "
+                           "model and optimizer state), 1 (optimizer state sharded) and 2 "
+                           "(gradients sharded too) are (" +
+                           root.where("zero_stage") + ")");
+    }
+    if (set_true(root, "fsdp_cpu_offload"))
+      p.warnings.push_back(
+          "fsdp_cpu_offload: true changes nothing: parameters, gradients and optimizer state "
+          "already live in host memory on a CPU");
+    if (set_true(root, "fsdp_reshard_after_forward"))
+      p.warnings.push_back(
+          "fsdp_reshard_after_forward: true changes nothing at zero_stage 0-2: no rank gathers "
+          "sharded parameters, so there is nothing to free after the forward");
+    else if (root.has("fsdp_reshard_after_forward"))
+      p.errors.push_back(
+          "fsdp_reshard_after_forward: false asks to keep gathered parameters between forward "
+          "and backward, which only exists with sharded parameters (ZeRO-3, not implemented); "
+          "remove the key or set it to true (" +
+          root.where("fsdp_reshard_after_forward") + ")");
+    if (root.is_list("custom_sharded_layers") && root.node("custom_sharded_layers").size() > 0)
+      p.errors.push_back(
+          "custom_sharded_layers names modules to shard, which only exists with sharded "
+          "parameters (ZeRO-3, not implemented); remove the key (" +
+          root.where("custom_sharded_layers") + ")");
+  });
+  return s;
+}
+
+}  // namespace
+
+const Schema& full_finetune_distributed_schema() {
+  static const Schema s = distributed(full_finetune_schema(), "full_finetune_distributed");
+  return s;
+}
+
+const Schema& lora_finetune_distributed_schema() {
+  static const Schema s = distributed(lora_finetune_schema(), "lora_finetune_distributed");
+  return s;
+}
+
+}  // namespace fusetune

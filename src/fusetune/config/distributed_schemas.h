@@ -1,0 +1,12 @@
+#pragma once
+// The config schemas of the data-parallel recipes: the single-device recipe's keys plus the
+// distributed ones (zero_stage, dist_timeout_seconds) and torchtune's FSDP keys, accepted
+// where they mean something here and explained where they do not.
+#include "fusetune/config/schema.h"
+
+namespace fusetune {
+
+const Schema& full_finetune_distributed_schema();
+const Schema& lora_finetune_distributed_schema();
+
+}  // namespace fusetune

@@ -1,0 +1,175 @@
+#include "fusetune/dist/communicator.h"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <limits>
+#include <utility>
+
+#include "fusetune/util/error.h"
+
+namespace fusetune::dist {
+namespace {
+
+bool env_set(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v;
+}
+
+void check(int rc, const char* call) {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, text, &len);
+  throw Error(std::string(call) + " failed: " + std::string(text, len));
+}
+
+// MPI counts are int: large buffers go in pieces.
+template <typename T>
+void allreduce(T* data, int64_t n, MPI_Datatype type) {
+  constexpr int64_t kMax = int64_t(1) << 30;
+  for (int64_t at = 0; at < n; at += kMax) {
+    const int count = int(std::min(kMax, n - at));
+    check(MPI_Allreduce(MPI_IN_PLACE, data + at, count, type, MPI_SUM, MPI_COMM_WORLD),
+          "MPI_Allreduce");
+  }
+}
+
+// Arms the watchdog and adds the time spent to a counter.
+class CollectiveScope {
+ public:
+  CollectiveScope(Watchdog* w, const std::string& what, double* seconds)
+      : guard_(w, what), seconds_(seconds), t0_(std::chrono::steady_clock::now()) {}
+  ~CollectiveScope() {
+    *seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+  }
+  CollectiveScope(const CollectiveScope&) = delete;
+  CollectiveScope& operator=(const CollectiveScope&) = delete;
+
+ private:
+  WatchdogScope guard_;
+  double* seconds_;
+  std::chrono::steady_clock::time_point t0_;
+};
+
+}  // namespace
+
+bool launched_by_mpi() {
+  // Open MPI's mpirun, PMIx launchers (srun --mpi=pmix, prterun), MPICH's Hydra, and srun
+  // without an MPI plugin (SLURM_STEP_NUM_TASKS is set only inside a job step).
+  return env_set("OMPI_COMM_WORLD_SIZE") || env_set("PMIX_RANK") || env_set("PMI_RANK") ||
+         (env_set("SLURM_STEP_NUM_TASKS") && env_set("SLURM_PROCID"));
+}
+
+Communicator::Communicator(int rank, int size, bool mpi, double timeout_s)
+    : rank_(rank), size_(size), mpi_(mpi) {
+  if (mpi_) watchdog_ = std::make_unique<Watchdog>(timeout_s, who());
+}
+
+std::unique_ptr<Communicator> Communicator::from_environment(double timeout_s) {
+  FT_CHECK(timeout_s > 0, "dist_timeout_seconds must be > 0");
+  if (!launched_by_mpi()) return std::unique_ptr<Communicator>(new Communicator(0, 1, false, 0));
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  FT_CHECK(!initialized, "MPI is already initialized in this process");
+  int provided = 0;
+  // Only the main thread calls MPI (the watchdog never does).
+  check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  return std::unique_ptr<Communicator>(new Communicator(rank, size, true, timeout_s));
+}
+
+Communicator::~Communicator() {
+  watchdog_.reset();
+  if (mpi_) MPI_Finalize();
+}
+
+std::string Communicator::who() const {
+  return "rank " + std::to_string(rank_) + " of " + std::to_string(size_);
+}
+
+void Communicator::allreduce_sum(float* data, int64_t n, const std::string& what) {
+  if (size_ == 1) return;
+  CollectiveScope w(watchdog_.get(), what, &comm_s_);
+  allreduce(data, n, MPI_FLOAT);
+}
+
+void Communicator::allreduce_sum(double* data, int64_t n, const std::string& what) {
+  if (size_ == 1) return;
+  CollectiveScope w(watchdog_.get(), what, &comm_s_);
+  allreduce(data, n, MPI_DOUBLE);
+}
+
+void Communicator::allreduce_sum(int64_t* data, int64_t n, const std::string& what) {
+  if (size_ == 1) return;
+  CollectiveScope w(watchdog_.get(), what, &comm_s_);
+  allreduce(data, n, MPI_INT64_T);
+}
+
+void Communicator::reduce_sum(float* data, int64_t n, int root, const std::string& what) {
+  if (size_ == 1) return;
+  CollectiveScope w(watchdog_.get(), what, &comm_s_);
+  constexpr int64_t kMax = int64_t(1) << 30;
+  for (int64_t at = 0; at < n; at += kMax) {
+    const int count = int(std::min(kMax, n - at));
+    float* p = data + at;
+    check(MPI_Reduce(rank_ == root ? MPI_IN_PLACE : p, rank_ == root ? p : nullptr, count,
+                     MPI_FLOAT, MPI_SUM, root, MPI_COMM_WORLD),
+          "MPI_Reduce");
+  }
+}
+
+void Communicator::barrier(const std::string& what) {
+  if (size_ == 1) return;
+  CollectiveScope w(watchdog_.get(), what, &comm_s_);
+  check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
+}
+
+namespace {
+
+// Byte buffers in pieces of at most 1 GiB (MPI counts are int).
+template <typename F>
+void in_pieces(int64_t bytes, F f) {
+  constexpr int64_t kMax = int64_t(1) << 30;
+  for (int64_t at = 0; at < bytes; at += kMax) f(at, int(std::min(kMax, bytes - at)));
+}
+
+}  // namespace
+
+void Communicator::broadcast(void* data, int64_t bytes, int root, const std::string& what) {
+  if (size_ == 1) return;
+  CollectiveScope w(watchdog_.get(), what, &comm_s_);
+  in_pieces(bytes, [&](int64_t at, int n) {
+    check(MPI_Bcast(static_cast<char*>(data) + at, n, MPI_BYTE, root, MPI_COMM_WORLD), "MPI_Bcast");
+  });
+}
+
+void Communicator::send(const void* data, int64_t bytes, int dest, const std::string& what) {
+  CollectiveScope w(watchdog_.get(), what, &comm_s_);
+  in_pieces(bytes, [&](int64_t at, int n) {
+    check(MPI_Send(static_cast<const char*>(data) + at, n, MPI_BYTE, dest, 0, MPI_COMM_WORLD),
+          "MPI_Send");
+  });
+}
+
+void Communicator::recv(void* data, int64_t bytes, int source, const std::string& what) {
+  CollectiveScope w(watchdog_.get(), what, &comm_s_);
+  in_pieces(bytes, [&](int64_t at, int n) {
+    check(MPI_Recv(static_cast<char*>(data) + at, n, MPI_BYTE, source, 0, MPI_COMM_WORLD,
+                   MPI_STATUS_IGNORE),
+          "MPI_Recv");
+  });
+}
+
+double Communicator::take_comm_seconds() { return std::exchange(comm_s_, 0.0); }
+
+void Communicator::abort(int code) {
+  if (mpi_) MPI_Abort(MPI_COMM_WORLD, code);
+  std::exit(code);
+}
+
+}  // namespace fusetune::dist

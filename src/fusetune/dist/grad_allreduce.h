@@ -1,0 +1,23 @@
+#pragma once
+// Data parallelism's gradient sum: every rank's gradients replaced by the sum over the ranks.
+// Small tensors are packed into flat fp32 buckets so that one collective moves many of them
+// (a layer's norms and adapters are a few KB each: one call per tensor would be latency-bound);
+// a tensor at least as large as a bucket is summed in place. bf16 gradients are summed in
+// fp32 and rounded back once.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "fusetune/dist/communicator.h"
+#include "fusetune/runtime/tensor.h"
+
+namespace fusetune::dist {
+
+// Elements per bucket (16 MiB of fp32).
+inline constexpr int64_t kBucketElements = int64_t(4) << 20;
+
+// `grads` in the same order on every rank (the loop passes them sorted by parameter name).
+void allreduce_gradients(Communicator& comm, const std::vector<Tensor*>& grads,
+                         const std::string& what, int64_t bucket_elements = kBucketElements);
+
+}  // namespace fusetune::dist

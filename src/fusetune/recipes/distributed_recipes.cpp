@@ -1,0 +1,44 @@
+#include "fusetune/recipes/distributed_recipes.h"
+
+#include <cstdio>
+#include <exception>
+
+#include "fusetune/dist/communicator.h"
+#include "fusetune/recipes/lora_finetune_single_device.h"
+#include "fusetune/recipes/train_loop.h"
+#include "fusetune/util/error.h"
+
+namespace fusetune {
+namespace {
+
+int run_ranks(const Config& cfg, TrainJob job) {
+  FT_CHECK(cfg.i64("zero_stage", 0) <= 2,
+           "zero_stage: " + std::to_string(cfg.i64("zero_stage", 0)) + " is not implemented yet");
+  auto comm = dist::Communicator::from_environment(cfg.f64("dist_timeout_seconds", 300));
+  job.comm = comm.get();
+  try {
+    return run_training(cfg, job);
+  } catch (const std::exception& e) {
+    if (comm->size() == 1) throw;
+    // The other ranks would wait for this one until the timeout: end them all now.
+    std::fprintf(stderr, "fusetune: error: %s: %s\n", comm->who().c_str(), e.what());
+    std::fflush(stderr);
+    std::fflush(stdout);
+    comm->abort(1);
+  }
+}
+
+}  // namespace
+
+int full_finetune_distributed(const Config& cfg) {
+  TrainJob job;
+  job.recipe = "full_finetune_distributed";
+  job.trainable = [](const std::string&) { return true; };
+  return run_ranks(cfg, std::move(job));
+}
+
+int lora_finetune_distributed(const Config& cfg) {
+  return run_ranks(cfg, lora_training_job(cfg, "lora_finetune_distributed").job);
+}
+
+}  // namespace fusetune

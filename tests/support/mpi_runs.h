@@ -1,0 +1,120 @@
+#pragma once
+// Starting the built `fusetune` as MPI ranks from tests: whether mpirun exists, the
+// environment it needs here (root in containers, one thread per rank) and the command lines.
+#include <cstdlib>
+#include <string>
+
+#include "recipe_runs.h"
+#include "test_support.h"
+
+namespace fusetune::testing {
+
+inline bool have_mpirun() { return std::system("command -v mpirun >/dev/null 2>&1") == 0; }
+
+// Skips (or, under FUSETUNE_REQUIRE_ASSETS=1, fails) when Open MPI's mpirun is absent.
+#define FT_REQUIRE_MPIRUN()                                   \
+  do {                                                        \
+    if (!::fusetune::testing::have_mpirun())                  \
+      FT_SKIP_UNLESS_REQUIRED(                                \
+          "mpirun not found: install Open MPI (openmpi-bin; " \
+          "scripts/install_deps.sh installs it)");            \
+    ::fusetune::testing::set_mpi_test_environment();          \
+  } while (0)
+
+// Inherited by mpirun and the ranks: Open MPI refuses root without these; one OpenMP thread
+// per rank (2 ranks x 1 thread on a 2-core machine); no leak report from Open MPI's
+// allocations when the binary is sanitized.
+inline void set_mpi_test_environment() {
+  ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+  ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+  ::setenv("OMP_NUM_THREADS", "1", 1);
+  ::setenv("ASAN_OPTIONS", "detect_leaks=0", 1);
+}
+
+// `mpirun -np N [mca] fusetune run RECIPE --config CONFIG overrides...`.
+inline std::string mpirun_command(int ranks, const std::string& recipe, const std::string& config,
+                                  const Overrides& o, const std::string& mpirun_options = "") {
+  return "mpirun -np " + std::to_string(ranks) + " --bind-to none " + mpirun_options + " " +
+         run_command(recipe, config, o);
+}
+
+}  // namespace fusetune::testing
+
+namespace fusetune::testing {
+
+// A command in the background whose process id a test needs (to find mpirun's ranks).
+class BackgroundCommand {
+ public:
+  BackgroundCommand(const std::string& command, const rr_fs::path& scratch) {
+    rr_fs::create_directories(scratch);
+    const std::string cmd = "cd " + shell_quote(source_dir()) + " && exec " + command + " >" +
+                            shell_quote(scratch / "stdout.txt") + " 2>" +
+                            shell_quote(scratch / "stderr.txt");
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+  }
+  ~BackgroundCommand() {
+    if (pid_ > 0 && !reaped_) {
+      ::kill(pid_, SIGKILL);
+      int status = 0;
+      ::waitpid(pid_, &status, 0);
+    }
+  }
+  BackgroundCommand(const BackgroundCommand&) = delete;
+  BackgroundCommand& operator=(const BackgroundCommand&) = delete;
+
+  pid_t pid() const { return pid_; }
+  // Waits up to `timeout` for the process to end; its wait status, or -1 when still running.
+  int wait_exit(std::chrono::milliseconds timeout) {
+    const auto end = std::chrono::steady_clock::now() + timeout;
+    while (!reaped_) {
+      int status = 0;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        reaped_ = true;
+        status_ = status;
+        break;
+      }
+      if (std::chrono::steady_clock::now() >= end) return -1;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return status_;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  bool reaped_ = false;
+  int status_ = 0;
+};
+
+// The process id of MPI rank `rank` among the children of `launcher` (mpirun starts the local
+// ranks itself), or -1.
+inline pid_t mpi_rank_pid(pid_t launcher, int rank) {
+  const std::string want = "OMPI_COMM_WORLD_RANK=" + std::to_string(rank);
+  for (const auto& e : rr_fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const std::string stat = read_text(e.path() / "stat");
+    const size_t close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream fields(stat.substr(close + 2));
+    std::string state;
+    pid_t ppid = 0;
+    fields >> state >> ppid;
+    if (ppid != launcher) continue;
+    const std::string env = read_text(e.path() / "environ");
+    size_t at = 0;
+    while (at < env.size()) {
+      const size_t end = env.find('\0', at);
+      if (env.compare(at, (end == std::string::npos ? env.size() : end) - at, want) == 0)
+        return pid_t(std::stol(name));
+      if (end == std::string::npos) break;
+      at = end + 1;
+    }
+  }
+  return -1;
+}
+
+}  // namespace fusetune::testing

@@ -1,0 +1,206 @@
+// The data-parallel recipes over MPI (2 ranks x 1 thread): 2 ranks x batch b train like one
+// process x batch 2b (the loss normalized by the global count of unmasked tokens, gradients
+// summed over the ranks), reruns are bitwise identical, a run resumes with another number of
+// ranks, and the same holds over TCP. The reference runs are the single-device recipes.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "mpi_runs.h"
+#include "recipe_runs.h"
+#include "test_support.h"
+
+using namespace fusetune::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+// Rows of different lengths (unpacked, padded per batch): each rank's count of unmasked
+// tokens differs, so a loss normalized per rank would not match the reference.
+fs::path write_corpus(const fs::path& dir) {
+  fs::create_directories(dir);
+  const fs::path p = dir / "corpus.jsonl";
+  std::ostringstream s;
+  const std::string words = "the quick brown fox jumps over the lazy dog while a cat sleeps ";
+  for (int i = 0; i < 48; ++i) {
+    const size_t len = 8 + size_t(i * 37 % 53);
+    std::string text;
+    for (size_t k = 0; k < len; ++k) text += words[(k + size_t(i) * 7) % words.size()];
+    s << "{\"text\": \"" << text << "\"}\n";
+  }
+  write_text(p, s.str());
+  return p;
+}
+
+// 10 optimizer steps of the demo model on that corpus; `batch` per rank.
+Overrides run_overrides(const fs::path& out, const fs::path& corpus, int batch,
+                        const Overrides& extra = {}) {
+  Overrides o = {{"output_dir", out.string()},
+                 {"max_steps_per_epoch", "10"},
+                 {"batch_size", std::to_string(batch)},
+                 {"tokenizer.max_seq_len", "64"},
+                 {"dataset.source", corpus.string()},
+                 {"dataset.packed", "false"},
+                 {"num_threads", "1"},
+                 {"log_every_n_steps", "1"},
+                 {"log_peak_memory_stats", "false"},
+                 {"save_every_n_steps", "5"}};
+  for (const auto& [k, v] : extra) o[k] = v;
+  return o;
+}
+
+const Overrides kLora = {{"model.lora_attn_modules", "[q_proj,v_proj]"},
+                         {"model.apply_lora_to_mlp", "true"},
+                         {"model.lora_rank", "4"}};
+
+void run_ok(const std::string& cmd, const fs::path& scratch) {
+  const CliRun r = run_shell(cmd, scratch);
+  ASSERT_EQ(r.code, 0) << cmd << "\n" << r.out << r.err;
+}
+
+// Per step, |a - b| <= 1e-5 |b|.
+void expect_same_curve(const std::vector<double>& a, const std::vector<double>& b,
+                       const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_LE(std::abs(a[i] - b[i]), 1e-5 * std::abs(b[i]))
+        << what << ": step " << i + 1 << ": " << a[i] << " vs " << b[i];
+}
+
+// The largest peak_memory_alloc_bytes rank 0 logged.
+int64_t logged_peak_bytes(const fs::path& out) {
+  int64_t peak = 0;
+  std::istringstream in(read_text(out / "logs" / "metrics.jsonl"));
+  std::string line;
+  while (std::getline(in, line))
+    if (!line.empty())
+      peak =
+          std::max(peak, nlohmann::json::parse(line).value("peak_memory_alloc_bytes", int64_t{0}));
+  return peak;
+}
+
+std::vector<double> tail(const std::vector<double>& v, size_t from) {
+  return std::vector<double>(v.begin() + long(from), v.end());
+}
+
+}  // namespace
+
+TEST(DistTraining, FullTwoRanksMatchOneProcessRerunBitwiseZero12AndResumeAcrossRankCounts) {
+  FT_REQUIRE_MPIRUN();
+  const TempDir tmp;
+  const fs::path corpus = write_corpus(tmp.path());
+  // Reference: one process, batch 4.
+  const fs::path ref = tmp.path() / "ref";
+  run_ok(
+      run_command("full_finetune_single_device", "demo/tiny_full", run_overrides(ref, corpus, 4)),
+      tmp.path() / "s_ref");
+  const std::vector<double> want = losses_of(logged_steps(ref));
+  ASSERT_EQ(want.size(), 10u);
+  // 2 ranks x batch 2, through `fusetune run --nproc_per_node 2`.
+  const fs::path two = tmp.path() / "two";
+  std::string cmd = run_command("full_finetune_distributed", "demo/tiny_full",
+                                run_overrides(two, corpus, 2, {{"log_peak_memory_stats", "true"}}));
+  cmd.replace(cmd.find(" run ") + 5, 0, "--nproc_per_node 2 ");
+  const CliRun r = run_shell(cmd, tmp.path() / "s_two");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("ranks:            2 (data parallel; global batch 4)"), std::string::npos)
+      << r.out;
+  EXPECT_EQ(printed_steps(r.out).size(), 10u) << "only rank 0 prints step lines\n" << r.out;
+  EXPECT_NE(r.out.find(" comm_s:"), std::string::npos) << "time in collectives\n" << r.out;
+  const std::vector<double> got = losses_of(logged_steps(two));
+  expect_same_curve(got, want, "2 ranks x 2 vs 1 x 4");
+  // Rerun: bitwise the same losses and weights.
+  const fs::path again = tmp.path() / "again";
+  run_ok(mpirun_command(2, "full_finetune_distributed", "demo/tiny_full",
+                        run_overrides(again, corpus, 2)),
+         tmp.path() / "s_again");
+  EXPECT_EQ(losses_of(logged_steps(again)), got);
+  EXPECT_EQ(read_text(again / "epoch_0" / "model.safetensors"),
+            read_text(two / "epoch_0" / "model.safetensors"));
+  // ZeRO-1: the same arithmetic, so bitwise the same losses and checkpoint (the optimizer state
+  // gathered to rank 0 under the single-process names), with half the optimizer state on rank 0.
+  const fs::path z1 = tmp.path() / "z1";
+  run_ok(mpirun_command(2, "full_finetune_distributed", "demo/tiny_full",
+                        run_overrides(z1, corpus, 2,
+                                      {{"zero_stage", "1"}, {"log_peak_memory_stats", "true"}})),
+         tmp.path() / "s_z1");
+  EXPECT_EQ(losses_of(logged_steps(z1)), got);
+  for (const char* f : {"epoch_0/model.safetensors", "epoch_0/recipe_state.safetensors",
+                        "step_5/recipe_state.safetensors"})
+    EXPECT_EQ(read_text(z1 / f), read_text(two / f)) << f;
+  const double state_bytes = double(fs::file_size(two / "epoch_0" / "recipe_state.safetensors"));
+  EXPECT_LT(double(logged_peak_bytes(z1)), double(logged_peak_bytes(two)) - 0.3 * state_bytes)
+      << "ZeRO-1 should hold about half the optimizer state on rank 0";
+  // ZeRO-2 (gradients summed into their owners; one micro-batch, so the same sums): bitwise too.
+  const fs::path z2 = tmp.path() / "z2";
+  run_ok(mpirun_command(2, "full_finetune_distributed", "demo/tiny_full",
+                        run_overrides(z2, corpus, 2, {{"zero_stage", "2"}})),
+         tmp.path() / "s_z2");
+  EXPECT_EQ(losses_of(logged_steps(z2)), got);
+  for (const char* f : {"epoch_0/model.safetensors", "epoch_0/recipe_state.safetensors"})
+    EXPECT_EQ(read_text(z2 / f), read_text(two / f)) << f;
+  // Resume the 2-rank run's step_5 with one process (the distributed recipe started plainly),
+  // and the 1-process run's step_5 with 2 ranks: both continue the reference curve.
+  const fs::path to_one = tmp.path() / "to_one", to_two = tmp.path() / "to_two";
+  fs::create_directories(to_one);
+  fs::create_directories(to_two);
+  fs::copy(two / "step_5", to_one / "step_5", fs::copy_options::recursive);
+  fs::copy(ref / "step_5", to_two / "step_5", fs::copy_options::recursive);
+  run_ok(run_command("full_finetune_distributed", "demo/tiny_full",
+                     run_overrides(to_one, corpus, 4, {{"resume_from_checkpoint", "true"}})),
+         tmp.path() / "s_to_one");
+  run_ok(mpirun_command(2, "full_finetune_distributed", "demo/tiny_full",
+                        run_overrides(to_two, corpus, 2,
+                                      {{"resume_from_checkpoint", "true"}, {"zero_stage", "1"}})),
+         tmp.path() / "s_to_two");
+  expect_same_curve(losses_of(logged_steps(to_one)), tail(want, 5), "resumed 2 -> 1 rank");
+  expect_same_curve(losses_of(logged_steps(to_two)), tail(want, 5),
+                    "resumed 1 -> 2 ranks at ZeRO-1");
+}
+
+TEST(DistTraining, LoraZero2TwoRanksOverTcpMatchOneProcess) {
+  FT_REQUIRE_MPIRUN();
+  const TempDir tmp;
+  const fs::path corpus = write_corpus(tmp.path());
+  Overrides lora = kLora;
+  lora["gradient_accumulation_steps"] = "2";  // the global count spans micro-batches too
+  lora["max_steps_per_epoch"] = "5";
+  const fs::path ref = tmp.path() / "ref";
+  run_ok(run_command("lora_finetune_single_device", "demo/tiny_full",
+                     run_overrides(ref, corpus, 4, lora)),
+         tmp.path() / "s_ref");
+  const std::vector<double> want = losses_of(logged_steps(ref));
+  ASSERT_EQ(want.size(), 5u);
+  // As between hosts: TCP only (no shared memory transport).
+  // ZeRO-2: each micro-batch's gradients summed into their owners, accumulated there.
+  lora["zero_stage"] = "2";
+  const fs::path two = tmp.path() / "two";
+  run_ok(mpirun_command(2, "lora_finetune_distributed", "demo/tiny_full",
+                        run_overrides(two, corpus, 2, lora), "--mca btl tcp,self"),
+         tmp.path() / "s_two");
+  expect_same_curve(losses_of(logged_steps(two)), want, "LoRA 2 ranks x 2 over TCP vs 1 x 4");
+  EXPECT_TRUE(fs::exists(two / "epoch_0" / "adapter_model.safetensors"));
+}
+
+TEST(DistTraining, LaunchAndConfigErrorsAreClear) {
+  const TempDir tmp;
+  auto run = [&](const std::string& args) {
+    return run_shell(shell_quote(binary_path()) + " " + args, tmp.path() / "s");
+  };
+  CliRun r = run("run --nproc_per_node 2 full_finetune_single_device --config demo/tiny_full");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("--nproc_per_node runs a *_distributed recipe"), std::string::npos) << r.err;
+  r = run("run --nproc_per_node two full_finetune_distributed --config demo/tiny_full");
+  EXPECT_NE(r.err.find("--nproc_per_node must be a whole number >= 1, got 'two'"),
+            std::string::npos)
+      << r.err;
+  r = run("validate demo/tiny_full --recipe full_finetune_distributed zero_stage=3");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE((r.out + r.err).find("zero_stage: 3 is not implemented yet"), std::string::npos)
+      << r.out << r.err;
+}
