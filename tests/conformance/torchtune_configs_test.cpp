@@ -99,7 +99,8 @@ TEST(TorchtuneConfigs, EveryConfigNamesItsRecipe) {
   EXPECT_EQ(by_recipe["knowledge_distillation_single_device"], 2);
   EXPECT_EQ(by_recipe["eleuther_eval"], 4);
   EXPECT_EQ(by_recipe["qat_single_device"], 3);
-  EXPECT_EQ(supported, 35);
+  EXPECT_EQ(by_recipe["full_finetune_distributed"], 13);
+  EXPECT_EQ(supported, 68);
   std::string summary;
   for (const auto& [name, n] : by_recipe)
     summary += "  " + name + (registered(name) ? "" : " (not in fusetune)") + ": " +
@@ -200,8 +201,10 @@ TEST(TorchtuneConfigs, CpCopiesEveryTorchtuneName) {
       EXPECT_TRUE(has(out, "Run it with: fusetune run " + recipe)) << out;
     }
   }
-  EXPECT_GT(copied, 80);
-  EXPECT_GT(noted, 50);
+  // Most torchtune configs have no built-in twin; since the *_distributed recipes exist, a
+  // minority name a recipe fusetune lacks (DPO / QAT distributed, distillation, eval, ...).
+  EXPECT_GT(copied, 75);
+  EXPECT_GT(noted, 20);
 }
 
 // torchtune's llama3_2/1B_lora_single_device.yaml, unmodified, planned and trained with
