@@ -153,9 +153,11 @@ void fq_rows_into(const FakeQuantSpec& spec, const uint16_t* W, int64_t r0, int6
   }
 }
 
-template <class T, class W>
-void tiled_matmul(const FakeQuantSpec& spec, const W* w, const T* x, int64_t N, int64_t O,
-                  int64_t K, T* y) {
+// Calls use(r0, r1, tile) for each tile of rows [r0, r1) of w [O, K], fake-quantized into one
+// reused, counted scratch tile: both GEMM directions read the weight this way.
+template <class T, class W, class Use>
+void for_each_fake_quant_tile(const FakeQuantSpec& spec, const W* w, int64_t O, int64_t K,
+                              Use use) {
   check_spec(spec, K);
   const int64_t tr = fake_quant_tile_rows(O, K);
   Tensor tile_buf = Tensor::empty({tr, K}, dtype_of<T>());  // counted scratch
@@ -163,22 +165,24 @@ void tiled_matmul(const FakeQuantSpec& spec, const W* w, const T* x, int64_t N, 
   for (int64_t r0 = 0; r0 < O; r0 += tr) {
     const int64_t r1 = std::min(O, r0 + tr);
     fq_rows_into(spec, w, r0, r1, K, tile);
-    gemm<T>(false, true, N, r1 - r0, K, T(1), x, K, tile, K, T(0), y + r0, O);
+    use(r0, r1, tile);
   }
+}
+
+template <class T, class W>
+void tiled_matmul(const FakeQuantSpec& spec, const W* w, const T* x, int64_t N, int64_t O,
+                  int64_t K, T* y) {
+  for_each_fake_quant_tile<T>(spec, w, O, K, [&](int64_t r0, int64_t r1, const T* tile) {
+    gemm<T>(false, true, N, r1 - r0, K, T(1), x, K, tile, K, T(0), y + r0, O);
+  });
 }
 
 template <class T, class W>
 void tiled_matmul_backward(const FakeQuantSpec& spec, const W* w, const T* dy, int64_t N, int64_t O,
                            int64_t K, T* dx) {
-  check_spec(spec, K);
-  const int64_t tr = fake_quant_tile_rows(O, K);
-  Tensor tile_buf = Tensor::empty({tr, K}, dtype_of<T>());  // counted scratch
-  T* tile = tile_buf.data<T>();
-  for (int64_t r0 = 0; r0 < O; r0 += tr) {
-    const int64_t r1 = std::min(O, r0 + tr);
-    fq_rows_into(spec, w, r0, r1, K, tile);
+  for_each_fake_quant_tile<T>(spec, w, O, K, [&](int64_t r0, int64_t r1, const T* tile) {
     gemm<T>(false, false, N, K, r1 - r0, T(1), dy + r0, O, tile, K, r0 == 0 ? T(0) : T(1), dx, K);
-  }
+  });
 }
 
 }  // namespace
