@@ -109,7 +109,9 @@ MemoryBreakdown estimate_step_memory(const Graph& g, const MemoryPlan* plan,
     }
     // dtype: bf16 widens inputs and rounds outputs through fp32 scratch.
     scratch += bf16_conversion_scratch_bytes(g, n);
-    if (last[i] < 0) scratch = 0;  // dead: never runs
+    // Leaves and views run no kernel (a bf16 parameter is bound, not widened); dead nodes never
+    // run.
+    if (leaf || is_view_op(n.op) || last[i] < 0) scratch = 0;
     m.workspace = std::max(m.workspace, scratch);
     if (live + scratch > peak) gradients_at_peak = gradients_held;
     peak = std::max(peak, live + scratch);
