@@ -231,7 +231,7 @@ TEST(NF4, CodesAreTheNearestTableEntryWithTiesToTheLowerOne) {
   }
   std::mt19937_64 rng(5);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  while (w.size() % 64 != 0 || w.size() < 192) w.push_back(u(rng));
+  while (w.size() < 192 + 13) w.push_back(u(rng));  // three whole blocks and a tail of 13
   w[100] = -1.0f;
   const int64_t n = int64_t(w.size());
   const kernels::NF4Sizes s = kernels::nf4_sizes(n);
@@ -242,7 +242,7 @@ TEST(NF4, CodesAreTheNearestTableEntryWithTiesToTheLowerOne) {
   kernels::nf4_quantize(w.data(), n, codes.data(), am_codes.data(), scales.data(), &offset);
   for (int64_t i = 0; i < n; ++i) {
     float am = 0;
-    for (int64_t k = i / 64 * 64; k < i / 64 * 64 + 64; ++k)
+    for (int64_t k = i / 64 * 64; k < std::min(n, i / 64 * 64 + 64); ++k)
       am = std::max(am, std::abs(w[size_t(k)]));
     const float v = float(double(w[size_t(i)]) / double(am));
     int best = 0;
@@ -251,6 +251,7 @@ TEST(NF4, CodesAreTheNearestTableEntryWithTiesToTheLowerOne) {
     const int got = int((uint32_t(codes[size_t(i >> 3)]) >> (4 * (i & 7))) & 15u);
     ASSERT_EQ(got, best) << "weight " << i << " = " << w[size_t(i)] << " (w/absmax " << v << ")";
   }
+  EXPECT_EQ(uint32_t(codes.back()) >> (4 * (n % 8)), 0u);  // the last word's unused codes are 0
 }
 
 // A weight quantized a 2^20-element chunk at a time (a checkpoint's bf16 bytes, the random

@@ -59,15 +59,16 @@ int nearest(const float* table, int n, float v) {
   return (v - table[hi - 1]) <= (table[hi] - v) ? hi - 1 : hi;
 }
 
-// nearest(kNF4, 16, v[k]) for a block, without branches so that it vectorizes (8B QLoRA
-// quantizes ~6.5e9 weights at load). The code is the number of table gaps [t_j, t_j+1] whose
+// nearest(kNF4, 16, v[k]) for a block of kNF4Block, without branches so that it vectorizes (8B
+// QLoRA quantizes ~6.5e9 weights at load). The code is the number of table gaps [t_j, t_j+1] whose
 // upper end is strictly nearer than the lower one: the same comparison nearest() makes on the
 // gap holding v (every gap below it counts, none above), hence the same bits, ties included.
-void nearest_nf4_codes(const float* v, int64_t n, int32_t* c) {
-  for (int64_t k = 0; k < n; ++k) c[k] = 0;
+inline void nearest_nf4_codes(const float* v, int32_t* c) {
+  for (int64_t k = 0; k < kNF4Block; ++k) c[k] = 0;
   for (int j = 0; j + 1 < 16; ++j) {
     const float lo = kNF4[j], hi = kNF4[j + 1];
-    for (int64_t k = 0; k < n; ++k) c[k] += (v[k] - lo) > (hi - v[k]) ? 1 : 0;
+#pragma omp simd
+    for (int64_t k = 0; k < kNF4Block; ++k) c[k] += (v[k] - lo) > (hi - v[k]) ? 1 : 0;
   }
 }
 
@@ -117,23 +118,31 @@ void nf4_quantize_blocks(const T* w, int64_t n, int32_t* codes, float* absmax) {
   // depend on the thread count). An 8B QLoRA base is ~6.5e9 weights.
 #pragma omp parallel for schedule(static) if (n >= detail::kParallelMin)
   for (int64_t b = 0; b < blocks; ++b) {
-    const int64_t i0 = b * kNF4Block, i1 = std::min(n, i0 + kNF4Block);
-    float am = 0;
-    for (int64_t i = i0; i < i1; ++i) am = std::max(am, float(std::abs(double(w[i]))));
-    absmax[b] = am;
-    const int64_t len = i1 - i0;
-    int32_t c[kNF4Block];
-    if (am > 0) {
-      float v[kNF4Block];
-      for (int64_t k = 0; k < len; ++k) v[k] = float(double(w[i0 + k]) / double(am));
-      nearest_nf4_codes(v, len, c);
-    } else {
-      std::fill(c, c + len, 7);  // code 7 is 0.0
+    // Every loop runs over a whole block of 64 so that it vectorizes: the tail block's missing
+    // elements are 0 (code 7, as a zero weight) and their code bits 0, as before.
+    const int64_t i0 = b * kNF4Block, len = std::min(n - i0, kNF4Block);
+    T tail[kNF4Block];
+    const T* wb = w + i0;
+    if (len < kNF4Block) {
+      std::fill(std::copy(wb, wb + len, tail), tail + kNF4Block, T(0));
+      wb = tail;
     }
-    std::fill(codes + (i0 >> 3), codes + ((i1 + 7) >> 3), 0);
-    for (int64_t k = 0; k < len; ++k) {
-      const int64_t i = i0 + k;
-      codes[i >> 3] = int32_t(uint32_t(codes[i >> 3]) | (uint32_t(c[k]) << (4 * (i & 7))));
+    float am = 0;
+#pragma omp simd reduction(max : am)
+    for (int64_t k = 0; k < kNF4Block; ++k) am = std::max(am, float(std::abs(wb[k])));
+    absmax[b] = am;
+    const double d = am > 0 ? double(am) : 1.0;  // an all-zero block: every v is 0, code 7
+    float v[kNF4Block];
+#pragma omp simd
+    for (int64_t k = 0; k < kNF4Block; ++k) v[k] = float(double(wb[k]) / d);
+    int32_t c[kNF4Block];
+    nearest_nf4_codes(v, c);
+    for (int64_t k = len; k < kNF4Block; ++k) c[k] = 0;
+    int32_t* out = codes + (i0 >> 3);  // a block is 8 whole code words
+    for (int64_t q = 0; q < (len + 7) / 8; ++q) {
+      uint32_t word = 0;
+      for (int r = 0; r < 8; ++r) word |= uint32_t(c[8 * q + r]) << (4 * r);
+      out[q] = int32_t(word);
     }
   }
 }
