@@ -24,6 +24,7 @@
 #include "fusetune/metrics/format.h"
 #include "fusetune/peft/lora.h"
 #include "fusetune/peft/parameter_count.h"
+#include "fusetune/runtime/op_profile.h"
 #include "fusetune/util/strings.h"
 #include "fusetune/util/system_memory.h"
 #include "step_runner.h"
@@ -165,11 +166,15 @@ int main(int argc, char** argv) try {
             m.size() > 3 && m.substr(m.size() - 3) == "-ib" ? m.substr(0, m.size() - 3) : m;
         FT_CHECK(b == "full" || b == "full8" || b == "lora" || b == "qlora",
                  "--methods: unknown method '" + m + "'");
+        op_profile::reset();
         results.push_back(run(shape, m, parse_compile_mode(c), steps, ckpt,
                               d == "bf16" ? DType::BF16 : DType::F32));
         const Result& r = results.back();
         std::fprintf(stderr, "%s %s %s: %s\n", r.method.c_str(), r.mode.c_str(), r.dtype.c_str(),
                      r.fits ? "done" : "does not fit: not run");
+        if (op_profile::enabled() && r.fits)  // FUSETUNE_PROFILE=1: where the steps' time went
+          std::fprintf(stderr, "profile of %s %s %s (%d steps):\n%s\n", r.method.c_str(),
+                       r.mode.c_str(), r.dtype.c_str(), steps, op_profile::report().c_str());
       }
   // The comparisons are within one dtype and compile mode.
   const Result* current = nullptr;
