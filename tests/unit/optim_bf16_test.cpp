@@ -261,30 +261,35 @@ TEST(OptimBf16, AdamWOnBf16ParametersFollowsTheReferenceWithinBf16Precision) {
 
 TEST(OptimBf16, Fp32AdamWIsUnchangedByTheBf16Code) {
   // The F32 path is the same arithmetic as before bf16: AdamW on fp32 gives the element update
-  // of adamw_math::Update<float> exactly.
-  AdamWOptions o;
-  AdamW opt(o);
-  const Tensor p = run_steps(opt, DType::F32, 2);
-  std::vector<float> pr(kP0.begin(), kP0.end()), m(kP0.size(), 0), v(kP0.size(), 0);
-  for (int k = 0; k < 2; ++k) {
-    const auto co = [&] {
-      const double bc1 = 1 - std::pow(o.beta1, k + 1), bc2 = 1 - std::pow(o.beta2, k + 1);
-      return std::vector<double>{1 - kLrs[size_t(k)] * o.weight_decay, kLrs[size_t(k)] / bc1,
-                                 std::sqrt(bc2)};
-    }();
-    for (size_t i = 0; i < pr.size(); ++i) {
-      const float g = bf16_to_f32(f32_to_bf16(float(kGrads[size_t(k)][i])));  // as run_steps
-      const float pi = pr[i] * float(co[0]);
-      const float w = float(1 - o.beta1);
-      const float mi = m[i] + w * (g - m[i]);
-      const float vi = v[i] * float(o.beta2) + float(1 - o.beta2) * g * g;
-      const float denom = std::sqrt(vi) / float(co[2]) + float(o.eps);
-      m[i] = mi;
-      v[i] = vi;
-      pr[i] = pi + float(-co[1]) * mi / denom;
+  // of adamw_math::Update<float> exactly, with either of torch's lerp formulas (beta1 0.9: the
+  // weight 0.1 < 0.5 lerps from m; beta1 0.3: from g).
+  for (const double beta1 : {0.9, 0.3}) {
+    AdamWOptions o;
+    o.beta1 = beta1;
+    AdamW opt(o);
+    const Tensor p = run_steps(opt, DType::F32, 2);
+    std::vector<float> pr(kP0.begin(), kP0.end()), m(kP0.size(), 0), v(kP0.size(), 0);
+    for (int k = 0; k < 2; ++k) {
+      const auto co = [&] {
+        const double bc1 = 1 - std::pow(o.beta1, k + 1), bc2 = 1 - std::pow(o.beta2, k + 1);
+        return std::vector<double>{1 - kLrs[size_t(k)] * o.weight_decay, kLrs[size_t(k)] / bc1,
+                                   std::sqrt(bc2)};
+      }();
+      for (size_t i = 0; i < pr.size(); ++i) {
+        const float g = bf16_to_f32(f32_to_bf16(float(kGrads[size_t(k)][i])));  // as run_steps
+        const float pi = pr[i] * float(co[0]);
+        const float w = float(1 - o.beta1);
+        const float mi = w < 0.5f ? m[i] + w * (g - m[i]) : g - (g - m[i]) * (1.0f - w);
+        const float vi = v[i] * float(o.beta2) + float(1 - o.beta2) * g * g;
+        const float denom = std::sqrt(vi) / float(co[2]) + float(o.eps);
+        m[i] = mi;
+        v[i] = vi;
+        pr[i] = pi + float(-co[1]) * mi / denom;
+      }
     }
+    for (size_t i = 0; i < pr.size(); ++i)
+      EXPECT_EQ(p.data<float>()[i], pr[i]) << beta1 << " " << i;
   }
-  for (size_t i = 0; i < pr.size(); ++i) EXPECT_EQ(p.data<float>()[i], pr[i]) << i;
 }
 
 TEST(OptimBf16, ResultsDoNotDependOnTheThreadCount) {
