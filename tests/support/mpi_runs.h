@@ -60,6 +60,30 @@ inline std::filesystem::path write_uneven_corpus(const std::filesystem::path& di
   return p;
 }
 
+// The keys of a run compared across rank counts: the uneven corpus unpacked, `batch` rows per
+// rank, `steps` optimizer steps, one thread, every step logged; `extra` adds or overrides.
+inline Overrides rank_run_overrides(const std::filesystem::path& out,
+                                    const std::filesystem::path& corpus, int batch, int steps,
+                                    const Overrides& extra = {}) {
+  Overrides o = {{"output_dir", out.string()},
+                 {"max_steps_per_epoch", std::to_string(steps)},
+                 {"batch_size", std::to_string(batch)},
+                 {"tokenizer.max_seq_len", "64"},
+                 {"dataset.source", corpus.string()},
+                 {"dataset.packed", "false"},
+                 {"num_threads", "1"},
+                 {"log_every_n_steps", "1"},
+                 {"log_peak_memory_stats", "false"}};
+  for (const auto& [k, v] : extra) o[k] = v;
+  return o;
+}
+
+// Runs `cmd`; a non-zero exit fails the test with the command and its output.
+inline void run_ok(const std::string& cmd, const std::filesystem::path& scratch) {
+  const CliRun r = run_shell(cmd, scratch);
+  ASSERT_EQ(r.code, 0) << cmd << "\n" << r.out << r.err;
+}
+
 // Per step, |a - b| <= 1e-5 |b| (N ranks x b against one process x N*b, fp32).
 inline void expect_same_curve(const std::vector<double>& a, const std::vector<double>& b,
                               const std::string& what) {

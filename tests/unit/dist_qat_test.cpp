@@ -18,28 +18,16 @@ namespace fs = std::filesystem;
 
 namespace {
 
-void run_ok(const std::string& cmd, const fs::path& scratch) {
-  const CliRun r = run_shell(cmd, scratch);
-  ASSERT_EQ(r.code, 0) << cmd << "\n" << r.out << r.err;
-}
-
 // stories260K (real tokenizer, tied embedding: the gguf_q4_0 head and embedding are Q8_0) on
 // the uneven corpus, `batch` rows per rank, 8 steps.
 Overrides stories_overrides(const fs::path& out, const fs::path& corpus, int batch,
                             const Overrides& extra = {}) {
   const fs::path a = assets_dir();
-  Overrides o = {{"output_dir", out.string()},
-                 {"checkpointer.checkpoint_dir", (a / "stories260K").string()},
-                 {"tokenizer.path", (a / "stories260K" / "tokenizer.json").string()},
-                 {"tokenizer.max_seq_len", "64"},
-                 {"dataset.source", corpus.string()},
-                 {"dataset.packed", "false"},
-                 {"batch_size", std::to_string(batch)},
-                 {"max_steps_per_epoch", "8"},
-                 {"lr_scheduler.num_warmup_steps", "2"},
-                 {"num_threads", "1"},
-                 {"log_every_n_steps", "1"},
-                 {"log_peak_memory_stats", "false"}};
+  Overrides o =
+      rank_run_overrides(out, corpus, batch, 8,
+                         {{"checkpointer.checkpoint_dir", (a / "stories260K").string()},
+                          {"tokenizer.path", (a / "stories260K" / "tokenizer.json").string()},
+                          {"lr_scheduler.num_warmup_steps", "2"}});
   for (const auto& [k, v] : extra) o[k] = v;
   return o;
 }
@@ -130,24 +118,16 @@ TEST(DistQat, LoraInt8DynActInt4Zero2WithAccumulationTwoRanksMatchOneProcess) {
   FT_REQUIRE_MPIRUN();
   const TempDir tmp;
   const fs::path corpus = write_uneven_corpus(tmp.path());
+  const Overrides lora = {{"gradient_accumulation_steps", "2"},
+                          {"optimizer.lr", "1e-2"},
+                          {"quantizer._component_", "Int8DynActInt4WeightQATQuantizer"},
+                          {"quantizer.groupsize", "32"},
+                          {"model.lora_attn_modules", "[q_proj,v_proj]"},
+                          {"model.apply_lora_to_mlp", "true"},
+                          {"model.lora_rank", "4"},
+                          {"model.lora_alpha", "8"}};
   auto overrides = [&](const fs::path& out, int batch, const Overrides& extra) {
-    Overrides o = {{"output_dir", out.string()},
-                   {"max_steps_per_epoch", "5"},
-                   {"batch_size", std::to_string(batch)},
-                   {"gradient_accumulation_steps", "2"},
-                   {"tokenizer.max_seq_len", "64"},
-                   {"dataset.source", corpus.string()},
-                   {"dataset.packed", "false"},
-                   {"num_threads", "1"},
-                   {"log_every_n_steps", "1"},
-                   {"log_peak_memory_stats", "false"},
-                   {"optimizer.lr", "1e-2"},
-                   {"quantizer._component_", "Int8DynActInt4WeightQATQuantizer"},
-                   {"quantizer.groupsize", "32"},
-                   {"model.lora_attn_modules", "[q_proj,v_proj]"},
-                   {"model.apply_lora_to_mlp", "true"},
-                   {"model.lora_rank", "4"},
-                   {"model.lora_alpha", "8"}};
+    Overrides o = rank_run_overrides(out, corpus, batch, 5, lora);
     for (const auto& [k, v] : extra) o[k] = v;
     return o;
   };

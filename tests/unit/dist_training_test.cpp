@@ -23,16 +23,7 @@ namespace {
 // 10 optimizer steps of the demo model on that corpus; `batch` per rank.
 Overrides run_overrides(const fs::path& out, const fs::path& corpus, int batch,
                         const Overrides& extra = {}) {
-  Overrides o = {{"output_dir", out.string()},
-                 {"max_steps_per_epoch", "10"},
-                 {"batch_size", std::to_string(batch)},
-                 {"tokenizer.max_seq_len", "64"},
-                 {"dataset.source", corpus.string()},
-                 {"dataset.packed", "false"},
-                 {"num_threads", "1"},
-                 {"log_every_n_steps", "1"},
-                 {"log_peak_memory_stats", "false"},
-                 {"save_every_n_steps", "5"}};
+  Overrides o = rank_run_overrides(out, corpus, batch, 10, {{"save_every_n_steps", "5"}});
   for (const auto& [k, v] : extra) o[k] = v;
   return o;
 }
@@ -40,11 +31,6 @@ Overrides run_overrides(const fs::path& out, const fs::path& corpus, int batch,
 const Overrides kLora = {{"model.lora_attn_modules", "[q_proj,v_proj]"},
                          {"model.apply_lora_to_mlp", "true"},
                          {"model.lora_rank", "4"}};
-
-void run_ok(const std::string& cmd, const fs::path& scratch) {
-  const CliRun r = run_shell(cmd, scratch);
-  ASSERT_EQ(r.code, 0) << cmd << "\n" << r.out << r.err;
-}
 
 // The largest peak_memory_alloc_bytes rank 0 logged.
 int64_t logged_peak_bytes(const fs::path& out) {
