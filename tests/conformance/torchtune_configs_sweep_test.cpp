@@ -1,5 +1,7 @@
-// The sweep of issue 14: every single-device config in ../shared/assets/torchtune_configs,
-// unmodified, run with only its paths pointed at small local files: a random-init checkpoint
+// The sweep of issue 14: every training config in ../shared/assets/torchtune_configs (the
+// single-device recipes', and the *_distributed ones', run as one rank: a distributed recipe
+// started without a launcher is a single process), unmodified, run with only its paths pointed
+// at small local files: a random-init checkpoint
 // of the config's model family in HF layout (2 layers, hidden 32, the real tokenizer's
 // vocabulary, bf16, two shards), the real tokenizer files (Qwen2.5's vocab.json + merges.txt
 // written from Qwen3's tokenizer.json: the same byte-level BPE), a local dataset. Each
@@ -204,9 +206,17 @@ const std::map<std::string, KnownRefusal> kKnownRefusals = {
     // Planned for batch 8 x 1024 tokens with the 128K vocabulary's logits materialized
     // (compile: false): ~18 GiB, so it runs only where that much memory is available.
     {"llama3_1/8B_lora_dpo_single_device", {"this run would not fit in memory", true}},
+    // custom_sharded_layers: FSDP wraps these modules separately; only meaningful with sharded
+    // parameters (ZeRO-3, not implemented).
+    {"llama3/8B_full", {"custom_sharded_layers names modules to shard"}},
+    {"llama3/70B_full", {"custom_sharded_layers names modules to shard"}},
+    {"llama3/8B_qat_full", {"custom_sharded_layers names modules to shard"}},
+    {"llama3_1/8B_full", {"custom_sharded_layers names modules to shard"}},
+    {"llama3_1/70B_full", {"custom_sharded_layers names modules to shard"}},
+    {"llama3_1/8B_qat_full", {"custom_sharded_layers names modules to shard"}},
 };
 
-TEST(TorchtuneConfigsSweep, EverySingleDeviceConfigRunsTwoStepsFromLocalFiles) {
+TEST(TorchtuneConfigsSweep, EveryTrainingConfigRunsTwoStepsFromLocalFiles) {
   if (!std::getenv("FUSETUNE_TORCHTUNE_SWEEP") && !std::getenv("FUSETUNE_SWEEP_ONLY"))
     GTEST_SKIP() << "about an hour of CPU: set FUSETUNE_TORCHTUNE_SWEEP=1 (or "
                     "FUSETUNE_SWEEP_ONLY=name,...) to run the sweep";
@@ -275,10 +285,11 @@ TEST(TorchtuneConfigsSweep, EverySingleDeviceConfigRunsTwoStepsFromLocalFiles) {
     const std::string text = read(path);
     const Config cfg = Config::from_string(text, path.string());
     const fusetune::RecipeChoice choice = fusetune::infer_recipe("", text, cfg, path.string());
-    const std::string suffix = "_single_device";
-    if (choice.name.size() < suffix.size() ||
-        choice.name.compare(choice.name.size() - suffix.size(), suffix.size(), suffix) != 0)
-      continue;
+    auto ends_with = [&](const std::string& suffix) {
+      return choice.name.size() >= suffix.size() &&
+             choice.name.compare(choice.name.size() - suffix.size(), suffix.size(), suffix) == 0;
+    };
+    if (!ends_with("_single_device") && !ends_with("_distributed")) continue;
     row.recipe = choice.name;
     const auto start = std::chrono::steady_clock::now();
     if (!registered(choice.name)) {
@@ -365,7 +376,8 @@ TEST(TorchtuneConfigsSweep, EverySingleDeviceConfigRunsTwoStepsFromLocalFiles) {
 
   const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::string s =
-      "torchtune single-device configs, unmodified; overrides: paths only "
+      "torchtune training configs (distributed ones as one rank), unmodified; overrides: paths "
+      "only "
       "(checkpointer.checkpoint_dir/checkpoint_files, tokenizer.path[/merges_file], "
       "dataset.source, output_dir) + run length (epochs=1 max_steps_per_epoch=2); "
       "checkpoints: random-init bf16, 2 layers, hidden 32, the tokenizer's vocabulary, 2 shards\n";

@@ -1,8 +1,13 @@
 #pragma once
 // Starting the built `fusetune` as MPI ranks from tests: whether mpirun exists, the
 // environment it needs here (root in containers, one thread per rank) and the command lines.
+#include <gtest/gtest.h>
+
+#include <cmath>
 #include <cstdlib>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "recipe_runs.h"
 #include "test_support.h"
@@ -36,6 +41,56 @@ inline std::string mpirun_command(int ranks, const std::string& recipe, const st
                                   const Overrides& o, const std::string& mpirun_options = "") {
   return "mpirun -np " + std::to_string(ranks) + " --bind-to none " + mpirun_options + " " +
          run_command(recipe, config, o);
+}
+
+// Rows of different lengths (unpacked, padded per batch): each rank's count of unmasked
+// tokens differs, so a loss normalized per rank would not match the one-process reference.
+inline std::filesystem::path write_uneven_corpus(const std::filesystem::path& dir) {
+  std::filesystem::create_directories(dir);
+  const std::filesystem::path p = dir / "corpus.jsonl";
+  std::ostringstream s;
+  const std::string words = "the quick brown fox jumps over the lazy dog while a cat sleeps ";
+  for (int i = 0; i < 48; ++i) {
+    const size_t len = 8 + size_t(i * 37 % 53);
+    std::string text;
+    for (size_t k = 0; k < len; ++k) text += words[(k + size_t(i) * 7) % words.size()];
+    s << "{\"text\": \"" << text << "\"}\n";
+  }
+  write_text(p, s.str());
+  return p;
+}
+
+// The keys of a run compared across rank counts: the uneven corpus unpacked, `batch` rows per
+// rank, `steps` optimizer steps, one thread, every step logged; `extra` adds or overrides.
+inline Overrides rank_run_overrides(const std::filesystem::path& out,
+                                    const std::filesystem::path& corpus, int batch, int steps,
+                                    const Overrides& extra = {}) {
+  Overrides o = {{"output_dir", out.string()},
+                 {"max_steps_per_epoch", std::to_string(steps)},
+                 {"batch_size", std::to_string(batch)},
+                 {"tokenizer.max_seq_len", "64"},
+                 {"dataset.source", corpus.string()},
+                 {"dataset.packed", "false"},
+                 {"num_threads", "1"},
+                 {"log_every_n_steps", "1"},
+                 {"log_peak_memory_stats", "false"}};
+  for (const auto& [k, v] : extra) o[k] = v;
+  return o;
+}
+
+// Runs `cmd`; a non-zero exit fails the test with the command and its output.
+inline void run_ok(const std::string& cmd, const std::filesystem::path& scratch) {
+  const CliRun r = run_shell(cmd, scratch);
+  ASSERT_EQ(r.code, 0) << cmd << "\n" << r.out << r.err;
+}
+
+// Per step, |a - b| <= 1e-5 |b| (N ranks x b against one process x N*b, fp32).
+inline void expect_same_curve(const std::vector<double>& a, const std::vector<double>& b,
+                              const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_LE(std::abs(a[i] - b[i]), 1e-5 * std::abs(b[i]))
+        << what << ": step " << i + 1 << ": " << a[i] << " vs " << b[i];
 }
 
 }  // namespace fusetune::testing

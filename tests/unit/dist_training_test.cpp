@@ -20,36 +20,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Rows of different lengths (unpacked, padded per batch): each rank's count of unmasked
-// tokens differs, so a loss normalized per rank would not match the reference.
-fs::path write_corpus(const fs::path& dir) {
-  fs::create_directories(dir);
-  const fs::path p = dir / "corpus.jsonl";
-  std::ostringstream s;
-  const std::string words = "the quick brown fox jumps over the lazy dog while a cat sleeps ";
-  for (int i = 0; i < 48; ++i) {
-    const size_t len = 8 + size_t(i * 37 % 53);
-    std::string text;
-    for (size_t k = 0; k < len; ++k) text += words[(k + size_t(i) * 7) % words.size()];
-    s << "{\"text\": \"" << text << "\"}\n";
-  }
-  write_text(p, s.str());
-  return p;
-}
-
 // 10 optimizer steps of the demo model on that corpus; `batch` per rank.
 Overrides run_overrides(const fs::path& out, const fs::path& corpus, int batch,
                         const Overrides& extra = {}) {
-  Overrides o = {{"output_dir", out.string()},
-                 {"max_steps_per_epoch", "10"},
-                 {"batch_size", std::to_string(batch)},
-                 {"tokenizer.max_seq_len", "64"},
-                 {"dataset.source", corpus.string()},
-                 {"dataset.packed", "false"},
-                 {"num_threads", "1"},
-                 {"log_every_n_steps", "1"},
-                 {"log_peak_memory_stats", "false"},
-                 {"save_every_n_steps", "5"}};
+  Overrides o = rank_run_overrides(out, corpus, batch, 10, {{"save_every_n_steps", "5"}});
   for (const auto& [k, v] : extra) o[k] = v;
   return o;
 }
@@ -57,20 +31,6 @@ Overrides run_overrides(const fs::path& out, const fs::path& corpus, int batch,
 const Overrides kLora = {{"model.lora_attn_modules", "[q_proj,v_proj]"},
                          {"model.apply_lora_to_mlp", "true"},
                          {"model.lora_rank", "4"}};
-
-void run_ok(const std::string& cmd, const fs::path& scratch) {
-  const CliRun r = run_shell(cmd, scratch);
-  ASSERT_EQ(r.code, 0) << cmd << "\n" << r.out << r.err;
-}
-
-// Per step, |a - b| <= 1e-5 |b|.
-void expect_same_curve(const std::vector<double>& a, const std::vector<double>& b,
-                       const std::string& what) {
-  ASSERT_EQ(a.size(), b.size()) << what;
-  for (size_t i = 0; i < a.size(); ++i)
-    EXPECT_LE(std::abs(a[i] - b[i]), 1e-5 * std::abs(b[i]))
-        << what << ": step " << i + 1 << ": " << a[i] << " vs " << b[i];
-}
 
 // The largest peak_memory_alloc_bytes rank 0 logged.
 int64_t logged_peak_bytes(const fs::path& out) {
@@ -93,7 +53,7 @@ std::vector<double> tail(const std::vector<double>& v, size_t from) {
 TEST(DistTraining, FullTwoRanksMatchOneProcessRerunBitwiseZero12AndResumeAcrossRankCounts) {
   FT_REQUIRE_MPIRUN();
   const TempDir tmp;
-  const fs::path corpus = write_corpus(tmp.path());
+  const fs::path corpus = write_uneven_corpus(tmp.path());
   // Reference: one process, batch 4.
   const fs::path ref = tmp.path() / "ref";
   run_ok(
@@ -166,7 +126,7 @@ TEST(DistTraining, FullTwoRanksMatchOneProcessRerunBitwiseZero12AndResumeAcrossR
 TEST(DistTraining, LoraZero2TwoRanksOverTcpMatchOneProcess) {
   FT_REQUIRE_MPIRUN();
   const TempDir tmp;
-  const fs::path corpus = write_corpus(tmp.path());
+  const fs::path corpus = write_uneven_corpus(tmp.path());
   Overrides lora = kLora;
   lora["gradient_accumulation_steps"] = "2";  // the global count spans micro-batches too
   lora["max_steps_per_epoch"] = "5";

@@ -395,7 +395,7 @@ TEST(QatModel, AllCompileModesAgree) {
         EXPECT_EQ(count_ops(tg.graph, Op::FakeQuantMatMul),
                   7 * 2 + (tied && !gguf(scheme) ? 0 : 1));
         // One activation fake quantization per distinct input (q/k/v share one, gate/up one),
-        // + the head's input, + gguf's embedding table.
+        // + the head's input, + gguf's gathered embedding rows.
         if (scheme != quant::QatScheme::Int4WeightOnly) {
           int forward = 0;
           for (const Node& n : tg.graph.nodes()) forward += n.op == Op::FakeQuantize && !n.backward;
@@ -442,6 +442,66 @@ TEST(QatModel, GgufFollowsLlamaQuantizeDefaultsForEmbeddingAndHead) {
   const auto left = quant::check_model(q4, s);
   ASSERT_EQ(left.size(), 1u);
   EXPECT_NE(left[0].find("down_proj"), std::string::npos);
+}
+
+// llama.cpp gathers rows of the quantized token_embd; Q4_0/Q8_0 blocks lie along a row, so the
+// hook fake-quantizes only the gathered rows. Reference: the whole table fake-quantized, then
+// gathered (bitwise the same); the straight-through gradient is the scatter-add of dy. No
+// FakeQuantize of the [V, D] table exists.
+TEST(QatModel, GgufEmbeddingFakeQuantizesTheGatheredRowsAsTheWholeTableThenGathered) {
+  const int64_t V = 37, D = 64, B = 2, T = 6;  // rows of two blocks
+  for (const auto& [scheme, tied, want] :
+       {std::tuple{quant::QatScheme::GgufQ4_0, false, k::FakeQuant::GgufQ4_0},
+        std::tuple{quant::QatScheme::GgufQ4_0, true, k::FakeQuant::GgufQ8_0},
+        std::tuple{quant::QatScheme::GgufQ8_0, false, k::FakeQuant::GgufQ8_0}}) {
+    SCOPED_TRACE(std::string(quant::scheme_name(scheme)) + (tied ? " tied" : " untied"));
+    ModelConfig m = qat_model_config(tied);
+    m.hidden_size = D;
+    const LinearSite site{"model.embed_tokens", V, D, true, "model.embed_tokens.weight"};
+    ASSERT_EQ(quant::site_quant(qat(scheme), m, site).weight.scheme, want);
+    Graph g(DType::F32);
+    Builder b(g);
+    const LlamaOptions o =
+        quant::qat_llama_options(qat(scheme), std::make_shared<ModelConfig>(m), true);
+    ASSERT_TRUE(o.embedding);
+    const Value ids = g.input("ids", {B, T}, DType::I32);
+    const Value y = o.embedding(b, ids, site);
+    const Value loss = b.sum(b.mul(y, g.input("R", {B, T, D}, DType::F32)));
+    g.mark_output("loss", loss);
+    g.mark_output("y", y);
+    append_backward(g, loss);  // outputs: loss, y, grad:model.embed_tokens.weight
+    int fake_quantized = 0;
+    for (const Node& n : g.nodes())
+      if (n.op == Op::FakeQuantize) {
+        ++fake_quantized;
+        EXPECT_EQ(g.shape(n.inputs[0]), (Shape{B * T, D})) << "only the gathered rows";
+      }
+    EXPECT_EQ(fake_quantized, 1);
+
+    const Tensor table = random_tensor({V, D}, DType::F32, 7, 0.5);
+    Tensor id = Tensor::empty({B, T}, DType::I32);
+    const int32_t rows[B * T] = {3, 0, 36, 3, 17, 5, 5, 5, 22, 1, 36, 9};  // repeats
+    std::copy(rows, rows + B * T, id.data<int32_t>());
+    const Tensor R = random_tensor({B, T, D}, DType::F32, 8);
+    // The reference: fake-quantize the whole table, then gather.
+    std::vector<float> fq(size_t(V * D));
+    k::fake_quantize_rows<float>({want, 32}, table.data<float>(), fq.data(), V, D);
+    for (int on : {1, 0}) {
+      const auto out = EagerExecutor(g).run(with_enable({{"ids", id}, {"R", R}}, on),
+                                            {{"model.embed_tokens.weight", table}});
+      const float* src = on ? fq.data() : table.data<float>();
+      std::vector<float> expected, got(out[1].data<float>(), out[1].data<float>() + B * T * D);
+      for (int32_t r : rows) expected.insert(expected.end(), src + r * D, src + (r + 1) * D);
+      EXPECT_EQ(got, expected) << "fake quantization " << (on ? "on" : "off");
+      // d table = the rows of R added into their ids (dy straight through).
+      std::vector<double> dtable(size_t(V * D), 0.0);
+      for (int64_t i = 0; i < B * T; ++i)
+        for (int64_t j = 0; j < D; ++j)
+          dtable[size_t(rows[i] * D + j)] += R.data<float>()[i * D + j];
+      for (int64_t i = 0; i < V * D; ++i)
+        ASSERT_NEAR(out[2].data<float>()[i], dtable[size_t(i)], 1e-6) << i;
+    }
+  }
 }
 
 TEST(QatModel, TorchaoLeavesATiedHeadAndTheEmbeddingInFloatAndSkipsPartialGroups) {

@@ -107,9 +107,8 @@ TEST(RecipeInference, TorchtuneRecipesFusetuneLacksAreNamed) {
   EXPECT_EQ(missing_torchtune_recipe("lora_finetune_distributed.py"), "");
   EXPECT_TRUE(has(missing_torchtune_recipe("lora_dpo_distributed.py"),
                   "closest is lora_dpo_single_device"));
-  EXPECT_TRUE(has(missing_torchtune_recipe("qat_lora_finetune_distributed"),
-                  "closest is qat_lora_finetune_single_device"));
-  EXPECT_TRUE(has(missing_torchtune_recipe("qat_distributed"), "closest is qat_single_device"));
+  EXPECT_EQ(missing_torchtune_recipe("qat_lora_finetune_distributed"), "");
+  EXPECT_EQ(missing_torchtune_recipe("qat_distributed.py"), "");
   EXPECT_EQ(missing_torchtune_recipe("qat_single_device"), "");  // fusetune has it
   EXPECT_TRUE(has(missing_torchtune_recipe("eleuther_eval"), "closest is eval"));
   for (const char* none :
@@ -127,12 +126,12 @@ TEST(RecipeInference, TorchtuneRecipesFusetuneLacksAreNamed) {
   } catch (const fusetune::Error& e) {
     EXPECT_TRUE(has(e.what(), "fusetune has no such recipe yet")) << e.what();
   }
-  const fusetune::RecipeChoice c{"qat_distributed", "from the config's `tune run` line"};
+  const fusetune::RecipeChoice c{"lora_dpo_distributed", "from the config's `tune run` line"};
   try {
     fusetune::chosen_recipe(c);
     ADD_FAILURE() << "no error";
   } catch (const fusetune::Error& e) {
-    EXPECT_TRUE(has(e.what(), "recipe 'qat_distributed' (from the config's `tune run` line)"))
+    EXPECT_TRUE(has(e.what(), "recipe 'lora_dpo_distributed' (from the config's `tune run` line)"))
         << e.what();
   }
 }

@@ -108,3 +108,24 @@ TEST(Validation, ACadenceWithoutValidationDataIsAConfigError) {
   EXPECT_EQ(run.code, 1);
   EXPECT_NE(run.err.find("run_val_every_n_steps' needs dataset_val"), std::string::npos) << run.err;
 }
+
+// torchtune's batch_size_val (its configs set ${batch_size}): the validation batch size; the
+// mean over every labelled token does not depend on it.
+TEST(Validation, BatchSizeValChangesTheBatchingNotTheLoss) {
+  TempDir tmp;
+  Overrides o = kVal;
+  o["max_steps_per_epoch"] = "2";
+  CliRun run = run_shell(demo_command(tmp / "a", o), tmp / "io_a");
+  ASSERT_EQ(run.code, 0) << run.err;
+  o["batch_size_val"] = "1";
+  run = run_shell(demo_command(tmp / "b", o), tmp / "io_b");
+  ASSERT_EQ(run.code, 0) << run.err;
+  const auto a = val_lines(tmp / "a"), b = val_lines(tmp / "b");
+  ASSERT_EQ(a.size(), 1u);
+  ASSERT_EQ(b.size(), 1u);
+  EXPECT_NEAR(b[0].second, a[0].second, 1e-6 * a[0].second);
+  o["batch_size_val"] = "0";
+  run = run_shell(demo_command(tmp / "c", o), tmp / "io_c");
+  EXPECT_EQ(run.code, 1);
+  EXPECT_NE(run.err.find("batch_size_val"), std::string::npos) << run.err;
+}

@@ -84,4 +84,14 @@ const Schema& lora_finetune_distributed_schema() {
   return s;
 }
 
+const Schema& qat_distributed_schema() {
+  static const Schema s = distributed(qat_schema(), "qat_distributed");
+  return s;
+}
+
+const Schema& qat_lora_finetune_distributed_schema() {
+  static const Schema s = distributed(qat_lora_schema(), "qat_lora_finetune_distributed");
+  return s;
+}
+
 }  // namespace fusetune

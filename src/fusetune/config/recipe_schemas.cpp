@@ -228,6 +228,9 @@ Schema build_full(bool preference = false) {
                    "logged as "
                    "val_loss (run_val_every_n_steps, else at the end of each epoch)"));
     s.add(pos_int("run_val_every_n_steps", "", "validate every n optimizer steps"));
+    s.add(pos_int("batch_size_val", "",
+                  "samples per validation batch (default: batch_size); val_loss is the mean "
+                  "over every labelled token whatever the batching"));
     s.checks.push_back([](const Config& root, const Config&, Problems& p) {
       if (root.has("run_val_every_n_steps") && !root.has("dataset_val"))
         p.errors.push_back(

@@ -221,10 +221,15 @@ LlamaOptions qat_llama_options(const QatConfig& c, std::shared_ptr<const ModelCo
       Graph& g = b.graph();
       const SiteQuant q = site_quant(c, *model, site);
       Value table = param_once(g, site.weight, {site.out, site.in}, site.trainable);
-      // llama.cpp gathers rows of the quantized table (get_rows): the same values.
-      Value fq = g.add1(Op::FakeQuantize, {table, enable_flag(g, switchable)}, fq_attrs(q.weight),
+      // llama.cpp gathers rows of the quantized table (get_rows). Q4_0/Q8_0 blocks lie along
+      // a row, so fake-quantizing the gathered rows gives exactly those values, without a
+      // fake-quantized copy of the whole table (the straight-through gradient is dy either way).
+      Value rows = b.embedding(table, ids);
+      const Shape rs = b.shape(rows);
+      Value flat = b.reshape(rows, {shape_numel(rs) / site.in, site.in});
+      Value fq = g.add1(Op::FakeQuantize, {flat, enable_flag(g, switchable)}, fq_attrs(q.weight),
                         site.module);
-      return b.embedding(fq, ids);
+      return b.reshape(fq, rs);
     };
   }
   return o;

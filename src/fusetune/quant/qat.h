@@ -21,7 +21,8 @@
 //     output's type). fusetune has no Q6_K: the head is fake-quantized as Q8_0 in both cases
 //     (exact for rows < 256 or not a multiple of 256, e.g. stories260K; one step finer than
 //     llama.cpp's default otherwise). The head's input is quantized to Q8_0 (llama.cpp's
-//     vec_dot_type for Q8_0); embedding rows are gathered from the fake-quantized table.
+//     vec_dot_type for Q8_0); the gathered embedding rows are fake-quantized (blocks lie
+//     along a row: the rows of the fake-quantized table, with no copy of the table).
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -68,8 +69,8 @@ std::vector<std::string> check_model(const QatConfig& c, const ModelConfig& mode
 inline constexpr const char* kFakeQuantEnabledInput = "fake_quant_enabled";
 
 // The model hooks: every site site_quant quantizes gets FakeQuantMatMul (weights fake-quantized
-// tile by tile inside the GEMM) after a FakeQuantize of its input; the embedding gathers from
-// a FakeQuantize of the table. `switchable`: the ops read the [] I32 graph input
+// tile by tile inside the GEMM) after a FakeQuantize of its input; the embedding's gathered
+// rows go through a FakeQuantize. `switchable`: the ops read the [] I32 graph input
 // kFakeQuantEnabledInput (fed each step); otherwise fake quantization is always on
 // (evaluation). `model` is read when a graph is built (a recipe fills it after loading).
 LlamaOptions qat_llama_options(const QatConfig& c, std::shared_ptr<const ModelConfig> model,

@@ -5,6 +5,7 @@
 
 #include "fusetune/dist/communicator.h"
 #include "fusetune/recipes/lora_finetune_single_device.h"
+#include "fusetune/recipes/qat_recipes.h"
 #include "fusetune/recipes/train_loop.h"
 #include "fusetune/util/error.h"
 
@@ -39,6 +40,16 @@ int full_finetune_distributed(const Config& cfg) {
 
 int lora_finetune_distributed(const Config& cfg) {
   return run_ranks(cfg, lora_training_job(cfg, "lora_finetune_distributed").job);
+}
+
+// The QAT jobs as ranks: fake_quant_after_n_steps compares the global step, which every rank
+// counts the same, so all switch fake quantization on at the same optimizer step.
+int qat_distributed(const Config& cfg) {
+  return run_ranks(cfg, qat_training_job(cfg, "qat_distributed"));
+}
+
+int qat_lora_finetune_distributed(const Config& cfg) {
+  return run_ranks(cfg, qat_lora_training_job(cfg, "qat_lora_finetune_distributed"));
 }
 
 }  // namespace fusetune

@@ -1,5 +1,5 @@
 // The QAT recipes: full fine-tuning's and LoRA's jobs (train_loop.h) with fake quantization
-// added to the step graphs:
+// added to the step graphs (the *_distributed QAT recipes run the same jobs as ranks):
 //   - the linear hooks of quant/qat.h (for LoRA: under the adapters, on the frozen base);
 //   - the [] I32 input "fake_quant_enabled" fed each micro-batch: 0 before
 //     fake_quant_after_n_steps optimizer steps, then 1 (torchtune enables fake quantization
@@ -17,7 +17,6 @@
 #include "fusetune/quant/qat.h"
 #include "fusetune/recipes/lora_finetune_single_device.h"
 #include "fusetune/recipes/recipe_setup.h"
-#include "fusetune/recipes/train_loop.h"
 #include "fusetune/util/error.h"
 
 namespace fusetune {
@@ -59,26 +58,27 @@ std::shared_ptr<ModelConfig> qat_model(const Config& cfg, const quant::QatConfig
 
 }  // namespace
 
-int qat_single_device(const Config& cfg) {
+TrainJob qat_training_job(const Config& cfg, const std::string& recipe) {
   const quant::QatConfig q = quant::qat_config_from(cfg);
   auto model = qat_model(cfg, q);
   TrainJob job;
-  job.recipe = "qat_single_device";
+  job.recipe = recipe;
   job.trainable = [](const std::string&) { return true; };
   add_fake_quant(job, q, model, [q, model](bool on_switch) {
     return quant::qat_llama_options(q, model, on_switch);
   });
-  return run_training(cfg, job);
+  return job;
 }
 
-int qat_lora_finetune_single_device(const Config& cfg) {
+TrainJob qat_lora_training_job(const Config& cfg, const std::string& recipe) {
   const quant::QatConfig q = quant::qat_config_from(cfg);
   const peft::LoraConfig lora = lora_config_from(cfg);
   FT_CHECK(!lora.quantize_base && !lora.use_dora,
-           "qat_lora_finetune_single_device fake-quantizes a float base: model.quantize_base and "
-           "model.use_dora must be false");
+           recipe +
+               " fake-quantizes a float base: model.quantize_base and model.use_dora must be "
+               "false");
   auto model = qat_model(cfg, q);
-  TrainJob job = lora_training_job(cfg, "qat_lora_finetune_single_device").job;
+  TrainJob job = lora_training_job(cfg, recipe).job;
   // The adapters on the fake-quantized base (torchtune's QAT LoRA linear: the base product
   // from fake-quantized input and weight, the adapter from the float input); validation
   // without dropout.
@@ -88,7 +88,15 @@ int qat_lora_finetune_single_device(const Config& cfg) {
     if (!on_switch) c.dropout = 0;
     return peft::lora_llama_options(c, nullptr, &base);
   });
-  return run_training(cfg, job);
+  return job;
+}
+
+int qat_single_device(const Config& cfg) {
+  return run_training(cfg, qat_training_job(cfg, "qat_single_device"));
+}
+
+int qat_lora_finetune_single_device(const Config& cfg) {
+  return run_training(cfg, qat_lora_training_job(cfg, "qat_lora_finetune_single_device"));
 }
 
 }  // namespace fusetune

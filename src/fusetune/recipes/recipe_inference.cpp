@@ -23,9 +23,6 @@ const std::vector<MissingRecipe>& missing_recipes() {
   static const std::vector<MissingRecipe> t = {
       {"lora_dpo_distributed", "lora_dpo_single_device", "which trains on one device"},
       {"full_dpo_distributed", "full_dpo_single_device", "which trains on one device"},
-      {"qat_distributed", "qat_single_device", "which trains on one device"},
-      {"qat_lora_finetune_distributed", "qat_lora_finetune_single_device",
-       "which trains on one device"},
       {"knowledge_distillation_single_device", "", ""},
       {"knowledge_distillation_distributed", "", ""},
       {"ppo_full_finetune_single_device", "", ""},

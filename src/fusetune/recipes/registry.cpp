@@ -43,6 +43,14 @@ const std::vector<RecipeInfo>& recipes() {
        "LoRA / DoRA / QLoRA fine-tuning over N data-parallel ranks (MPI: --nproc_per_node N, "
        "mpirun, srun)",
        &lora_finetune_distributed_schema(), lora_finetune_distributed},
+      {"qat_distributed",
+       "Quantization-aware full fine-tuning over N data-parallel ranks (MPI: --nproc_per_node "
+       "N, mpirun, srun)",
+       &qat_distributed_schema(), qat_distributed},
+      {"qat_lora_finetune_distributed",
+       "Quantization-aware LoRA over N data-parallel ranks (MPI: --nproc_per_node N, mpirun, "
+       "srun)",
+       &qat_lora_finetune_distributed_schema(), qat_lora_finetune_distributed},
       {"generate",
        "Generate text from a model (and adapter) with a KV cache; also `fusetune generate`",
        &generate_schema(), generate_recipe},

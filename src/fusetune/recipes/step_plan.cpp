@@ -15,7 +15,23 @@
 namespace fusetune {
 namespace {
 
-bool is_lora_recipe(const std::string& recipe) {
+// The single-device recipe whose step a *_distributed recipe runs on each rank (the step
+// graph, hence the plan, is the same); other names unchanged.
+std::string step_recipe(const std::string& recipe) {
+  if (recipe == "full_finetune_distributed") return "full_finetune_single_device";
+  if (recipe == "lora_finetune_distributed") return "lora_finetune_single_device";
+  if (recipe == "qat_distributed") return "qat_single_device";
+  if (recipe == "qat_lora_finetune_distributed") return "qat_lora_finetune_single_device";
+  return recipe;
+}
+
+bool is_qat_recipe(const std::string& recipe) {
+  const std::string r = step_recipe(recipe);
+  return r == "qat_single_device" || r == "qat_lora_finetune_single_device";
+}
+
+bool is_lora_recipe(const std::string& raw) {
+  const std::string recipe = step_recipe(raw);
   return recipe == "lora_finetune_single_device" || recipe == "lora_dpo_single_device" ||
          recipe == "qat_lora_finetune_single_device";
 }
@@ -69,7 +85,7 @@ PlannedStep plan_step(const Config& cfg, const std::string& recipe, const ModelC
     o.trainable = peft::is_adapter_param;
     o.llama = peft::lora_llama_options(lc, s.nf4);
   }
-  if (recipe == "qat_single_device" || recipe == "qat_lora_finetune_single_device") {
+  if (is_qat_recipe(recipe)) {
     // The fake-quantized linears (quant/qat.h), under the adapters for QAT LoRA.
     const LlamaOptions fq = quant::qat_llama_options(quant::qat_config_from(cfg),
                                                      std::make_shared<ModelConfig>(model), true);
@@ -125,7 +141,9 @@ FitAdvice find_fitting_settings(const Config& cfg, const std::string& recipe,
     singles.push_back({{"enable_activation_checkpointing=true"},
                        "recompute layer activations in the backward",
                        0});
-  if (is_lora_recipe(recipe) && !cfg.boolean("model.quantize_base", false))
+  // (The QAT recipes fake-quantize a float base: no NF4.)
+  if (is_lora_recipe(recipe) && !is_qat_recipe(recipe) &&
+      !cfg.boolean("model.quantize_base", false))
     singles.push_back({{"model.quantize_base=true"}, "QLoRA: the frozen base stored as NF4", 0});
   const int64_t batch = cfg.i64("batch_size");
   if (batch > 1)

@@ -126,6 +126,7 @@ int run_training(const Config& cfg, const TrainJob& job) {
     vo.shard = 0;
     vo.shuffle = false;
     vo.drop_last = false;
+    vo.batch_size = cfg.i64("batch_size_val", loader_options.batch_size);
     if (job.preference_data) {
       val_pairs =
           build_preference_dataset_from_config(cfg, *tokenizer, model.config, "dataset_val");
