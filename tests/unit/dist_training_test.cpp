@@ -171,11 +171,11 @@ TEST(DistTraining, FullTwoRanksMatchOneProcessRerunBitwiseZero123AndResumeAcross
   run_ok(run_command("full_finetune_distributed", "demo/tiny_full",
                      run_overrides(to_one, corpus, 4, {{"resume_from_checkpoint", "true"}})),
          tmp.path() / "s_to_one");
-  run_ok(mpirun_command(2, "full_finetune_distributed", "demo/tiny_full",
-                        run_overrides(to_two, corpus, 2,
-                                      {{"resume_from_checkpoint", "true"},
-                                       {"zero_stage", "3"},
-                                       {"compile", "true"}})),
+  run_ok(mpirun_command(
+             2, "full_finetune_distributed", "demo/tiny_full",
+             run_overrides(
+                 to_two, corpus, 2,
+                 {{"resume_from_checkpoint", "true"}, {"zero_stage", "3"}, {"compile", "true"}})),
          tmp.path() / "s_to_two");
   expect_same_curve(losses_of(logged_steps(to_one)), tail(want, 5), "resumed 2 -> 1 rank");
   expect_same_curve(losses_of(logged_steps(to_two)), tail(want, 5),
@@ -232,9 +232,9 @@ TEST(DistTraining, LaunchAndConfigErrorsAreClear) {
   r = run("validate demo/tiny_full --recipe full_finetune_distributed zero_stage=4");
   EXPECT_NE(r.code, 0);
   EXPECT_NE((r.out + r.err).find("zero_stage"), std::string::npos) << r.out << r.err;
-  r = run("run lora_finetune_distributed --config demo/tiny_full zero_stage=3 "
+  r =
+      run("run lora_finetune_distributed --config demo/tiny_full zero_stage=3 "
           "model.quantize_base=true");
   EXPECT_NE(r.code, 0);
-  EXPECT_NE(r.err.find("zero_stage: 3 does not shard an NF4 base yet"), std::string::npos)
-      << r.err;
+  EXPECT_NE(r.err.find("zero_stage: 3 does not shard an NF4 base yet"), std::string::npos) << r.err;
 }

@@ -153,14 +153,14 @@ int run_training(const Config& cfg, const TrainJob& job) {
     if (job.trainable(name)) trainable.push_back(name);
   std::sort(trainable.begin(), trainable.end());
   std::vector<int64_t> trainable_numels;
-  for (const std::string& name : trainable) trainable_numels.push_back(model.params.at(name).numel());
+  for (const std::string& name : trainable)
+    trainable_numels.push_back(model.params.at(name).numel());
   std::unique_ptr<Optimizer> optimizer = build_optimizer(cfg);
   // zero_stage 1, 2, 3 (distributed recipes): each rank keeps the optimizer state of its share;
   // 2: and only its share of the summed gradients; 3: and only its share of the parameters.
   const int64_t zero_stage = job.comm ? cfg.i64("zero_stage", 0) : 0;
-  FT_CHECK(zero_stage < 2 || !in_bwd,
-           "optimizer_in_bwd: true cannot be combined with zero_stage " +
-               std::to_string(zero_stage));
+  FT_CHECK(zero_stage < 2 || !in_bwd, "optimizer_in_bwd: true cannot be combined with zero_stage " +
+                                          std::to_string(zero_stage));
   dist::ShardedOptimizer* sharded = nullptr;
   if (zero_stage >= 1) {
     auto s = std::make_unique<dist::ShardedOptimizer>(std::move(optimizer), *job.comm, trainable,
@@ -250,7 +250,8 @@ int run_training(const Config& cfg, const TrainJob& job) {
   // `at` is where a run resumed from this checkpoint continues.
   // ZeRO-3: each rank keeps only its share of the parameters (freed below, before training).
   std::unique_ptr<dist::ShardedParams> zero3;
-  if (zero_stage == 3) zero3 = std::make_unique<dist::ShardedParams>(*job.comm, model.params, trainable);
+  if (zero_stage == 3)
+    zero3 = std::make_unique<dist::ShardedParams>(*job.comm, model.params, trainable);
   auto save = [&](const std::string& name, const TrainingProgress& at) {
     if (sharded) sharded->gather_state("gathering the optimizer state for checkpoint " + name);
     if (zero3) zero3->gather_to_rank0("gathering the parameters for checkpoint " + name);
