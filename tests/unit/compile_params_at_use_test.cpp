@@ -59,7 +59,9 @@ TEST(ParamsAtUse, ParametersBoundAtFirstUseAgainForTheBackwardAndStepsUnchanged)
         EXPECT_EQ(readers[i].front(), int(next)) << what << " " << g.nodes()[i].name;
         std::set<bool> dirs;
         for (int r : readers[i]) dirs.insert(g.nodes()[size_t(r)].backward);
-        if (reshard) EXPECT_EQ(dirs.size(), 1u) << what << " " << g.nodes()[i].name;
+        if (reshard) {
+          EXPECT_EQ(dirs.size(), 1u) << what << " " << g.nodes()[i].name;
+        }
         for (bool d : dirs) directions[g.nodes()[i].name].insert(d);
       }
       size_t both = 0;
