@@ -182,7 +182,7 @@ TEST(DistTraining, FullTwoRanksMatchOneProcessRerunBitwiseZero123AndResumeAcross
                     "resumed 1 -> 2 ranks at ZeRO-3, compile: true");
 }
 
-TEST(DistTraining, LoraZero2TwoRanksOverTcpMatchOneProcess) {
+TEST(DistTraining, LoraZero2OverTcpAndZero3TwoRanksMatchOneProcess) {
   FT_REQUIRE_MPIRUN();
   const TempDir tmp;
   const fs::path corpus = write_corpus(tmp.path());
