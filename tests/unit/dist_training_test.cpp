@@ -50,7 +50,7 @@ std::vector<double> tail(const std::vector<double>& v, size_t from) {
 
 }  // namespace
 
-TEST(DistTraining, FullTwoRanksMatchOneProcessRerunBitwiseZero12AndResumeAcrossRankCounts) {
+TEST(DistTraining, FullTwoRanksMatchOneProcessRerunBitwiseZero123AndResumeAcrossRankCounts) {
   FT_REQUIRE_MPIRUN();
   const TempDir tmp;
   const fs::path corpus = write_uneven_corpus(tmp.path());
@@ -99,31 +99,50 @@ TEST(DistTraining, FullTwoRanksMatchOneProcessRerunBitwiseZero12AndResumeAcrossR
   // ZeRO-2 (gradients summed into their owners; one micro-batch, so the same sums): bitwise too.
   const fs::path z2 = tmp.path() / "z2";
   run_ok(mpirun_command(2, "full_finetune_distributed", "demo/tiny_full",
-                        run_overrides(z2, corpus, 2, {{"zero_stage", "2"}})),
+                        run_overrides(z2, corpus, 2,
+                                      {{"zero_stage", "2"}, {"log_peak_memory_stats", "true"}})),
          tmp.path() / "s_z2");
   EXPECT_EQ(losses_of(logged_steps(z2)), got);
   for (const char* f : {"epoch_0/model.safetensors", "epoch_0/recipe_state.safetensors"})
     EXPECT_EQ(read_text(z2 / f), read_text(two / f)) << f;
-  // Resume the 2-rank run's step_5 with one process (the distributed recipe started plainly),
-  // and the 1-process run's step_5 with 2 ranks: both continue the reference curve.
+  // ZeRO-3 (each parameter broadcast from its owner when used: the same bits): bitwise too,
+  // the checkpoint gathered to rank 0 included, with about half the parameters on rank 0
+  // between uses.
+  const fs::path z3 = tmp.path() / "z3";
+  run_ok(mpirun_command(2, "full_finetune_distributed", "demo/tiny_full",
+                        run_overrides(z3, corpus, 2,
+                                      {{"zero_stage", "3"}, {"log_peak_memory_stats", "true"}})),
+         tmp.path() / "s_z3");
+  EXPECT_EQ(losses_of(logged_steps(z3)), got);
+  for (const char* f : {"epoch_0/model.safetensors", "epoch_0/recipe_state.safetensors",
+                        "step_5/model.safetensors", "step_5/recipe_state.safetensors"})
+    EXPECT_EQ(read_text(z3 / f), read_text(two / f)) << f;
+  const double model_bytes = double(fs::file_size(two / "epoch_0" / "model.safetensors"));
+  EXPECT_LT(double(logged_peak_bytes(z3)), double(logged_peak_bytes(z2)) - 0.2 * model_bytes)
+      << "ZeRO-3 should hold about half the parameters on rank 0";
+  // Resume the ZeRO-3 run's step_5 with one process (the distributed recipe started plainly),
+  // and the 1-process run's step_5 with 2 ranks at ZeRO-3 (compiled: true): both continue the
+  // reference curve.
   const fs::path to_one = tmp.path() / "to_one", to_two = tmp.path() / "to_two";
   fs::create_directories(to_one);
   fs::create_directories(to_two);
-  fs::copy(two / "step_5", to_one / "step_5", fs::copy_options::recursive);
+  fs::copy(z3 / "step_5", to_one / "step_5", fs::copy_options::recursive);
   fs::copy(ref / "step_5", to_two / "step_5", fs::copy_options::recursive);
   run_ok(run_command("full_finetune_distributed", "demo/tiny_full",
                      run_overrides(to_one, corpus, 4, {{"resume_from_checkpoint", "true"}})),
          tmp.path() / "s_to_one");
-  run_ok(mpirun_command(2, "full_finetune_distributed", "demo/tiny_full",
-                        run_overrides(to_two, corpus, 2,
-                                      {{"resume_from_checkpoint", "true"}, {"zero_stage", "1"}})),
+  run_ok(mpirun_command(
+             2, "full_finetune_distributed", "demo/tiny_full",
+             run_overrides(
+                 to_two, corpus, 2,
+                 {{"resume_from_checkpoint", "true"}, {"zero_stage", "3"}, {"compile", "true"}})),
          tmp.path() / "s_to_two");
   expect_same_curve(losses_of(logged_steps(to_one)), tail(want, 5), "resumed 2 -> 1 rank");
   expect_same_curve(losses_of(logged_steps(to_two)), tail(want, 5),
-                    "resumed 1 -> 2 ranks at ZeRO-1");
+                    "resumed 1 -> 2 ranks at ZeRO-3, compile: true");
 }
 
-TEST(DistTraining, LoraZero2TwoRanksOverTcpMatchOneProcess) {
+TEST(DistTraining, LoraZero2OverTcpAndZero3TwoRanksMatchOneProcess) {
   FT_REQUIRE_MPIRUN();
   const TempDir tmp;
   const fs::path corpus = write_uneven_corpus(tmp.path());
@@ -145,6 +164,17 @@ TEST(DistTraining, LoraZero2TwoRanksOverTcpMatchOneProcess) {
          tmp.path() / "s_two");
   expect_same_curve(losses_of(logged_steps(two)), want, "LoRA 2 ranks x 2 over TCP vs 1 x 4");
   EXPECT_TRUE(fs::exists(two / "epoch_0" / "adapter_model.safetensors"));
+  // ZeRO-3: the frozen base sharded too; compile: model, and the gathered parameters kept
+  // from the forward to the backward.
+  lora["zero_stage"] = "3";
+  lora["compile"] = "model";
+  lora["fsdp_reshard_after_forward"] = "false";
+  const fs::path z3 = tmp.path() / "z3";
+  run_ok(mpirun_command(2, "lora_finetune_distributed", "demo/tiny_full",
+                        run_overrides(z3, corpus, 2, lora)),
+         tmp.path() / "s_z3");
+  expect_same_curve(losses_of(logged_steps(z3)), want, "LoRA ZeRO-3 2 ranks x 2 vs 1 x 4");
+  EXPECT_TRUE(fs::exists(z3 / "epoch_0" / "adapter_model.safetensors"));
 }
 
 TEST(DistTraining, LaunchAndConfigErrorsAreClear) {
@@ -159,8 +189,12 @@ TEST(DistTraining, LaunchAndConfigErrorsAreClear) {
   EXPECT_NE(r.err.find("--nproc_per_node must be a whole number >= 1, got 'two'"),
             std::string::npos)
       << r.err;
-  r = run("validate demo/tiny_full --recipe full_finetune_distributed zero_stage=3");
+  r = run("validate demo/tiny_full --recipe full_finetune_distributed zero_stage=4");
   EXPECT_NE(r.code, 0);
-  EXPECT_NE((r.out + r.err).find("zero_stage: 3 is not implemented yet"), std::string::npos)
-      << r.out << r.err;
+  EXPECT_NE((r.out + r.err).find("zero_stage"), std::string::npos) << r.out << r.err;
+  r =
+      run("run lora_finetune_distributed --config demo/tiny_full zero_stage=3 "
+          "model.quantize_base=true 'model.lora_attn_modules=[q_proj,v_proj]'");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("zero_stage: 3 does not shard an NF4 base yet"), std::string::npos) << r.err;
 }

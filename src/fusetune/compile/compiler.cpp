@@ -12,6 +12,7 @@
 #include "fusetune/compile/fuse_rmsnorm_residual.h"
 #include "fusetune/compile/fuse_swiglu.h"
 #include "fusetune/compile/memory_plan.h"
+#include "fusetune/compile/params_at_use.h"
 #include "fusetune/graph/verifier.h"
 #include "fusetune/runtime/eager_executor.h"
 #include "fusetune/runtime/node_kernels.h"
@@ -57,6 +58,8 @@ Graph run_passes(const Graph& g, const PassOptions& opts, std::vector<std::strin
     if (opts.fuse_elementwise) note(passes::fuse_elementwise::run(out, opts));
   }
   if (opts.activation_checkpointing) note(passes::activation_checkpointing::run(out, opts));
+  // Last: it orders the parameter leaves around the schedule the passes above produced.
+  if (opts.params_at_use) note(passes::params_at_use::run(out, opts));
   verify_graph(out);
   return out;
 }
@@ -67,7 +70,8 @@ CompiledStep compile_graph(const Graph& g, const PassOptions& opts,
   CompiledStep step;
   if (opts.mode == CompileMode::None) {
     step.executor = std::make_unique<EagerExecutor>(
-        opts.activation_checkpointing ? run_passes(g, opts, &step.report) : g);
+        opts.activation_checkpointing || opts.params_at_use ? run_passes(g, opts, &step.report)
+                                                            : g);
   } else {
     Graph compiled = run_passes(g, opts, &step.report);
     MemoryPlan plan =

@@ -18,6 +18,10 @@ struct PassOptions {
   bool eliminate_copies = true;
   bool fuse_elementwise = true;
   bool in_place = true;  // memory plan: an output may take over its input's buffer
+  // ZeRO-3 (compile/params_at_use.h, any mode): parameters bound at first use; with
+  // reshard_after_forward, bound again for the backward.
+  bool params_at_use = false;
+  bool reshard_after_forward = true;
   // Nodes of this region or lower may be rewritten (model-only compilation leaves the loss
   // region as it is).
   int max_region() const { return mode == CompileMode::Full ? 1 : 0; }

@@ -18,10 +18,13 @@ Schema distributed(Schema s, const char* recipe) {
   s.add(Field::Int("zero_stage")
             .def("0")
             .min(0)
+            .max(3)
             .doc("ZeRO sharding stage; 0 = every rank holds the whole model, gradients and "
                  "optimizer state (plain data parallelism); 1 = the optimizer state is sharded "
                  "(each rank updates its share of the parameters and broadcasts them); 2 = the "
-                 "summed gradients are sharded too (fp32); 3 is not implemented yet"));
+                 "summed gradients are sharded too (fp32); 3 = the parameters too: each lives on "
+                 "one rank and is broadcast right before its use in the forward and again in "
+                 "the backward, freed after (fp32, no NF4 base)"));
   s.add(Field::Float("dist_timeout_seconds")
             .def("300")
             .min(0)
@@ -32,42 +35,39 @@ Schema distributed(Schema s, const char* recipe) {
             .doc("torchtune: keep parameters and optimizer state in host memory; on a CPU they "
                  "are there already (accepted, a note when true)"));
   s.add(Field::Bool("fsdp_reshard_after_forward")
-            .doc("torchtune: free gathered parameters after the forward; only meaningful with "
-                 "sharded parameters (ZeRO-3, not implemented): an error when false"));
+            .doc("torchtune: free gathered parameters after the forward (default true); false "
+                 "keeps each one from its first use in the forward to its last in the backward "
+                 "(one gather per step instead of two, more memory); only meaningful at "
+                 "zero_stage 3 (a note otherwise)"));
   s.add(Field::List("custom_sharded_layers")
             .items(kString)
-            .doc("torchtune: extra modules FSDP wraps; only meaningful with sharded parameters "
-                 "(ZeRO-3, not implemented): an error when non-empty"));
+            .doc("torchtune: extra modules FSDP wraps; at zero_stage 3 every parameter is "
+                 "gathered on its own already (a note); an error at other stages"));
   s.checks.push_back([](const Config& root, const Config&, Problems& p) {
-    if (root.has("zero_stage") && !root.is_map("zero_stage") && !root.is_list("zero_stage")) {
-      const YAML::Node n = root.node("zero_stage");
-      const std::string v = n.IsScalar() ? n.Scalar() : "";
-      if (v != "0" && v != "1" && v != "2")
-        p.errors.push_back("zero_stage: " + v +
-                           " is not implemented yet: zero_stage 0 (every rank holds the whole "
-                           "model and optimizer state), 1 (optimizer state sharded) and 2 "
-                           "(gradients sharded too) are (" +
-                           root.where("zero_stage") + ")");
-    }
+    std::string stage = "0";
+    if (root.has("zero_stage") && !root.is_map("zero_stage") && !root.is_list("zero_stage") &&
+        root.node("zero_stage").IsScalar())
+      stage = root.node("zero_stage").Scalar();
+    const bool zero3 = stage == "3";
     if (set_true(root, "fsdp_cpu_offload"))
       p.warnings.push_back(
           "fsdp_cpu_offload: true changes nothing: parameters, gradients and optimizer state "
           "already live in host memory on a CPU");
-    if (set_true(root, "fsdp_reshard_after_forward"))
+    if (root.has("fsdp_reshard_after_forward") && !zero3)
       p.warnings.push_back(
-          "fsdp_reshard_after_forward: true changes nothing at zero_stage 0-2: no rank gathers "
-          "sharded parameters, so there is nothing to free after the forward");
-    else if (root.has("fsdp_reshard_after_forward"))
-      p.errors.push_back(
-          "fsdp_reshard_after_forward: false asks to keep gathered parameters between forward "
-          "and backward, which only exists with sharded parameters (ZeRO-3, not implemented); "
-          "remove the key or set it to true (" +
-          root.where("fsdp_reshard_after_forward") + ")");
-    if (root.is_list("custom_sharded_layers") && root.node("custom_sharded_layers").size() > 0)
-      p.errors.push_back(
-          "custom_sharded_layers names modules to shard, which only exists with sharded "
-          "parameters (ZeRO-3, not implemented); remove the key (" +
-          root.where("custom_sharded_layers") + ")");
+          "fsdp_reshard_after_forward changes nothing at zero_stage 0-2: no rank gathers "
+          "sharded parameters (zero_stage: 3 does)");
+    if (root.is_list("custom_sharded_layers") && root.node("custom_sharded_layers").size() > 0) {
+      if (zero3)
+        p.warnings.push_back(
+            "custom_sharded_layers changes nothing: at zero_stage 3 every parameter is gathered "
+            "on its own already");
+      else
+        p.errors.push_back(
+            "custom_sharded_layers names modules to shard, which only exists with sharded "
+            "parameters (zero_stage: 3); remove the key (" +
+            root.where("custom_sharded_layers") + ")");
+    }
   });
   return s;
 }

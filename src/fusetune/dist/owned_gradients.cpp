@@ -19,7 +19,7 @@ bool OwnedGradients::reduce(const std::string& name, Tensor& grad, const std::st
   auto it = owner_.find(name);
   if (it == owner_.end()) return false;
   FT_CHECK(grad.dtype() == DType::F32,
-           "zero_stage: 2 sums fp32 gradients only; with dtype: bf16 use zero_stage 0 or 1");
+           "zero_stage 2 and 3 sum fp32 gradients only; with dtype: bf16 use zero_stage 0 or 1");
   comm_.reduce_sum(grad.data<float>(), grad.numel(), it->second, what);
   return it->second == comm_.rank();
 }

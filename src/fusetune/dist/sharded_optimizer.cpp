@@ -79,33 +79,38 @@ std::vector<int> partition_by_elements(const std::vector<int64_t>& numels, int r
   return owner;
 }
 
-ShardedOptimizer::ShardedOptimizer(std::unique_ptr<Optimizer> inner, Communicator& comm)
-    : inner_(std::move(inner)), comm_(comm) {}
+ShardedOptimizer::ShardedOptimizer(std::unique_ptr<Optimizer> inner, Communicator& comm,
+                                   const std::vector<std::string>& names,
+                                   const std::vector<int64_t>& numels, bool broadcast_updates)
+    : inner_(std::move(inner)), comm_(comm), broadcast_updates_(broadcast_updates) {
+  const std::vector<int> owner = partition_by_elements(numels, comm_.size());
+  for (size_t i = 0; i < names.size(); ++i) owner_[names[i]] = owner[i];
+}
+
+int ShardedOptimizer::owner(const ParamRef& p) const {
+  auto it = owner_.find(p.name);
+  FT_CHECK(it != owner_.end(), "ZeRO: '" + p.name + "' is not a trainable parameter");
+  return it->second;
+}
 
 std::vector<ParamRef> ShardedOptimizer::owned(const std::vector<ParamRef>& params) {
-  std::vector<int64_t> numels;
-  for (const ParamRef& p : params) numels.push_back(p.value->numel());
-  const std::vector<int> owner = partition_by_elements(numels, comm_.size());
   std::vector<ParamRef> mine;
-  for (size_t i = 0; i < params.size(); ++i)
-    if (owner[i] == comm_.rank()) mine.push_back(params[i]);
+  for (const ParamRef& p : params)
+    if (owner(p) == comm_.rank()) mine.push_back(p);
   return mine;
 }
 
 void ShardedOptimizer::step(const std::vector<ParamRef>& params, double lr) {
   gathered_.clear();
   inner_->step(owned(params), lr);
-  if (comm_.size() == 1) return;
+  if (comm_.size() == 1 || !broadcast_updates_) return;
   // Each rank's updated range in one broadcast (its parameters are consecutive in `params`).
-  std::vector<int64_t> numels;
-  for (const ParamRef& p : params) numels.push_back(p.value->numel());
-  const std::vector<int> owner = partition_by_elements(numels, comm_.size());
   std::vector<char> buffer;
   for (int r = 0; r < comm_.size(); ++r) {
     std::vector<const ParamRef*> range;
     size_t bytes = 0;
     for (size_t i = 0; i < params.size(); ++i)
-      if (owner[i] == r) {
+      if (owner(params[i]) == r) {
         range.push_back(&params[i]);
         bytes += params[i].value->nbytes();
       }

@@ -10,6 +10,7 @@
 // (gather_state, dropped after the save), whose save_state then lists the whole state under the
 // single-process names; load_state keeps the entries of this rank's parameters, so a run resumes
 // with any number of ranks.
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,7 +26,13 @@ std::vector<int> partition_by_elements(const std::vector<int64_t>& numels, int r
 
 class ShardedOptimizer : public Optimizer {
  public:
-  ShardedOptimizer(std::unique_ptr<Optimizer> inner, Communicator& comm);
+  // `names`: every trainable parameter in name order, `numels` their element counts (the
+  // partition is fixed here, so ZeRO-3 may free the parameters other ranks own). With
+  // `broadcast_updates` false (ZeRO-3: nobody else holds them) updated parameters stay where
+  // they are.
+  ShardedOptimizer(std::unique_ptr<Optimizer> inner, Communicator& comm,
+                   const std::vector<std::string>& names, const std::vector<int64_t>& numels,
+                   bool broadcast_updates = true);
 
   const char* name() const override { return inner_->name(); }
   // Every rank passes every parameter (the same list): updates its own, then broadcasts.
@@ -43,8 +50,12 @@ class ShardedOptimizer : public Optimizer {
  private:
   std::vector<ParamRef> owned(const std::vector<ParamRef>& params);
 
+  int owner(const ParamRef& p) const;
+
   std::unique_ptr<Optimizer> inner_;
   Communicator& comm_;
+  std::map<std::string, int> owner_;
+  bool broadcast_updates_ = true;
   NamedTensors gathered_;  // rank 0: the other ranks' state, from gather_state
 };
 

@@ -28,7 +28,7 @@ class SftStep final : public TrainingStep {
     TensorMap in = batch_inputs(b);
     in["loss_scale"] = scalar_input(loss_scale, DType::F32);
     if (o_.add_inputs) o_.add_inputs(in, step, micro);
-    TensorMap out = graphs_.run(b, in, *o_.params, &compile_s_, hook_);
+    TensorMap out = graphs_.run(b, in, params(), &compile_s_, hook_);
     StepOutputs r;
     r.loss = element_as_double(out.at("loss"), 0);
     r.grads = gradients_of(out);
@@ -43,7 +43,7 @@ class SftStep final : public TrainingStep {
   double evaluate(const Batch& b) override {
     TensorMap in = batch_inputs(b);
     in["loss_scale"] = scalar_input(1.0, DType::F32);
-    return element_as_double(eval_.run(b, in, *o_.params, &compile_s_).at("loss"), 0);
+    return element_as_double(eval_.run(b, in, params(), &compile_s_).at("loss"), 0);
   }
 
   double flops(const Batch& b) const override {
@@ -52,6 +52,10 @@ class SftStep final : public TrainingStep {
   }
 
  private:
+  ParamSource params() const {
+    return o_.param_source ? *o_.param_source : ParamSource(*o_.params);
+  }
+
   Graph graph(int64_t rows, int64_t T, bool packed, const TrainablePredicate& trainable,
               const LlamaOptions& llama) const {
     TrainingGraphOptions g;

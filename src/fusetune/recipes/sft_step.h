@@ -12,6 +12,9 @@ namespace fusetune {
 struct ModelStepOptions {
   const ModelConfig* model = nullptr;
   const TensorMap* params = nullptr;  // bound by name at every run
+  // When set, the step graphs take their parameters from it instead (ZeRO-3: gathered when
+  // used); they are compiled with passes.params_at_use then.
+  std::optional<ParamSource> param_source;
   TrainablePredicate trainable;
   LlamaOptions llama;
   std::optional<LlamaOptions> eval_llama;  // hooks for validation (no dropout); default: llama

@@ -10,6 +10,7 @@
 #include "fusetune/dist/grad_allreduce.h"
 #include "fusetune/dist/owned_gradients.h"
 #include "fusetune/dist/sharded_optimizer.h"
+#include "fusetune/dist/sharded_params.h"
 #include "fusetune/kernels/cpu/gemm_peak.h"
 #include "fusetune/metrics/step_logger.h"
 #include "fusetune/optim/grad_clip.h"
@@ -148,25 +149,29 @@ int run_training(const Config& cfg, const TrainJob& job) {
   const int64_t total_steps = steps_per_epoch * epochs;
 
   // ---- optimizer, schedule, resume ----------------------------------------------------------
+  std::vector<std::string> trainable;
+  for (const auto& [name, t] : model.params)
+    if (job.trainable(name)) trainable.push_back(name);
+  std::sort(trainable.begin(), trainable.end());
+  std::vector<int64_t> trainable_numels;
+  for (const std::string& name : trainable)
+    trainable_numels.push_back(model.params.at(name).numel());
   std::unique_ptr<Optimizer> optimizer = build_optimizer(cfg);
-  // zero_stage 1, 2 (distributed recipes): each rank keeps the optimizer state of its share;
-  // 2: and only its share of the summed gradients (streamed out of the backward).
+  // zero_stage 1, 2, 3 (distributed recipes): each rank keeps the optimizer state of its share;
+  // 2: and only its share of the summed gradients; 3: and only its share of the parameters.
   const int64_t zero_stage = job.comm ? cfg.i64("zero_stage", 0) : 0;
-  FT_CHECK(zero_stage < 2 || !in_bwd,
-           "optimizer_in_bwd: true cannot be combined with zero_stage 2");
+  FT_CHECK(zero_stage < 2 || !in_bwd, "optimizer_in_bwd: true cannot be combined with zero_stage " +
+                                          std::to_string(zero_stage));
   dist::ShardedOptimizer* sharded = nullptr;
   if (zero_stage >= 1) {
-    auto s = std::make_unique<dist::ShardedOptimizer>(std::move(optimizer), *job.comm);
+    auto s = std::make_unique<dist::ShardedOptimizer>(std::move(optimizer), *job.comm, trainable,
+                                                      trainable_numels, zero_stage < 3);
     sharded = s.get();
     optimizer = std::move(s);
   }
   const LRSchedule schedule = build_lr_schedule(cfg, total_steps);
   TrainingProgress progress;
   progress.seed = uint64_t(cfg.i64("seed", 0));
-  std::vector<std::string> trainable;
-  for (const auto& [name, t] : model.params)
-    if (job.trainable(name)) trainable.push_back(name);
-  std::sort(trainable.begin(), trainable.end());
   TensorMap grads;  // gradient accumulation buffers (only with gradient_accumulation_steps > 1)
   auto param_refs = [&]() {
     std::vector<ParamRef> refs;
@@ -244,8 +249,13 @@ int run_training(const Config& cfg, const TrainJob& job) {
         "dequantizes the whole base to fp32 in RAM)");
 
   // `at` is where a run resumed from this checkpoint continues.
+  // ZeRO-3: each rank keeps only its share of the parameters (freed below, before training).
+  std::unique_ptr<dist::ShardedParams> zero3;
+  if (zero_stage == 3)
+    zero3 = std::make_unique<dist::ShardedParams>(*job.comm, model.params, trainable);
   auto save = [&](const std::string& name, const TrainingProgress& at) {
     if (sharded) sharded->gather_state("gathering the optimizer state for checkpoint " + name);
+    if (zero3) zero3->gather_to_rank0("gathering the parameters for checkpoint " + name);
     if (rank != 0) {
       if (job.comm) job.comm->barrier("waiting for rank 0 to write checkpoint " + name);
       return;
@@ -265,6 +275,7 @@ int run_training(const Config& cfg, const TrainJob& job) {
     else
       save_training_checkpoint(output_dir / name, c);
     if (sharded) sharded->drop_gathered_state();
+    if (zero3) zero3->release_others();
     logger.message("Saved checkpoint to " + (output_dir / name).string());
     if (keep_last_n)
       for (const auto& gone : prune_checkpoints(output_dir, output_dir / name, *keep_last_n))
@@ -283,6 +294,11 @@ int run_training(const Config& cfg, const TrainJob& job) {
   ctx.step.llama = job.llama;
   ctx.step.eval_llama = job.eval_llama;
   ctx.step.passes = passes;
+  if (zero3) {
+    ctx.step.param_source = zero3->source();
+    ctx.step.passes.params_at_use = true;
+    ctx.step.passes.reshard_after_forward = cfg.boolean("fsdp_reshard_after_forward", true);
+  }
   ctx.step.dtype = dtype;
   ctx.step.add_inputs = job.add_inputs;
   std::unique_ptr<TrainingStep> step = job.make_step ? job.make_step(ctx) : make_sft_step(ctx.step);
@@ -306,11 +322,8 @@ int run_training(const Config& cfg, const TrainJob& job) {
     }
   };
   std::unique_ptr<dist::OwnedGradients> zero2;
-  if (zero_stage == 2) {
-    std::vector<int64_t> numels;
-    for (const std::string& name : trainable) numels.push_back(model.params.at(name).numel());
-    zero2 = std::make_unique<dist::OwnedGradients>(*job.comm, trainable, numels);
-  }
+  if (zero_stage >= 2)
+    zero2 = std::make_unique<dist::OwnedGradients>(*job.comm, trainable, trainable_numels);
   if (in_bwd) {
     const bool ok = step->stream_gradients(
         [&, trainable_set = std::set<std::string>(trainable.begin(), trainable.end())](
@@ -355,6 +368,7 @@ int run_training(const Config& cfg, const TrainJob& job) {
   };
 
   // ---- train --------------------------------------------------------------------------------
+  if (zero3) zero3->release_others();
   for (; progress.epoch < epochs; ++progress.epoch, progress.step_in_epoch = 0) {
     if (progress.step_in_epoch == 0)
       loader.set_state({progress.epoch, 0});
@@ -381,7 +395,7 @@ int run_training(const Config& cfg, const TrainJob& job) {
         StepOutputs out = step->run(micro[k], scale, progress.global_step, int64_t(k));
         loss += out.loss;
         for (auto& [name, g] : out.grads) {
-          // ZeRO-2: each micro-batch's gradients summed into their owners (in name order, the
+          // ZeRO-2, 3: each micro-batch's gradients summed into their owners (in name order, the
           // same on every rank); the others are dropped, so only the owned ones accumulate.
           if (zero2 && !zero2->reduce(name, g, "the gradient reduce (ZeRO-2)" + at_step)) continue;
           accumulate(name, std::move(g), k == 0);

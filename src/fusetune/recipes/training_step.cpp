@@ -17,7 +17,7 @@ Tensor ids_tensor(const std::vector<int32_t>& v, int64_t rows, int64_t T) {
 
 }  // namespace
 
-TensorMap CompiledGraphs::run(const Batch& b, const TensorMap& inputs, const TensorMap& params,
+TensorMap CompiledGraphs::run(const Batch& b, const TensorMap& inputs, const ParamSource& params,
                               double* compile_s, const GradientHook& gradients) {
   const auto key = std::make_tuple(b.batch_size, b.seq_len, !b.doc_ids.empty());
   auto it = entries_.find(key);

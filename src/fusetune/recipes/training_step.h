@@ -66,7 +66,7 @@ class CompiledGraphs {
   // *compile_s) and returns its outputs by name. With `gradients`, the "grad:<param>" outputs
   // go to it instead, each as soon as it is computed when no later node reads its parameter
   // (early_update_outputs in compile/memory_plan.h), the others when the graph has finished.
-  TensorMap run(const Batch& b, const TensorMap& inputs, const TensorMap& params, double* compile_s,
+  TensorMap run(const Batch& b, const TensorMap& inputs, const ParamSource& params, double* compile_s,
                 const GradientHook& gradients = {});
 
  private:

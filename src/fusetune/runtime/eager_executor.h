@@ -16,8 +16,8 @@ class EagerExecutor : public Executor {
   explicit EagerExecutor(const Graph& g);
 
   // Runs the graph. `inputs` binds Op::Input nodes by name, `params` binds Op::Param nodes by
-  // name (dtype must equal the graph's float dtype). Returns the graph outputs, in order.
-  std::vector<Tensor> run(const TensorMap& inputs, const TensorMap& params,
+  // name or from a callback (dtype must equal the graph's float dtype). Returns the graph outputs, in order.
+  std::vector<Tensor> run(const TensorMap& inputs, const ParamSource& params,
                           const OnOutput& on_output) override;
   using Executor::run;
   const Graph& graph() const override { return g_; }
@@ -27,7 +27,8 @@ class EagerExecutor : public Executor {
   std::vector<int> release_at_;  // see release_points()
 };
 
-// Looks up a bound tensor and checks shape and dtype against the graph, naming it on mismatch.
-const Tensor& bind_leaf(const Node& n, const TensorMap& inputs, const TensorMap& params);
+// Looks up (or, from a callback ParamSource, acquires) a bound tensor and checks shape and dtype
+// against the graph, naming it on mismatch.
+Tensor bind_leaf(const Node& n, const TensorMap& inputs, const ParamSource& params);
 
 }  // namespace fusetune

@@ -12,7 +12,7 @@ PlanExecutor::PlanExecutor(Graph g, MemoryPlan plan, std::shared_ptr<SharedArena
   arena_->reserve(plan_.arena_bytes);
 }
 
-std::vector<Tensor> PlanExecutor::run(const TensorMap& inputs, const TensorMap& params,
+std::vector<Tensor> PlanExecutor::run(const TensorMap& inputs, const ParamSource& params,
                                       const OnOutput& on_output) {
   char* base = arena_->reserve(plan_.arena_bytes);
   return run_nodes(

@@ -15,7 +15,7 @@ class PlanExecutor : public Executor {
  public:
   // arena: shared with other executors of the run; null: one of its own.
   PlanExecutor(Graph g, MemoryPlan plan, std::shared_ptr<SharedArena> arena = nullptr);
-  std::vector<Tensor> run(const TensorMap& inputs, const TensorMap& params,
+  std::vector<Tensor> run(const TensorMap& inputs, const ParamSource& params,
                           const OnOutput& on_output) override;
   using Executor::run;
   const Graph& graph() const override { return g_; }

@@ -34,7 +34,7 @@ void run_kernel(const Graph& g, const Node& n, const std::vector<Tensor>& in,
 }  // namespace
 
 std::vector<Tensor> run_nodes(const Graph& g, const std::vector<int>& release_at,
-                              const TensorMap& inputs, const TensorMap& params,
+                              const TensorMap& inputs, const ParamSource& params,
                               const AllocateOutput& allocate, const OnOutput& on_output) {
   const auto& nodes = g.nodes();
   std::vector<std::vector<Tensor>> values(nodes.size());

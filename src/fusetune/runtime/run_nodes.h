@@ -18,7 +18,7 @@ std::vector<int> release_points(const Graph& g);
 using AllocateOutput = std::function<Tensor(size_t node, size_t output, const TensorType& type)>;
 
 std::vector<Tensor> run_nodes(const Graph& g, const std::vector<int>& release_at,
-                              const TensorMap& inputs, const TensorMap& params,
+                              const TensorMap& inputs, const ParamSource& params,
                               const AllocateOutput& allocate, const OnOutput& on_output = {});
 
 }  // namespace fusetune

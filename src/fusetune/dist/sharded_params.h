@@ -1,0 +1,50 @@
+#pragma once
+// ZeRO-3: the parameters sharded over the ranks too (the FSDP analog). Each parameter lives
+// whole on one rank: a trainable one on the rank that updates it (the ZeRO-1 partition of
+// sharded_optimizer.h), a frozen one (a LoRA base weight) by the same partition of the frozen
+// parameters; the other ranks hold nothing for it. The step graphs are compiled with
+// params_at_use (compile/params_at_use.h) and bind their parameters through source(): each one
+// is broadcast from its owner right before its first use in the forward, dropped after, and
+// broadcast again for the backward.
+//
+// The optimizer then updates the owned parameters in place and broadcasts nothing; a
+// checkpoint gathers every parameter to rank 0, one at a time, and rank 0 frees the others'
+// again once it is written.
+#include <map>
+#include <string>
+#include <vector>
+
+#include "fusetune/dist/communicator.h"
+#include "fusetune/runtime/executor.h"
+
+namespace fusetune::dist {
+
+class ShardedParams {
+ public:
+  // `params`: every parameter, whole, on every rank (as loaded); `trainable`: the trained ones.
+  ShardedParams(Communicator& comm, TensorMap& params, const std::vector<std::string>& trainable);
+  bool mine(const std::string& name) const { return meta_.at(name).owner == comm_.rank(); }
+  // Frees this rank's values of the parameters other ranks own (their entries stay, undefined).
+  void release_others();
+  // Collective (every rank, the same names in the same order): the parameter's value, the
+  // owner's own tensor there and a fresh copy elsewhere.
+  Tensor acquire(const std::string& name);
+  ParamSource source() {
+    return ParamSource([this](const std::string& name) { return acquire(name); });
+  }
+  // Collective, before a checkpoint: rank 0 receives every parameter it does not own, in name
+  // order; the other ranks send theirs. Rank 0 holds the whole model until release_others().
+  void gather_to_rank0(const std::string& what);
+
+ private:
+  struct Meta {
+    int owner = 0;
+    Shape shape;
+    DType dtype = DType::F32;
+  };
+  Communicator& comm_;
+  TensorMap& params_;
+  std::map<std::string, Meta> meta_;  // name order: the same on every rank
+};
+
+}  // namespace fusetune::dist
