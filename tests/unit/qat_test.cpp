@@ -488,7 +488,7 @@ TEST(QatModel, GgufEmbeddingFakeQuantizesTheGatheredRowsAsTheWholeTableThenGathe
     k::fake_quantize_rows<float>({want, 32}, table.data<float>(), fq.data(), V, D);
     for (int on : {1, 0}) {
       const auto out = EagerExecutor(g).run(with_enable({{"ids", id}, {"R", R}}, on),
-                                            {{"model.embed_tokens.weight", table}});
+                                            TensorMap{{"model.embed_tokens.weight", table}});
       const float* src = on ? fq.data() : table.data<float>();
       std::vector<float> expected, got(out[1].data<float>(), out[1].data<float>() + B * T * D);
       for (int32_t r : rows) expected.insert(expected.end(), src + r * D, src + (r + 1) * D);
