@@ -100,7 +100,9 @@ TEST(TorchtuneConfigs, EveryConfigNamesItsRecipe) {
   EXPECT_EQ(by_recipe["eleuther_eval"], 4);
   EXPECT_EQ(by_recipe["qat_single_device"], 3);
   EXPECT_EQ(by_recipe["full_finetune_distributed"], 13);
-  EXPECT_EQ(supported, 68);
+  EXPECT_EQ(by_recipe["lora_dpo_distributed"], 2);
+  EXPECT_EQ(by_recipe["full_dpo_distributed"], 1);
+  EXPECT_EQ(supported, 71);
   std::string summary;
   for (const auto& [name, n] : by_recipe)
     summary += "  " + name + (registered(name) ? "" : " (not in fusetune)") + ": " +

@@ -1,8 +1,14 @@
 #pragma once
 // Starting the built `fusetune` as MPI ranks from tests: whether mpirun exists, the
 // environment it needs here (root in containers, one thread per rank) and the command lines.
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
+#include <filesystem>
+#include <sstream>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "recipe_runs.h"
 #include "test_support.h"
@@ -29,6 +35,19 @@ inline void set_mpi_test_environment() {
   ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
   ::setenv("OMP_NUM_THREADS", "1", 1);
   ::setenv("ASAN_OPTIONS", "detect_leaks=0", 1);
+}
+
+// The largest peak_memory_alloc_bytes logged in output_dir/logs/metrics.jsonl (rank 0's; 0 when
+// none).
+inline int64_t logged_peak_bytes(const std::filesystem::path& output_dir) {
+  int64_t peak = 0;
+  std::istringstream in(read_text(output_dir / "logs" / "metrics.jsonl"));
+  std::string line;
+  while (std::getline(in, line))
+    if (!line.empty())
+      peak =
+          std::max(peak, nlohmann::json::parse(line).value("peak_memory_alloc_bytes", int64_t{0}));
+  return peak;
 }
 
 // `mpirun -np N [mca] fusetune run RECIPE --config CONFIG overrides...`.

@@ -8,5 +8,7 @@ namespace fusetune {
 
 const Schema& full_finetune_distributed_schema();
 const Schema& lora_finetune_distributed_schema();
+const Schema& lora_dpo_distributed_schema();
+const Schema& full_dpo_distributed_schema();
 
 }  // namespace fusetune

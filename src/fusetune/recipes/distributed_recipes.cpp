@@ -4,6 +4,7 @@
 #include <exception>
 
 #include "fusetune/dist/communicator.h"
+#include "fusetune/recipes/dpo_recipes.h"
 #include "fusetune/recipes/lora_finetune_single_device.h"
 #include "fusetune/recipes/train_loop.h"
 #include "fusetune/util/error.h"
@@ -39,6 +40,14 @@ int full_finetune_distributed(const Config& cfg) {
 
 int lora_finetune_distributed(const Config& cfg) {
   return run_ranks(cfg, lora_training_job(cfg, "lora_finetune_distributed").job);
+}
+
+int lora_dpo_distributed(const Config& cfg) {
+  return run_ranks(cfg, lora_dpo_job(cfg, "lora_dpo_distributed"));
+}
+
+int full_dpo_distributed(const Config& cfg) {
+  return run_ranks(cfg, full_dpo_job("full_dpo_distributed"));
 }
 
 }  // namespace fusetune
