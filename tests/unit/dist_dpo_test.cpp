@@ -22,11 +22,12 @@ namespace {
 // normalization matches the reference.
 fs::path write_pairs(const fs::path& dir) {
   nlohmann::json rows = nlohmann::json::array();
-  for (int i = 0; i < 32; ++i) {
+  for (int i = 0; i < 48; ++i) {
     const std::string tail(size_t(i * 7 % 23), char('a' + i % 26));
     rows.push_back({{"prompt", "Name a color " + std::to_string(i) + "."},
                     {"chosen", (i % 2 ? "Blue, like the sky " : "Green ") + tail},
-                    {"rejected", (i % 3 ? "I will not" : "Seven is a number") + tail.substr(3)}});
+                    {"rejected", (i % 3 ? "I will not " : "Seven is a number ") +
+                                     std::string(size_t(i * 5 % 17), 'z')}});
   }
   const fs::path p = dir / "pairs.json";
   write_text(p, rows.dump());

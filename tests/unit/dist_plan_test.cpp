@@ -36,7 +36,7 @@ std::string yaml(const fs::path& data) {
     << "tokenizer:\n  _component_: byte\n  max_seq_len: 64\n"
     << "dataset:\n  _component_: text_completion\n  source: " << data.string()
     << "\n  packed: true\n"
-    << "seed: 5\nshuffle: true\nbatch_size: 2\nepochs: 1\nmax_steps_per_epoch: 3\n"
+    << "seed: 5\nshuffle: true\nbatch_size: 2\nepochs: 1\nmax_steps_per_epoch: 2\n"
     << "optimizer:\n  _component_: AdamW\n  lr: 1e-3\n"
     << "compile: true\nnum_threads: 1\nlog_every_n_steps: 1\nlog_peak_memory_stats: true\n";
   return s.str();
@@ -73,12 +73,12 @@ void check_stages(const std::string& recipe, const fs::path& tmp, const Override
   for (int stage = 0; stage <= 2; ++stage) {
     Overrides o = extra;
     o["zero_stage"] = std::to_string(stage);
+    const fs::path out = tmp / (recipe + "_z" + std::to_string(stage));
+    o["output_dir"] = out.string();
     const Config cfg = prepared(recipe, config, as_overrides(o));
     const PlannedStep s = plan_step(cfg, recipe, model_architecture(cfg));
     const RankPeak want = plan_rank_peak(s, plan_step_mode(s, s.configured_mode), 2, 0, stage);
     planned.push_back(want.bytes);
-    const fs::path out = tmp / (recipe + "_z" + std::to_string(stage));
-    o["output_dir"] = out.string();
     const std::string cmd = mpirun_command(2, recipe, config.string(), o);
     const CliRun r = run_shell(cmd, tmp / ("s_" + recipe + std::to_string(stage)));
     ASSERT_EQ(r.code, 0) << cmd << "\n" << r.out << r.err;
