@@ -203,10 +203,11 @@ TEST(TorchtuneConfigs, CpCopiesEveryTorchtuneName) {
       EXPECT_TRUE(has(out, "Run it with: fusetune run " + recipe)) << out;
     }
   }
-  // Most torchtune configs have no built-in twin; since the *_distributed recipes exist, a
-  // minority name a recipe fusetune lacks (DPO / QAT distributed, distillation, eval, ...).
+  // Most torchtune configs have no built-in twin; since the *_distributed recipes (DPO
+  // included) exist, a minority name a recipe fusetune lacks (QAT distributed, distillation,
+  // eval, ...).
   EXPECT_GT(copied, 75);
-  EXPECT_GT(noted, 20);
+  EXPECT_GE(noted, 10);
 }
 
 // torchtune's llama3_2/1B_lora_single_device.yaml, unmodified, planned and trained with

@@ -1,12 +1,16 @@
 #pragma once
 // Starting the built `fusetune` as MPI ranks from tests: whether mpirun exists, the
 // environment it needs here (root in containers, one thread per rank) and the command lines.
+#include <gtest/gtest.h>
+
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -48,6 +52,21 @@ inline int64_t logged_peak_bytes(const std::filesystem::path& output_dir) {
       peak =
           std::max(peak, nlohmann::json::parse(line).value("peak_memory_alloc_bytes", int64_t{0}));
   return peak;
+}
+
+// Runs a command line that must succeed (its output in the failure message).
+inline void run_ok(const std::string& cmd, const std::filesystem::path& scratch) {
+  const CliRun r = run_shell(cmd, scratch);
+  ASSERT_EQ(r.code, 0) << cmd << "\n" << r.out << r.err;
+}
+
+// Two loss curves, step by step: |a - b| <= 1e-5 |b| (the equivalence tests' tolerance).
+inline void expect_same_curve(const std::vector<double>& a, const std::vector<double>& b,
+                              const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_LE(std::abs(a[i] - b[i]), 1e-5 * std::abs(b[i]))
+        << what << ": step " << i + 1 << ": " << a[i] << " vs " << b[i];
 }
 
 // `mpirun -np N [mca] fusetune run RECIPE --config CONFIG overrides...`.

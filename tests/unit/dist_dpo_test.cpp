@@ -81,20 +81,6 @@ fs::path write_checkpoint(const fs::path& dir) {
   return out;
 }
 
-void run_ok(const std::string& cmd, const fs::path& scratch) {
-  const CliRun r = run_shell(cmd, scratch);
-  ASSERT_EQ(r.code, 0) << cmd << "\n" << r.out << r.err;
-}
-
-// Per step, |a - b| <= 1e-5 |b|.
-void expect_same_curve(const std::vector<double>& a, const std::vector<double>& b,
-                       const std::string& what) {
-  ASSERT_EQ(a.size(), b.size()) << what;
-  for (size_t i = 0; i < a.size(); ++i)
-    EXPECT_LE(std::abs(a[i] - b[i]), 1e-5 * std::abs(b[i]))
-        << what << ": step " << i + 1 << ": " << a[i] << " vs " << b[i];
-}
-
 // One process x `pairs` x accum against 2 ranks x pairs/2 x accum at `stage`; then a rerun of
 // the 2-rank run, bitwise.
 void check_equivalence(const std::string& single, const std::string& distributed,

@@ -58,20 +58,6 @@ const Overrides kLora = {{"model.lora_attn_modules", "[q_proj,v_proj]"},
                          {"model.apply_lora_to_mlp", "true"},
                          {"model.lora_rank", "4"}};
 
-void run_ok(const std::string& cmd, const fs::path& scratch) {
-  const CliRun r = run_shell(cmd, scratch);
-  ASSERT_EQ(r.code, 0) << cmd << "\n" << r.out << r.err;
-}
-
-// Per step, |a - b| <= 1e-5 |b|.
-void expect_same_curve(const std::vector<double>& a, const std::vector<double>& b,
-                       const std::string& what) {
-  ASSERT_EQ(a.size(), b.size()) << what;
-  for (size_t i = 0; i < a.size(); ++i)
-    EXPECT_LE(std::abs(a[i] - b[i]), 1e-5 * std::abs(b[i]))
-        << what << ": step " << i + 1 << ": " << a[i] << " vs " << b[i];
-}
-
 std::vector<double> tail(const std::vector<double>& v, size_t from) {
   return std::vector<double>(v.begin() + long(from), v.end());
 }
