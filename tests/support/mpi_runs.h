@@ -3,11 +3,16 @@
 // environment it needs here (root in containers, one thread per rank) and the command lines.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
+#include <filesystem>
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "recipe_runs.h"
 #include "test_support.h"
@@ -34,6 +39,34 @@ inline void set_mpi_test_environment() {
   ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
   ::setenv("OMP_NUM_THREADS", "1", 1);
   ::setenv("ASAN_OPTIONS", "detect_leaks=0", 1);
+}
+
+// The largest peak_memory_alloc_bytes logged in output_dir/logs/metrics.jsonl (rank 0's; 0 when
+// none).
+inline int64_t logged_peak_bytes(const std::filesystem::path& output_dir) {
+  int64_t peak = 0;
+  std::istringstream in(read_text(output_dir / "logs" / "metrics.jsonl"));
+  std::string line;
+  while (std::getline(in, line))
+    if (!line.empty())
+      peak =
+          std::max(peak, nlohmann::json::parse(line).value("peak_memory_alloc_bytes", int64_t{0}));
+  return peak;
+}
+
+// Runs a command line that must succeed (its output in the failure message).
+inline void run_ok(const std::string& cmd, const std::filesystem::path& scratch) {
+  const CliRun r = run_shell(cmd, scratch);
+  ASSERT_EQ(r.code, 0) << cmd << "\n" << r.out << r.err;
+}
+
+// Two loss curves, step by step: |a - b| <= 1e-5 |b| (the equivalence tests' tolerance).
+inline void expect_same_curve(const std::vector<double>& a, const std::vector<double>& b,
+                              const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_LE(std::abs(a[i] - b[i]), 1e-5 * std::abs(b[i]))
+        << what << ": step " << i + 1 << ": " << a[i] << " vs " << b[i];
 }
 
 // `mpirun -np N [mca] fusetune run RECIPE --config CONFIG overrides...`.
@@ -76,21 +109,6 @@ inline Overrides rank_run_overrides(const std::filesystem::path& out,
                  {"log_peak_memory_stats", "false"}};
   for (const auto& [k, v] : extra) o[k] = v;
   return o;
-}
-
-// Runs `cmd`; a non-zero exit fails the test with the command and its output.
-inline void run_ok(const std::string& cmd, const std::filesystem::path& scratch) {
-  const CliRun r = run_shell(cmd, scratch);
-  ASSERT_EQ(r.code, 0) << cmd << "\n" << r.out << r.err;
-}
-
-// Per step, |a - b| <= 1e-5 |b| (N ranks x b against one process x N*b, fp32).
-inline void expect_same_curve(const std::vector<double>& a, const std::vector<double>& b,
-                              const std::string& what) {
-  ASSERT_EQ(a.size(), b.size()) << what;
-  for (size_t i = 0; i < a.size(); ++i)
-    EXPECT_LE(std::abs(a[i] - b[i]), 1e-5 * std::abs(b[i]))
-        << what << ": step " << i + 1 << ": " << a[i] << " vs " << b[i];
 }
 
 }  // namespace fusetune::testing

@@ -125,7 +125,8 @@ TEST(RecipeRegistry, FindRecipe) {
             "'full_finetune_single_device'?); recipes: full_finetune_single_device, "
             "lora_finetune_single_device, lora_dpo_single_device, full_dpo_single_device, "
             "qat_single_device, qat_lora_finetune_single_device, full_finetune_distributed, "
-            "lora_finetune_distributed, qat_distributed, qat_lora_finetune_distributed, generate, "
+            "lora_finetune_distributed, qat_distributed, qat_lora_finetune_distributed, "
+            "lora_dpo_distributed, full_dpo_distributed, generate, "
             "eval");
 }
 

@@ -32,18 +32,6 @@ const Overrides kLora = {{"model.lora_attn_modules", "[q_proj,v_proj]"},
                          {"model.apply_lora_to_mlp", "true"},
                          {"model.lora_rank", "4"}};
 
-// The largest peak_memory_alloc_bytes rank 0 logged.
-int64_t logged_peak_bytes(const fs::path& out) {
-  int64_t peak = 0;
-  std::istringstream in(read_text(out / "logs" / "metrics.jsonl"));
-  std::string line;
-  while (std::getline(in, line))
-    if (!line.empty())
-      peak =
-          std::max(peak, nlohmann::json::parse(line).value("peak_memory_alloc_bytes", int64_t{0}));
-  return peak;
-}
-
 std::vector<double> tail(const std::vector<double>& v, size_t from) {
   return std::vector<double>(v.begin() + long(from), v.end());
 }

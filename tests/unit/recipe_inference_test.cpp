@@ -96,17 +96,17 @@ TEST(RecipeInference, TorchtuneRecipesFusetuneLacksAreNamed) {
   using fusetune::missing_torchtune_recipe;
   EXPECT_EQ(missing_torchtune_recipe("lora_finetune_single_device"), "");
   EXPECT_EQ(missing_torchtune_recipe("no_such_thing"), "");
-  std::string m = missing_torchtune_recipe("full_dpo_distributed");
+  std::string m = missing_torchtune_recipe("dev/generate_v2_distributed");
   EXPECT_TRUE(has(m,
-                  "recipe 'full_dpo_distributed' is one of torchtune's recipes; fusetune "
+                  "recipe 'dev/generate_v2_distributed' is one of torchtune's recipes; fusetune "
                   "has no such recipe yet"))
       << m;
-  EXPECT_TRUE(has(m, "the closest is full_dpo_single_device")) << m;
+  EXPECT_TRUE(has(m, "the closest is generate")) << m;
   // The data-parallel recipes fusetune has are not missing.
   EXPECT_EQ(missing_torchtune_recipe("full_finetune_distributed"), "");
   EXPECT_EQ(missing_torchtune_recipe("lora_finetune_distributed.py"), "");
-  EXPECT_TRUE(has(missing_torchtune_recipe("lora_dpo_distributed.py"),
-                  "closest is lora_dpo_single_device"));
+  EXPECT_EQ(missing_torchtune_recipe("lora_dpo_distributed.py"), "");
+  EXPECT_EQ(missing_torchtune_recipe("full_dpo_distributed"), "");
   EXPECT_EQ(missing_torchtune_recipe("qat_lora_finetune_distributed"), "");
   EXPECT_EQ(missing_torchtune_recipe("qat_distributed.py"), "");
   EXPECT_EQ(missing_torchtune_recipe("qat_single_device"), "");  // fusetune has it
@@ -121,17 +121,20 @@ TEST(RecipeInference, TorchtuneRecipesFusetuneLacksAreNamed) {
   EXPECT_TRUE(has(missing_torchtune_recipe("foo_distributed"), "no such recipe yet"));
   // `fusetune run` with such a name says so too.
   try {
-    fusetune::find_recipe("full_dpo_distributed");
+    fusetune::find_recipe("dev/generate_v2_distributed");
     ADD_FAILURE() << "no error";
   } catch (const fusetune::Error& e) {
     EXPECT_TRUE(has(e.what(), "fusetune has no such recipe yet")) << e.what();
   }
-  const fusetune::RecipeChoice c{"lora_dpo_distributed", "from the config's `tune run` line"};
+  const fusetune::RecipeChoice c{"knowledge_distillation_distributed",
+                                 "from the config's `tune run` line"};
   try {
     fusetune::chosen_recipe(c);
     ADD_FAILURE() << "no error";
   } catch (const fusetune::Error& e) {
-    EXPECT_TRUE(has(e.what(), "recipe 'lora_dpo_distributed' (from the config's `tune run` line)"))
+    EXPECT_TRUE(has(e.what(),
+                    "recipe 'knowledge_distillation_distributed' (from the config's "
+                    "`tune run` line)"))
         << e.what();
   }
 }
@@ -158,15 +161,15 @@ TEST(RecipeInferenceCli, ValidateFindsAndPrintsTheRecipe) {
       << r.out;
 
   const fs::path dist = dir / "dist.yaml";
-  std::ofstream(dist) << "#   tune run --nproc_per_node 2 full_dpo_distributed --config x\n"
+  std::ofstream(dist) << "#   tune run --nproc_per_node 2 knowledge_distillation_distributed "
+                         "--config x\n"
                          "output_dir: /tmp/o\n";
   r = run_fusetune("validate " + dist.string());
   EXPECT_EQ(r.code, 1);
   EXPECT_TRUE(has(r.out,
-                  "recipe 'full_dpo_distributed' (from the config's `tune run` "
+                  "recipe 'knowledge_distillation_distributed' (from the config's `tune run` "
                   "line) is one of torchtune's recipes; fusetune has no such recipe yet"))
       << r.out;
-  EXPECT_TRUE(has(r.out, "pass --recipe full_dpo_single_device")) << r.out;
 
   // A Hub dataset builder without a local source.
   const fs::path hub = dir / "hub.yaml";
@@ -212,7 +215,7 @@ TEST(RecipeInferenceCli, CpCopiesTorchtuneConfigsFromTheAssetsFolder) {
   fs::create_directories(assets / "torchtune_configs/fam");
   fs::create_directories(out);
   const std::string dist =
-      "#   tune run --nproc_per_node 2 lora_dpo_distributed --config "
+      "#   tune run --nproc_per_node 2 knowledge_distillation_distributed --config "
       "fam/7B_lora\noutput_dir: /o\n"
       "dataset: {_component_: torchtune.datasets.alpaca_cleaned_dataset}\n";
   std::ofstream(assets / "torchtune_configs/fam/7B_lora.yaml") << dist;
@@ -226,7 +229,7 @@ TEST(RecipeInferenceCli, CpCopiesTorchtuneConfigsFromTheAssetsFolder) {
   std::ifstream in(out / "a.yaml");
   EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), dist);
   EXPECT_TRUE(has(r.out, "torchtune's config fam/7B_lora")) << r.out;
-  EXPECT_TRUE(has(r.out, "recipe 'lora_dpo_distributed'")) << r.out;
+  EXPECT_TRUE(has(r.out, "recipe 'knowledge_distillation_distributed'")) << r.out;
   EXPECT_TRUE(has(r.out, "fusetune has no such recipe yet")) << r.out;
   EXPECT_TRUE(has(r.out,
                   "Its dataset reads the Hugging Face Hub dataset yahma/alpaca-cleaned: "
@@ -244,7 +247,7 @@ TEST(RecipeInferenceCli, CpCopiesTorchtuneConfigsFromTheAssetsFolder) {
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(has(r.out, "2 of torchtune's configs in " + (assets / "torchtune_configs").string()))
       << r.out;
-  EXPECT_TRUE(has(r.out, "lora_dpo_distributed (not in fusetune yet)")) << r.out;
+  EXPECT_TRUE(has(r.out, "knowledge_distillation_distributed (not in fusetune yet)")) << r.out;
   // A built-in config of the same name wins.
   fs::create_directories(assets / "torchtune_configs/demo");
   std::ofstream(assets / "torchtune_configs/demo/tiny_full.yaml") << "not: this\n";

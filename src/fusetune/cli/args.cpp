@@ -1,5 +1,7 @@
 #include "fusetune/cli/args.h"
 
+#include <exception>
+
 #include "fusetune/util/error.h"
 #include "fusetune/util/strings.h"
 
@@ -8,6 +10,30 @@ namespace fusetune::cli {
 std::string Args::option(const std::string& name) const {
   auto it = options.find(name);
   return it == options.end() ? "" : it->second;
+}
+
+int nproc_per_node(const Args& a) {
+  if (!a.options.count("nproc_per_node")) return 0;
+  const std::string n = a.option("nproc_per_node");
+  int nproc = 0;
+  try {
+    size_t used = 0;
+    nproc = std::stoi(n, &used);
+    if (used != n.size()) nproc = 0;
+  } catch (const std::exception&) {
+    nproc = 0;
+  }
+  FT_CHECK(nproc >= 1, "--nproc_per_node must be a whole number >= 1, got '" + n + "'");
+  return nproc;
+}
+
+void check_distributed_recipe(const std::string& recipe, const std::string& what) {
+  const std::string suffix = "_distributed";
+  FT_CHECK(recipe.size() > suffix.size() &&
+               recipe.compare(recipe.size() - suffix.size(), suffix.size(), suffix) == 0,
+           "--nproc_per_node " + what + " a *_distributed recipe as ranks; " + recipe +
+               " trains in one process (its distributed counterpart, if fusetune has it, is "
+               "listed by `fusetune ls`)");
 }
 
 namespace {

@@ -26,6 +26,11 @@ struct Args {
   std::string option(const std::string& name) const;
 };
 
+// `--nproc_per_node N`: N (a whole number >= 1, else an Error), or 0 when absent.
+int nproc_per_node(const Args& a);
+// --nproc_per_node applies to *_distributed recipes only; `what` is the verb ("runs", "plans").
+void check_distributed_recipe(const std::string& recipe, const std::string& what);
+
 // Parses `args` (the words after the subcommand). Unknown `--options` are an Error naming the
 // closest known one.
 Args parse_args(const std::vector<std::string>& args, const ArgSpec& spec);

@@ -14,6 +14,7 @@
 #include "fusetune/peft/nf4_weight.h"
 #include "fusetune/recipes/dpo_step.h"
 #include "fusetune/recipes/lora_finetune_single_device.h"
+#include "fusetune/recipes/rank_plan.h"
 #include "fusetune/recipes/recipe_inference.h"
 #include "fusetune/recipes/recipe_setup.h"
 #include "fusetune/recipes/registry.h"
@@ -24,7 +25,7 @@
 namespace fusetune::cli {
 
 const char* const kPlanHelp =
-    "usage: fusetune plan [RECIPE] --config CONFIG [key=value | ~key ...]\n"
+    "usage: fusetune plan [RECIPE] --config CONFIG [--nproc_per_node N] [key=value | ~key ...]\n"
     "\n"
     "Without RECIPE (or --recipe NAME), the recipe is found as `fusetune validate` finds it:\n"
     "the config's \"# recipe:\" line, its `tune run RECIPE` header line, or its model builder.\n"
@@ -38,11 +39,17 @@ const char* const kPlanHelp =
     "memory cgroup's limit when lower; FUSETUNE_AVAILABLE_MEMORY_BYTES replaces the measurement).\n"
     "When the configured mode does not fit, it lists the settings that would (compile: true,\n"
     "activation checkpointing, QLoRA, a smaller batch_size or max_seq_len), each estimated the\n"
-    "same way; `fusetune run` stops before loading such a config (memory_check: false runs it).\n";
+    "same way; `fusetune run` stops before loading such a config (memory_check: false runs it).\n"
+    "\n"
+    "--nproc_per_node N (a *_distributed recipe): the peak of each of N data-parallel ranks\n"
+    "(batch_size per rank) for zero_stage 0, 1 and 2 in the configured compile mode: rank 0's\n"
+    "(the one that logs peak_memory_alloc) and the largest rank's, with the moment of the step\n"
+    "it happens (backward, gradient all-reduce or update) and the communication buffers.\n";
 
 int cmd_plan(const std::vector<std::string>& argv) {
-  Args a = parse_args(argv, {{"config", "recipe"}, {}, true});
-  constexpr const char* kUsage = "fusetune plan [RECIPE] --config CONFIG [key=value ...]";
+  Args a = parse_args(argv, {{"config", "recipe", "nproc_per_node"}, {}, true});
+  constexpr const char* kUsage =
+      "fusetune plan [RECIPE] --config CONFIG [--nproc_per_node N] [key=value ...]";
   FT_CHECK(a.positional.size() <= 1, std::string("usage: ") + kUsage);
   FT_CHECK(
       a.options.count("config"),
@@ -59,6 +66,8 @@ int cmd_plan(const std::vector<std::string>& argv) {
            "plan predicts a training step; " + recipe +
                " trains nothing (its KV cache and activations are small: generate prints the "
                "cache size when it runs)");
+  const int nproc = nproc_per_node(a);
+  if (nproc) check_distributed_recipe(recipe, "plans");
   std::printf("%s\n", describe(choice).c_str());
   std::fflush(stdout);
   Config cfg = prepare_recipe_config(recipe, a, kUsage);
@@ -94,7 +103,7 @@ int cmd_plan(const std::vector<std::string>& argv) {
   if (step.preference && step.preference->needs_reference()) {
     // The reference model's forward pass runs before the policy's step, without gradients.
     LlamaOptions ref_llama =
-        recipe == "lora_dpo_single_device" ? peft::base_llama_options(step.nf4) : LlamaOptions{};
+        recipe.rfind("lora_dpo_", 0) == 0 ? peft::base_llama_options(step.nf4) : LlamaOptions{};
     Graph ref = build_sequence_log_probs_graph(model, o.batch_size, T, o.dtype, ref_llama);
     std::printf("reference forward (%s):", cfg.boolean("precompute_ref_log_probs", false)
                                                ? "once per pair, before training"
@@ -107,7 +116,7 @@ int cmd_plan(const std::vector<std::string>& argv) {
                   format_bytes(double(p.memory.activations + p.memory.workspace)).c_str());
     }
     std::printf(" (activations + workspace%s)\n\n",
-                recipe == "full_dpo_single_device" ? "; plus a frozen copy of the parameters" : "");
+                recipe.rfind("full_dpo_", 0) == 0 ? "; plus a frozen copy of the parameters" : "");
   }
   const bool accumulating = step.gradient_accumulation_steps > 1 && !in_bwd;
   if (accumulating)
@@ -116,13 +125,17 @@ int cmd_plan(const std::vector<std::string>& argv) {
         "(+%s while the next micro-batch's are computed): counted in the fit column\n\n",
         (long long)step.gradient_accumulation_steps,
         format_bytes(double(plans.back().memory.gradients)).c_str());
+  const CompileMode configured = step.configured_mode;
+  const ModePlan& mine = plans[configured == CompileMode::None    ? 0
+                               : configured == CompileMode::Model ? 1
+                                                                  : 2];
+  if (nproc) std::printf("%s\n", format_rank_plans(step, mine, nproc).c_str());
   // The verdict: this machine's available memory against each mode's peak.
   const std::optional<AvailableMemory> available = available_memory();
   const std::string fit_header =
       available ? "fits in " + format_bytes(double(available->bytes)) + "?" : "fits?";
   std::printf("%-8s %9s %14s%s  %s\n", "compile", "kernels", "peak",
               in_bwd ? "  optimizer_in_bwd: false" : "", fit_header.c_str());
-  const CompileMode configured = step.configured_mode;
   for (size_t i = 0; i < plans.size(); ++i) {
     const ModePlan& p = plans[i];
     const int64_t peak = run_peak_bytes(step, p);
@@ -138,9 +151,6 @@ int cmd_plan(const std::vector<std::string>& argv) {
     std::printf("\nthe available memory could not be read (/proc/meminfo)\n");
     return 0;
   }
-  const ModePlan& mine = plans[configured == CompileMode::None    ? 0
-                               : configured == CompileMode::Model ? 1
-                                                                  : 2];
   const int64_t peak = run_peak_bytes(step, mine);
   std::printf("\navailable memory: %s (%s)\n", format_bytes(double(available->bytes)).c_str(),
               available->source.c_str());

@@ -80,24 +80,8 @@ int cmd_run(const std::vector<std::string>& argv) {
   FT_CHECK(a.positional.size() == 1, "unexpected argument '" + a.positional[1] +
                                          "': overrides are key=value, deletions ~key");
   const RecipeInfo& recipe = find_recipe(a.positional[0]);
-  if (a.options.count("nproc_per_node")) {
-    const std::string n = a.option("nproc_per_node");
-    int nproc = 0;
-    try {
-      size_t used = 0;
-      nproc = std::stoi(n, &used);
-      if (used != n.size()) nproc = 0;
-    } catch (const std::exception&) {
-      nproc = 0;
-    }
-    FT_CHECK(nproc >= 1, "--nproc_per_node must be a whole number >= 1, got '" + n + "'");
-    const std::string suffix = "_distributed";
-    FT_CHECK(
-        recipe.name.size() > suffix.size() &&
-            recipe.name.compare(recipe.name.size() - suffix.size(), suffix.size(), suffix) == 0,
-        "--nproc_per_node runs a *_distributed recipe as ranks; " + recipe.name +
-            " trains in one process (its distributed counterpart, if fusetune has it, is "
-            "listed by `fusetune ls`)");
+  if (const int nproc = nproc_per_node(a)) {
+    check_distributed_recipe(recipe.name, "runs");
     FT_CHECK(!dist::launched_by_mpi(),
              "--nproc_per_node inside an MPI launch: this process is already one rank of "
              "mpirun/srun; drop --nproc_per_node (the launcher sets the number of ranks)");

@@ -13,6 +13,9 @@ struct ModePlan {
   std::vector<std::string> fused;   // one line per fused node
   std::vector<std::string> passes;  // the pass report
   MemoryBreakdown memory;
+  // Compiled modes: the arena the intermediates are placed in (part of memory.activations),
+  // which stays allocated after the step; 0 in eager mode.
+  int64_t arena_bytes = 0;
 };
 
 // optimizer_in_bwd: gradients freed as soon as their parameter is updated (memory_estimate.h).

@@ -79,6 +79,16 @@ const Schema& full_finetune_distributed_schema() {
   return s;
 }
 
+const Schema& lora_dpo_distributed_schema() {
+  static const Schema s = distributed(lora_dpo_schema(), "lora_dpo_distributed");
+  return s;
+}
+
+const Schema& full_dpo_distributed_schema() {
+  static const Schema s = distributed(full_dpo_schema(), "full_dpo_distributed");
+  return s;
+}
+
 const Schema& lora_finetune_distributed_schema() {
   static const Schema s = distributed(lora_finetune_schema(), "lora_finetune_distributed");
   return s;

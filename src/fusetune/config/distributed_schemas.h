@@ -10,5 +10,7 @@ const Schema& full_finetune_distributed_schema();
 const Schema& lora_finetune_distributed_schema();
 const Schema& qat_distributed_schema();
 const Schema& qat_lora_finetune_distributed_schema();
+const Schema& lora_dpo_distributed_schema();
+const Schema& full_dpo_distributed_schema();
 
 }  // namespace fusetune

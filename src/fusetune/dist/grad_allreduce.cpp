@@ -29,23 +29,43 @@ void from_f32(const float* in, int64_t begin, int64_t n, Tensor& t) {
 
 }  // namespace
 
+int64_t allreduce_buffer_elements(const std::vector<int64_t>& numels,
+                                  const std::vector<DType>& dtypes, int64_t bucket_elements) {
+  int64_t small = 0;
+  for (size_t i = 0; i < numels.size(); ++i) {
+    if (numels[i] < bucket_elements)
+      small += numels[i];
+    else if (dtypes[i] != DType::F32)
+      return bucket_elements;  // a large bf16 gradient goes through it a bucket at a time
+  }
+  return std::min(small, bucket_elements);
+}
+
 void allreduce_gradients(Communicator& comm, const std::vector<Tensor*>& grads,
                          const std::string& what, int64_t bucket_elements) {
   if (comm.size() == 1) return;
-  for (const Tensor* g : grads)
+  std::vector<int64_t> numels;
+  std::vector<DType> dtypes;
+  for (const Tensor* g : grads) {
     FT_CHECK(g->dtype() == DType::F32 || g->dtype() == DType::BF16,
              "gradient all-reduce: unsupported gradient dtype");
-  std::vector<float> bucket;
+    numels.push_back(g->numel());
+    dtypes.push_back(g->dtype());
+  }
+  const int64_t space = allreduce_buffer_elements(numels, dtypes, bucket_elements);
+  Tensor buffer = space > 0 ? Tensor::empty({space}, DType::F32) : Tensor();
+  float* bucket = space > 0 ? buffer.data<float>() : nullptr;
+  int64_t used = 0;
   std::vector<Tensor*> pending;  // the tensors packed in `bucket`, in order
   auto flush = [&]() {
     if (pending.empty()) return;
-    comm.allreduce_sum(bucket.data(), int64_t(bucket.size()), what);
+    comm.allreduce_sum(bucket, used, what);
     int64_t at = 0;
     for (Tensor* t : pending) {
-      from_f32(bucket.data() + at, 0, t->numel(), *t);
+      from_f32(bucket + at, 0, t->numel(), *t);
       at += t->numel();
     }
-    bucket.clear();
+    used = 0;
     pending.clear();
   };
   for (Tensor* g : grads) {
@@ -57,20 +77,17 @@ void allreduce_gradients(Communicator& comm, const std::vector<Tensor*>& grads,
         continue;
       }
       flush();
-      std::vector<float> chunk;
       for (int64_t begin = 0; begin < n; begin += bucket_elements) {
         const int64_t len = std::min(bucket_elements, n - begin);
-        chunk.resize(size_t(len));
-        to_f32(*g, begin, len, chunk.data());
-        comm.allreduce_sum(chunk.data(), len, what);
-        from_f32(chunk.data(), begin, len, *g);
+        to_f32(*g, begin, len, bucket);
+        comm.allreduce_sum(bucket, len, what);
+        from_f32(bucket, begin, len, *g);
       }
       continue;
     }
-    if (int64_t(bucket.size()) + n > bucket_elements) flush();
-    const size_t at = bucket.size();
-    bucket.resize(at + size_t(n));
-    to_f32(*g, 0, n, bucket.data() + at);
+    if (used + n > bucket_elements) flush();
+    to_f32(*g, 0, n, bucket + used);
+    used += n;
     pending.push_back(g);
   }
   flush();

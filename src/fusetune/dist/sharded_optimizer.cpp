@@ -100,37 +100,66 @@ std::vector<ParamRef> ShardedOptimizer::owned(const std::vector<ParamRef>& param
   return mine;
 }
 
+int64_t broadcast_buffer_bytes(const std::vector<int64_t>& nbytes, int ranks) {
+  if (ranks <= 1) return 0;
+  int64_t small = 0;
+  for (int64_t n : nbytes)
+    if (n < kBroadcastBucketBytes) small += n;
+  // Packed a bucket at a time; allocated as fp32 elements.
+  return (std::min(small, kBroadcastBucketBytes) + 3) / 4 * 4;
+}
+
 void ShardedOptimizer::step(const std::vector<ParamRef>& params, double lr) {
   gathered_.clear();
   inner_->step(owned(params), lr);
   if (comm_.size() == 1 || !broadcast_updates_) return;
-  // Each rank's updated range in one broadcast (its parameters are consecutive in `params`).
-  std::vector<char> buffer;
-  for (int r = 0; r < comm_.size(); ++r) {
-    std::vector<const ParamRef*> range;
-    size_t bytes = 0;
-    for (size_t i = 0; i < params.size(); ++i)
-      if (owner(params[i]) == r) {
-        range.push_back(&params[i]);
-        bytes += params[i].value->nbytes();
-      }
-    if (range.empty()) continue;
-    buffer.resize(bytes);
-    size_t at = 0;
-    if (r == comm_.rank())
-      for (const ParamRef* p : range) {
-        std::memcpy(buffer.data() + at, p->value->raw(), p->value->nbytes());
-        at += p->value->nbytes();
-      }
-    comm_.broadcast(buffer.data(), int64_t(bytes), r,
-                    "the parameter broadcast (ZeRO-1) from rank " + std::to_string(r));
-    at = 0;
-    if (r != comm_.rank())
-      for (const ParamRef* p : range) {
-        std::memcpy(p->value->raw(), buffer.data() + at, p->value->nbytes());
-        at += p->value->nbytes();
-      }
+  // Every parameter from the rank that updated it, in name order (the same sequence of
+  // broadcasts on every rank): a large one in place, small ones packed into one counted
+  // staging bucket.
+  std::vector<int64_t> nbytes;
+  std::vector<int> owner_of;  // the owners fixed at construction
+  for (const ParamRef& p : params) {
+    nbytes.push_back(int64_t(p.value->nbytes()));
+    owner_of.push_back(owner(p));
   }
+  const int64_t space = broadcast_buffer_bytes(nbytes, comm_.size());
+  Tensor staging = space > 0 ? Tensor::empty({space / 4}, DType::F32) : Tensor();
+  char* bucket = space > 0 ? static_cast<char*>(staging.raw()) : nullptr;
+  int64_t used = 0;
+  int root = -1;
+  std::vector<const ParamRef*> pending;  // packed in `bucket`, in order, all from `root`
+  auto what = [](int r) {
+    return "the parameter broadcast (ZeRO-1) from rank " + std::to_string(r);
+  };
+  auto flush = [&]() {
+    if (pending.empty()) return;
+    int64_t at = 0;
+    if (root == comm_.rank())
+      for (const ParamRef* p : pending) {
+        std::memcpy(bucket + at, p->value->raw(), p->value->nbytes());
+        at += int64_t(p->value->nbytes());
+      }
+    comm_.broadcast(bucket, used, root, what(root));
+    at = 0;
+    if (root != comm_.rank())
+      for (const ParamRef* p : pending) {
+        std::memcpy(p->value->raw(), bucket + at, p->value->nbytes());
+        at += int64_t(p->value->nbytes());
+      }
+    pending.clear();
+    used = 0;
+  };
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (nbytes[i] >= kBroadcastBucketBytes) {
+      comm_.broadcast(params[i].value->raw(), nbytes[i], owner_of[i], what(owner_of[i]));
+      continue;
+    }
+    if (owner_of[i] != root || used + nbytes[i] > space) flush();
+    root = owner_of[i];
+    pending.push_back(&params[i]);
+    used += nbytes[i];
+  }
+  flush();
 }
 
 void ShardedOptimizer::save_state(NamedTensors& out) const {

@@ -3,8 +3,9 @@
 // (the order of the flat gradient buffers), are cut into `size()` consecutive ranges of about
 // equal element counts; each rank keeps optimizer state for, and updates, only the parameters
 // of its range (whole tensors, so any optimizer works unchanged), then every parameter is
-// broadcast from the rank that updated it. Gradients are still summed on every rank (ZeRO-0's
-// all-reduce), so clipping sees the global norm as before.
+// broadcast from the rank that updated it (large ones in place, small ones packed in buckets).
+// Gradients are still summed on every rank (ZeRO-0's all-reduce), so clipping sees the global norm
+// as before.
 //
 // Checkpoints stay rank-independent: before a save every rank sends its state to rank 0
 // (gather_state, dropped after the save), whose save_state then lists the whole state under the
@@ -23,6 +24,14 @@ namespace fusetune::dist {
 // The rank that owns each of `numels` (parameters in name order): consecutive ranges, balanced
 // by element count.
 std::vector<int> partition_by_elements(const std::vector<int64_t>& numels, int ranks);
+
+// After the update every parameter is broadcast from its owner: one at least this large in
+// place, smaller ones packed into a staging bucket of at most this size (16 MiB).
+inline constexpr int64_t kBroadcastBucketBytes = int64_t(16) << 20;
+
+// The bytes of that staging bucket (counted memory) for parameters of `nbytes`: their small
+// ones' total up to one bucket; 0 with one rank.
+int64_t broadcast_buffer_bytes(const std::vector<int64_t>& nbytes, int ranks);
 
 class ShardedOptimizer : public Optimizer {
  public:

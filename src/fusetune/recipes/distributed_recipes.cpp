@@ -4,6 +4,7 @@
 #include <exception>
 
 #include "fusetune/dist/communicator.h"
+#include "fusetune/recipes/dpo_recipes.h"
 #include "fusetune/recipes/lora_finetune_single_device.h"
 #include "fusetune/recipes/qat_recipes.h"
 #include "fusetune/recipes/train_loop.h"
@@ -53,6 +54,14 @@ int qat_distributed(const Config& cfg) {
 
 int qat_lora_finetune_distributed(const Config& cfg) {
   return run_ranks(cfg, qat_lora_training_job(cfg, "qat_lora_finetune_distributed"));
+}
+
+int lora_dpo_distributed(const Config& cfg) {
+  return run_ranks(cfg, lora_dpo_job(cfg, "lora_dpo_distributed"));
+}
+
+int full_dpo_distributed(const Config& cfg) {
+  return run_ranks(cfg, full_dpo_job("full_dpo_distributed"));
 }
 
 }  // namespace fusetune

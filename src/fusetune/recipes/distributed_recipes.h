@@ -1,6 +1,7 @@
 #pragma once
-// full_finetune_distributed, lora_finetune_distributed, qat_distributed and
-// qat_lora_finetune_distributed: the single-device recipes' jobs run as data-parallel ranks
+// full_finetune_distributed, lora_finetune_distributed, qat_distributed,
+// qat_lora_finetune_distributed, lora_dpo_distributed and full_dpo_distributed: the
+// single-device recipes' jobs run as data-parallel ranks
 // (train_loop.h, TrainJob::comm). Started by mpirun/srun, or by
 // `fusetune run --nproc_per_node N`; started plainly, a single process.
 #include "fusetune/config/config.h"
@@ -11,5 +12,9 @@ int full_finetune_distributed(const Config& cfg);
 int lora_finetune_distributed(const Config& cfg);
 int qat_distributed(const Config& cfg);
 int qat_lora_finetune_distributed(const Config& cfg);
+// DPO: the loss is a mean over preference pairs, so the normalizer all-reduced over the ranks
+// is the global pair count (TrainingStep::loss_units).
+int lora_dpo_distributed(const Config& cfg);
+int full_dpo_distributed(const Config& cfg);
 
 }  // namespace fusetune

@@ -1,6 +1,7 @@
-// The two single-device DPO recipes. Both are the shared training loop (train_loop.h) with
-// preference pairs as data and the DPO step (dpo_step.h); they differ in what trains and
-// where the reference model comes from.
+// The DPO recipes. All are the shared training loop (train_loop.h) with preference pairs as
+// data and the DPO step (dpo_step.h); LoRA and full DPO differ in what trains and where the
+// reference model comes from. The *_distributed ones run the same jobs as data-parallel ranks
+// (distributed_recipes.cpp).
 #include "fusetune/recipes/dpo_recipes.h"
 
 #include "fusetune/config/components.h"
@@ -26,9 +27,9 @@ DpoStepOptions dpo_options(const StepContext& ctx) {
 
 // The reference weights of full DPO: ref_checkpointer's checkpoint, which must be the
 // policy's architecture.
-TensorMap load_reference(const Config& cfg, const LoadedModel& policy) {
+TensorMap load_reference(const Config& cfg, const LoadedModel& policy, const std::string& recipe) {
   FT_CHECK(cfg.has("ref_checkpointer"),
-           "full_dpo_single_device: " + canonical_component(cfg, "loss") +
+           recipe + ": " + canonical_component(cfg, "loss") +
                " compares the policy with a reference model: set ref_checkpointer "
                "(checkpoint_dir, checkpoint_files), usually the checkpointer's starting weights");
   const Config rc = cfg.sub("ref_checkpointer");
@@ -53,8 +54,8 @@ TensorMap load_reference(const Config& cfg, const LoadedModel& policy) {
 
 }  // namespace
 
-int lora_dpo_single_device(const Config& cfg) {
-  LoraJob lora = lora_training_job(cfg, "lora_dpo_single_device");
+TrainJob lora_dpo_job(const Config& cfg, const std::string& recipe) {
+  LoraJob lora = lora_training_job(cfg, recipe);
   TrainJob job = std::move(lora.job);
   job.preference_data = true;
   job.make_step = [base = lora.base](const StepContext& ctx) {
@@ -63,22 +64,30 @@ int lora_dpo_single_device(const Config& cfg) {
     o.ref_llama = base;
     return make_dpo_step(std::move(o));
   };
-  return run_training(cfg, job);
+  return job;
 }
 
-int full_dpo_single_device(const Config& cfg) {
+TrainJob full_dpo_job(const std::string& recipe) {
   TrainJob job;
-  job.recipe = "full_dpo_single_device";
+  job.recipe = recipe;
   job.trainable = [](const std::string&) { return true; };
   job.preference_data = true;
   auto ref = std::make_shared<TensorMap>();
-  job.make_step = [ref](const StepContext& ctx) {
+  job.make_step = [ref, recipe](const StepContext& ctx) {
     DpoStepOptions o = dpo_options(ctx);
-    if (o.loss.needs_reference()) *ref = load_reference(ctx.cfg, ctx.model);
+    if (o.loss.needs_reference()) *ref = load_reference(ctx.cfg, ctx.model, recipe);
     o.ref_params = ref.get();
     return make_dpo_step(std::move(o));
   };
-  return run_training(cfg, job);
+  return job;
+}
+
+int lora_dpo_single_device(const Config& cfg) {
+  return run_training(cfg, lora_dpo_job(cfg, "lora_dpo_single_device"));
+}
+
+int full_dpo_single_device(const Config& cfg) {
+  return run_training(cfg, full_dpo_job("full_dpo_single_device"));
 }
 
 }  // namespace fusetune

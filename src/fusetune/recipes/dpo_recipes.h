@@ -1,5 +1,8 @@
 #pragma once
+#include <string>
+
 #include "fusetune/config/config.h"
+#include "fusetune/recipes/train_loop.h"
 
 namespace fusetune {
 
@@ -10,5 +13,9 @@ int lora_dpo_single_device(const Config& cfg);
 // full_dpo_single_device: preference optimization of every weight; the reference model is a
 // frozen copy loaded from ref_checkpointer (torchtune has only the distributed recipe).
 int full_dpo_single_device(const Config& cfg);
+
+// Their jobs, named `recipe` (the *_distributed recipes run them as ranks).
+TrainJob lora_dpo_job(const Config& cfg, const std::string& recipe);
+TrainJob full_dpo_job(const std::string& recipe);
 
 }  // namespace fusetune

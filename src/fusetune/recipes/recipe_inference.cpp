@@ -21,8 +21,6 @@ struct MissingRecipe {
 
 const std::vector<MissingRecipe>& missing_recipes() {
   static const std::vector<MissingRecipe> t = {
-      {"lora_dpo_distributed", "lora_dpo_single_device", "which trains on one device"},
-      {"full_dpo_distributed", "full_dpo_single_device", "which trains on one device"},
       {"knowledge_distillation_single_device", "", ""},
       {"knowledge_distillation_distributed", "", ""},
       {"ppo_full_finetune_single_device", "", ""},

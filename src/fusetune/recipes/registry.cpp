@@ -51,6 +51,14 @@ const std::vector<RecipeInfo>& recipes() {
        "Quantization-aware LoRA over N data-parallel ranks (MPI: --nproc_per_node N, mpirun, "
        "srun)",
        &qat_lora_finetune_distributed_schema(), qat_lora_finetune_distributed},
+      {"lora_dpo_distributed",
+       "Preference optimization (DPO, RSO, IPO, SimPO) of LoRA adapters over N data-parallel "
+       "ranks (MPI)",
+       &lora_dpo_distributed_schema(), lora_dpo_distributed},
+      {"full_dpo_distributed",
+       "Preference optimization (DPO, RSO, IPO, SimPO) of every weight over N data-parallel "
+       "ranks (MPI)",
+       &full_dpo_distributed_schema(), full_dpo_distributed},
       {"generate",
        "Generate text from a model (and adapter) with a KV cache; also `fusetune generate`",
        &generate_schema(), generate_recipe},

@@ -33,11 +33,13 @@ bool is_qat_recipe(const std::string& recipe) {
 bool is_lora_recipe(const std::string& raw) {
   const std::string recipe = step_recipe(raw);
   return recipe == "lora_finetune_single_device" || recipe == "lora_dpo_single_device" ||
-         recipe == "qat_lora_finetune_single_device";
+         recipe == "qat_lora_finetune_single_device" || recipe == "lora_finetune_distributed" ||
+         recipe == "lora_dpo_distributed";
 }
 
 bool is_dpo_recipe(const std::string& recipe) {
-  return recipe == "lora_dpo_single_device" || recipe == "full_dpo_single_device";
+  return recipe == "lora_dpo_single_device" || recipe == "full_dpo_single_device" ||
+         recipe == "lora_dpo_distributed" || recipe == "full_dpo_distributed";
 }
 
 // The peak of `cfg` (after `overrides`) in its configured compile mode.

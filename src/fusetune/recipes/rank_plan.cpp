@@ -1,0 +1,111 @@
+#include "fusetune/recipes/rank_plan.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "fusetune/compile/compiler.h"
+#include "fusetune/dist/grad_allreduce.h"
+#include "fusetune/dist/sharded_optimizer.h"
+#include "fusetune/models/parameters.h"
+#include "fusetune/util/error.h"
+#include "fusetune/util/strings.h"
+
+namespace fusetune {
+
+RankPeak plan_rank_peak(const PlannedStep& s, const ModePlan& p, int ranks, int rank,
+                        int zero_stage) {
+  FT_CHECK(ranks >= 1 && rank >= 0 && rank < ranks, "plan: bad rank");
+  FT_CHECK(zero_stage >= 0 && zero_stage <= 2, "plan: zero_stage 3 is not predicted yet");
+  // The trainable parameters in name order, as the loop sorts them (the ZeRO partition).
+  std::vector<ParamInfo> trainable;
+  for (const ParamInfo& i : graph_parameters(s.graph.graph))
+    if (i.trainable) trainable.push_back(i);
+  std::sort(trainable.begin(), trainable.end(),
+            [](const ParamInfo& a, const ParamInfo& b) { return a.name < b.name; });
+  const int64_t elem = int64_t(dtype_size(s.options.dtype));
+  std::vector<int64_t> numels, nbytes;
+  std::vector<DType> dtypes;
+  for (const ParamInfo& i : trainable) {
+    int64_t n = 1;
+    for (int64_t d : i.shape) n *= d;
+    numels.push_back(n);
+    nbytes.push_back(n * elem);
+    dtypes.push_back(s.options.dtype);
+  }
+  const std::vector<int> owner = dist::partition_by_elements(numels, ranks);
+  const MemoryBreakdown& m = p.memory;
+  int64_t optimizer = m.optimizer_state, owned_grads = 0;
+  if (zero_stage >= 1) optimizer = 0;
+  for (size_t i = 0; i < trainable.size(); ++i)
+    if (owner[i] == rank) {
+      owned_grads += nbytes[i];
+      if (zero_stage >= 1) optimizer += s.optimizer_state.bytes(numels[i], nbytes[i]);
+    }
+  const int64_t grads = m.gradients;
+  const bool accumulating = s.gradient_accumulation_steps > 1;
+  const int64_t graph_peak = m.activations + m.gradients + m.workspace;
+  // Full DPO: every rank also holds the frozen reference weights (ref_checkpointer).
+  const bool reference_copy =
+      s.preference && s.preference->needs_reference() && s.recipe.rfind("full_dpo_", 0) == 0;
+  const int64_t base = m.parameters * (reference_copy ? 2 : 1) + optimizer;
+  // Collectives only with more than one rank (one rank returns before any buffer).
+  const int64_t bucket =
+      ranks > 1 && zero_stage < 2
+          ? 4 * dist::allreduce_buffer_elements(numels, dtypes, dist::kBucketElements)
+          : 0;
+  const int64_t staging = zero_stage >= 1 ? dist::broadcast_buffer_bytes(nbytes, ranks) : 0;
+  const int64_t held_at_update = zero_stage == 2 ? owned_grads : grads;
+  const std::pair<int64_t, const char*> moments[] = {
+      {base + graph_peak + (accumulating ? held_at_update : 0), "backward"},
+      {bucket > 0 ? base + p.arena_bytes + grads + bucket : 0, "all-reduce"},
+      {base + p.arena_bytes + held_at_update + staging, "update"}};
+  RankPeak r;
+  for (const auto& [bytes, moment] : moments)
+    if (bytes > r.bytes) {
+      r.bytes = bytes;
+      r.moment = moment;
+    }
+  r.optimizer_state = optimizer;
+  r.gradients_held = held_at_update;
+  r.comm_buffers = std::max(bucket, staging);
+  return r;
+}
+
+std::string format_rank_plans(const PlannedStep& s, const ModePlan& p, int ranks) {
+  std::string out;
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "per-rank peak with --nproc_per_node %d (compile: %s; batch_size %lld per rank, "
+                "global batch %lld):\n",
+                ranks, compile_mode_name(p.mode), (long long)(s.options.batch_size),
+                (long long)(s.options.batch_size * ranks));
+  out += line;
+  std::snprintf(line, sizeof line, "%-10s %14s %14s %14s %14s  %s\n", "zero_stage", "rank 0",
+                "largest rank", "optim state", "comm buffers", "peak at (rank 0)");
+  out += line;
+  for (int stage = 0; stage <= 2; ++stage) {
+    const RankPeak r0 = plan_rank_peak(s, p, ranks, 0, stage);
+    int64_t largest = r0.bytes;
+    for (int r = 1; r < ranks; ++r)
+      largest = std::max(largest, plan_rank_peak(s, p, ranks, r, stage).bytes);
+    std::snprintf(line, sizeof line, "%-10d %14s %14s %14s %14s  %s\n", stage,
+                  format_bytes(double(r0.bytes)).c_str(), format_bytes(double(largest)).c_str(),
+                  format_bytes(double(r0.optimizer_state)).c_str(),
+                  format_bytes(double(r0.comm_buffers)).c_str(), r0.moment.c_str());
+    out += line;
+  }
+  std::snprintf(line, sizeof line, "%-10d %14s\n", 3,
+                "not predicted yet (zero_stage 3 runs; README: its measured peaks)");
+  out += line;
+  out +=
+      "(stage 1 shards the optimizer state; stage 2 reduces each micro-batch's gradients into "
+      "their owner after its backward, not during it: every backward still produces all the "
+      "gradients, so stage 2 lowers the peak only through the accumulation buffers "
+      "(gradient_accumulation_steps > 1) and the update. Comm buffers: the gradient bucket space "
+      "and the ZeRO-1/2 parameter broadcast staging; Open MPI's own buffers are not counted.)\n";
+  if (s.optimizer_in_bwd && ranks > 1)
+    out += "optimizer_in_bwd: true is refused with more than one rank\n";
+  return out;
+}
+
+}  // namespace fusetune

@@ -1,0 +1,126 @@
+// The distributed DPO recipes (2 ranks x 1 thread): 2 ranks x b pairs give the losses of one
+// process x 2b pairs (fp32, relative 1e-5): the DPO loss is a mean over preference pairs, so
+// the normalizer all-reduced over the ranks is the global pair count. Reruns are bitwise
+// identical. The references are the single-device DPO recipes.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "mpi_runs.h"
+#include "recipe_runs.h"
+#include "test_support.h"
+
+using namespace fusetune::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+// Answers of different lengths: each rank's response-token count differs, so only a per-pair
+// normalization matches the reference.
+fs::path write_pairs(const fs::path& dir) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (int i = 0; i < 48; ++i) {
+    const std::string tail(size_t(i * 7 % 23), char('a' + i % 26));
+    rows.push_back({{"prompt", "Name a color " + std::to_string(i) + "."},
+                    {"chosen", (i % 2 ? "Blue, like the sky " : "Green ") + tail},
+                    {"rejected", (i % 3 ? "I will not " : "Seven is a number ") +
+                                     std::string(size_t(i * 5 % 17), 'z')}});
+  }
+  const fs::path p = dir / "pairs.json";
+  write_text(p, rows.dump());
+  return p;
+}
+
+std::string yaml(const fs::path& pairs, const fs::path& checkpoint) {
+  std::ostringstream s;
+  s << "model:\n";
+  if (checkpoint.empty())
+    s << "  init: random\n  model_type: llama\n  vocab_size: 259\n  hidden_size: 32\n"
+      << "  intermediate_size: 64\n  num_hidden_layers: 2\n  num_attention_heads: 4\n"
+      << "  num_key_value_heads: 2\n  max_position_embeddings: 128\n"
+      << "  lora_attn_modules: [q_proj, v_proj]\n  apply_lora_to_mlp: true\n  lora_rank: 4\n"
+      << "  lora_alpha: 8\n";
+  else
+    s << "  init: checkpoint\ncheckpointer:\n  checkpoint_dir: " << checkpoint.string()
+      << "\n  checkpoint_files: [model.safetensors]\nref_checkpointer:\n  checkpoint_dir: "
+      << checkpoint.string() << "\n  checkpoint_files: [model.safetensors]\n";
+  s << "tokenizer:\n  _component_: byte\n  max_seq_len: 64\n"
+    << "dataset:\n  _component_: preference\n  source: " << pairs.string() << "\n"
+    << "seed: 1\nshuffle: true\nepochs: 1\nmax_steps_per_epoch: 6\n"
+    << "optimizer:\n  _component_: AdamW\n  lr: 1e-2\n  weight_decay: 0.0\n"
+    << "loss:\n  _component_: DPOLoss\n  beta: 0.1\nclip_grad_norm: 1.0\ncompile: false\n"
+    << "num_threads: 1\nlog_every_n_steps: 1\nlog_peak_memory_stats: false\n";
+  return s.str();
+}
+
+// A random fp32 checkpoint of the small model (full DPO's policy and reference).
+fs::path write_checkpoint(const fs::path& dir) {
+  fs::create_directories(dir / "arch");
+  write_text(dir / "arch" / "config.json", nlohmann::json({{"architectures", {"LlamaForCausalLM"}},
+                                                           {"model_type", "llama"},
+                                                           {"vocab_size", 259},
+                                                           {"hidden_size", 32},
+                                                           {"intermediate_size", 64},
+                                                           {"num_hidden_layers", 2},
+                                                           {"num_attention_heads", 4},
+                                                           {"num_key_value_heads", 2},
+                                                           {"max_position_embeddings", 128},
+                                                           {"rms_norm_eps", 1e-5},
+                                                           {"rope_theta", 10000.0},
+                                                           {"tie_word_embeddings", false}})
+                                               .dump());
+  const fs::path out = dir / "ckpt";
+  const CliRun r = run_shell(shell_quote(binary_path()) + " init-checkpoint --config " +
+                                 shell_quote((dir / "arch" / "config.json").string()) +
+                                 " --output " + shell_quote(out.string()) + " --seed 3",
+                             dir / "s_init");
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  return out;
+}
+
+// One process x `pairs` x accum against 2 ranks x pairs/2 x accum at `stage`; then a rerun of
+// the 2-rank run, bitwise.
+void check_equivalence(const std::string& single, const std::string& distributed,
+                       const fs::path& tmp, const fs::path& checkpoint, int pairs, int accum,
+                       int stage) {
+  const fs::path config = tmp / (distributed + ".yaml");
+  write_text(config, yaml(write_pairs(tmp), checkpoint));
+  auto overrides = [&](const fs::path& out, int batch) {
+    return Overrides{{"output_dir", out.string()},
+                     {"batch_size", std::to_string(batch)},
+                     {"gradient_accumulation_steps", std::to_string(accum)}};
+  };
+  const fs::path ref = tmp / (single + "_ref");
+  run_ok(run_command(single, config.string(), overrides(ref, pairs)), tmp / "s_ref");
+  const std::vector<double> want = losses_of(logged_steps(ref));
+  ASSERT_EQ(want.size(), 6u);
+  Overrides o = overrides(tmp / (distributed + "_two"), pairs / 2);
+  o["zero_stage"] = std::to_string(stage);
+  run_ok(mpirun_command(2, distributed, config.string(), o), tmp / "s_two");
+  const std::vector<double> got = losses_of(logged_steps(tmp / (distributed + "_two")));
+  expect_same_curve(
+      got, want,
+      distributed + " 2 ranks x " + std::to_string(pairs / 2) + " vs 1 x " + std::to_string(pairs));
+  o["output_dir"] = (tmp / (distributed + "_again")).string();
+  run_ok(mpirun_command(2, distributed, config.string(), o), tmp / "s_again");
+  EXPECT_EQ(losses_of(logged_steps(tmp / (distributed + "_again"))), got) << "rerun, bitwise";
+}
+
+}  // namespace
+
+TEST(DistDpo, LoraDpoTwoRanksMatchOneProcessAndRerunsBitwise) {
+  FT_REQUIRE_MPIRUN();
+  const TempDir tmp;
+  check_equivalence("lora_dpo_single_device", "lora_dpo_distributed", tmp.path(), {}, 4, 1, 0);
+}
+
+TEST(DistDpo, FullDpoZero2WithAccumulationTwoRanksMatchOneProcessAndRerunsBitwise) {
+  FT_REQUIRE_MPIRUN();
+  const TempDir tmp;
+  const fs::path ckpt = write_checkpoint(tmp.path());
+  // Two micro-batches per step: the global pair count spans them and the ranks.
+  check_equivalence("full_dpo_single_device", "full_dpo_distributed", tmp.path(), ckpt, 4, 2, 2);
+}
