@@ -221,10 +221,11 @@ LlamaOptions qat_llama_options(const QatConfig& c, std::shared_ptr<const ModelCo
       Graph& g = b.graph();
       const SiteQuant q = site_quant(c, *model, site);
       Value table = param_once(g, site.weight, {site.out, site.in}, site.trainable);
-      // llama.cpp gathers rows of the quantized table (get_rows): the same values.
-      Value fq = g.add1(Op::FakeQuantize, {table, enable_flag(g, switchable)}, fq_attrs(q.weight),
-                        site.module);
-      return b.embedding(fq, ids);
+      // llama.cpp gathers rows of the quantized table (get_rows). Fake quantization works row
+      // by row, so fake-quantizing the gathered rows gives the same values (and, the mask
+      // being per row too, the same gradient) for [tokens, D] of work instead of [vocab, D].
+      return g.add1(Op::FakeQuantize, {b.embedding(table, ids), enable_flag(g, switchable)},
+                    fq_attrs(q.weight), site.module);
     };
   }
   return o;

@@ -68,8 +68,9 @@ std::vector<std::string> check_model(const QatConfig& c, const ModelConfig& mode
 inline constexpr const char* kFakeQuantEnabledInput = "fake_quant_enabled";
 
 // The model hooks: every site site_quant quantizes gets FakeQuantMatMul (weights fake-quantized
-// tile by tile inside the GEMM) after a FakeQuantize of its input; the embedding gathers from
-// a FakeQuantize of the table. `switchable`: the ops read the [] I32 graph input
+// tile by tile inside the GEMM) after a FakeQuantize of its input; the embedding gathers rows of
+// the table and fake-quantizes the gathered rows (the same values as gathering rows of a
+// fake-quantized table). `switchable`: the ops read the [] I32 graph input
 // kFakeQuantEnabledInput (fed each step); otherwise fake quantization is always on
 // (evaluation). `model` is read when a graph is built (a recipe fills it after loading).
 LlamaOptions qat_llama_options(const QatConfig& c, std::shared_ptr<const ModelConfig> model,
