@@ -32,8 +32,8 @@ namespace {
 // slows single runs; the best is the least disturbed). FUSETUNE_PROFILE=1: an op profile of
 // each mode's last QAT run.
 void qat_overhead(const BenchShape& shape, const std::vector<std::string>& modes,
-                 const std::vector<RunResult>& plain, int steps, double fpt, int64_t ce_budget,
-                 const std::string& spec, int repeat) {
+                  const std::vector<RunResult>& plain, int steps, double fpt, int64_t ce_budget,
+                  const std::string& spec, int repeat) {
   const auto parts = split(spec, ':');
   Config c = Config::from_string("quantizer: {_component_: " + parts[0] +
                                      (parts.size() > 1 ? ", groupsize: " + parts[1] : "") + "}\n",
@@ -74,8 +74,8 @@ void qat_overhead(const BenchShape& shape, const std::vector<std::string>& modes
   for (size_t i = 0; i < modes.size(); ++i) {
     const RunResult& r = qat_runs[i];
     const double overhead = float_runs[i].tokens_per_s / r.tokens_per_s - 1;
-    std::printf("%-8s %12.1f %12.1f %9.1f%% %14.6f\n", r.mode.c_str(),
-                float_runs[i].tokens_per_s, r.tokens_per_s, 100 * overhead, r.losses.front());
+    std::printf("%-8s %12.1f %12.1f %9.1f%% %14.6f\n", r.mode.c_str(), float_runs[i].tokens_per_s,
+                r.tokens_per_s, 100 * overhead, r.losses.front());
     j["qat"][r.mode] = {{"float_tokens_per_s", float_runs[i].tokens_per_s},
                         {"qat_tokens_per_s", r.tokens_per_s},
                         {"step_time_overhead", overhead},

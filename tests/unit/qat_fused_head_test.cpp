@@ -88,9 +88,8 @@ std::vector<int32_t> labels_for(int64_t N, int64_t V, uint64_t seed) {
   return y;
 }
 
-const k::FakeQuantSpec kSpecs[] = {{k::FakeQuant::GgufQ8_0, 32},
-                                   {k::FakeQuant::GgufQ4_0, 32},
-                                   {k::FakeQuant::Int4Symmetric, 256}};
+const k::FakeQuantSpec kSpecs[] = {
+    {k::FakeQuant::GgufQ8_0, 32}, {k::FakeQuant::GgufQ4_0, 32}, {k::FakeQuant::Int4Symmetric, 256}};
 
 }  // namespace
 
@@ -118,8 +117,8 @@ TEST(FakeQuantFusedHeadKernel, EqualsTheDefinitionOnTheWholeFakeQuantizedWeight)
     // weight fake-quantized whole).
     std::vector<float> hf(h.begin(), h.end()), Wf(W.begin(), W.end()), Wqf(W.size());
     k::fake_quantize_rows<float>(spec, Wf.data(), Wqf.data(), V, D);
-    const Reference reff = reference(h, std::vector<double>(Wqf.begin(), Wqf.end()), labels,
-                                     scale, N, D, V);
+    const Reference reff =
+        reference(h, std::vector<double>(Wqf.begin(), Wqf.end()), labels, scale, N, D, V);
     std::vector<float> dhf(h.size()), dWf(W.size());
     const double lossf = k::fused_fake_quant_linear_cross_entropy<float>(
         spec, hf.data(), Wf.data(), labels.data(), float(scale), N, D, V, chunk, dhf.data(),
@@ -153,8 +152,8 @@ TEST(FakeQuantFusedHeadKernel, GradientsMatchFloat64FiniteDifferences) {
   std::vector<double> h = uniform(size_t(N * D), 6, 0.3);
   const std::vector<int32_t> labels = labels_for(N, V, 7);
   const double scale = 0.25, eps = 1e-6;
-  for (const k::FakeQuantSpec& spec : {kSpecs[0], kSpecs[1], k::FakeQuantSpec{
-                                                                 k::FakeQuant::Int4Symmetric, 32}}) {
+  for (const k::FakeQuantSpec& spec :
+       {kSpecs[0], kSpecs[1], k::FakeQuantSpec{k::FakeQuant::Int4Symmetric, 32}}) {
     SCOPED_TRACE(k::fake_quant_name(spec.scheme));
     std::vector<double> dh(h.size()), dW(W.size()), scratch_dh(h.size());
     auto kernel_loss = [&]() {
@@ -247,7 +246,7 @@ TEST(FakeQuantFusedHead, CompileTrueFusesTheFakeQuantizedHeadAndMatchesTheUnfuse
         po.ce_chunk_budget_bytes = 16 * cfg.vocab_size * int64_t(dtype_size(dt));  // 2 chunks
         const Graph fused = run_passes(tg.graph, po, nullptr);
         EXPECT_EQ(fused_fake_quant_heads(fused), 1);
-        EXPECT_EQ(count_ops(fused, Op::LogSoftmax), 0);  // no [tokens x vocab] logits
+        EXPECT_EQ(count_ops(fused, Op::LogSoftmax), 0);           // no [tokens x vocab] logits
         EXPECT_EQ(count_ops(fused, Op::FakeQuantMatMul), 7 * 2);  // the layers' only
 
         TensorMap params = init_parameters(graph_parameters(tg.graph), 3, dt, 0.2);

@@ -30,8 +30,7 @@ std::optional<Match> match_at(const Graph& g, const std::vector<std::vector<int>
   // The head: a dense h W^T, a frozen NF4 head (QLoRA) whose only gradient is dh, or a
   // fake-quantized h fq(W)^T (QAT).
   const bool tiled = mm.op == Op::NF4MatMul || mm.op == Op::FakeQuantMatMul;
-  if (!tiled && (mm.op != Op::MatMul || mm.attrs.trans_a || !mm.attrs.trans_b))
-    return std::nullopt;
+  if (!tiled && (mm.op != Op::MatMul || mm.attrs.trans_a || !mm.attrs.trans_b)) return std::nullopt;
   if (mm.outputs[0].shape.size() != 2) return std::nullopt;
   // The logits feed only the log_softmax, and are not a graph output.
   if (readers[m.matmul].size() != 1 || is_graph_output(g, m.matmul)) return std::nullopt;

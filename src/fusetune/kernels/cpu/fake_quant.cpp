@@ -283,7 +283,7 @@ void fake_quant_matmul_backward_bf16(const FakeQuantSpec& spec, const uint16_t* 
   template void fake_quantize_rows<T>(const FakeQuantSpec&, const T*, T*, int64_t, int64_t);     \
   template void fake_quantize_backward<T>(const FakeQuantSpec&, const T*, const T*, T*, int64_t, \
                                           int64_t);                                              \
-  template void fake_quantize_weight_rows<T>(const FakeQuantSpec&, const T*, int64_t, int64_t,    \
+  template void fake_quantize_weight_rows<T>(const FakeQuantSpec&, const T*, int64_t, int64_t,   \
                                              int64_t, T*);                                       \
   template void fake_quant_matmul<T>(const FakeQuantSpec&, const T*, const T*, int64_t, int64_t, \
                                      int64_t, T*);                                               \

@@ -126,8 +126,8 @@ double fused_fake_quant_bf16_linear_cross_entropy(const FakeQuantSpec& spec, con
   const int64_t tr = fake_quant_tile_rows(V, D);
   Tensor tile_buf = Tensor::empty({tr, D}, DType::F32);  // counted scratch
   using Head = detail::TiledHead<float, detail::FakeQuantRows<uint16_t>>;
-  return fused_ce<float>(Head{{spec, W, D}, D, V, tr, tile_buf.data<float>()}, h, labels, scale,
-                         N, D, V, chunk_rows, dh, dW);
+  return fused_ce<float>(Head{{spec, W, D}, D, V, tr, tile_buf.data<float>()}, h, labels, scale, N,
+                         D, V, chunk_rows, dh, dW);
 }
 
 #define FT_FUSED_CE(T)                                                                           \
@@ -135,9 +135,9 @@ double fused_fake_quant_bf16_linear_cross_entropy(const FakeQuantSpec& spec, con
                                                 int64_t, int64_t, int64_t, T*, T*);              \
   template double fused_nf4_linear_cross_entropy<T>(const T*, const NF4View&, const int32_t*, T, \
                                                     int64_t, int64_t, T*);                       \
-  template double fused_fake_quant_linear_cross_entropy<T>(                                      \
-      const FakeQuantSpec&, const T*, const T*, const int32_t*, T, int64_t, int64_t, int64_t,    \
-      int64_t, T*, T*);
+  template double fused_fake_quant_linear_cross_entropy<T>(const FakeQuantSpec&, const T*,       \
+                                                           const T*, const int32_t*, T, int64_t, \
+                                                           int64_t, int64_t, int64_t, T*, T*);
 FT_FUSED_CE(float)
 FT_FUSED_CE(double)
 #undef FT_FUSED_CE
