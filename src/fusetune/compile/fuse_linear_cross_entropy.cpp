@@ -27,9 +27,10 @@ std::optional<Match> match_at(const Graph& g, const std::vector<std::vector<int>
   if (ls.op != Op::LogSoftmax) return std::nullopt;
   m.matmul = ls.inputs[0].node;
   const Node& mm = N[m.matmul];
-  // The head: a dense h W^T, or a frozen NF4 head (QLoRA) whose only gradient is dh.
-  const bool nf4 = mm.op == Op::NF4MatMul;
-  if (!nf4 && (mm.op != Op::MatMul || mm.attrs.trans_a || !mm.attrs.trans_b)) return std::nullopt;
+  // The head: a dense h W^T, a frozen NF4 head (QLoRA) whose only gradient is dh, or a
+  // fake-quantized h fq(W)^T (QAT).
+  const bool tiled = mm.op == Op::NF4MatMul || mm.op == Op::FakeQuantMatMul;
+  if (!tiled && (mm.op != Op::MatMul || mm.attrs.trans_a || !mm.attrs.trans_b)) return std::nullopt;
   if (mm.outputs[0].shape.size() != 2) return std::nullopt;
   // The logits feed only the log_softmax, and are not a graph output.
   if (readers[m.matmul].size() != 1 || is_graph_output(g, m.matmul)) return std::nullopt;
@@ -105,8 +106,16 @@ std::string run(Graph& g, const PassOptions& opts) {
       // A frozen head (LoRA) has no dW reader: the kernel then skips the dW GEMM and the
       // [V, D] output altogether.
       at.no_weight_grad = m->dw < 0;
-      f = g.add(Op::FusedLinearCrossEntropy, {h, mm.inputs[1], labels, scale}, at,
-                "fused_linear_ce");
+      std::vector<Value> in{h, mm.inputs[1], labels, scale};
+      if (mm.op == Op::FakeQuantMatMul) {
+        // QAT: fq(W) formed tile by tile inside the chunked GEMMs, switched by the same input.
+        // dW stays w.r.t. fq(W); a masking scheme's FakeQuantizeBackward still reads it.
+        at.groups = mm.attrs.groups;
+        at.len = mm.attrs.len;
+        in.push_back(mm.inputs[2]);
+      }
+      f = g.add(Op::FusedLinearCrossEntropy, in, at,
+                mm.op == Op::FakeQuantMatMul ? "fused_fake_quant_linear_ce" : "fused_linear_ce");
     }
     g.set_region(0);
     replace_all_uses(g, {m->loss, 0}, f[0]);

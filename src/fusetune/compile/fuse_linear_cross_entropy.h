@@ -5,7 +5,11 @@
 // and replaces all of it by one FusedLinearCrossEntropy node that yields the loss, dh and dW
 // chunk by chunk. The [tokens, vocab] logits, log-probs and their gradients never exist.
 // A frozen head (no dW reader) gets no dW output; a frozen NF4 head (QLoRA: NF4MatMul and
-// NF4MatMulBackward) becomes FusedNF4LinearCrossEntropy, which dequantizes W tile by tile.
+// NF4MatMulBackward) becomes FusedNF4LinearCrossEntropy, which dequantizes W tile by tile; a
+// fake-quantized head (QAT: FakeQuantMatMul and FakeQuantMatMulBackward) becomes a
+// FusedLinearCrossEntropy with a fifth input, FakeQuantMatMul's [] I32 enable, and its
+// attrs.groups (the kernels::FakeQuant scheme) and attrs.len (the group): while enable is set,
+// the kernel fake-quantizes W tile by tile and dW is the gradient w.r.t. fq(W).
 // Needs the loss region, so it does nothing under `compile: model`.
 #include "fusetune/compile/pass.h"
 

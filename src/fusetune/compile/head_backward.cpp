@@ -20,8 +20,18 @@ std::optional<HeadBackward> match_head_backward(const Graph& g,
       m.dh = r;
       continue;
     }
+    if (mm.op == Op::FakeQuantMatMul && bm.op == Op::FakeQuantMatMulBackward) {
+      // dz fq(W): the same weight, switch and scheme
+      if (m.dh >= 0 || !(bm.inputs[0] == dz) || !(bm.inputs[1] == mm.inputs[1]) ||
+          !(bm.inputs[2] == mm.inputs[2]) || bm.attrs.groups != mm.attrs.groups ||
+          bm.attrs.len != mm.attrs.len)
+        return std::nullopt;
+      m.dh = r;
+      continue;
+    }
     if (bm.op != Op::MatMul || !(bm.inputs[0] == dz)) return std::nullopt;
-    if (!bm.attrs.trans_a && !bm.attrs.trans_b && bm.inputs[1] == mm.inputs[1] && m.dh < 0)
+    if (mm.op == Op::MatMul && !bm.attrs.trans_a && !bm.attrs.trans_b &&
+        bm.inputs[1] == mm.inputs[1] && m.dh < 0)
       m.dh = r;  // dz W
     else if (bm.attrs.trans_a && !bm.attrs.trans_b && bm.inputs[1] == mm.inputs[0] && m.dw < 0)
       m.dw = r;  // dz^T h

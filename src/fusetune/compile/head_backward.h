@@ -8,10 +8,11 @@
 
 namespace fusetune {
 
-// For logits = head(h) computed by node `head` (MatMul h W^T, or an NF4MatMul) and the node
-// `dlogits` computing their gradient: the readers of dlogits must be the head's input
-// gradient (MatMul dz W, or the NF4MatMulBackward of the same weight) and, for a dense head,
-// the weight gradient (MatMul dz^T h), each at most once. Either may be absent (-1). nullopt
+// For logits = head(h) computed by node `head` (MatMul h W^T, an NF4MatMul or a
+// FakeQuantMatMul) and the node `dlogits` computing their gradient: the readers of dlogits
+// must be the head's input gradient (MatMul dz W, or the NF4MatMulBackward /
+// FakeQuantMatMulBackward of the same weight) and, for a dense or fake-quantized head, the
+// weight gradient (MatMul dz^T h), each at most once. Either may be absent (-1). nullopt
 // when dlogits has any other reader.
 struct HeadBackward {
   int dh = -1, dw = -1;

@@ -79,7 +79,8 @@ MemoryBreakdown estimate_step_memory(const Graph& g, const MemoryPlan* plan,
     int64_t scratch = 0;
     if (n.op == Op::FusedLinearCrossEntropy || n.op == Op::FusedNF4LinearCrossEntropy) {
       const bool nf4 = n.op == Op::FusedNF4LinearCrossEntropy;
-      const bool tiled = nf4 || g.type(n.inputs[1]).dtype == DType::BF16;
+      // NF4, bf16 and fake-quantized (5 inputs) heads are formed tile by tile.
+      const bool tiled = nf4 || n.inputs.size() == 5 || g.type(n.inputs[1]).dtype == DType::BF16;
       const int64_t D = g.shape(n.inputs[0])[1];
       const int64_t V = nf4 ? n.attrs.shape[0] : g.shape(n.inputs[1])[0];
       const int64_t C = std::max<int64_t>(1, std::min(n.attrs.chunk_rows, g.shape(n.inputs[0])[0]));

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "fusetune/compile/compiler.h"
+#include "fusetune/kernels/cpu/fake_quant.h"
 #include "fusetune/kernels/cpu/flash_attention.h"
 #include "fusetune/runtime/node_kernels.h"
 #include "fusetune/util/strings.h"
@@ -29,6 +30,10 @@ ModePlan plan_mode(const Graph& g, const PassOptions& opts,
                         " x W " +
                         (n.op == Op::FusedNF4LinearCrossEntropy
                              ? shape_str(n.attrs.shape) + " (NF4, dequantized tile by tile)"
+                         : n.inputs.size() == 5
+                             ? shape_str(run.shape(n.inputs[1])) + " (" +
+                                   kernels::fake_quant_name(kernels::FakeQuant(n.attrs.groups)) +
+                                   ", fake-quantized tile by tile)"
                              : shape_str(run.shape(n.inputs[1]))) +
                         ", chunks of " + std::to_string(n.attrs.chunk_rows) +
                         " tokens (logits, log-probs and their gradients never materialized)");

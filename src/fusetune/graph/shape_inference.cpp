@@ -210,11 +210,17 @@ std::vector<TensorType> infer_float_types(const Graph& g, Op op, const std::vect
       return {{a.shape, fd}};
     }
     case Op::FusedLinearCrossEntropy: {
-      arity(4, 4);
+      arity(4, 5);
       if (S(0).size() != 2 || S(1).size() != 2 || S(0)[1] != S(1)[1])
         fail(op, "expects h [N, D] and W [V, D]");
       need_i32(2);
       if (S(2) != Shape{S(0)[0]}) fail(op, "labels must be [N]");
+      if (in.size() == 5) {  // a fake-quantized head
+        need_i32(4);
+        if (a.len <= 0 || S(1)[1] % a.len != 0)
+          fail(op, "the head's rows of " + std::to_string(S(1)[1]) +
+                       " are not a whole number of groups of " + std::to_string(a.len));
+      }
       if (a.no_weight_grad) return {{Shape{}, fd}, {S(0), fd}};
       return {{Shape{}, fd}, {S(0), fd}, {S(1), fd}};
     }

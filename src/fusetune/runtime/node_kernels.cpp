@@ -175,17 +175,25 @@ void run_typed(const Node& n, const std::vector<Tensor>& in, std::vector<Tensor>
     }
     case Op::FusedLinearCrossEntropy: {
       const int64_t N = in[0].dim(0), D = in[0].dim(1), V = in[1].dim(0);
+      T* dh = out[1].data<T>();
+      T* dW = a.no_weight_grad ? nullptr : out[2].data<T>();
+      // A fake-quantized head (QAT) while fake quantization is switched on.
+      const bool fq = in.size() == 5 && I(4)[0] != 0;
+      const k::FakeQuantSpec spec{k::FakeQuant(a.groups), a.len};
       if constexpr (std::is_same_v<T, float>) {
         if (in[1].dtype() == DType::BF16) {  // a bf16 head, read tile by tile
-          Y[0] = float(k::fused_bf16_linear_cross_entropy(
-              X(0), in[1].data<uint16_t>(), I(2), X(3)[0], N, D, V, a.chunk_rows,
-              out[1].data<float>(), a.no_weight_grad ? nullptr : out[2].data<float>()));
+          const uint16_t* w = in[1].data<uint16_t>();
+          Y[0] = float(fq ? k::fused_fake_quant_bf16_linear_cross_entropy(
+                                spec, X(0), w, I(2), X(3)[0], N, D, V, a.chunk_rows, dh, dW)
+                          : k::fused_bf16_linear_cross_entropy(X(0), w, I(2), X(3)[0], N, D, V,
+                                                               a.chunk_rows, dh, dW));
           break;
         }
       }
-      Y[0] = T(k::fused_linear_cross_entropy<T>(X(0), X(1), I(2), X(3)[0], N, D, V, a.chunk_rows,
-                                                out[1].data<T>(),
-                                                a.no_weight_grad ? nullptr : out[2].data<T>()));
+      Y[0] = T(fq ? k::fused_fake_quant_linear_cross_entropy<T>(spec, X(0), X(1), I(2), X(3)[0], N,
+                                                                D, V, a.chunk_rows, dh, dW)
+                  : k::fused_linear_cross_entropy<T>(X(0), X(1), I(2), X(3)[0], N, D, V,
+                                                     a.chunk_rows, dh, dW));
       break;
     }
     case Op::FusedNF4LinearCrossEntropy: {

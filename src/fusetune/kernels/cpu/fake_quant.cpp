@@ -135,24 +135,6 @@ void fq_row(const FakeQuantSpec& spec, const T* x, T* y, int64_t cols, bool* mas
     fq_group(spec.scheme, x + c, y + c, spec.group, mask ? mask + c : nullptr);
 }
 
-// Rows [r0, r1) of W, fake-quantized, into tile [r1 - r0, K]. Src: float/double rows or bf16.
-template <class T>
-void fq_rows_into(const FakeQuantSpec& spec, const T* W, int64_t r0, int64_t r1, int64_t K,
-                  T* tile) {
-#pragma omp parallel for schedule(static) if ((r1 - r0) * K >= 65536)
-  for (int64_t r = r0; r < r1; ++r) fq_row(spec, W + r * K, tile + (r - r0) * K, K, nullptr);
-}
-
-void fq_rows_into(const FakeQuantSpec& spec, const uint16_t* W, int64_t r0, int64_t r1, int64_t K,
-                  float* tile) {
-  bf16_to_f32_array(W + r0 * K, tile, (r1 - r0) * K);
-#pragma omp parallel for schedule(static) if ((r1 - r0) * K >= 65536)
-  for (int64_t r = r0; r < r1; ++r) {
-    float* row = tile + (r - r0) * K;
-    fq_row(spec, row, row, K, nullptr);
-  }
-}
-
 // Calls use(r0, r1, tile) for each tile of rows [r0, r1) of w [O, K], fake-quantized into one
 // reused, counted scratch tile: both GEMM directions read the weight this way.
 template <class T, class W, class Use>
@@ -164,7 +146,7 @@ void for_each_fake_quant_tile(const FakeQuantSpec& spec, const W* w, int64_t O, 
   T* tile = tile_buf.data<T>();
   for (int64_t r0 = 0; r0 < O; r0 += tr) {
     const int64_t r1 = std::min(O, r0 + tr);
-    fq_rows_into(spec, w, r0, r1, K, tile);
+    fake_quantize_weight_rows(spec, w, r0, r1, K, tile);
     use(r0, r1, tile);
   }
 }
@@ -251,6 +233,25 @@ void fake_quantize_backward(const FakeQuantSpec& spec, const T* x, const T* dy, 
   }
 }
 
+template <class T>
+void fake_quantize_weight_rows(const FakeQuantSpec& spec, const T* W, int64_t r0, int64_t r1,
+                               int64_t K, T* tile) {
+  check_spec(spec, K);
+#pragma omp parallel for schedule(static) if ((r1 - r0) * K >= 65536)
+  for (int64_t r = r0; r < r1; ++r) fq_row(spec, W + r * K, tile + (r - r0) * K, K, nullptr);
+}
+
+void fake_quantize_weight_rows(const FakeQuantSpec& spec, const uint16_t* W, int64_t r0, int64_t r1,
+                               int64_t K, float* tile) {
+  check_spec(spec, K);
+  bf16_to_f32_array(W + r0 * K, tile, (r1 - r0) * K);
+#pragma omp parallel for schedule(static) if ((r1 - r0) * K >= 65536)
+  for (int64_t r = r0; r < r1; ++r) {
+    float* row = tile + (r - r0) * K;
+    fq_row(spec, row, row, K, nullptr);
+  }
+}
+
 int64_t fake_quant_tile_rows(int64_t rows, int64_t cols) {
   const int64_t by_bytes = (int64_t(1) << 18) / std::max<int64_t>(1, cols);  // 1 MiB of fp32
   return std::max<int64_t>(1, std::min(rows, std::max<int64_t>(64, by_bytes)));
@@ -282,6 +283,8 @@ void fake_quant_matmul_backward_bf16(const FakeQuantSpec& spec, const uint16_t* 
   template void fake_quantize_rows<T>(const FakeQuantSpec&, const T*, T*, int64_t, int64_t);     \
   template void fake_quantize_backward<T>(const FakeQuantSpec&, const T*, const T*, T*, int64_t, \
                                           int64_t);                                              \
+  template void fake_quantize_weight_rows<T>(const FakeQuantSpec&, const T*, int64_t, int64_t,   \
+                                             int64_t, T*);                                       \
   template void fake_quant_matmul<T>(const FakeQuantSpec&, const T*, const T*, int64_t, int64_t, \
                                      int64_t, T*);                                               \
   template void fake_quant_matmul_backward<T>(const FakeQuantSpec&, const T*, const T*, int64_t, \

@@ -61,6 +61,14 @@ void fake_quantize_backward(const FakeQuantSpec& spec, const T* x, const T* dy, 
 // fp32), at most all rows).
 int64_t fake_quant_tile_rows(int64_t rows, int64_t cols);
 
+// Rows [r0, r1) of W [., K], fake-quantized, into tile [r1 - r0, K]: the one step every tiled
+// product (the matmuls below, the fused LM head) forms fq(W) with. A bf16 W is widened first.
+template <class T>
+void fake_quantize_weight_rows(const FakeQuantSpec& spec, const T* W, int64_t r0, int64_t r1,
+                               int64_t K, T* tile);
+void fake_quantize_weight_rows(const FakeQuantSpec& spec, const uint16_t* W, int64_t r0, int64_t r1,
+                               int64_t K, float* tile);
+
 // y [N, O] = x [N, K] fq(W)^T with W [O, K]; fq(W) formed a tile of rows at a time.
 template <class T>
 void fake_quant_matmul(const FakeQuantSpec& spec, const T* W, const T* x, int64_t N, int64_t O,

@@ -108,11 +108,36 @@ double fused_bf16_linear_cross_entropy(const float* h, const uint16_t* W, const 
                          labels, scale, N, D, V, chunk_rows, dh, dW);
 }
 
+template <class T>
+double fused_fake_quant_linear_cross_entropy(const FakeQuantSpec& spec, const T* h, const T* W,
+                                             const int32_t* labels, T scale, int64_t N, int64_t D,
+                                             int64_t V, int64_t chunk_rows, T* dh, T* dW) {
+  const int64_t tr = fake_quant_tile_rows(V, D);
+  Tensor tile_buf = Tensor::empty({tr, D}, dtype_of<T>());  // counted scratch
+  using Head = detail::TiledHead<T, detail::FakeQuantRows<T>>;
+  return fused_ce<T>(Head{{spec, W, D}, D, V, tr, tile_buf.data<T>()}, h, labels, scale, N, D, V,
+                     chunk_rows, dh, dW);
+}
+
+double fused_fake_quant_bf16_linear_cross_entropy(const FakeQuantSpec& spec, const float* h,
+                                                  const uint16_t* W, const int32_t* labels,
+                                                  float scale, int64_t N, int64_t D, int64_t V,
+                                                  int64_t chunk_rows, float* dh, float* dW) {
+  const int64_t tr = fake_quant_tile_rows(V, D);
+  Tensor tile_buf = Tensor::empty({tr, D}, DType::F32);  // counted scratch
+  using Head = detail::TiledHead<float, detail::FakeQuantRows<uint16_t>>;
+  return fused_ce<float>(Head{{spec, W, D}, D, V, tr, tile_buf.data<float>()}, h, labels, scale, N,
+                         D, V, chunk_rows, dh, dW);
+}
+
 #define FT_FUSED_CE(T)                                                                           \
   template double fused_linear_cross_entropy<T>(const T*, const T*, const int32_t*, T, int64_t,  \
                                                 int64_t, int64_t, int64_t, T*, T*);              \
   template double fused_nf4_linear_cross_entropy<T>(const T*, const NF4View&, const int32_t*, T, \
-                                                    int64_t, int64_t, T*);
+                                                    int64_t, int64_t, T*);                       \
+  template double fused_fake_quant_linear_cross_entropy<T>(const FakeQuantSpec&, const T*,       \
+                                                           const T*, const int32_t*, T, int64_t, \
+                                                           int64_t, int64_t, int64_t, T*, T*);
 FT_FUSED_CE(float)
 FT_FUSED_CE(double)
 #undef FT_FUSED_CE

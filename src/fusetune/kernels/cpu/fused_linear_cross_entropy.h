@@ -7,6 +7,7 @@
 // the per-token losses. h [N, D], W [V, D], dh [N, D], dW [V, D].
 #include <cstdint>
 
+#include "fusetune/kernels/cpu/fake_quant.h"
 #include "fusetune/kernels/cpu/nf4.h"
 
 namespace fusetune::kernels {
@@ -29,12 +30,26 @@ double fused_bf16_linear_cross_entropy(const float* h, const uint16_t* W, const 
                                        float scale, int64_t N, int64_t D, int64_t V,
                                        int64_t chunk_rows, float* dh, float* dW);
 
+// The same with the head fake-quantized (QAT, fake_quant.h): fq(W) is formed a tile of
+// fake_quant_tile_rows(V, D) rows at a time inside both GEMMs of each chunk, never whole. dW
+// (optional) is the gradient w.r.t. fq(W), dz^T h: the straight-through estimator's (a
+// scheme's mask is the graph's FakeQuantizeBackward, applied to this output).
+template <class T>
+double fused_fake_quant_linear_cross_entropy(const FakeQuantSpec& spec, const T* h, const T* W,
+                                             const int32_t* labels, T scale, int64_t N, int64_t D,
+                                             int64_t V, int64_t chunk_rows, T* dh, T* dW);
+// ... with W stored bf16 (dtype: bf16): each tile widened, then fake-quantized.
+double fused_fake_quant_bf16_linear_cross_entropy(const FakeQuantSpec& spec, const float* h,
+                                                  const uint16_t* W, const int32_t* labels,
+                                                  float scale, int64_t N, int64_t D, int64_t V,
+                                                  int64_t chunk_rows, float* dh, float* dW);
+
 // Chunk size that keeps the [chunk, V] scratch within `budget_bytes` (at least 16 rows).
 int64_t fused_ce_chunk_rows(int64_t N, int64_t V, int64_t elem_bytes, int64_t budget_bytes);
 
 // Bytes of scratch the kernels above allocate (counted tensors): the [C, V] logits block, the
-// gathered hidden rows and their gradient [C, D] each, and for an NF4 or bf16 head (tiled)
-// the widened tile.
+// gathered hidden rows and their gradient [C, D] each, and for an NF4, bf16 or fake-quantized
+// head (tiled) the widened tile.
 int64_t fused_ce_scratch_bytes(int64_t chunk_rows, int64_t D, int64_t V, int64_t elem_bytes,
                                bool tiled);
 

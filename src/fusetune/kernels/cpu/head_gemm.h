@@ -1,7 +1,8 @@
 #pragma once
 // The LM head's products for one chunk of c gathered hidden rows, shared by the fused
 // linear + cross-entropy and linear + log-prob kernels: a dense W [V, D], or an NF4 or bf16 W
-// widened a tile of rows at a time (the tile is the only fp32 copy of any part of W).
+// widened a tile of rows at a time (the tile is the only fp32 copy of any part of W), or a W
+// fake-quantized a tile of rows at a time (QAT: the tile is the only fake-quantized copy).
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "fusetune/kernels/cpu/bf16.h"
+#include "fusetune/kernels/cpu/fake_quant.h"
 #include "fusetune/kernels/cpu/kernels.h"
 #include "fusetune/kernels/cpu/nf4.h"
 #include "fusetune/runtime/dtype.h"
@@ -47,7 +49,20 @@ struct BF16Rows {
   }
 };
 
-// A head stored compressed (Rows: NF4Rows or BF16Rows), widened a tile of rows at a time.
+// Fake-quantize rows [r0, r1) of W (float/double, or bf16 widened first) into out.
+template <class W>
+struct FakeQuantRows {
+  FakeQuantSpec spec;
+  const W* w;
+  int64_t cols;
+  template <class T>
+  void operator()(int64_t r0, int64_t r1, T* out) const {
+    fake_quantize_weight_rows(spec, w, r0, r1, cols, out);
+  }
+};
+
+// A head stored compressed (Rows: NF4Rows or BF16Rows) or fake-quantized (FakeQuantRows),
+// formed a tile of rows at a time.
 template <class T, class Rows>
 struct TiledHead {
   Rows W;
