@@ -20,6 +20,7 @@
 #include "fusetune/quant/qat.h"
 #include "fusetune/runtime/eager_executor.h"
 #include "graph_compare.h"
+#include "qat_models.h"
 #include "tiny_models.h"
 
 using namespace fusetune;
@@ -190,22 +191,6 @@ TEST(FakeQuantFusedHeadKernel, GradientsMatchFloat64FiniteDifferences) {
 
 namespace {
 
-ModelConfig qat_config(bool tied) {
-  ModelConfig c = tiny_config(tied, false, 2);
-  c.vocab_size = 37;
-  c.hidden_size = 32;
-  c.intermediate_size = 64;
-  c.head_dim = 8;
-  return c;
-}
-
-TensorMap with_enable(TensorMap in, int on) {
-  Tensor t = Tensor::empty({}, DType::I32);
-  t.data<int32_t>()[0] = on;
-  in[quant::kFakeQuantEnabledInput] = t;
-  return in;
-}
-
 int fused_fake_quant_heads(const Graph& g) {
   int n = 0;
   for (const Node& node : g.nodes())
@@ -231,7 +216,7 @@ TEST(FakeQuantFusedHead, CompileTrueFusesTheFakeQuantizedHeadAndMatchesTheUnfuse
       for (int on : {1, 0}) {
         SCOPED_TRACE(std::string(quant::scheme_name(c.scheme)) + (c.tied ? " tied " : " untied ") +
                      dtype_name(dt) + (on ? " on" : " off"));
-        const ModelConfig cfg = qat_config(c.tied);
+        const ModelConfig cfg = qat_model_config(c.tied);
         quant::QatConfig q;
         q.scheme = c.scheme;
         q.groupsize = 16;

@@ -28,6 +28,7 @@
 #include "fusetune/util/error.h"
 #include "gradcheck.h"
 #include "graph_compare.h"
+#include "qat_models.h"
 #include "recipe_runs.h"
 #include "test_support.h"
 #include "tiny_models.h"
@@ -123,15 +124,6 @@ std::vector<float> run_rows(const k::FakeQuantSpec& spec, const std::vector<floa
 
 // ---- tiny QAT models --------------------------------------------------------------------
 
-ModelConfig qat_model_config(bool tied) {
-  ModelConfig c = tiny_config(tied, false, 2);
-  c.vocab_size = 37;
-  c.hidden_size = 32;
-  c.intermediate_size = 64;
-  c.head_dim = 8;
-  return c;
-}
-
 quant::QatConfig qat(quant::QatScheme s, int64_t groupsize = 16) {
   quant::QatConfig q;
   q.scheme = s;
@@ -146,13 +138,6 @@ const quant::QatScheme kSchemes[] = {quant::QatScheme::Int8DynActInt4Weight,
 
 bool gguf(quant::QatScheme s) {
   return s == quant::QatScheme::GgufQ4_0 || s == quant::QatScheme::GgufQ8_0;
-}
-
-TensorMap with_enable(TensorMap in, int on) {
-  Tensor t = Tensor::empty({}, DType::I32);
-  t.data<int32_t>()[0] = on;
-  in[quant::kFakeQuantEnabledInput] = t;
-  return in;
 }
 
 }  // namespace
