@@ -34,7 +34,8 @@ class Communicator {
   void allreduce_sum(float* data, int64_t n, const std::string& what);
   void allreduce_sum(double* data, int64_t n, const std::string& what);
   void allreduce_sum(int64_t* data, int64_t n, const std::string& what);
-  // The element-wise sum over the ranks into `root`'s buffer (the others' are unchanged).
+  // The element-wise sum over the ranks into `root`'s buffer (the others' buffers are
+  // overwritten too: see the .cpp).
   void reduce_sum(float* data, int64_t n, int root, const std::string& what);
   void barrier(const std::string& what);
   // Raw bytes: `root`'s buffer copied to every rank; point to point (ZeRO state gathering).
