@@ -54,6 +54,20 @@ inline int64_t logged_peak_bytes(const std::filesystem::path& output_dir) {
   return peak;
 }
 
+// The values of `key` in output_dir/logs/metrics.jsonl, in line order (the lines that have it).
+inline std::vector<double> logged_values(const std::filesystem::path& output_dir,
+                                         const std::string& key) {
+  std::vector<double> v;
+  std::istringstream in(read_text(output_dir / "logs" / "metrics.jsonl"));
+  std::string line;
+  while (std::getline(in, line))
+    if (!line.empty()) {
+      const nlohmann::json j = nlohmann::json::parse(line);
+      if (j.contains(key)) v.push_back(j.at(key).get<double>());
+    }
+  return v;
+}
+
 // Runs a command line that must succeed (its output in the failure message).
 inline void run_ok(const std::string& cmd, const std::filesystem::path& scratch) {
   const CliRun r = run_shell(cmd, scratch);

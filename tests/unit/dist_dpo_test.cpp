@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <regex>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -81,8 +82,24 @@ fs::path write_checkpoint(const fs::path& dir) {
   return out;
 }
 
-// One process x `pairs` x accum against 2 ranks x pairs/2 x accum at `stage`; then a rerun of
-// the 2-rank run, bitwise.
+// Every logged DPO metric of the 2-rank run is the one-process value over the same pairs
+// (relative 1e-5; 1e-6 absolute near 0, where the rewards start): sums and counts are reduced
+// over the ranks before dividing, so the mean logit counts every rank's response tokens.
+void expect_same_metrics(const fs::path& got, const fs::path& want, const std::string& what) {
+  for (const char* key :
+       {"rewards/chosen", "rewards/rejected", "rewards/accuracies", "rewards/margins",
+        "log_probs/chosen", "log_probs/rejected", "logits/chosen", "logits/rejected"}) {
+    const std::vector<double> a = logged_values(got, key), b = logged_values(want, key);
+    ASSERT_EQ(a.size(), b.size()) << what << ": " << key;
+    ASSERT_FALSE(b.empty()) << what << ": " << key << " is not logged";
+    for (size_t i = 0; i < a.size(); ++i)
+      EXPECT_LE(std::abs(a[i] - b[i]), 1e-5 * std::abs(b[i]) + 1e-6)
+          << what << ": " << key << " at step " << i + 1 << ": " << a[i] << " vs " << b[i];
+  }
+}
+
+// One process x `pairs` x accum against 2 ranks x pairs/2 x accum at `stage` (losses and
+// metrics); then a rerun of the 2-rank run, bitwise.
 void check_equivalence(const std::string& single, const std::string& distributed,
                        const fs::path& tmp, const fs::path& checkpoint, int pairs, int accum,
                        int stage) {
@@ -104,6 +121,7 @@ void check_equivalence(const std::string& single, const std::string& distributed
   expect_same_curve(
       got, want,
       distributed + " 2 ranks x " + std::to_string(pairs / 2) + " vs 1 x " + std::to_string(pairs));
+  expect_same_metrics(tmp / (distributed + "_two"), ref, distributed + " metrics");
   o["output_dir"] = (tmp / (distributed + "_again")).string();
   run_ok(mpirun_command(2, distributed, config.string(), o), tmp / "s_again");
   EXPECT_EQ(losses_of(logged_steps(tmp / (distributed + "_again"))), got) << "rerun, bitwise";
@@ -123,4 +141,44 @@ TEST(DistDpo, FullDpoZero2WithAccumulationTwoRanksMatchOneProcessAndRerunsBitwis
   const fs::path ckpt = write_checkpoint(tmp.path());
   // Two micro-batches per step: the global pair count spans them and the ranks.
   check_equivalence("full_dpo_single_device", "full_dpo_distributed", tmp.path(), ckpt, 4, 2, 2);
+}
+
+// precompute_ref_log_probs over 2 ranks: each computes every other batch of the pass and the
+// table is shared, bitwise the one process's table at the same batch size (the logged checksum
+// of its bits); the training then matches one process x 4 pairs.
+TEST(DistDpo, PrecomputedReferenceIsSharedOverRanksBitwiseTheOneProcessTable) {
+  FT_REQUIRE_MPIRUN();
+  const TempDir tmp;
+  const fs::path config = tmp.path() / "precompute.yaml";
+  write_text(config, yaml(write_pairs(tmp.path()), {}));
+  auto overrides = [&](const std::string& name, int batch) {
+    return Overrides{{"output_dir", (tmp.path() / name).string()},
+                     {"batch_size", std::to_string(batch)},
+                     {"precompute_ref_log_probs", "true"}};
+  };
+  const std::regex re(
+      R"(Precomputed reference log-probs of 48 pairs(.*) in .* \(checksum ([0-9a-f]{16})\))");
+  auto precomputed = [&](const CliRun& r, const std::string& ranks_note) {
+    std::smatch m;
+    EXPECT_TRUE(std::regex_search(r.out, m, re)) << r.out;
+    if (m.empty()) return std::string();
+    EXPECT_EQ(m[1].str(), ranks_note);
+    return m[2].str();
+  };
+  const CliRun one =
+      run_shell(run_command("lora_dpo_single_device", config.string(), overrides("one", 2)),
+                tmp.path() / "s_one");
+  ASSERT_EQ(one.code, 0) << one.out << one.err;
+  const CliRun two =
+      run_shell(mpirun_command(2, "lora_dpo_distributed", config.string(), overrides("two", 2)),
+                tmp.path() / "s_two");
+  ASSERT_EQ(two.code, 0) << two.out << two.err;
+  const std::string sum_one = precomputed(one, ""), sum_two = precomputed(two, " over 2 ranks");
+  EXPECT_FALSE(sum_one.empty());
+  EXPECT_EQ(sum_two, sum_one) << "the table of 2 ranks x 2 against 1 process x 2";
+  run_ok(run_command("lora_dpo_single_device", config.string(), overrides("ref", 4)),
+         tmp.path() / "s_ref");
+  expect_same_curve(losses_of(logged_steps(tmp.path() / "two")),
+                    losses_of(logged_steps(tmp.path() / "ref")),
+                    "precomputed reference, 2 ranks x 2 vs 1 x 4");
 }

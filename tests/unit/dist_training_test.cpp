@@ -165,6 +165,40 @@ TEST(DistTraining, LoraZero2OverTcpAndZero3TwoRanksMatchOneProcess) {
   EXPECT_TRUE(fs::exists(z3 / "epoch_0" / "adapter_model.safetensors"));
 }
 
+// Validation over ranks: 5 validation samples in batches of 2 (3 batches: 2 on rank 0, 1 on
+// rank 1); the loss sums and units are all-reduced, so the logged val_loss is the one-process
+// value. At ZeRO-3 rank 1 runs one forward more (discarded) to join the parameter broadcasts.
+TEST(DistTraining, ShardedValidationMatchesOneProcessWithAnOddSampleCount) {
+  FT_REQUIRE_MPIRUN();
+  const TempDir tmp;
+  const fs::path corpus = write_uneven_corpus(tmp.path());
+  const Overrides val = {{"dataset_val._component_", "text_completion"},
+                         {"dataset_val.source", corpus.string()},
+                         {"dataset_val.split", "train[:5]"},
+                         {"dataset_val.packed", "false"},
+                         {"batch_size_val", "2"},
+                         {"run_val_every_n_steps", "1"}};
+  const fs::path ref = tmp.path() / "ref";
+  run_ok(run_command("full_finetune_single_device", "demo/tiny_full",
+                     rank_run_overrides(ref, corpus, 4, 3, val)),
+         tmp.path() / "s_ref");
+  const std::vector<double> want = logged_values(ref, "val_loss");
+  ASSERT_EQ(want.size(), 3u);
+  for (const std::string stage : {"0", "3"}) {
+    Overrides o = val;
+    o["zero_stage"] = stage;
+    const fs::path two = tmp.path() / ("two_z" + stage);
+    run_ok(mpirun_command(2, "full_finetune_distributed", "demo/tiny_full",
+                          rank_run_overrides(two, corpus, 2, 3, o)),
+           tmp.path() / ("s_two_z" + stage));
+    const std::vector<double> got = logged_values(two, "val_loss");
+    ASSERT_EQ(got.size(), want.size()) << "zero_stage " << stage;
+    for (size_t i = 0; i < want.size(); ++i)
+      EXPECT_LE(std::abs(got[i] - want[i]), 1e-6 * std::abs(want[i]))
+          << "zero_stage " << stage << ", validation " << i << ": " << got[i] << " vs " << want[i];
+  }
+}
+
 TEST(DistTraining, LaunchAndConfigErrorsAreClear) {
   const TempDir tmp;
   auto run = [&](const std::string& args) {

@@ -22,6 +22,7 @@ DpoStepOptions dpo_options(const StepContext& ctx) {
   o.pairs = ctx.pairs;
   o.loader = ctx.loader;
   o.log = ctx.log;
+  o.comm = ctx.comm;
   return o;
 }
 

@@ -1,7 +1,9 @@
 #include "fusetune/recipes/dpo_step.h"
 
 #include <chrono>
-#include <unordered_map>
+#include <cstdio>
+#include <cstring>
+#include <vector>
 
 #include "fusetune/config/schema.h"
 #include "fusetune/models/flops.h"
@@ -16,8 +18,6 @@ double sum(const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) s += double(x[i]);
   return s;
 }
-
-double mean(const float* x, int64_t n) { return n > 0 ? sum(x, n) / double(n) : 0.0; }
 
 // The values of a per-row report output, which must be fp32.
 const float* f32_data(const Tensor& t) {
@@ -76,15 +76,15 @@ class DpoStep final : public TrainingStep {
     int64_t tokens[2] = {0, 0};
     for (int64_t i = 0; i < rows * b.seq_len; ++i)
       tokens[i / b.seq_len >= B] += b.labels[size_t(i)] != kIgnoreIndex;
-    const double V = double(o_.policy.model->vocab_size);
-    r.metrics = {{"rewards/chosen", mean(cr, B)},
-                 {"rewards/rejected", mean(rr, B)},
-                 {"rewards/accuracies", acc / double(B)},
-                 {"rewards/margins", margin / double(B)},
-                 {"log_probs/chosen", mean(lp, B)},
-                 {"log_probs/rejected", mean(lp + B, B)},
-                 {"logits/chosen", sum(ls, B) / std::max(1.0, V * double(tokens[0]))},
-                 {"logits/rejected", sum(ls + B, B) / std::max(1.0, V * double(tokens[1]))}};
+    const double V = double(o_.policy.model->vocab_size), pairs = double(B);
+    r.metrics = {{"rewards/chosen", sum(cr, B), pairs},
+                 {"rewards/rejected", sum(rr, B), pairs},
+                 {"rewards/accuracies", acc, pairs},
+                 {"rewards/margins", margin, pairs},
+                 {"log_probs/chosen", sum(lp, B), pairs},
+                 {"log_probs/rejected", sum(lp + B, B), pairs},
+                 {"logits/chosen", sum(ls, B), V * double(tokens[0])},
+                 {"logits/rejected", sum(ls + B, B), V * double(tokens[1])}};
     return r;
   }
 
@@ -154,7 +154,7 @@ class DpoStep final : public TrainingStep {
       FT_CHECK(int64_t(b.items.size()) == B, "a preference batch without its pair indices");
       Tensor t = Tensor::empty({2 * B}, DType::F32);
       for (int64_t i = 0; i < B; ++i) {
-        const auto& lp = precomputed_.at(b.items[size_t(i)]);
+        const auto& lp = precomputed_.at(size_t(b.items[size_t(i)]));
         t.data<float>()[i] = lp.first;
         t.data<float>()[B + i] = lp.second;
       }
@@ -164,11 +164,24 @@ class DpoStep final : public TrainingStep {
   }
 
   // One reference pass over the dataset in order, batched and padded as training batches.
+  // Ranks: batch c is computed by rank c % world, then each rank's values are broadcast to
+  // the others, so every rank holds the whole table (a resume with another rank count reads
+  // other samples), each value bitwise the one a single process computes.
   void precompute() {
     FT_CHECK(o_.pairs, "precompute_ref_log_probs needs the preference dataset");
     const auto t0 = std::chrono::steady_clock::now();
     const int64_t n = o_.pairs->size(), bs = o_.loader.batch_size;
-    for (int64_t start = 0; start < n; start += bs) {
+    FT_CHECK(bs >= 1, "precompute_ref_log_probs: batch_size must be >= 1");
+    const int world = o_.comm ? o_.comm->size() : 1, rank = o_.comm ? o_.comm->rank() : 0;
+    // Each rank's batches in order, packed: chosen and rejected of each pair.
+    std::vector<std::vector<float>> packed(static_cast<size_t>(world));
+    for (int64_t start = 0, c = 0; start < n; start += bs, ++c) {
+      const int owner = int(c % world);
+      std::vector<float>& out = packed[size_t(owner)];
+      if (owner != rank) {
+        out.resize(out.size() + 2 * size_t(std::min(n, start + bs) - start));
+        continue;
+      }
       std::vector<const PreferencePair*> pairs;
       std::vector<int64_t> items;
       for (int64_t i = start; i < std::min(n, start + bs); ++i) {
@@ -179,14 +192,44 @@ class DpoStep final : public TrainingStep {
       b.items = items;
       Tensor lp = reference_.run(b, inputs(b), *o_.ref_params, &compile_s_).at("logps");
       const int64_t B = int64_t(items.size());
-      for (int64_t i = 0; i < B; ++i)
-        precomputed_[items[size_t(i)]] = {lp.data<float>()[i], lp.data<float>()[B + i]};
+      for (int64_t i = 0; i < B; ++i) {
+        out.push_back(lp.data<float>()[i]);
+        out.push_back(lp.data<float>()[B + i]);
+      }
+    }
+    for (int r = 0; r < world && world > 1; ++r)
+      o_.comm->broadcast(packed[size_t(r)].data(),
+                         int64_t(packed[size_t(r)].size() * sizeof(float)), r,
+                         "the precomputed reference log-probs of rank " + std::to_string(r));
+    precomputed_.assign(size_t(n), {});
+    std::vector<size_t> at(size_t(world), 0);
+    for (int64_t i = 0; i < n; ++i) {
+      const auto owner = size_t(i / bs % world);
+      precomputed_[size_t(i)] = {packed[owner][at[owner]], packed[owner][at[owner] + 1]};
+      at[owner] += 2;
     }
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (o_.log)
-      o_.log("Precomputed reference log-probs of " + std::to_string(n) + " pairs in " +
-             std::to_string(s).substr(0, std::to_string(s).find('.') + 3) + " s");
+      o_.log("Precomputed reference log-probs of " + std::to_string(n) + " pairs" +
+             (world > 1 ? " over " + std::to_string(world) + " ranks" : std::string()) + " in " +
+             std::to_string(s).substr(0, std::to_string(s).find('.') + 3) + " s (checksum " +
+             checksum() + ")");
     compile_s_ = 0;  // that pass's compile time is not the first step's
+  }
+
+  // FNV-1a over the table's bits in dataset order: runs whose checksums agree used the same
+  // reference values (up to hash collisions).
+  std::string checksum() const {
+    uint64_t h = 1469598103934665603ull;
+    for (const auto& [c, r] : precomputed_)
+      for (float v : {c, r}) {
+        uint32_t bits = 0;
+        std::memcpy(&bits, &v, sizeof bits);
+        for (int k = 0; k < 4; ++k) h = (h ^ ((bits >> (8 * k)) & 0xffu)) * 1099511628211ull;
+      }
+    char buf[17];
+    std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+    return buf;
   }
 
   DpoStepOptions o_;
@@ -194,7 +237,7 @@ class DpoStep final : public TrainingStep {
   // after the other, so one arena serves both.
   std::shared_ptr<SharedArena> arena_ = std::make_shared<SharedArena>();
   CompiledGraphs policy_, reference_, eval_;
-  std::unordered_map<int64_t, std::pair<float, float>> precomputed_;
+  std::vector<std::pair<float, float>> precomputed_;  // by dataset index
 };
 
 }  // namespace

@@ -10,7 +10,8 @@
 // (compile/fuse_linear_log_probs), so no [tokens x vocab] tensor exists in either pass.
 // Metrics, as torchtune logs them: rewards/{chosen,rejected,accuracies,margins},
 // log_probs/{chosen,rejected} (summed per sequence, averaged over pairs) and
-// logits/{chosen,rejected} (mean logit over the response tokens and the vocabulary, as TRL).
+// logits/{chosen,rejected} (mean logit over the response tokens and the vocabulary, as TRL);
+// each as a sum and a count, so the logged value is over the step's pairs on all ranks.
 #include <functional>
 #include <memory>
 #include <string>
@@ -18,6 +19,7 @@
 #include "fusetune/config/config.h"
 #include "fusetune/data/datasets/preference.h"
 #include "fusetune/data/loader.h"
+#include "fusetune/dist/communicator.h"
 #include "fusetune/losses/preference.h"
 #include "fusetune/recipes/sft_step.h"
 
@@ -30,11 +32,13 @@ struct DpoStepOptions {
   // through hooks without the adapters) and hooks. Unused by SimPO.
   const TensorMap* ref_params = nullptr;
   LlamaOptions ref_llama;
-  // precompute_ref_log_probs: one reference pass over `pairs` before training.
+  // precompute_ref_log_probs: one reference pass over `pairs` before training; with ranks,
+  // each computes a share of its batches and all end with the whole table.
   bool precompute_ref = false;
   const PreferenceDataset* pairs = nullptr;
   LoaderOptions loader;                         // batch size and padding of the pass
   std::function<void(const std::string&)> log;  // where the precompute pass reports
+  dist::Communicator* comm = nullptr;           // the ranks; null: one process
 };
 
 std::unique_ptr<TrainingStep> make_dpo_step(DpoStepOptions opts);

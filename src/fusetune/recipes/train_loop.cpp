@@ -123,7 +123,7 @@ int run_training(const Config& cfg, const TrainJob& job) {
   std::unique_ptr<DataLoader> val_loader;
   if (cfg.has("dataset_val")) {
     LoaderOptions vo = loader_options;
-    vo.num_shards = 1;  // every rank validates on all of it (the same val_loss)
+    vo.num_shards = 1;  // validate() deals the batches out to the ranks
     vo.shard = 0;
     vo.shuffle = false;
     vo.drop_last = false;
@@ -287,7 +287,8 @@ int run_training(const Config& cfg, const TrainJob& job) {
   // ---- the step ------------------------------------------------------------------------------
   StepContext ctx{
       cfg,         model,          {},
-      pairs.get(), loader_options, [&logger](const std::string& line) { logger.message(line); }};
+      pairs.get(), loader_options, [&logger](const std::string& line) { logger.message(line); },
+      job.comm};
   ctx.step.model = &model.config;
   ctx.step.params = &model.params;
   ctx.step.trainable = job.trainable;
@@ -353,17 +354,29 @@ int run_training(const Config& cfg, const TrainJob& job) {
   }
 
   // Mean loss over the validation data per loss unit (torchtune's val_loss), logged on its
-  // own line and in metrics.jsonl.
+  // own line and in metrics.jsonl. Ranks: validation batch k is rank k % world's (each sample
+  // once, batched as in one process), and the loss sums and units are all-reduced, so the value
+  // is the global one.
   auto validate = [&]() {
-    val_loader->set_state({0, 0});
-    double total = 0;
-    int64_t units = 0;
-    for (int64_t i = 0; i < val_loader->steps_per_epoch(); ++i) {
+    const int64_t batches = val_loader->steps_per_epoch();
+    double sums[2] = {0, 0};  // loss, loss units
+    for (int64_t k = rank; k - rank < batches; k += world) {
+      // ZeRO-3 gathers the parameters collectively in every forward: a rank short of batches
+      // evaluates its first one again and drops the result, so all run as many forwards.
+      const bool extra = k >= batches;
+      if (extra && !zero3) break;
+      val_loader->set_state({0, extra ? rank % batches : k});
       const Batch b = val_loader->next();
-      total += step->evaluate(b);
-      units += step->loss_units(b);
+      const double loss = step->evaluate(b);
+      if (extra) continue;
+      sums[0] += loss;
+      sums[1] += double(step->loss_units(b));
     }
-    const double val_loss = units > 0 ? total / double(units) : std::nan("");
+    if (job.comm && world > 1)
+      job.comm->allreduce_sum(
+          sums, 2,
+          "the validation loss all-reduce at step " + std::to_string(progress.global_step));
+    const double val_loss = sums[1] > 0 ? sums[0] / sums[1] : std::nan("");
     logger.log_values(progress.global_step, {{"val_loss", val_loss}});
   };
 
@@ -390,7 +403,7 @@ int run_training(const Config& cfg, const TrainJob& job) {
       const double scale = units > 0 ? 1.0 / double(units) : 0.0;
       lr = schedule.lr_at(progress.global_step);
       double loss = 0;
-      std::vector<std::pair<std::string, double>> metrics;
+      std::vector<StepMetric> metrics;
       for (size_t k = 0; k < micro.size(); ++k) {
         StepOutputs out = step->run(micro[k], scale, progress.global_step, int64_t(k));
         loss += out.loss;
@@ -400,22 +413,30 @@ int run_training(const Config& cfg, const TrainJob& job) {
           if (zero2 && !zero2->reduce(name, g, "the gradient reduce (ZeRO-2)" + at_step)) continue;
           accumulate(name, std::move(g), k == 0);
         }
-        // Metrics are averaged over the micro-batches.
+        // Metric sums and counts add up over the micro-batches.
         if (k == 0) metrics.assign(out.metrics.size(), {});
         for (size_t i = 0; i < out.metrics.size(); ++i) {
-          metrics[i].first = out.metrics[i].first;
-          metrics[i].second += out.metrics[i].second / double(micro.size());
+          metrics[i].name = out.metrics[i].name;
+          metrics[i].sum += out.metrics[i].sum;
+          metrics[i].count += out.metrics[i].count;
         }
       }
       if (job.comm && world > 1) {
-        // Ranks: the step's loss, metrics and gradients summed over the ranks; clipping and
-        // the update then see the global gradient (DESIGN.md §7: accumulate -> reduce -> clip).
+        // Ranks: the step's loss, metric sums and counts, and gradients summed over the ranks;
+        // clipping and the update then see the global gradient (DESIGN.md §7: accumulate ->
+        // reduce -> clip).
         std::vector<double> scalars = {loss};
-        for (const auto& mv : metrics) scalars.push_back(mv.second / double(world));
+        for (const StepMetric& mv : metrics) {
+          scalars.push_back(mv.sum);
+          scalars.push_back(mv.count);
+        }
         job.comm->allreduce_sum(scalars.data(), int64_t(scalars.size()),
                                 "the loss all-reduce" + at_step);
         loss = scalars[0];
-        for (size_t i = 0; i < metrics.size(); ++i) metrics[i].second = scalars[i + 1];
+        for (size_t i = 0; i < metrics.size(); ++i) {
+          metrics[i].sum = scalars[1 + 2 * i];
+          metrics[i].count = scalars[2 + 2 * i];
+        }
         std::vector<Tensor*> reduce;
         for (const std::string& name : trainable)  // sorted: the same order on every rank
           if (auto it = grads.find(name); it != grads.end()) reduce.push_back(&it->second);
@@ -471,7 +492,8 @@ int run_training(const Config& cfg, const TrainJob& job) {
         m.grad_norm = grad_norm;
         double flops = 0;
         for (const Batch& b : micro) flops += step->flops(b);
-        for (const auto& [name, value] : metrics) m.extra.push_back({name, value, 4});
+        for (const StepMetric& mv : metrics)
+          m.extra.push_back({mv.name, mv.count > 0 ? mv.sum / mv.count : 0.0, 4});
         m.extra.push_back({"mfu", flops / step_s / (peak_gflops * 1e9), 3});
         if (compile_s > 0) m.extra.push_back({"compile_s", compile_s, 3});
         // Ranks: rank 0's time in collectives this step, waiting for the others included.

@@ -27,6 +27,7 @@ struct StepContext {
   const PreferenceDataset* pairs = nullptr;  // preference recipes: the training pairs
   const LoaderOptions& loader;
   std::function<void(const std::string&)> log;  // a line in the run's log
+  dist::Communicator* comm = nullptr;           // the ranks (TrainJob::comm); null: one process
 };
 
 struct TrainJob {

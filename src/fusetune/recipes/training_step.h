@@ -21,10 +21,18 @@ namespace fusetune {
 // (the step keeps no reference to it afterwards, so dropping it frees its buffer).
 using GradientHook = std::function<void(const std::string& param, Tensor grad)>;
 
+// A logged metric as a sum and what it divides by (pairs, tokens): the loop sums both over the
+// step's micro-batches and ranks and logs sum / count, the value over all the step's samples.
+struct StepMetric {
+  std::string name;
+  double sum = 0;
+  double count = 0;
+};
+
 struct StepOutputs {
   double loss = 0;  // this micro-batch's share of the optimizer step's loss
-  std::vector<std::pair<std::string, Tensor>> grads;    // by parameter name
-  std::vector<std::pair<std::string, double>> metrics;  // averaged over micro-batches by the loop
+  std::vector<std::pair<std::string, Tensor>> grads;  // by parameter name
+  std::vector<StepMetric> metrics;                    // the same names every micro-batch
 };
 
 class TrainingStep {
@@ -66,8 +74,8 @@ class CompiledGraphs {
   // *compile_s) and returns its outputs by name. With `gradients`, the "grad:<param>" outputs
   // go to it instead, each as soon as it is computed when no later node reads its parameter
   // (early_update_outputs in compile/memory_plan.h), the others when the graph has finished.
-  TensorMap run(const Batch& b, const TensorMap& inputs, const ParamSource& params, double* compile_s,
-                const GradientHook& gradients = {});
+  TensorMap run(const Batch& b, const TensorMap& inputs, const ParamSource& params,
+                double* compile_s, const GradientHook& gradients = {});
 
  private:
   struct Entry {
