@@ -102,13 +102,15 @@ void expect_same_metrics(const fs::path& got, const fs::path& want, const std::s
 // metrics); then a rerun of the 2-rank run, bitwise.
 void check_equivalence(const std::string& single, const std::string& distributed,
                        const fs::path& tmp, const fs::path& checkpoint, int pairs, int accum,
-                       int stage) {
+                       int stage, const Overrides& extra = {}) {
   const fs::path config = tmp / (distributed + ".yaml");
   write_text(config, yaml(write_pairs(tmp), checkpoint));
   auto overrides = [&](const fs::path& out, int batch) {
-    return Overrides{{"output_dir", out.string()},
-                     {"batch_size", std::to_string(batch)},
-                     {"gradient_accumulation_steps", std::to_string(accum)}};
+    Overrides o{{"output_dir", out.string()},
+                {"batch_size", std::to_string(batch)},
+                {"gradient_accumulation_steps", std::to_string(accum)}};
+    o.insert(extra.begin(), extra.end());
+    return o;
   };
   const fs::path ref = tmp / (single + "_ref");
   run_ok(run_command(single, config.string(), overrides(ref, pairs)), tmp / "s_ref");
@@ -141,6 +143,23 @@ TEST(DistDpo, FullDpoZero2WithAccumulationTwoRanksMatchOneProcessAndRerunsBitwis
   const fs::path ckpt = write_checkpoint(tmp.path());
   // Two micro-batches per step: the global pair count spans them and the ranks.
   check_equivalence("full_dpo_single_device", "full_dpo_distributed", tmp.path(), ckpt, 4, 2, 2);
+}
+
+// ZeRO-3: the policy's parameters live on their owners and are gathered at use, in the
+// policy's forward and in the reference pass (LoRA: the base without adapters, also in the
+// precompute pass, which every rank then runs whole; full: the reference copy stays whole on
+// every rank).
+TEST(DistDpo, LoraAndFullDpoZero3TwoRanksMatchOneProcess) {
+  FT_REQUIRE_MPIRUN();
+  const TempDir tmp;
+  for (const char* d : {"lora", "lora_pre", "full"}) fs::create_directories(tmp.path() / d);
+  check_equivalence("lora_dpo_single_device", "lora_dpo_distributed", tmp.path() / "lora", {}, 4, 1,
+                    3);
+  check_equivalence("lora_dpo_single_device", "lora_dpo_distributed", tmp.path() / "lora_pre", {},
+                    4, 1, 3, {{"precompute_ref_log_probs", "true"}});
+  const fs::path ckpt = write_checkpoint(tmp.path());
+  check_equivalence("full_dpo_single_device", "full_dpo_distributed", tmp.path() / "full", ckpt, 4,
+                    1, 3);
 }
 
 // precompute_ref_log_probs over 2 ranks: each computes every other batch of the pass and the

@@ -57,7 +57,7 @@ class DpoStep final : public TrainingStep {
     in["loss_scale"] = scalar_input(loss_scale, DType::F32);
     if (o_.loss.needs_reference()) in["ref_logps"] = reference_logps(b, in);
     if (o_.policy.add_inputs) o_.policy.add_inputs(in, step, micro);
-    TensorMap out = policy_.run(b, in, *o_.policy.params, &compile_s_);
+    TensorMap out = policy_.run(b, in, policy_params(), &compile_s_);
 
     StepOutputs r;
     r.loss = element_as_double(out.at("loss"), 0);
@@ -94,8 +94,8 @@ class DpoStep final : public TrainingStep {
     TensorMap in = inputs(b);
     in["loss_scale"] = scalar_input(1.0, DType::F32);
     if (o_.loss.needs_reference())
-      in["ref_logps"] = reference_.run(b, in, *o_.ref_params, &compile_s_).at("logps");
-    return element_as_double(eval_.run(b, in, *o_.policy.params, &compile_s_).at("loss"), 0);
+      in["ref_logps"] = reference_.run(b, in, ref_params(), &compile_s_).at("logps");
+    return element_as_double(eval_.run(b, in, policy_params(), &compile_s_).at("loss"), 0);
   }
 
   double flops(const Batch& b) const override {
@@ -160,7 +160,7 @@ class DpoStep final : public TrainingStep {
       }
       return t;
     }
-    return reference_.run(b, in, *o_.ref_params, &compile_s_).at("logps");
+    return reference_.run(b, in, ref_params(), &compile_s_).at("logps");
   }
 
   // One reference pass over the dataset in order, batched and padded as training batches.
@@ -172,7 +172,12 @@ class DpoStep final : public TrainingStep {
     const auto t0 = std::chrono::steady_clock::now();
     const int64_t n = o_.pairs->size(), bs = o_.loader.batch_size;
     FT_CHECK(bs >= 1, "precompute_ref_log_probs: batch_size must be >= 1");
-    const int world = o_.comm ? o_.comm->size() : 1, rank = o_.comm ? o_.comm->rank() : 0;
+    // A reference that reads ZeRO-3's sharded parameters gathers them in every pass, a
+    // collective: then every rank runs every batch (the same bits everywhere) and nothing is
+    // sent.
+    const bool gathered = ref_reads_sharded_params();
+    const int world = o_.comm && !gathered ? o_.comm->size() : 1;
+    const int rank = o_.comm && !gathered ? o_.comm->rank() : 0;
     // Each rank's batches in order, packed: chosen and rejected of each pair.
     std::vector<std::vector<float>> packed(static_cast<size_t>(world));
     for (int64_t start = 0, c = 0; start < n; start += bs, ++c) {
@@ -190,7 +195,7 @@ class DpoStep final : public TrainingStep {
       }
       Batch b = collate_preference(pairs, o_.loader.collate);
       b.items = items;
-      Tensor lp = reference_.run(b, inputs(b), *o_.ref_params, &compile_s_).at("logps");
+      Tensor lp = reference_.run(b, inputs(b), ref_params(), &compile_s_).at("logps");
       const int64_t B = int64_t(items.size());
       for (int64_t i = 0; i < B; ++i) {
         out.push_back(lp.data<float>()[i]);
@@ -211,10 +216,25 @@ class DpoStep final : public TrainingStep {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (o_.log)
       o_.log("Precomputed reference log-probs of " + std::to_string(n) + " pairs" +
-             (world > 1 ? " over " + std::to_string(world) + " ranks" : std::string()) + " in " +
-             std::to_string(s).substr(0, std::to_string(s).find('.') + 3) + " s (checksum " +
-             checksum() + ")");
+             (world > 1  ? " over " + std::to_string(world) + " ranks"
+              : gathered ? " on every rank (ZeRO-3 gathers the parameters)"
+                         : std::string()) +
+             " in " + std::to_string(s).substr(0, std::to_string(s).find('.') + 3) +
+             " s (checksum " + checksum() + ")");
     compile_s_ = 0;  // that pass's compile time is not the first step's
+  }
+
+  // The policy's parameters: ZeRO-3's source (gathered at use) or the map.
+  ParamSource policy_params() const {
+    return o_.policy.param_source ? *o_.policy.param_source : ParamSource(*o_.policy.params);
+  }
+  // LoRA's reference reads the policy's own (base) parameters, so through the same source;
+  // full DPO's frozen reference copy is whole on every rank.
+  bool ref_reads_sharded_params() const {
+    return o_.policy.param_source && o_.ref_params == o_.policy.params;
+  }
+  ParamSource ref_params() const {
+    return ref_reads_sharded_params() ? *o_.policy.param_source : ParamSource(*o_.ref_params);
   }
 
   // FNV-1a over the table's bits in dataset order: runs whose checksums agree used the same
