@@ -212,9 +212,10 @@ TEST(DistPlan, Zero3PlanWithAnNF4BaseGivesTheRecipesRefusal) {
   write_corpus(tmp / "rows.jsonl");
   write_file_atomic(tmp / "cfg.yaml", yaml(tmp / "rows.jsonl"));
   ::testing::internal::CaptureStdout();
-  const int rc = cli::cmd_plan({"lora_finetune_distributed", "--config",
-                                (tmp / "cfg.yaml").string(), "--nproc_per_node", "2",
-                                "model.quantize_base=true", "output_dir=" + (tmp / "o").string()});
+  const int rc =
+      cli::cmd_plan({"lora_finetune_distributed", "--config", (tmp / "cfg.yaml").string(),
+                     "--nproc_per_node", "2", "model.lora_attn_modules=[q_proj,v_proj]",
+                     "model.quantize_base=true", "output_dir=" + (tmp / "o").string()});
   const std::string out = ::testing::internal::GetCapturedStdout();
   EXPECT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("\n2  "), std::string::npos) << out;
