@@ -1,6 +1,8 @@
 // `fusetune plan --nproc_per_node N` against what rank 0 of a real 2-rank run measures
 // (peak_memory_alloc_bytes, the counted allocations, communication buffers included), for
-// ZeRO stages 0, 1 and 2, full fine-tuning and LoRA: within 10%, as the single-process plan.
+// ZeRO stages 0-3 (stage 3 in both compile modes, with and without
+// fsdp_reshard_after_forward), full fine-tuning and LoRA: within 10%, as the single-process
+// plan.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,6 +14,7 @@
 #include "fusetune/cli/command.h"
 #include "fusetune/config/builtin_configs.h"
 #include "fusetune/config/schema.h"
+#include "fusetune/recipes/distributed_recipes.h"
 #include "fusetune/recipes/rank_plan.h"
 #include "fusetune/recipes/recipe_setup.h"
 #include "fusetune/recipes/registry.h"
@@ -66,32 +69,58 @@ std::vector<std::string> as_overrides(const Overrides& o) {
   return v;
 }
 
-// For each stage: the plan's rank-0 peak, then rank 0's measured peak over a 2-rank run.
-void check_stages(const std::string& recipe, const fs::path& tmp, const Overrides& extra) {
+// The plan's rank-0 peak for one run's overrides, then rank 0's measured peak over a 2-rank run.
+int64_t check_run(const std::string& recipe, const fs::path& tmp, Overrides o,
+                  const std::string& label) {
+  const int stage = std::stoi(o.at("zero_stage"));
   const fs::path config = tmp / "cfg.yaml";
+  const fs::path out = tmp / (recipe + "_" + label);
+  o["output_dir"] = out.string();
+  const Config cfg = prepared(recipe, config, as_overrides(o));
+  const PlannedStep s = plan_step(cfg, recipe, model_architecture(cfg));
+  const RankPeak want = plan_rank_peak(s, plan_step_mode(s, s.configured_mode), 2, 0, stage);
+  const std::string cmd = mpirun_command(2, recipe, config.string(), o);
+  const CliRun r = run_shell(cmd, tmp / ("s_" + recipe + "_" + label));
+  EXPECT_EQ(r.code, 0) << cmd << "\n" << r.out << r.err;
+  if (r.code != 0) return want.bytes;
+  const double got = double(logged_peak_bytes(out));
+  std::printf("%s %s: rank 0 measured %.3f MiB, planned %.3f MiB (%s, %.3f MiB gathered)\n",
+              recipe.c_str(), label.c_str(), got / 1048576.0, double(want.bytes) / 1048576.0,
+              want.moment.c_str(), double(want.gathered) / 1048576.0);
+  EXPECT_NEAR(got / double(want.bytes), 1.0, 0.10)
+      << recipe << " " << label << ": measured " << got << ", planned " << want.bytes << " ("
+      << want.moment << ")";
+  return want.bytes;
+}
+
+// Stages 0-2 as configured (compile: true), then stage 3 in both compile modes, resharding
+// after the forward or not.
+void check_stages(const std::string& recipe, const fs::path& tmp, const Overrides& extra) {
   std::vector<int64_t> planned;
   for (int stage = 0; stage <= 2; ++stage) {
     Overrides o = extra;
     o["zero_stage"] = std::to_string(stage);
-    const fs::path out = tmp / (recipe + "_z" + std::to_string(stage));
-    o["output_dir"] = out.string();
-    const Config cfg = prepared(recipe, config, as_overrides(o));
-    const PlannedStep s = plan_step(cfg, recipe, model_architecture(cfg));
-    const RankPeak want = plan_rank_peak(s, plan_step_mode(s, s.configured_mode), 2, 0, stage);
-    planned.push_back(want.bytes);
-    const std::string cmd = mpirun_command(2, recipe, config.string(), o);
-    const CliRun r = run_shell(cmd, tmp / ("s_" + recipe + std::to_string(stage)));
-    ASSERT_EQ(r.code, 0) << cmd << "\n" << r.out << r.err;
-    const double got = double(logged_peak_bytes(out));
-    std::printf("%s zero_stage %d: rank 0 measured %.3f MiB, planned %.3f MiB (%s)\n",
-                recipe.c_str(), stage, got / 1048576.0, double(want.bytes) / 1048576.0,
-                want.moment.c_str());
-    EXPECT_NEAR(got / double(want.bytes), 1.0, 0.10)
-        << recipe << " zero_stage " << stage << ": measured " << got << ", planned " << want.bytes
-        << " (" << want.moment << ")";
+    planned.push_back(check_run(recipe, tmp, o, "z" + std::to_string(stage)));
   }
   EXPECT_LT(planned[1], planned[0]) << "ZeRO-1 shards the optimizer state";
   EXPECT_LE(planned[2], planned[1]);
+  for (const char* compile : {"false", "true"}) {
+    int64_t kept[2] = {0, 0};
+    for (const char* reshard : {"true", "false"}) {
+      Overrides o = extra;
+      o["zero_stage"] = "3";
+      o["compile"] = compile;
+      o["fsdp_reshard_after_forward"] = reshard;
+      kept[reshard[0] == 'f'] =
+          check_run(recipe, tmp, o, std::string("z3_compile_") + compile + "_reshard_" + reshard);
+    }
+    // (Within 1%: the compiled arena of the two schedules may pack differently.)
+    EXPECT_LE(double(kept[0]), 1.01 * double(kept[1]))
+        << "keeping the gathered parameters to the backward holds more";
+    if (std::string(compile) == "true") {
+      EXPECT_LT(kept[0], planned[2]) << "ZeRO-3 shards the parameters too";
+    }
+  }
 }
 
 }  // namespace
@@ -116,7 +145,7 @@ TEST(DistPlan, LoraRankZeroPeakMatchesThePlanAtEveryStage) {
                 {"model.lora_rank", "8"}});
 }
 
-TEST(DistPlan, PlanPrintsEveryStageAndRefusesStage3AndSingleDeviceRecipes) {
+TEST(DistPlan, PlanPrintsEveryStageAndRefusesSingleDeviceRecipes) {
   const TempDir tmp;
   write_corpus(tmp / "rows.jsonl");
   write_file_atomic(tmp / "cfg.yaml", yaml(tmp / "rows.jsonl"));
@@ -130,9 +159,10 @@ TEST(DistPlan, PlanPrintsEveryStageAndRefusesStage3AndSingleDeviceRecipes) {
                      "rank, global batch 8)"),
             std::string::npos)
       << out;
-  for (const char* row : {"\n0  ", "\n1  ", "\n2  "})
+  for (const char* row : {"\n0  ", "\n1  ", "\n2  ", "\n3  "})
     EXPECT_NE(out.find(row), std::string::npos) << row << "\n" << out;
-  EXPECT_NE(out.find("\n3          not predicted yet"), std::string::npos) << out;
+  EXPECT_NE(out.find("gathered; reshard_after_forward: true)"), std::string::npos) << out;
+  EXPECT_EQ(out.find("not predicted"), std::string::npos) << out;
   try {
     cli::cmd_plan({"full_finetune_single_device", "--config", config, "--nproc_per_node", "2"});
     FAIL() << "a single-device recipe has no ranks";
@@ -141,4 +171,56 @@ TEST(DistPlan, PlanPrintsEveryStageAndRefusesStage3AndSingleDeviceRecipes) {
               std::string::npos)
         << e.what();
   }
+}
+
+// ZeRO-3 per rank without running: each rank peaks below stage 2, the optimizer-state shards
+// add up to the whole state, and keeping the gathered parameters from the forward to the
+// backward does not lower a peak (up to the arena's packing).
+TEST(DistPlan, Zero3PlanShardsTheParametersAndKeepsGatheredOnesWithoutReshard) {
+  const TempDir tmp;
+  write_corpus(tmp / "rows.jsonl");
+  write_file_atomic(tmp / "cfg.yaml", yaml(tmp / "rows.jsonl"));
+  for (const char* mode : {"false", "true"}) {
+    const std::vector<std::string> base = {"output_dir=" + (tmp / "o").string(),
+                                           std::string("compile=") + mode};
+    std::vector<std::string> keep = base;
+    keep.push_back("fsdp_reshard_after_forward=false");
+    keep.push_back("zero_stage=3");
+    const Config cfg = prepared("full_finetune_distributed", tmp / "cfg.yaml", base);
+    const Config kept_cfg = prepared("full_finetune_distributed", tmp / "cfg.yaml", keep);
+    const PlannedStep s = plan_step(cfg, "full_finetune_distributed", model_architecture(cfg));
+    const PlannedStep k =
+        plan_step(kept_cfg, "full_finetune_distributed", model_architecture(kept_cfg));
+    EXPECT_TRUE(s.reshard_after_forward);
+    EXPECT_FALSE(k.reshard_after_forward);
+    const ModePlan p = plan_step_mode(s, s.configured_mode);
+    const RankPeak stage2 = plan_rank_peak(s, p, 3, 0, 2);
+    int64_t optimizer = 0;
+    for (int r = 0; r < 3; ++r) {
+      const RankPeak r3 = plan_rank_peak(s, p, 3, r, 3);
+      const RankPeak kept = plan_rank_peak(k, plan_step_mode(k, k.configured_mode), 3, r, 3);
+      EXPECT_LT(r3.bytes, plan_rank_peak(s, p, 3, r, 2).bytes) << mode << " rank " << r;
+      EXPECT_LE(double(r3.bytes), 1.01 * double(kept.bytes)) << mode << " rank " << r;
+      EXPECT_EQ(r3.optimizer_state, plan_rank_peak(s, p, 3, r, 1).optimizer_state);
+      optimizer += r3.optimizer_state;
+    }
+    EXPECT_EQ(optimizer, p.memory.optimizer_state) << "the shards add up to the whole state";
+    EXPECT_LT(plan_rank_peak(s, p, 3, 0, 3).bytes, stage2.bytes);
+  }
+}
+
+TEST(DistPlan, Zero3PlanWithAnNF4BaseGivesTheRecipesRefusal) {
+  const TempDir tmp;
+  write_corpus(tmp / "rows.jsonl");
+  write_file_atomic(tmp / "cfg.yaml", yaml(tmp / "rows.jsonl"));
+  ::testing::internal::CaptureStdout();
+  const int rc =
+      cli::cmd_plan({"lora_finetune_distributed", "--config", (tmp / "cfg.yaml").string(),
+                     "--nproc_per_node", "2", "model.lora_attn_modules=[q_proj,v_proj]",
+                     "model.quantize_base=true", "output_dir=" + (tmp / "o").string()});
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("\n2  "), std::string::npos) << out;
+  EXPECT_NE(out.find(std::string("\n3          refused: ") + kZero3NF4Refusal), std::string::npos)
+      << out;
 }

@@ -42,9 +42,10 @@ const char* const kPlanHelp =
     "same way; `fusetune run` stops before loading such a config (memory_check: false runs it).\n"
     "\n"
     "--nproc_per_node N (a *_distributed recipe): the peak of each of N data-parallel ranks\n"
-    "(batch_size per rank) for zero_stage 0, 1 and 2 in the configured compile mode: rank 0's\n"
+    "(batch_size per rank) for zero_stage 0-3 in the configured compile mode: rank 0's\n"
     "(the one that logs peak_memory_alloc) and the largest rank's, with the moment of the step\n"
-    "it happens (backward, gradient all-reduce or update) and the communication buffers.\n";
+    "it happens (forward, loss, backward, gradient all-reduce or update), the communication\n"
+    "buffers and, at stage 3, the parameters gathered from other ranks then.\n";
 
 int cmd_plan(const std::vector<std::string>& argv) {
   Args a = parse_args(argv, {{"config", "recipe", "nproc_per_node"}, {}, true});

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <climits>
 #include <set>
+#include <string>
 
 #include "fusetune/kernels/cpu/fake_quant.h"
 #include "fusetune/kernels/cpu/flash_attention.h"
@@ -25,13 +26,18 @@ int64_t OptimizerStateSize::bytes(int64_t numel, int64_t nbytes) const {
 
 MemoryBreakdown estimate_step_memory(const Graph& g, const MemoryPlan* plan,
                                      const OptimizerStateSize& optimizer_state,
-                                     bool optimizer_in_bwd) {
+                                     bool optimizer_in_bwd, const GatheredParam& gathered) {
   MemoryBreakdown m;
   const auto& nodes = g.nodes();
   std::set<const void*> constants;  // graph-owned weights (NF4 base), each storage once
-  for (const Node& n : nodes)
+  std::vector<bool> is_gathered(nodes.size(), false);
+  std::set<std::string> named;  // params_at_use may give a parameter a second (backward) leaf
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node& n = nodes[i];
     if (n.op == Op::Param) {
-      m.parameters += int64_t(n.outputs[0].nbytes());
+      is_gathered[i] = gathered && gathered(n.name);
+      if (!named.insert(n.name).second) continue;
+      if (!is_gathered[i]) m.parameters += int64_t(n.outputs[0].nbytes());
       if (n.trainable)
         m.optimizer_state +=
             optimizer_state.bytes(n.outputs[0].numel(), int64_t(n.outputs[0].nbytes()));
@@ -39,6 +45,7 @@ MemoryBreakdown estimate_step_memory(const Graph& g, const MemoryPlan* plan,
                constants.insert(n.constant.raw()).second) {
       m.parameters += int64_t(n.constant.nbytes());
     }
+  }
   for (const auto& [name, v] : g.outputs())
     if (name.rfind("grad:", 0) == 0) m.gradients += int64_t(g.type(v).nbytes());
   // optimizer_in_bwd: the gradients applied (and freed) as soon as their node has run, by the
@@ -65,6 +72,7 @@ MemoryBreakdown estimate_step_memory(const Graph& g, const MemoryPlan* plan,
   for (size_t j = 0; j < nodes.size(); ++j)
     if (last[j] >= 0 && last[j] != INT_MAX) freed_after[size_t(last[j])].push_back(int(j));
   int64_t live = plan ? plan->arena_bytes : 0, peak = live;
+  int64_t gathered_live = 0;
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Node& n = nodes[i];
     const bool leaf = n.op == Op::Input || n.op == Op::Param || n.op == Op::Constant;
@@ -73,6 +81,12 @@ MemoryBreakdown estimate_step_memory(const Graph& g, const MemoryPlan* plan,
         if (!plan || plan->offsets[i][k] < 0) held[i] += int64_t(n.outputs[k].nbytes());
       live += held[i];
       if (is_gradient[i]) gradients_held += held[i];
+    }
+    if (is_gathered[i]) {
+      // Bound even when unread (then kept to the end of the step, as the executors do).
+      held[i] = int64_t(n.outputs[0].nbytes());
+      live += held[i];
+      gathered_live += held[i];
     }
     // Kernel scratch (counted tensors the kernel allocates and frees while it runs).
     const int64_t elem = int64_t(dtype_size(g.compute_dtype()));
@@ -114,10 +128,15 @@ MemoryBreakdown estimate_step_memory(const Graph& g, const MemoryPlan* plan,
     // run.
     if (leaf || is_view_op(n.op) || last[i] < 0) scratch = 0;
     m.workspace = std::max(m.workspace, scratch);
-    if (live + scratch > peak) gradients_at_peak = gradients_held;
+    if (live + scratch > peak) {
+      gradients_at_peak = gradients_held;
+      m.gathered = gathered_live;
+      m.peak_node = int(i);
+    }
     peak = std::max(peak, live + scratch);
     for (int j : freed_after[i]) {
       live -= held[size_t(j)];
+      if (is_gathered[size_t(j)]) gathered_live -= held[size_t(j)];
       held[size_t(j)] = 0;
     }
     for (int j : applied_after[i]) {
@@ -127,7 +146,7 @@ MemoryBreakdown estimate_step_memory(const Graph& g, const MemoryPlan* plan,
     }
   }
   if (optimizer_in_bwd) m.gradients = gradients_at_peak;
-  m.activations = std::max<int64_t>(0, peak - m.gradients - m.workspace);
+  m.activations = std::max<int64_t>(0, peak - m.gradients - m.workspace - m.gathered);
   return m;
 }
 

@@ -4,6 +4,7 @@
 // freed at last use; compiled: the arena plus anything left to the eager allocator) and kernel
 // workspace. `fusetune plan` prints it; a run then measures the real peak, and the two agree.
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "fusetune/compile/memory_plan.h"
@@ -17,8 +18,10 @@ struct MemoryBreakdown {
   int64_t optimizer_state = 0;
   int64_t activations = 0;  // at the step's peak, gradients excluded
   int64_t workspace = 0;    // largest kernel scratch (fused cross-entropy chunk, NF4 tiles)
+  int64_t gathered = 0;     // ZeRO-3: the parameters gathered from other ranks live at the peak
+  int peak_node = -1;       // the node running at the peak (-1: before the first)
   int64_t total() const {
-    return parameters + optimizer_state + gradients + activations + workspace;
+    return parameters + optimizer_state + gradients + activations + workspace + gathered;
   }
 };
 
@@ -37,8 +40,14 @@ struct OptimizerStateSize {
 // plan; plan == nullptr for eager). optimizer_in_bwd: each gradient that can be applied early
 // (early_update_outputs in memory_plan.h) is freed right after its node instead of being held
 // to the optimizer step; `gradients` is then what is held at the peak.
+// `gathered` (ZeRO-3, dist/sharded_params.h): the Param leaves whose value is a fresh copy
+// gathered from another rank when the leaf runs, held to its last use (views followed) like an
+// intermediate and counted in `gathered` instead of `parameters` (optimizer state still counts
+// every trainable parameter: the caller shards it).
+using GatheredParam = std::function<bool(const std::string& name)>;
 MemoryBreakdown estimate_step_memory(const Graph& g, const MemoryPlan* plan,
                                      const OptimizerStateSize& optimizer_state,
-                                     bool optimizer_in_bwd = false);
+                                     bool optimizer_in_bwd = false,
+                                     const GatheredParam& gathered = {});
 
 }  // namespace fusetune

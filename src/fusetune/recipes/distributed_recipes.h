@@ -17,4 +17,8 @@ int qat_lora_finetune_distributed(const Config& cfg);
 int lora_dpo_distributed(const Config& cfg);
 int full_dpo_distributed(const Config& cfg);
 
+// Why zero_stage 3 is refused with an NF4 base: the recipe's error, which `fusetune plan
+// --nproc_per_node` prints in place of stage 3's prediction.
+extern const char* const kZero3NF4Refusal;
+
 }  // namespace fusetune

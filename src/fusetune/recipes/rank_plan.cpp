@@ -2,11 +2,14 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <vector>
 
 #include "fusetune/compile/compiler.h"
 #include "fusetune/dist/grad_allreduce.h"
 #include "fusetune/dist/sharded_optimizer.h"
 #include "fusetune/models/parameters.h"
+#include "fusetune/recipes/distributed_recipes.h"
+#include "fusetune/recipes/zero3_rank_plan.h"
 #include "fusetune/util/error.h"
 #include "fusetune/util/strings.h"
 
@@ -15,7 +18,8 @@ namespace fusetune {
 RankPeak plan_rank_peak(const PlannedStep& s, const ModePlan& p, int ranks, int rank,
                         int zero_stage) {
   FT_CHECK(ranks >= 1 && rank >= 0 && rank < ranks, "plan: bad rank");
-  FT_CHECK(zero_stage >= 0 && zero_stage <= 2, "plan: zero_stage 3 is not predicted yet");
+  FT_CHECK(zero_stage >= 0 && zero_stage <= 3, "plan: zero_stage must be 0-3");
+  if (zero_stage == 3) return plan_zero3_rank_peaks(s, p.mode, ranks)[size_t(rank)];
   // The trainable parameters in name order, as the loop sorts them (the ZeRO partition).
   std::vector<ParamInfo> trainable;
   for (const ParamInfo& i : graph_parameters(s.graph.graph))
@@ -83,26 +87,38 @@ std::string format_rank_plans(const PlannedStep& s, const ModePlan& p, int ranks
   std::snprintf(line, sizeof line, "%-10s %14s %14s %14s %14s  %s\n", "zero_stage", "rank 0",
                 "largest rank", "optim state", "comm buffers", "peak at (rank 0)");
   out += line;
-  for (int stage = 0; stage <= 2; ++stage) {
-    const RankPeak r0 = plan_rank_peak(s, p, ranks, 0, stage);
-    int64_t largest = r0.bytes;
-    for (int r = 1; r < ranks; ++r)
-      largest = std::max(largest, plan_rank_peak(s, p, ranks, r, stage).bytes);
+  for (int stage = 0; stage <= 3; ++stage) {
+    if (stage == 3 && s.nf4) {
+      out += std::string("3          refused: ") + kZero3NF4Refusal + "\n";
+      continue;
+    }
+    std::vector<RankPeak> peaks;
+    if (stage == 3) {
+      peaks = plan_zero3_rank_peaks(s, p.mode, ranks);  // the stage-3 graph planned once
+    } else {
+      for (int r = 0; r < ranks; ++r) peaks.push_back(plan_rank_peak(s, p, ranks, r, stage));
+    }
+    const RankPeak& r0 = peaks[0];
+    int64_t largest = 0;
+    for (const RankPeak& r : peaks) largest = std::max(largest, r.bytes);
+    std::string moment = r0.moment;
+    if (stage == 3)
+      moment += " (" + format_bytes(double(r0.gathered)) + " gathered; reshard_after_forward: " +
+                (s.reshard_after_forward ? "true" : "false") + ")";
     std::snprintf(line, sizeof line, "%-10d %14s %14s %14s %14s  %s\n", stage,
                   format_bytes(double(r0.bytes)).c_str(), format_bytes(double(largest)).c_str(),
                   format_bytes(double(r0.optimizer_state)).c_str(),
-                  format_bytes(double(r0.comm_buffers)).c_str(), r0.moment.c_str());
+                  format_bytes(double(r0.comm_buffers)).c_str(), moment.c_str());
     out += line;
   }
-  std::snprintf(line, sizeof line, "%-10d %14s\n", 3,
-                "not predicted yet (zero_stage 3 runs; README: its measured peaks)");
-  out += line;
   out +=
       "(stage 1 shards the optimizer state; stage 2 reduces each micro-batch's gradients into "
       "their owner after its backward, not during it: every backward still produces all the "
       "gradients, so stage 2 lowers the peak only through the accumulation buffers "
       "(gradient_accumulation_steps > 1) and the update. Comm buffers: the gradient bucket space "
-      "and the ZeRO-1/2 parameter broadcast staging; Open MPI's own buffers are not counted.)\n";
+      "and the ZeRO-1/2 parameter broadcast staging; Open MPI's own buffers are not counted. "
+      "Stage 3 holds each rank's own parameters and gathers the others around their uses: "
+      "'gathered' is what of them is live at the peak.)\n";
   if (s.optimizer_in_bwd && ranks > 1)
     out += "optimizer_in_bwd: true is refused with more than one rank\n";
   return out;

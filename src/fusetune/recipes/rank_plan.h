@@ -15,7 +15,7 @@
 // ZeRO-2 reduces each micro-batch's gradients after its backward, not during it: every rank's
 // backward still produces every gradient, so with one micro-batch its peak is stage 1's
 // backward; it saves the accumulation buffers of the gradients other ranks own and, at the
-// update, those gradients themselves.
+// update, those gradients themselves. ZeRO-3: zero3_rank_plan.h.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -26,18 +26,19 @@ namespace fusetune {
 
 struct RankPeak {
   int64_t bytes = 0;
-  std::string moment;  // "backward", "all-reduce" or "update"
+  std::string moment;  // "backward", "all-reduce" or "update"; ZeRO-3 also "forward", "loss"
   int64_t optimizer_state = 0;
   int64_t gradients_held = 0;  // at the update
   int64_t comm_buffers = 0;    // the larger of the bucket space and the broadcast staging
+  int64_t gathered = 0;        // ZeRO-3: other ranks' parameters gathered and live at the peak
 };
 
-// Rank `rank` of `ranks` at `zero_stage` (0-2), `p` being the step's plan in its compile mode.
+// Rank `rank` of `ranks` at `zero_stage` (0-3), `p` being the step's plan in its compile mode.
 RankPeak plan_rank_peak(const PlannedStep& s, const ModePlan& p, int ranks, int rank,
                         int zero_stage);
 
 // The text `fusetune plan --nproc_per_node N` prints: per stage 0-3, rank 0's peak and the
-// largest rank's, with the moment it happens; stage 3 is not supported.
+// largest rank's, with the moment it happens (stage 3 with an NF4 base: the recipe's refusal).
 std::string format_rank_plans(const PlannedStep& s, const ModePlan& p, int ranks);
 
 }  // namespace fusetune

@@ -103,6 +103,7 @@ PlannedStep plan_step(const Config& cfg, const std::string& recipe, const ModelC
   s.optimizer_in_bwd = cfg.boolean("optimizer_in_bwd", false);
   s.activation_checkpointing = cfg.boolean("enable_activation_checkpointing", false);
   s.gradient_accumulation_steps = cfg.i64("gradient_accumulation_steps", 1);
+  s.reshard_after_forward = cfg.boolean("fsdp_reshard_after_forward", true);
   s.configured_mode = parse_compile_mode(cfg.str("compile", "false"));
   s.graph = build_training_graph(model, o);
   return s;

@@ -34,6 +34,7 @@ struct PlannedStep {
   bool optimizer_in_bwd = false;
   bool activation_checkpointing = false;
   int64_t gradient_accumulation_steps = 1;
+  bool reshard_after_forward = true;  // ZeRO-3's fsdp_reshard_after_forward (rank_plan.h)
   CompileMode configured_mode = CompileMode::None;
   bool seq_len_known = true;  // false: no max_seq_len; planned at 1 token per row (a floor)
   TrainingGraph graph;

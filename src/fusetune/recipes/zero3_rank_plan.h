@@ -1,0 +1,25 @@
+#pragma once
+// `fusetune plan --nproc_per_node N` at ZeRO-3 (dist/sharded_params.h): what each rank holds
+// at its peak. The step graph is planned as the run compiles it, with params_at_use
+// (compile/params_at_use.h; fsdp_reshard_after_forward as configured), and its allocations are
+// replayed (compile/memory_estimate.h) with each parameter another rank owns gathered at its
+// leaf and freed after its last use, so the gathered copies live at the peak are exact. Rank r
+// holds throughout its own parameters (whole tensors by their stored bytes: trainable and
+// frozen ones each partitioned by element count in name order), the graph's constants and the
+// optimizer state of its trainable parameters; then
+//   forward/backward/loss  + the step graph's peak (activations, the gradients computed so far,
+//              kernel workspace, the gathered copies live then) + the owned gradients'
+//              accumulation buffers while a later micro-batch runs;
+//   update     + the compiled arena + the owned gradients (owners update in place: nothing is
+//              broadcast, and the gradient reduce needs no bucket).
+// Full DPO adds the whole frozen reference model on every rank (it is not sharded).
+#include <vector>
+
+#include "fusetune/recipes/rank_plan.h"
+
+namespace fusetune {
+
+// Every rank's peak, rank 0 first. An NF4 base (s.nf4) is refused, as the recipe refuses it.
+std::vector<RankPeak> plan_zero3_rank_peaks(const PlannedStep& s, CompileMode mode, int ranks);
+
+}  // namespace fusetune
