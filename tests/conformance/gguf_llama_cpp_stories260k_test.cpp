@@ -10,12 +10,18 @@
 // (and to fp16 for F16 weights, as stories260K's ffn_down with rows of 172 is in Q8_0/Q4_0
 // files; at this size that part is within the noise). The test prints the differences and
 // bounds them by the noise floor of that rounding.
+//
+// stories260K's dim of 64 keeps a Q4_0 file's head Q8_0; a random model of hidden size 256 with
+// its tokenizer has llama.cpp's Q6_K head (on Q8_K activations), compared with fusetune's QAT
+// evaluation (gguf_q4_0 fake quantization) and with the weights fake-quantized.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "fusetune/data/hf_tokenizer.h"
 #include "fusetune/data/sentencepiece_tokenizer.h"
@@ -24,6 +30,7 @@
 #include "fusetune/io/hf_checkpoint.h"
 #include "fusetune/kernels/cpu/ggml_quant.h"
 #include "fusetune/models/training_graph.h"
+#include "fusetune/quant/qat.h"
 #include "fusetune/runtime/eager_executor.h"
 #include "test_support.h"
 
@@ -64,11 +71,13 @@ nlohmann::json run_llama_cpp(const fs::path& gguf, const std::vector<int32_t>& i
   return nlohmann::json::parse(in);
 }
 
-// fusetune's log-softmax rows for `ids` with `params`.
+// fusetune's log-softmax rows for `ids` with `params` (with `llama`'s hooks: QAT's fake
+// quantization).
 std::vector<std::vector<double>> fusetune_logprobs(const ModelConfig& c, const TensorMap& params,
-                                                   const std::vector<int32_t>& ids) {
+                                                   const std::vector<int32_t>& ids,
+                                                   const LlamaOptions& llama = {}) {
   const int64_t T = int64_t(ids.size());
-  Graph g = build_logits_graph(c, 1, T, DType::F32);
+  Graph g = build_logits_graph(c, 1, T, DType::F32, llama);
   Tensor tok = Tensor::empty({1, T}, DType::I32), pos = Tensor::empty({1, T}, DType::I32);
   for (int64_t i = 0; i < T; ++i) {
     tok.data<int32_t>()[i] = ids[size_t(i)];
@@ -115,9 +124,20 @@ Diff compare(const std::vector<std::vector<double>>& a, const nlohmann::json& b)
 
 // llama.cpp's CPU matmul rounds the activation row before the dot products: to Q8_0 blocks
 // for Q4_0/Q8_0 weights (x86's quantize_row_q8_0: d = amax / 127 stored as fp16, q =
-// round-half-even(x * 127 / amax)), to fp16 for F16 weights.
+// round-half-even(x * 127 / amax)), to Q8_K blocks of 256 for Q6_K weights (the reference
+// quantize_row_q8_K: d = max / -127 in fp32 for the signed max, q = round-half-even(x / d)),
+// to fp16 for F16 weights.
 void round_activations(gguf::TensorType w, std::vector<double>& x) {
-  if (w == gguf::TensorType::F16) {
+  if (w == gguf::TensorType::Q6_K) {
+    for (size_t b = 0; b < x.size(); b += 256) {
+      float mx = 0, amax = 0;
+      for (size_t j = b; j < b + 256; ++j)
+        if (std::fabs(float(x[j])) > amax) amax = std::fabs(float(x[j])), mx = float(x[j]);
+      const float iscale = amax != 0.0f ? -127.0f / mx : 0.0f, d = amax != 0.0f ? 1 / iscale : 0;
+      for (size_t j = b; j < b + 256; ++j)
+        x[j] = std::min(127.0f, std::nearbyint(iscale * float(x[j]))) * d;
+    }
+  } else if (w == gguf::TensorType::F16) {
     for (double& v : x) v = ggml::fp16_to_fp32(ggml::fp32_to_fp16(float(v)));
   } else if (w == gguf::TensorType::Q4_0 || w == gguf::TensorType::Q8_0) {
     for (size_t b = 0; b < x.size(); b += 32) {
@@ -411,5 +431,108 @@ TEST(GgufLlamaCpp, TokenizersEncodeAsFusetune) {
         name, pre, same, compared, corpus.size() - compared,
         first_diff.empty() ? "" : "; first difference: ", first_diff.c_str());
     EXPECT_EQ(same, compared) << "first difference: " << first_diff;
+  }
+}
+
+// A model of hidden size 256 (random weights, stories260K's tokenizer) exported as Q4_0: its
+// head (untied: output.weight; tied: token_embd.weight) is Q6_K, as llama-quantize makes it.
+// llama.cpp's log-probabilities against fusetune's QAT evaluation (gguf_q4_0: the head
+// fake-quantized as Q6_K on Q8_K activations) and against fusetune on the fake-quantized
+// weights; with the head fake-quantized as Q8_0 instead (fusetune's former deviation) the
+// prediction is measurably farther from llama.cpp.
+TEST(GgufLlamaCpp, Hidden256Q4_0HeadIsQ6_KAndFusetunePredictsLlamaCpp) {
+  FT_REQUIRE_ASSET("stories260K/tokenizer.json");
+  FT_REQUIRE_ASSET("datasets/tinystories_sample.txt");
+  if (auto why = llama_cpp_unavailable(); !why.empty()) FT_SKIP_UNLESS_REQUIRED(why);
+  const fs::path src = fusetune::testing::assets_dir() / "stories260K";
+  auto tok = HfTokenizer::from_file(src / "tokenizer.json");
+  std::ifstream story_in(fusetune::testing::assets_dir() / "datasets" / "tinystories_sample.txt");
+  std::string story(std::istreambuf_iterator<char>(story_in), {});
+  story = story.substr(story.find("Once"), story.find("<|endoftext|>") - story.find("Once"));
+  while (!story.empty() && (story.back() == '\n' || story.back() == ' ')) story.pop_back();
+  std::vector<int32_t> ids = tok->encode(story, true, false);
+  ids.resize(std::min<size_t>(ids.size(), 64));
+  const HFCheckpoint base = load_hf_checkpoint(src);
+
+  for (bool tied : {false, true}) {
+    SCOPED_TRACE(tied ? "tied" : "untied");
+    fusetune::testing::TempDir tmp;
+    ModelConfig c = base.config;
+    c.hidden_size = 256;
+    c.intermediate_size = 512;
+    c.num_hidden_layers = 2;
+    c.num_attention_heads = 4;
+    c.num_key_value_heads = 2;
+    c.head_dim = 64;
+    c.tie_word_embeddings = tied;
+    // Weights that give the logits a spread of a few nats (the head's rows ~ N(0, 0.15^2)).
+    std::mt19937 rng(tied ? 17 : 16);
+    NamedTensors ts;
+    for (const auto& [name, shape] : expected_parameters(c)) {
+      Tensor t = Tensor::empty(shape, DType::F32);
+      const bool norm = shape.size() == 1;
+      const bool table = name == "model.embed_tokens.weight" || name == "lm_head.weight";
+      std::normal_distribution<float> n(norm ? 1.0f : 0.0f, norm ? 0.1f : table ? 0.15f : 0.06f);
+      for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = n(rng);
+      ts.push_back({name, t});
+    }
+    const fs::path ck = tmp / "ck";
+    save_hf_checkpoint(ck, c, ts);
+    for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"})
+      if (fs::exists(src / f)) fs::copy_file(src / f, ck / f);
+    const fs::path file = tmp / "h256-q4_0.gguf";
+    const auto r = gguf::export_gguf(ck, file, gguf::FileType::Q4_0);
+    const std::string head_gguf = tied ? "token_embd.weight" : "output.weight";
+    const std::string head = tied ? "model.embed_tokens.weight" : "lm_head.weight";
+    for (const auto& [name, type] : r.tensors)
+      if (name == head_gguf) {
+        EXPECT_EQ(type, gguf::TensorType::Q6_K);
+      }
+    const auto cpp = run_llama_cpp(file, ids, story, tmp.path());
+    ASSERT_EQ(cpp["logprobs"].size(), ids.size());
+
+    // fusetune's QAT evaluation (fake quantization always on) on the float weights.
+    TensorMap orig;
+    for (const auto& [name, t] : ts) orig[name] = t;
+    quant::QatConfig q;
+    q.scheme = quant::QatScheme::GgufQ4_0;
+    const auto lp_qat = fusetune_logprobs(
+        c, orig, ids, quant::qat_llama_options(q, std::make_shared<ModelConfig>(c), false));
+    // fusetune on the weights the file holds, and with the head fake-quantized as Q8_0 instead.
+    auto weights = [&](bool q8_head) {
+      TensorMap params;
+      for (const auto& [name, shape] : expected_parameters(c)) {
+        Tensor t = Tensor::empty(shape, DType::F32);
+        std::copy(orig.at(name).data<float>(), orig.at(name).data<float>() + t.numel(),
+                  t.data<float>());
+        gguf::TensorType type = gguf::tensor_type_for(gguf::FileType::Q4_0, name, shape, tied);
+        if (q8_head && name == head) type = gguf::TensorType::Q8_0;
+        gguf::fake_quantize(type, t.data<float>(), t.numel());
+        params[name] = t;
+      }
+      return params;
+    };
+    const TensorMap wq = weights(false), wq8 = weights(true);
+    const auto lp_w = fusetune_logprobs(c, wq, ids), lp_w8 = fusetune_logprobs(c, wq8, ids);
+    const auto ref_act = reference_logprobs(c, wq, ids, gguf::FileType::Q4_0, true);
+    const auto ref_noise = reference_logprobs(c, wq, ids, gguf::FileType::Q4_0, true, 1e-6);
+    const Diff d_qat = compare(lp_qat, cpp["logprobs"]), d_w = compare(lp_w, cpp["logprobs"]),
+               d_w8 = compare(lp_w8, cpp["logprobs"]), d_act = compare(ref_act, cpp["logprobs"]),
+               noise = compare(ref_act, nlohmann::json(ref_noise));
+    std::vector<std::vector<double>> cpp_lp;
+    for (const auto& row : cpp["logprobs"]) cpp_lp.push_back(row.get<std::vector<double>>());
+    std::printf(
+        "[gguf q4_0 hidden 256 %s, Q6_K head] %zu tokens, llama.cpp vs: fusetune QAT eval "
+        "|dlogp| max %.3g mean %.3g; fusetune on the file's weights max %.3g mean %.3g; the "
+        "same with a Q8_0 head max %.3g mean %.3g; reference with llama.cpp's activation "
+        "rounding (Q8_K at the head) max %.3g mean %.3g (its 1e-6 noise floor max %.3g mean "
+        "%.3g); mean NLL llama.cpp %.6f, QAT eval %.6f, Q8_0-head %.6f\n",
+        tied ? "tied" : "untied", ids.size(), d_qat.max_abs, d_qat.mean_abs, d_w.max_abs,
+        d_w.mean_abs, d_w8.max_abs, d_w8.mean_abs, d_act.max_abs, d_act.mean_abs, noise.max_abs,
+        noise.mean_abs, mean_nll(cpp_lp, ids), mean_nll(lp_qat, ids), mean_nll(lp_w8, ids));
+    EXPECT_LT(d_act.mean_abs, 1.5 * noise.mean_abs);  // llama.cpp computes what we think it does
+    EXPECT_LT(d_w.mean_abs, d_w8.mean_abs);           // the Q6_K head is what llama.cpp runs
+    EXPECT_LT(d_qat.mean_abs, d_w8.mean_abs);
+    EXPECT_LT(d_qat.mean_abs, 0.05);
   }
 }

@@ -23,6 +23,36 @@ struct GGUFTensorInfo {
   uint64_t offset = 0;
 };
 
+// Bytes of a tensor of ggml type `type` (ggml.h's type ids and block layouts: F32, F16, Q4_0 =
+// 18 bytes per 32, Q8_0 = 34 per 32, Q6_K = 210 per 256); throws for other types or rows that
+// are not whole blocks.
+inline uint64_t ggml_tensor_bytes(uint32_t type, const std::vector<uint64_t>& ne) {
+  uint64_t block = 1, block_bytes = 0;
+  switch (type) {
+    case 0:
+      block_bytes = 4;
+      break;
+    case 1:
+      block_bytes = 2;
+      break;
+    case 2:
+      block = 32, block_bytes = 18;
+      break;
+    case 8:
+      block = 32, block_bytes = 34;
+      break;
+    case 14:
+      block = 256, block_bytes = 210;
+      break;
+    default:
+      throw std::runtime_error("GGUF: tensor type " + std::to_string(type) + " not read");
+  }
+  if (ne.empty() || ne[0] % block != 0) throw std::runtime_error("GGUF: rows not whole blocks");
+  uint64_t n = 1;
+  for (uint64_t d : ne) n *= d;
+  return n / block * block_bytes;
+}
+
 struct GGUFFile {
   uint32_t version = 0;
   std::map<std::string, nlohmann::json> kv;
@@ -155,6 +185,9 @@ inline GGUFFile read_gguf(const std::filesystem::path& path) {
   const uint64_t align =
       f.kv.count("general.alignment") ? f.kv["general.alignment"].get<uint64_t>() : 32;
   f.data_start = (pos + align - 1) / align * align;
+  for (const auto& t : f.tensors)
+    if (f.data_start + t.offset + ggml_tensor_bytes(t.type, t.ne) > f.bytes.size())
+      throw std::runtime_error("GGUF: tensor " + t.name + " runs past the end of the file");
   return f;
 }
 

@@ -3,6 +3,7 @@
 // quantize`'s weights equal to the GGUF's dequantized tensors, and clear errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <random>
@@ -337,6 +338,66 @@ TEST(IoGguf, TiedEmbeddingHasNoOutputTensorAndIsTheQ8_0Head) {
   EXPECT_FALSE(f.has_tensor("output.weight"));
   EXPECT_EQ(f.tensor("token_embd.weight").type, 8u);
   EXPECT_EQ(f.tensor("token_embd.weight").ne, (std::vector<uint64_t>{32, 40}));
+}
+
+// llama_tensor_get_type: a Q4_0 file's head is Q6_K when its rows (the hidden size) are whole
+// super-blocks of 256 (untied: output.weight; tied: token_embd.weight), Q8_0 when they are
+// whole Q8_0 blocks only (288); a Q8_0 file keeps a Q8_0 head.
+TEST(IoGguf, Q4_0HeadIsQ6_KWhenRowsAreMultiplesOf256) {
+  const std::vector<int64_t> m256{40, 256}, m288{40, 288}, m512{40, 512};
+  EXPECT_EQ(tensor_type_for(FileType::Q4_0, "lm_head.weight", m256, false), TensorType::Q6_K);
+  EXPECT_EQ(tensor_type_for(FileType::Q4_0, "lm_head.weight", m512, false), TensorType::Q6_K);
+  EXPECT_EQ(tensor_type_for(FileType::Q4_0, "lm_head.weight", m288, false), TensorType::Q8_0);
+  EXPECT_EQ(tensor_type_for(FileType::Q4_0, "model.embed_tokens.weight", m256, false),
+            TensorType::Q4_0);
+  EXPECT_EQ(tensor_type_for(FileType::Q4_0, "model.embed_tokens.weight", m256, true),
+            TensorType::Q6_K);
+  EXPECT_EQ(tensor_type_for(FileType::Q8_0, "lm_head.weight", m256, false), TensorType::Q8_0);
+  EXPECT_EQ(type_bytes(TensorType::Q6_K, 40 * 256), 40u * 210u);
+
+  for (bool tied : {false, true}) {
+    SCOPED_TRACE(tied ? "tied" : "untied");
+    fusetune::testing::TempDir dir;
+    ModelConfig c = small_config(tied);
+    c.hidden_size = 256;
+    c.intermediate_size = 64;
+    c.head_dim = 64;  // 4 heads of 64 = 256
+    write_checkpoint(dir / "ck", c, spm_tokenizer_json());
+    const auto r = export_gguf(dir / "ck", dir / "m.gguf", FileType::Q4_0);
+    const auto f = read_gguf(dir / "m.gguf");  // the reader checks each tensor's Q6_K size
+    const std::string head = tied ? "token_embd.weight" : "output.weight";
+    EXPECT_EQ(f.tensor(head).type, 14u);  // GGML_TYPE_Q6_K
+    EXPECT_EQ(f.tensor(head).ne, (std::vector<uint64_t>{256, 40}));
+    if (!tied) {
+      EXPECT_EQ(f.tensor("token_embd.weight").type, 2u);
+    }
+    EXPECT_EQ(f.tensor("blk.0.attn_q.weight").type, 2u);
+    // The data: ggml's reference Q6_K quantizer, byte for byte, 210 bytes per 256 values.
+    const HFCheckpoint ck = load_hf_checkpoint(dir / "ck");
+    std::vector<float> w = tensor_values(ck, tied ? "model.embed_tokens.weight" : "lm_head.weight");
+    std::vector<ggml::BlockQ6_K> q(w.size() / 256);
+    ggml::quantize_row_q6_K(w.data(), q.data(), int64_t(w.size()));
+    EXPECT_EQ(0, std::memcmp(f.data(head), q.data(), q.size() * 210));
+    const size_t i = size_t(std::find_if(r.tensors.begin(), r.tensors.end(),
+                                         [&](const auto& e) { return e.first == head; }) -
+                            r.tensors.begin());
+    ASSERT_LT(i, r.tensors.size());
+    EXPECT_EQ(r.tensors[i].second, TensorType::Q6_K);
+    // The tensor after the head starts where the head's 40 * 210 bytes (padded to 32) end.
+    for (size_t t = 0; t + 1 < f.tensors.size(); ++t)
+      if (f.tensors[t].name == head) {
+        EXPECT_EQ(f.tensors[t + 1].offset, f.tensors[t].offset + (40 * 210 + 31) / 32 * 32);
+      }
+  }
+  // A Q8_0 file: the head stays Q8_0 whatever its rows.
+  fusetune::testing::TempDir dir;
+  ModelConfig c = small_config(false);
+  c.hidden_size = 256;
+  c.intermediate_size = 64;
+  c.head_dim = 64;
+  write_checkpoint(dir / "ck", c, spm_tokenizer_json());
+  export_gguf(dir / "ck", dir / "m.gguf", FileType::Q8_0);
+  EXPECT_EQ(read_gguf(dir / "m.gguf").tensor("output.weight").type, 8u);
 }
 
 TEST(IoGguf, QuantizeCommandWritesTheWeightsTheGgufDequantizesTo) {

@@ -1,6 +1,7 @@
-// llama.cpp's Q4_0 / Q8_0 blocks and fp16: hand-computed blocks (ties, all-zero blocks, a
-// negative max, the +8 cap), fp16 against an independent double-precision rounding, and
-// fake quantization == dequantize(quantize(x)).
+// llama.cpp's Q4_0 / Q8_0 / Q6_K / Q8_K blocks and fp16: hand-computed blocks (ties, all-zero
+// blocks, a negative max, the +8 cap, a single large value), fp16 against an independent
+// double-precision rounding, Q6_K / Q8_K against a scalar transcription of ggml's reference
+// quantizers, and fake quantization == dequantize(quantize(x)).
 #include <gtest/gtest.h>
 
 #include <cfenv>
@@ -283,4 +284,305 @@ TEST(GgmlQuant, BlocksSoTinyThat1OverDOverflowsGiveZeros) {
     f(x.data(), y.data(), 32);
     for (float v : y) EXPECT_EQ(v, 0.0f);
   }
+}
+
+// ---- Q6_K and Q8_K (super-blocks of 256) ----
+
+namespace {
+
+// An independent scalar transcription of ggml's reference Q6_K / Q8_K quantizers
+// (ggml-quants.c: nearest_int, make_qx_quants, quantize_row_q6_K_ref, quantize_row_q8_K_ref),
+// written as plainly as the C, into raw bytes at block_q6_K's offsets (ql 0, qh 128, scales 192,
+// d 208), to compare byte for byte with the library's.
+int ref_nearest_int(float fval) {
+  float val = fval + 12582912.f;
+  int i;
+  std::memcpy(&i, &val, sizeof(int));
+  return (i & 0x007fffff) - 0x00400000;
+}
+
+float ref_make_qx_quants(int n, int nmax, const float* x, int8_t* L) {
+  float max = 0, amax = 0;
+  for (int i = 0; i < n; ++i) {
+    float ax = std::fabs(x[i]);
+    if (ax > amax) {
+      amax = ax;
+      max = x[i];
+    }
+  }
+  if (amax < 1e-15f) {
+    for (int i = 0; i < n; ++i) L[i] = 0;
+    return 0.f;
+  }
+  float iscale = -nmax / max;
+  float sumlx = 0, suml2 = 0;
+  for (int i = 0; i < n; ++i) {
+    int l = ref_nearest_int(iscale * x[i]);
+    l = std::max(-nmax, std::min(nmax - 1, l));
+    L[i] = int8_t(l + nmax);
+    float w = x[i] * x[i];  // rmse_type 1, no importance weights
+    sumlx += w * x[i] * l;
+    suml2 += w * l * l;
+  }
+  float scale = suml2 ? sumlx / suml2 : 0.0f;
+  float best = scale * sumlx;
+  for (int is = -9; is <= 9; ++is) {
+    if (is == 0) continue;
+    iscale = -(nmax + 0.1f * is) / max;
+    sumlx = suml2 = 0;
+    for (int i = 0; i < n; ++i) {
+      int l = ref_nearest_int(iscale * x[i]);
+      l = std::max(-nmax, std::min(nmax - 1, l));
+      float w = x[i] * x[i];
+      sumlx += w * x[i] * l;
+      suml2 += w * l * l;
+    }
+    if (suml2 > 0 && sumlx * sumlx > best * suml2) {
+      for (int i = 0; i < n; ++i) {
+        int l = ref_nearest_int(iscale * x[i]);
+        L[i] = int8_t(nmax + std::max(-nmax, std::min(nmax - 1, l)));
+      }
+      scale = sumlx / suml2;
+      best = scale * sumlx;
+    }
+  }
+  return scale;
+}
+
+void ref_quantize_q6_K_block(const float* x, uint8_t* blk) {
+  uint8_t* ql = blk;
+  uint8_t* qh = blk + 128;
+  int8_t* sc = reinterpret_cast<int8_t*>(blk + 192);
+  int8_t L[256];
+  float scales[16];
+  float max_scale = 0, max_abs_scale = 0;
+  for (int ib = 0; ib < 16; ++ib) {
+    const float scale = ref_make_qx_quants(16, 32, x + 16 * ib, L + 16 * ib);
+    scales[ib] = scale;
+    if (std::fabs(scale) > max_abs_scale) {
+      max_abs_scale = std::fabs(scale);
+      max_scale = scale;
+    }
+  }
+  if (max_abs_scale < 1e-15f) {
+    std::memset(blk, 0, 210);
+    return;
+  }
+  float iscale = -128.f / max_scale;
+  const uint16_t dh = fp32_to_fp16(1 / iscale);
+  std::memcpy(blk + 208, &dh, 2);
+  for (int ib = 0; ib < 16; ++ib)
+    sc[ib] = int8_t(std::min(127, ref_nearest_int(iscale * scales[ib])));
+  for (int j = 0; j < 16; ++j) {
+    float d = fp16_to_fp32(dh) * sc[j];
+    if (!d) continue;
+    for (int ii = 0; ii < 16; ++ii) {
+      int l = ref_nearest_int(x[16 * j + ii] / d);
+      l = std::max(-32, std::min(31, l));
+      L[16 * j + ii] = int8_t(l + 32);
+    }
+  }
+  for (int j = 0; j < 256; j += 128) {
+    for (int l = 0; l < 32; ++l) {
+      const uint8_t q1 = L[j + l + 0] & 0xF;
+      const uint8_t q2 = L[j + l + 32] & 0xF;
+      const uint8_t q3 = L[j + l + 64] & 0xF;
+      const uint8_t q4 = L[j + l + 96] & 0xF;
+      ql[l + 0] = uint8_t(q1 | (q3 << 4));
+      ql[l + 32] = uint8_t(q2 | (q4 << 4));
+      qh[l] = uint8_t((L[j + l] >> 4) | ((L[j + l + 32] >> 4) << 2) | ((L[j + l + 64] >> 4) << 4) |
+                      ((L[j + l + 96] >> 4) << 6));
+    }
+    ql += 64;
+    qh += 32;
+  }
+}
+
+// Q8_K: an all-zero block is d = 0, qs = 0 (ggml leaves its bsums unset; compared without).
+void ref_quantize_q8_K_block(const float* x, float& d, int8_t* qs, int16_t* bsums) {
+  float max = 0, amax = 0;
+  for (int j = 0; j < 256; ++j) {
+    float ax = std::fabs(x[j]);
+    if (ax > amax) {
+      amax = ax;
+      max = x[j];
+    }
+  }
+  if (!amax) {
+    d = 0;
+    std::memset(qs, 0, 256);
+    return;
+  }
+  const float iscale = -127.f / max;
+  for (int j = 0; j < 256; ++j) qs[j] = int8_t(std::min(127, ref_nearest_int(iscale * x[j])));
+  for (int j = 0; j < 16; ++j) {
+    int sum = 0;
+    for (int ii = 0; ii < 16; ++ii) sum += qs[j * 16 + ii];
+    bsums[j] = int16_t(sum);
+  }
+  d = 1 / iscale;
+}
+
+}  // namespace
+
+TEST(GgmlQuant, Q6_KAllZeroBlockIsAllZeroBytes) {
+  std::vector<float> x(256, 0.0f);
+  BlockQ6_K q;
+  std::memset(&q, 0xab, sizeof(q));
+  quantize_row_q6_K(x.data(), &q, 256);
+  const auto* bytes = reinterpret_cast<const uint8_t*>(&q);
+  for (size_t i = 0; i < sizeof(q); ++i) ASSERT_EQ(bytes[i], 0) << i;
+  std::vector<float> y(256, 1.0f);
+  dequantize_row_q6_K(&q, y.data(), 256);
+  for (float v : y) EXPECT_EQ(v, 0.0f);
+}
+
+TEST(GgmlQuant, Q6_KSingleLargeValueHandComputed) {
+  // x[70] = 1, the rest 0. Sub-block 4 (elements 64..79): max = 1, every candidate scale gives
+  // level -32 for the 1 (fit scale -1/32); the other sub-blocks are all zero (scale 0, levels
+  // 0). Super-block: max_scale = -1/32, iscale = 4096, d = fp16(2^-12) = 0x0c00, scales[4] =
+  // -128; the 1 requantizes to -32 (stored 0), the other elements of sub-block 4 to 0 (stored
+  // 32: high bits 2); the zero sub-blocks keep stored level 0.
+  for (float sign : {1.0f, -1.0f}) {
+    std::vector<float> x(256, 0.0f);
+    x[70] = sign;
+    BlockQ6_K q;
+    quantize_row_q6_K(x.data(), &q, 256);
+    // Negative max: the sub-block's fit scale is +1/32, d = -2^-12 (0x8c00), scales[4] still -128.
+    EXPECT_EQ(q.d, sign > 0 ? 0x0c00 : 0x8c00);
+    for (int s = 0; s < 16; ++s) EXPECT_EQ(q.scales[s], s == 4 ? -128 : 0) << s;
+    for (int i = 0; i < 128; ++i) EXPECT_EQ(q.ql[i], 0) << i;
+    // Elements 64..79 sit in the third slot (bits 4-5) of qh[0..15] in the first half.
+    for (int l = 0; l < 64; ++l) EXPECT_EQ(q.qh[l], (l < 16 && l != 6) ? 0x20 : 0) << l;
+    std::vector<float> y(256);
+    dequantize_row_q6_K(&q, y.data(), 256);
+    for (int j = 0; j < 256; ++j) EXPECT_EQ(y[j], j == 70 ? sign : 0.0f) << j;
+  }
+}
+
+TEST(GgmlQuant, Q8_KHandComputedTiesToEvenAndNegativeMax) {
+  // max = -127: iscale = -127 / -127 = 1, d = 1; nearest_int rounds ties to even.
+  std::vector<float> x(512, 0.0f);
+  x[0] = -127.0f;
+  x[1] = 0.5f;
+  x[2] = 1.5f;
+  x[3] = 2.5f;
+  x[4] = -0.5f;
+  x[17] = 126.6f;
+  // Second block: one value 2 (positive max): iscale = -63.5, q = -127, d = 1 / -63.5.
+  x[256 + 40] = 2.0f;
+  BlockQ8_K q[2];
+  quantize_row_q8_K(x.data(), q, 512);
+  EXPECT_EQ(q[0].d, 1.0f);
+  EXPECT_EQ(q[0].qs[0], -127);
+  EXPECT_EQ(q[0].qs[1], 0);
+  EXPECT_EQ(q[0].qs[2], 2);
+  EXPECT_EQ(q[0].qs[3], 2);
+  EXPECT_EQ(q[0].qs[4], 0);
+  EXPECT_EQ(q[0].qs[17], 127);
+  EXPECT_EQ(q[0].bsums[0], -127 + 2 + 2);
+  EXPECT_EQ(q[0].bsums[1], 127);
+  for (int g = 2; g < 16; ++g) EXPECT_EQ(q[0].bsums[g], 0);
+  EXPECT_EQ(q[1].d, 1.0f / -63.5f);
+  EXPECT_EQ(q[1].qs[40], -127);
+  EXPECT_EQ(q[1].bsums[2], -127);
+  std::vector<float> y(512);
+  fake_quantize_row_q8_K(x.data(), y.data(), 512);
+  EXPECT_EQ(y[3], 2.0f);
+  EXPECT_EQ(y[17], 127.0f);
+  EXPECT_EQ(y[256 + 40], -127.0f * (1.0f / -63.5f));
+  // All zero: d = 0, zeros out.
+  std::vector<float> z(256, 0.0f);
+  BlockQ8_K qz;
+  quantize_row_q8_K(z.data(), &qz, 256);
+  EXPECT_EQ(qz.d, 0.0f);
+  for (int j = 0; j < 256; ++j) EXPECT_EQ(qz.qs[j], 0);
+}
+
+TEST(GgmlQuant, Q6_KAndQ8_KMatchAScalarTranscriptionOfGgmlOnRandomData) {
+  std::mt19937 rng(2026);
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  constexpr int kBlocks = 400;
+  int changed_scales = 0;
+  for (float scale : {1e-6f, 1e-3f, 0.02f, 1.0f, 300.0f}) {
+    std::vector<float> x(256 * kBlocks);
+    for (int b = 0; b < kBlocks; ++b) {
+      float* xb = x.data() + 256 * b;
+      for (int j = 0; j < 256; ++j) xb[j] = scale * (b % 2 ? n(rng) : u(rng));
+      if (b % 5 == 1) xb[rng() % 256] *= 40.0f;  // an outlier
+      if (b % 7 == 2)
+        std::fill(xb + 16 * (b % 16), xb + 16 * (b % 16) + 16, 0.0f);  // zero sub-block
+      if (b % 11 == 3)
+        for (int j = 0; j < 256; ++j) xb[j] = scale * float(int(rng() % 9) - 4);  // ties
+      if (b % 13 == 4)
+        for (int j = 0; j < 256; ++j) xb[j] *= 1e-3f * float(j % 16 == 0);  // sparse, tiny
+    }
+    std::vector<BlockQ6_K> q6(kBlocks);
+    quantize_row_q6_K(x.data(), q6.data(), int64_t(x.size()));
+    std::vector<BlockQ8_K> q8(kBlocks);
+    quantize_row_q8_K(x.data(), q8.data(), int64_t(x.size()));
+    for (int b = 0; b < kBlocks; ++b) {
+      uint8_t want[210];
+      ref_quantize_q6_K_block(x.data() + 256 * b, want);
+      ASSERT_EQ(0, std::memcmp(want, &q6[b], 210)) << "scale " << scale << " block " << b;
+      float d;
+      int8_t qs[256];
+      int16_t bsums[16] = {};
+      ref_quantize_q8_K_block(x.data() + 256 * b, d, qs, bsums);
+      ASSERT_EQ(d, q8[b].d) << b;
+      ASSERT_EQ(0, std::memcmp(qs, q8[b].qs, 256)) << b;
+      ASSERT_EQ(0, std::memcmp(bsums, q8[b].bsums, sizeof(bsums))) << b;
+      // Count sub-blocks whose search moved off the first candidate (the fit is then not the
+      // plain -max/32 grid), so the search itself is exercised.
+      for (int s = 0; s < 16; ++s) {
+        int8_t L[16];
+        const float* xs = x.data() + 256 * b + 16 * s;
+        ref_make_qx_quants(16, 32, xs, L);
+        float mx = 0, am = 0;
+        for (int i = 0; i < 16; ++i)
+          if (std::fabs(xs[i]) > am) am = std::fabs(xs[i]), mx = xs[i];
+        if (am > 0) {
+          const float iscale0 = -32 / mx;
+          int8_t L0[16];
+          for (int i = 0; i < 16; ++i)
+            L0[i] = int8_t(32 + std::max(-32, std::min(31, ref_nearest_int(iscale0 * xs[i]))));
+          changed_scales += std::memcmp(L, L0, 16) != 0;
+        }
+      }
+    }
+    // Dequantization against the format's definition: value = d * scale * (level - 32).
+    std::vector<float> y(x.size());
+    dequantize_row_q6_K(q6.data(), y.data(), int64_t(y.size()));
+    for (int b = 0; b < kBlocks; ++b) {
+      const uint8_t* blk = reinterpret_cast<const uint8_t*>(&q6[b]);
+      for (int j = 0; j < 256; ++j) {
+        const int h = j / 128, r = j % 128, l = r % 32, slot = r / 32;
+        const uint8_t lo = blk[64 * h + l + (slot & 1) * 32];
+        const int low = (slot < 2) ? (lo & 0xf) : (lo >> 4);
+        const int high = (blk[128 + 32 * h + l] >> (2 * slot)) & 3;
+        const float want =
+            fp16_to_fp32(q6[b].d) * float(q6[b].scales[j / 16]) * float((low | (high << 4)) - 32);
+        ASSERT_EQ(y[256 * b + j], want) << b << " " << j;
+      }
+    }
+  }
+  EXPECT_GT(changed_scales, 100);  // the candidate search changed many sub-blocks' levels
+}
+
+TEST(GgmlQuant, Q6_KFakeQuantizeIsDequantizeOfQuantizeAndRowLengthChecked) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> n(0.0f, 0.05f);
+  std::vector<float> x(512);
+  for (auto& v : x) v = n(rng);
+  std::vector<BlockQ6_K> q(2);
+  std::vector<float> want(512), y = x;
+  quantize_row_q6_K(x.data(), q.data(), 512);
+  dequantize_row_q6_K(q.data(), want.data(), 512);
+  fake_quantize_row_q6_K(y.data(), y.data(), 512);  // in place
+  EXPECT_EQ(0, std::memcmp(y.data(), want.data(), 512 * sizeof(float)));
+  std::vector<float> bad(288, 1.0f);
+  BlockQ6_K qb[2];
+  EXPECT_THROW(quantize_row_q6_K(bad.data(), qb, 288), fusetune::Error);
+  EXPECT_THROW(fake_quantize_row_q8_K(bad.data(), bad.data(), 288), fusetune::Error);
 }

@@ -89,8 +89,10 @@ std::vector<int32_t> labels_for(int64_t N, int64_t V, uint64_t seed) {
   return y;
 }
 
-const k::FakeQuantSpec kSpecs[] = {
-    {k::FakeQuant::GgufQ8_0, 32}, {k::FakeQuant::GgufQ4_0, 32}, {k::FakeQuant::Int4Symmetric, 256}};
+const k::FakeQuantSpec kSpecs[] = {{k::FakeQuant::GgufQ8_0, 32},
+                                   {k::FakeQuant::GgufQ4_0, 32},
+                                   {k::FakeQuant::GgufQ6_K, 256},
+                                   {k::FakeQuant::Int4Symmetric, 256}};
 
 }  // namespace
 
@@ -204,19 +206,22 @@ TEST(FakeQuantFusedHead, CompileTrueFusesTheFakeQuantizedHeadAndMatchesTheUnfuse
   struct Case {
     quant::QatScheme scheme;
     bool tied;
+    int64_t hidden = 32;
   };
   // The torchao scheme quantizes an untied head only (a tied one stays float and fuses as
-  // before); the gguf schemes quantize the head (Q8_0) tied or not.
-  const Case cases[] = {{quant::QatScheme::GgufQ4_0, false},
-                        {quant::QatScheme::GgufQ4_0, true},
-                        {quant::QatScheme::GgufQ8_0, false},
-                        {quant::QatScheme::Int8DynActInt4Weight, false}};
+  // before); the gguf schemes quantize the head (Q8_0; gguf_q4_0 with hidden 256: Q6_K on Q8_K
+  // activations, super-blocks of 256 along the reduction dimension) tied or not.
+  const Case cases[] = {
+      {quant::QatScheme::GgufQ4_0, false},      {quant::QatScheme::GgufQ4_0, true},
+      {quant::QatScheme::GgufQ4_0, false, 256}, {quant::QatScheme::GgufQ4_0, true, 256},
+      {quant::QatScheme::GgufQ8_0, false},      {quant::QatScheme::Int8DynActInt4Weight, false}};
   for (const Case& c : cases)
     for (DType dt : {DType::F64, DType::F32})
       for (int on : {1, 0}) {
         SCOPED_TRACE(std::string(quant::scheme_name(c.scheme)) + (c.tied ? " tied " : " untied ") +
-                     dtype_name(dt) + (on ? " on" : " off"));
-        const ModelConfig cfg = qat_model_config(c.tied);
+                     dtype_name(dt) + (on ? " on" : " off") + " hidden " +
+                     std::to_string(c.hidden));
+        const ModelConfig cfg = qat_model_config(c.tied, c.hidden);
         quant::QatConfig q;
         q.scheme = c.scheme;
         q.groupsize = 16;
@@ -231,6 +236,12 @@ TEST(FakeQuantFusedHead, CompileTrueFusesTheFakeQuantizedHeadAndMatchesTheUnfuse
         po.ce_chunk_budget_bytes = 16 * cfg.vocab_size * int64_t(dtype_size(dt));  // 2 chunks
         const Graph fused = run_passes(tg.graph, po, nullptr);
         EXPECT_EQ(fused_fake_quant_heads(fused), 1);
+        for (const Node& n : fused.nodes())
+          if (n.op == Op::FusedLinearCrossEntropy && n.inputs.size() == 5 &&
+              c.scheme == quant::QatScheme::GgufQ4_0) {
+            EXPECT_EQ(n.attrs.groups,
+                      int64_t(c.hidden == 256 ? k::FakeQuant::GgufQ6_K : k::FakeQuant::GgufQ8_0));
+          }
         EXPECT_EQ(count_ops(fused, Op::LogSoftmax), 0);           // no [tokens x vocab] logits
         EXPECT_EQ(count_ops(fused, Op::FakeQuantMatMul), 7 * 2);  // the layers' only
 

@@ -365,45 +365,55 @@ TEST(FakeQuantSte, GradientsAreTheChainRuleThroughTheQuantizedValuesInFloat64) {
 
 TEST(QatModel, AllCompileModesAgree) {
   for (quant::QatScheme scheme : kSchemes)
-    for (bool tied : {false, true})
-      for (DType dt : {DType::F64, DType::F32}) {
-        SCOPED_TRACE(std::string(quant::scheme_name(scheme)) + (tied ? " tied " : " untied ") +
-                     dtype_name(dt));
-        const ModelConfig cfg = qat_model_config(tied);
-        TrainingGraphOptions o;
-        o.batch_size = 2;
-        o.seq_len = 8;
-        o.dtype = dt;
-        o.llama = quant::qat_llama_options(qat(scheme), std::make_shared<ModelConfig>(cfg), true);
-        TrainingGraph tg = build_training_graph(cfg, o);
-        // The head is quantized except torchao's tied one.
-        EXPECT_EQ(count_ops(tg.graph, Op::FakeQuantMatMul),
-                  7 * 2 + (tied && !gguf(scheme) ? 0 : 1));
-        // One activation fake quantization per distinct input (q/k/v share one, gate/up one),
-        // + the head's input, + gguf's gathered embedding rows.
-        if (scheme != quant::QatScheme::Int4WeightOnly) {
-          int forward = 0;
-          for (const Node& n : tg.graph.nodes()) forward += n.op == Op::FakeQuantize && !n.backward;
-          EXPECT_EQ(forward, 4 * 2 + (tied && !gguf(scheme) ? 0 : 1) + (gguf(scheme) ? 1 : 0));
+    for (int64_t hidden : {32, 256})  // 256: gguf_q4_0's head (and tied table) is Q6_K
+      for (bool tied : {false, true})
+        for (DType dt : {DType::F64, DType::F32}) {
+          if (hidden == 256 && scheme != quant::QatScheme::GgufQ4_0) continue;
+          SCOPED_TRACE(std::string(quant::scheme_name(scheme)) + (tied ? " tied " : " untied ") +
+                       dtype_name(dt) + " hidden " + std::to_string(hidden));
+          const ModelConfig cfg = qat_model_config(tied, hidden);
+          TrainingGraphOptions o;
+          o.batch_size = 2;
+          o.seq_len = 8;
+          o.dtype = dt;
+          o.llama = quant::qat_llama_options(qat(scheme), std::make_shared<ModelConfig>(cfg), true);
+          TrainingGraph tg = build_training_graph(cfg, o);
+          // The head is quantized except torchao's tied one.
+          EXPECT_EQ(count_ops(tg.graph, Op::FakeQuantMatMul),
+                    7 * 2 + (tied && !gguf(scheme) ? 0 : 1));
+          if (hidden == 256) {  // the head Q6_K on Q8_K activations, the tied table's rows Q6_K
+            int k_quants = 0;
+            for (const Node& n : tg.graph.nodes())
+              k_quants += !n.backward && (n.attrs.groups == int64_t(k::FakeQuant::GgufQ6_K) ||
+                                          n.attrs.groups == int64_t(k::FakeQuant::GgufQ8_K));
+            EXPECT_EQ(k_quants, tied ? 3 : 2);
+          }
+          // One activation fake quantization per distinct input (q/k/v share one, gate/up one),
+          // + the head's input, + gguf's gathered embedding rows.
+          if (scheme != quant::QatScheme::Int4WeightOnly) {
+            int forward = 0;
+            for (const Node& n : tg.graph.nodes())
+              forward += n.op == Op::FakeQuantize && !n.backward;
+            EXPECT_EQ(forward, 4 * 2 + (tied && !gguf(scheme) ? 0 : 1) + (gguf(scheme) ? 1 : 0));
+          }
+          TensorMap params = init_parameters(graph_parameters(tg.graph), 11, dt, 0.2);
+          Batch batch = random_batch(2, 8, cfg.vocab_size, 5);
+          const TensorMap inputs =
+              with_enable(batch_inputs(batch, dt, 1.0 / double(batch.num_valid_labels())), 1);
+          auto ref = EagerExecutor(tg.graph).run(inputs, params);
+          for (CompileMode mode : {CompileMode::Model, CompileMode::Full}) {
+            PassOptions po;
+            po.mode = mode;
+            po.ce_chunk_budget_bytes = 5 * cfg.vocab_size * int64_t(dtype_size(dt));
+            auto out = compile_graph(tg.graph, po).executor->run(inputs, params);
+            ASSERT_EQ(out.size(), ref.size());
+            const double tol = dt == DType::F64 ? 1e-10 : 1e-4;
+            EXPECT_LE(max_rel_diff(out[0], ref[0]), tol / 10) << compile_mode_name(mode);
+            for (size_t i = 1; i < out.size(); ++i)
+              EXPECT_LE(max_rel_diff(out[i], ref[i]), tol)
+                  << compile_mode_name(mode) << " " << tg.graph.outputs()[i].first;
+          }
         }
-        TensorMap params = init_parameters(graph_parameters(tg.graph), 11, dt, 0.2);
-        Batch batch = random_batch(2, 8, cfg.vocab_size, 5);
-        const TensorMap inputs =
-            with_enable(batch_inputs(batch, dt, 1.0 / double(batch.num_valid_labels())), 1);
-        auto ref = EagerExecutor(tg.graph).run(inputs, params);
-        for (CompileMode mode : {CompileMode::Model, CompileMode::Full}) {
-          PassOptions po;
-          po.mode = mode;
-          po.ce_chunk_budget_bytes = 5 * cfg.vocab_size * int64_t(dtype_size(dt));
-          auto out = compile_graph(tg.graph, po).executor->run(inputs, params);
-          ASSERT_EQ(out.size(), ref.size());
-          const double tol = dt == DType::F64 ? 1e-10 : 1e-4;
-          EXPECT_LE(max_rel_diff(out[0], ref[0]), tol / 10) << compile_mode_name(mode);
-          for (size_t i = 1; i < out.size(); ++i)
-            EXPECT_LE(max_rel_diff(out[i], ref[i]), tol)
-                << compile_mode_name(mode) << " " << tg.graph.outputs()[i].first;
-        }
-      }
 }
 
 TEST(QatModel, GgufFollowsLlamaQuantizeDefaultsForEmbeddingAndHead) {
@@ -417,6 +427,23 @@ TEST(QatModel, GgufFollowsLlamaQuantizeDefaultsForEmbeddingAndHead) {
   EXPECT_EQ(quant::site_quant(q4, untied, head).activation.scheme, k::FakeQuant::GgufQ8_0);
   EXPECT_EQ(quant::site_quant(q4, tied, embed).weight.scheme, k::FakeQuant::GgufQ8_0);
   EXPECT_EQ(quant::site_quant(q8, untied, embed).weight.scheme, k::FakeQuant::GgufQ8_0);
+  // Rows of 256 (hidden a multiple of 256): the head and a tied table Q6_K, the head's input
+  // Q8_K; gguf_q8_0 keeps Q8_0.
+  const LinearSite head256{"lm_head", 37, 256, true, "lm_head.weight"};
+  const LinearSite embed256{"model.embed_tokens", 37, 256, true, "model.embed_tokens.weight"};
+  const ModelConfig untied256 = qat_model_config(false, 256), tied256 = qat_model_config(true, 256);
+  EXPECT_EQ(quant::site_quant(q4, untied256, head256).weight.scheme, k::FakeQuant::GgufQ6_K);
+  EXPECT_EQ(quant::site_quant(q4, untied256, head256).weight.group, 256);
+  EXPECT_EQ(quant::site_quant(q4, untied256, head256).activation.scheme, k::FakeQuant::GgufQ8_K);
+  EXPECT_EQ(quant::site_quant(q4, untied256, embed256).weight.scheme, k::FakeQuant::GgufQ4_0);
+  EXPECT_EQ(quant::site_quant(q4, tied256, embed256).weight.scheme, k::FakeQuant::GgufQ6_K);
+  EXPECT_EQ(quant::site_quant(q4, tied256, head256).weight.scheme, k::FakeQuant::GgufQ6_K);
+  EXPECT_EQ(quant::site_quant(q8, untied256, head256).weight.scheme, k::FakeQuant::GgufQ8_0);
+  EXPECT_EQ(quant::site_quant(q8, untied256, head256).activation.scheme, k::FakeQuant::GgufQ8_0);
+  // Rows of 288: whole Q8_0 blocks, not whole super-blocks: Q8_0 (llama_tensor_get_type).
+  const LinearSite head288{"lm_head", 37, 288, true, "lm_head.weight"};
+  EXPECT_EQ(quant::site_quant(q4, qat_model_config(false, 288), head288).weight.scheme,
+            k::FakeQuant::GgufQ8_0);
   const auto layer =
       quant::site_quant(q4, untied, {"model.layers.1.mlp.down_proj", 32, 64, true, "w"});
   EXPECT_EQ(layer.weight.scheme, k::FakeQuant::GgufQ4_0);

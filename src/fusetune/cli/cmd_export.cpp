@@ -38,15 +38,17 @@ int cmd_export(const std::vector<std::string>& argv) {
   const gguf::FileType type =
       gguf::parse_file_type(a.option("type").empty() ? "f32" : a.option("type"));
   const auto r = gguf::export_gguf(a.positional[0], output, type);
-  int counts[4] = {0, 0, 0, 0};  // F32, F16, Q8_0, Q4_0
+  int counts[5] = {0, 0, 0, 0, 0};  // F32, F16, Q8_0, Q4_0, Q6_K
   for (const auto& [name, t] : r.tensors)
     ++counts[t == gguf::TensorType::F32    ? 0
              : t == gguf::TensorType::F16  ? 1
              : t == gguf::TensorType::Q8_0 ? 2
-                                           : 3];
-  std::printf("wrote %s: %zu tensors (%d f32, %d f16, %d q8_0, %d q4_0), %s of tensor data\n",
-              output.c_str(), r.tensors.size(), counts[0], counts[1], counts[2], counts[3],
-              format_bytes(int64_t(r.bytes)).c_str());
+             : t == gguf::TensorType::Q4_0 ? 3
+                                           : 4];
+  std::printf(
+      "wrote %s: %zu tensors (%d f32, %d f16, %d q8_0, %d q4_0, %d q6_k), %s of tensor data\n",
+      output.c_str(), r.tensors.size(), counts[0], counts[1], counts[2], counts[3], counts[4],
+      format_bytes(int64_t(r.bytes)).c_str());
   return 0;
 }
 

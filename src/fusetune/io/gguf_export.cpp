@@ -21,9 +21,9 @@ bool is_head(const std::string& hf_name, bool tied) {
 }
 
 template <class Block>
-std::vector<uint8_t> quantize_bytes(const float* x, int64_t n,
+std::vector<uint8_t> quantize_bytes(const float* x, int64_t n, int64_t block,
                                     void (*q)(const float*, Block*, int64_t)) {
-  std::vector<uint8_t> out(size_t(n / 32) * sizeof(Block));
+  std::vector<uint8_t> out(size_t(n / block) * sizeof(Block));
   q(x, reinterpret_cast<Block*>(out.data()), n);
   return out;
 }
@@ -44,9 +44,11 @@ std::vector<uint8_t> encode(TensorType t, const float* x, int64_t n) {
       return out;
     }
     case TensorType::Q4_0:
-      return quantize_bytes<ggml::BlockQ4_0>(x, n, ggml::quantize_row_q4_0);
+      return quantize_bytes<ggml::BlockQ4_0>(x, n, ggml::kBlock, ggml::quantize_row_q4_0);
     case TensorType::Q8_0:
-      return quantize_bytes<ggml::BlockQ8_0>(x, n, ggml::quantize_row_q8_0);
+      return quantize_bytes<ggml::BlockQ8_0>(x, n, ggml::kBlock, ggml::quantize_row_q8_0);
+    case TensorType::Q6_K:
+      return quantize_bytes<ggml::BlockQ6_K>(x, n, ggml::kBlockK, ggml::quantize_row_q6_K);
   }
   return {};
 }
@@ -112,7 +114,10 @@ TensorType tensor_type_for(FileType ft, const std::string& hf_name,
       return blocks_fit ? TensorType::Q8_0 : TensorType::F16;
     case FileType::Q4_0:
       if (!blocks_fit) return TensorType::F16;
-      return is_head(hf_name, tie_word_embeddings) ? TensorType::Q8_0 : TensorType::Q4_0;
+      // llama_tensor_get_type: the head is Q6_K unless its rows are not whole super-blocks.
+      if (is_head(hf_name, tie_word_embeddings))
+        return shape.back() % ggml::kBlockK == 0 ? TensorType::Q6_K : TensorType::Q8_0;
+      return TensorType::Q4_0;
   }
   return TensorType::F32;
 }
@@ -129,6 +134,9 @@ void fake_quantize(TensorType t, float* x, int64_t numel) {
       return;
     case TensorType::Q8_0:
       ggml::fake_quantize_row_q8_0(x, x, numel);
+      return;
+    case TensorType::Q6_K:
+      ggml::fake_quantize_row_q6_K(x, x, numel);
       return;
   }
 }

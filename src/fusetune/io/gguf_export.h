@@ -13,9 +13,8 @@
 //   - f32 / f16: every matrix F32 / F16;
 //   - q8_0: every matrix Q8_0 (token_embd and output included);
 //   - q4_0: every matrix Q4_0 except the output head (output.weight, or token_embd.weight when
-//     the embeddings are tied), which is Q8_0. llama-quantize makes the head Q6_K when its rows
-//     are a multiple of 256 and Q8_0 otherwise; we have no Q6_K, so Q8_0 always (a larger,
-//     more accurate head than llama.cpp's for such models).
+//     the embeddings are tied), which is Q6_K when its rows (the hidden size) are a multiple of
+//     256 and Q8_0 otherwise, as llama-quantize's llama_tensor_get_type decides;
 //   - a matrix whose rows (its last dimension) are not a multiple of 32 cannot be Q4_0/Q8_0:
 //     it is F16, as convert_hf_to_gguf.py falls back (llama-quantize would refuse Q4_0).
 #include <cstdint>
@@ -38,7 +37,7 @@ TensorType tensor_type_for(FileType ft, const std::string& hf_name,
                            const std::vector<int64_t>& shape, bool tie_word_embeddings);
 
 // In place: x = what llama.cpp computes with after storing x as `t` (dequantize(quantize(x))
-// per 32-element block of each row for Q4_0/Q8_0, fp16 rounding for F16, nothing for F32).
+// per block of each row for Q4_0/Q8_0/Q6_K, fp16 rounding for F16, nothing for F32).
 void fake_quantize(TensorType t, float* x, int64_t numel);
 
 // llama.cpp's name for an HF parameter ("model.layers.3.self_attn.q_proj.weight" ->

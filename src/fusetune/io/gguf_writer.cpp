@@ -39,6 +39,8 @@ const char* type_name(TensorType t) {
       return "Q4_0";
     case TensorType::Q8_0:
       return "Q8_0";
+    case TensorType::Q6_K:
+      return "Q6_K";
   }
   return "?";
 }
@@ -54,6 +56,8 @@ uint64_t type_bytes(TensorType t, int64_t numel) {
       return n / 32 * 18;
     case TensorType::Q8_0:
       return n / 32 * 34;
+    case TensorType::Q6_K:
+      return n / 256 * 210;
   }
   return 0;
 }
@@ -114,10 +118,12 @@ void Writer::add_tensor(TensorEntry t) {
   for (const auto& e : tensors_) FT_CHECK(e.name != t.name, "GGUF: duplicate tensor " + t.name);
   FT_CHECK(!t.shape.empty() && t.shape.size() <= 4,
            "GGUF: tensor " + t.name + " must have 1 to 4 dimensions");
-  if (t.type == TensorType::Q4_0 || t.type == TensorType::Q8_0)
-    FT_CHECK(t.shape.back() % 32 == 0, "GGUF: tensor " + t.name + " has rows of " +
-                                           std::to_string(t.shape.back()) + " elements; " +
-                                           type_name(t.type) + " needs a multiple of 32");
+  const int64_t block = t.type == TensorType::Q6_K                                 ? 256
+                        : t.type == TensorType::Q4_0 || t.type == TensorType::Q8_0 ? 32
+                                                                                   : 1;
+  FT_CHECK(t.shape.back() % block == 0,
+           "GGUF: tensor " + t.name + " has rows of " + std::to_string(t.shape.back()) +
+               " elements; " + type_name(t.type) + " needs a multiple of " + std::to_string(block));
   tensors_.push_back(std::move(t));
 }
 

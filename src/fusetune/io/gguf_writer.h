@@ -17,9 +17,10 @@ namespace fusetune::gguf {
 inline constexpr uint32_t kAlignment = 32;
 
 // ggml_type values (ggml.h) of the types we write.
-enum class TensorType : uint32_t { F32 = 0, F16 = 1, Q4_0 = 2, Q8_0 = 8 };
+enum class TensorType : uint32_t { F32 = 0, F16 = 1, Q4_0 = 2, Q8_0 = 8, Q6_K = 14 };
 const char* type_name(TensorType t);
-// Bytes of a row-major tensor whose rows have `row` elements (Q types: row % 32 == 0).
+// Bytes of a row-major tensor of `numel` elements (rows whole blocks: 32 for Q4_0/Q8_0, 256
+// for Q6_K).
 uint64_t type_bytes(TensorType t, int64_t numel);
 
 // gguf_type values of metadata.

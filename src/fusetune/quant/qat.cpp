@@ -137,10 +137,17 @@ SiteQuant site_quant(const QatConfig& c, const ModelConfig& model, const LinearS
     }
     case QatScheme::GgufQ4_0:
       // llama-quantize's defaults for Q4_0: layers and an untied token_embd Q4_0, the output
-      // (and a tied model's one table) Q6_K / Q8_0 -> Q8_0 here (qat.h).
-      q.weight =
-          spec((head || (embedding && tied)) ? FakeQuant::GgufQ8_0 : FakeQuant::GgufQ4_0, 32);
-      if (!embedding) q.activation = spec(FakeQuant::GgufQ8_0, 32);
+      // (and a tied model's one table) Q6_K with Q8_K activations, or Q8_0 when its rows are not
+      // whole super-blocks of 256 (gguf::tensor_type_for).
+      if (head || (embedding && tied)) {
+        const bool k = site.in % 256 == 0;
+        q.weight = k ? spec(FakeQuant::GgufQ6_K, 256) : spec(FakeQuant::GgufQ8_0, 32);
+        if (!embedding)
+          q.activation = k ? spec(FakeQuant::GgufQ8_K, 256) : spec(FakeQuant::GgufQ8_0, 32);
+      } else {
+        q.weight = spec(FakeQuant::GgufQ4_0, 32);
+        if (!embedding) q.activation = spec(FakeQuant::GgufQ8_0, 32);
+      }
       break;
     case QatScheme::GgufQ8_0:
       q.weight = spec(FakeQuant::GgufQ8_0, 32);

@@ -8,6 +8,7 @@
 //   Int8DynActInt4WeightQATQuantizer    int4 symmetric, per `groupsize`   int8 per token, asym.
 //   Int4WeightOnlyQATQuantizer          uint4 asymmetric, per `groupsize` (float)
 //   gguf_q4_0                           ggml Q4_0 (blocks of 32)          ggml Q8_0 (blocks of 32)
+//                                       (head: Q6_K, see below)           (head: Q8_K)
 //   gguf_q8_0                           ggml Q8_0                          ggml Q8_0
 //
 // (torchtune's spellings torchtune.training.quantization.X and torchao's
@@ -18,11 +19,10 @@
 //   - gguf schemes: as llama.cpp's llama-quantize defaults for the type: gguf_q8_0 stores
 //     token_embd and output as Q8_0; gguf_q4_0 stores token_embd as Q4_0 and output as Q6_K,
 //     or Q8_0 when its rows are not a multiple of 256 (a tied model's one table gets the
-//     output's type). fusetune has no Q6_K: the head is fake-quantized as Q8_0 in both cases
-//     (exact for rows < 256 or not a multiple of 256, e.g. stories260K; one step finer than
-//     llama.cpp's default otherwise). The head's input is quantized to Q8_0 (llama.cpp's
-//     vec_dot_type for Q8_0); the gathered embedding rows are fake-quantized (blocks lie
-//     along a row: the rows of the fake-quantized table, with no copy of the table).
+//     output's type); the head is fake-quantized so, its input to Q8_K for a Q6_K head and to
+//     Q8_0 for a Q8_0 one (llama.cpp's vec_dot_type for each); the gathered embedding rows
+//     are fake-quantized (blocks lie along a row: the rows of the fake-quantized table, with
+//     no copy of the table).
 #include <cstdint>
 #include <memory>
 #include <optional>

@@ -83,18 +83,31 @@ void group_int8_per_token(const T* x, T* y, int64_t n, bool* mask) {
 }
 
 // ggml's reference rounding (ggml_quant.h), which takes float: double rounds through fp32.
+bool is_gguf(FakeQuant scheme) {
+  return scheme == FakeQuant::GgufQ4_0 || scheme == FakeQuant::GgufQ8_0 ||
+         scheme == FakeQuant::GgufQ6_K || scheme == FakeQuant::GgufQ8_K;
+}
+
+int64_t gguf_block(FakeQuant scheme) {
+  return scheme == FakeQuant::GgufQ6_K || scheme == FakeQuant::GgufQ8_K ? ggml::kBlockK
+                                                                        : ggml::kBlock;
+}
+
 template <class T>
 void group_gguf(FakeQuant scheme, const T* x, T* y, int64_t n, bool* mask) {
-  auto fq =
-      scheme == FakeQuant::GgufQ4_0 ? ggml::fake_quantize_row_q4_0 : ggml::fake_quantize_row_q8_0;
+  auto fq = scheme == FakeQuant::GgufQ4_0   ? ggml::fake_quantize_row_q4_0
+            : scheme == FakeQuant::GgufQ8_0 ? ggml::fake_quantize_row_q8_0
+            : scheme == FakeQuant::GgufQ6_K ? ggml::fake_quantize_row_q6_K
+                                            : ggml::fake_quantize_row_q8_K;
   if constexpr (std::is_same_v<T, float>) {
     fq(x, y, n);
   } else {
-    float buf[ggml::kBlock];
-    for (int64_t b = 0; b < n; b += ggml::kBlock) {
-      for (int64_t i = 0; i < ggml::kBlock; ++i) buf[i] = float(x[b + i]);
-      fq(buf, buf, ggml::kBlock);
-      for (int64_t i = 0; i < ggml::kBlock; ++i) y[b + i] = T(buf[i]);
+    const int64_t block = gguf_block(scheme);
+    float buf[ggml::kBlockK];
+    for (int64_t b = 0; b < n; b += block) {
+      for (int64_t i = 0; i < block; ++i) buf[i] = float(x[b + i]);
+      fq(buf, buf, block);
+      for (int64_t i = 0; i < block; ++i) y[b + i] = T(buf[i]);
     }
   }
   if (mask) std::fill(mask, mask + n, true);
@@ -105,6 +118,8 @@ void fq_group(FakeQuant scheme, const T* x, T* y, int64_t n, bool* mask) {
   switch (scheme) {
     case FakeQuant::GgufQ4_0:
     case FakeQuant::GgufQ8_0:
+    case FakeQuant::GgufQ6_K:
+    case FakeQuant::GgufQ8_K:
       return group_gguf(scheme, x, y, n, mask);
     case FakeQuant::Int4Symmetric:
       return group_int4_symmetric(x, y, n, mask);
@@ -123,9 +138,9 @@ void check_spec(const FakeQuantSpec& spec, int64_t cols) {
            std::string("fake quantization (") + fake_quant_name(spec.scheme) + "): rows of " +
                std::to_string(cols) + " elements are not a whole number of groups of " +
                std::to_string(spec.group));
-  FT_CHECK((spec.scheme != FakeQuant::GgufQ4_0 && spec.scheme != FakeQuant::GgufQ8_0) ||
-               spec.group % ggml::kBlock == 0,
-           "fake quantization (gguf): groups must be whole blocks of 32");
+  FT_CHECK(!is_gguf(spec.scheme) || spec.group % gguf_block(spec.scheme) == 0,
+           std::string("fake quantization (") + fake_quant_name(spec.scheme) +
+               "): groups must be whole blocks of " + std::to_string(gguf_block(spec.scheme)));
 }
 
 // Row r of the result: fq of x's row r (x may be a tile's own storage).
@@ -183,6 +198,10 @@ const char* fake_quant_name(FakeQuant scheme) {
       return "gguf Q4_0";
     case FakeQuant::GgufQ8_0:
       return "gguf Q8_0";
+    case FakeQuant::GgufQ6_K:
+      return "gguf Q6_K";
+    case FakeQuant::GgufQ8_K:
+      return "gguf Q8_K";
   }
   return "?";
 }
@@ -198,7 +217,10 @@ int64_t fake_quant_fixed_group(FakeQuant scheme, int64_t cols) {
       return cols;
     case FakeQuant::GgufQ4_0:
     case FakeQuant::GgufQ8_0:
-      return 32;
+      return ggml::kBlock;
+    case FakeQuant::GgufQ6_K:
+    case FakeQuant::GgufQ8_K:
+      return ggml::kBlockK;
     default:
       return 0;
   }

@@ -18,6 +18,9 @@
 //   GgufQ4_0        ggml's Q4_0 (blocks of 32, fp16 scale), ggml/ggml_quant.h.
 //   GgufQ8_0        ggml's Q8_0 (blocks of 32, fp16 scale): llama.cpp's CPU matmul quantizes
 //                   the activations of a Q4_0 or Q8_0 weight to Q8_0 (its vec_dot_type).
+//   GgufQ6_K        ggml's Q6_K (super-blocks of 256 along the row): a Q4_0 file's output head
+//                   when its rows are a multiple of 256.
+//   GgufQ8_K        ggml's Q8_K (blocks of 256, fp32 scale): the activations of a Q6_K weight.
 // The straight-through estimator: the gradient w.r.t. x is dy, except that the torchao schemes
 // zero it where the unclamped q falls outside [qmin, qmax] (torchao's _GenericFakeQuantize
 // mask; the scale is treated as a constant). The gguf schemes pass dy through unchanged.
@@ -34,6 +37,8 @@ enum class FakeQuant : int {
   Int8PerToken = 3,
   GgufQ4_0 = 4,
   GgufQ8_0 = 5,
+  GgufQ6_K = 6,
+  GgufQ8_K = 7,
 };
 
 struct FakeQuantSpec {
