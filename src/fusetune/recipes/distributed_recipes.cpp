@@ -38,11 +38,6 @@ int full_finetune_distributed(const Config& cfg) {
 }
 
 int lora_finetune_distributed(const Config& cfg) {
-  // An NF4 base lives in the step graphs' hooks, not among the parameters ZeRO-3 gathers.
-  FT_CHECK(cfg.i64("zero_stage", 0) < 3 || !lora_config_from(cfg).quantize_base,
-           "zero_stage: 3 does not shard an NF4 base yet (model.quantize_base: true, or a qlora_* "
-           "model builder): every rank would hold the whole base; use zero_stage 2, or a "
-           "bf16/fp32 base");
   return run_ranks(cfg, lora_training_job(cfg, "lora_finetune_distributed").job);
 }
 
