@@ -209,7 +209,7 @@ TEST(DistPlan, Zero3PlanShardsTheParametersAndKeepsGatheredOnesWithoutReshard) {
   }
 }
 
-TEST(DistPlan, Zero3PlanWithAnNF4BaseGivesTheRecipesRefusal) {
+TEST(DistPlan, Zero3PlanWithAnNF4BaseSaysItIsNotPredicted) {
   const TempDir tmp;
   write_corpus(tmp / "rows.jsonl");
   write_file_atomic(tmp / "cfg.yaml", yaml(tmp / "rows.jsonl"));
@@ -221,6 +221,6 @@ TEST(DistPlan, Zero3PlanWithAnNF4BaseGivesTheRecipesRefusal) {
   const std::string out = ::testing::internal::GetCapturedStdout();
   EXPECT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("\n2  "), std::string::npos) << out;
-  EXPECT_NE(out.find(std::string("\n3          refused: ") + kZero3NF4Refusal), std::string::npos)
+  EXPECT_NE(out.find(std::string("\n3          ") + kZero3NF4NotPredicted), std::string::npos)
       << out;
 }

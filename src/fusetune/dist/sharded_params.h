@@ -7,9 +7,14 @@
 // is broadcast from its owner right before its first use in the forward, dropped after, and
 // broadcast again for the backward.
 //
+// Frozen tensors a job keeps outside the parameter map (QLoRA's NF4 base: packed codes and
+// scales, peft/nf4_weight.h) are sharded the same way, partitioned with the frozen parameters
+// and broadcast in their stored (packed) form.
+//
 // The optimizer then updates the owned parameters in place and broadcasts nothing; a
 // checkpoint gathers every parameter to rank 0, one at a time, and rank 0 frees the others'
 // again once it is written.
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -21,8 +26,11 @@ namespace fusetune::dist {
 
 class ShardedParams {
  public:
-  // `params`: every parameter, whole, on every rank (as loaded); `trainable`: the trained ones.
-  ShardedParams(Communicator& comm, TensorMap& params, const std::vector<std::string>& trainable);
+  // `params`: every parameter, whole, on every rank (as loaded); `trainable`: the trained ones;
+  // `frozen_elsewhere`: more frozen tensors by the names the graphs bind them as (each pointer
+  // outlives this object), whole on every rank too.
+  ShardedParams(Communicator& comm, TensorMap& params, const std::vector<std::string>& trainable,
+                const std::map<std::string, Tensor*>& frozen_elsewhere = {});
   bool mine(const std::string& name) const { return meta_.at(name).owner == comm_.rank(); }
   // Frees this rank's values of the parameters other ranks own (their entries stay, undefined).
   void release_others();
@@ -32,18 +40,20 @@ class ShardedParams {
   ParamSource source() {
     return ParamSource([this](const std::string& name) { return acquire(name); });
   }
-  // Collective, before a checkpoint: rank 0 receives every parameter it does not own, in name
-  // order; the other ranks send theirs. Rank 0 holds the whole model until release_others().
-  void gather_to_rank0(const std::string& what);
+  // Collective, before a checkpoint: rank 0 receives every parameter it does not own (those
+  // `needed` accepts, when given), in name order; the other ranks send theirs. Rank 0 holds
+  // them until release_others().
+  void gather_to_rank0(const std::string& what,
+                       const std::function<bool(const std::string&)>& needed = nullptr);
 
  private:
   struct Meta {
     int owner = 0;
     Shape shape;
     DType dtype = DType::F32;
+    Tensor* value = nullptr;  // this rank's tensor: an entry of the parameter map, or elsewhere
   };
   Communicator& comm_;
-  TensorMap& params_;
   std::map<std::string, Meta> meta_;  // name order: the same on every rank
 };
 

@@ -1,10 +1,15 @@
 #include "fusetune/peft/nf4_weight.h"
 
+#include <array>
 #include <cstring>
 
 #include "fusetune/util/error.h"
 
 namespace fusetune::peft {
+namespace {
+constexpr std::array<const char*, 3> kNF4PartSuffixes = {".nf4_codes", ".nf4_absmax_codes",
+                                                         ".nf4_absmax_scales"};
+}  // namespace
 
 kernels::NF4View NF4Weight::view() const {
   return {codes.data<int32_t>(),
@@ -168,6 +173,39 @@ std::shared_ptr<NF4Store> nf4_store_layout(const ModelConfig& cfg) {
   return store;
 }
 
+namespace {
+
+// The three part leaves of `w`, named after its weight: Constants sharing the stored bytes, or
+// (bound_at_run) frozen Params sized from the logical shape, the tensors possibly elsewhere.
+std::array<Value, 3> nf4_parts(Graph& g, const NF4Weight& w, const std::string& name) {
+  const std::array<const Tensor*, 3> parts = {&w.codes, &w.absmax_codes, &w.absmax_scales};
+  const kernels::NF4Sizes s = kernels::nf4_sizes(shape_numel(w.shape));
+  const std::array<int64_t, 3> numels = {s.code_words, s.absmax_words, s.scales};
+  std::array<Value, 3> out;
+  for (size_t i = 0; i < 3; ++i) {
+    if (!w.bound_at_run) {
+      out[i] = g.constant(*parts[i], name + kNF4PartSuffixes[i]);
+      continue;
+    }
+    out[i] = g.param(name + kNF4PartSuffixes[i], {numels[i]}, /*trainable=*/false);
+    g.mutable_nodes()[size_t(out[i].node)].outputs[0].dtype = DType::I32;  // packed, not float
+  }
+  return out;
+}
+
+}  // namespace
+
+std::map<std::string, Tensor*> bind_nf4_at_run(NF4Store& store) {
+  std::map<std::string, Tensor*> parts;
+  for (auto& [name, w] : store) {
+    w.bound_at_run = true;
+    parts[name + kNF4PartSuffixes[0]] = &w.codes;
+    parts[name + kNF4PartSuffixes[1]] = &w.absmax_codes;
+    parts[name + kNF4PartSuffixes[2]] = &w.absmax_scales;
+  }
+  return parts;
+}
+
 Value nf4_linear(Builder& b, Value x, const NF4Weight& w, const std::string& name) {
   Graph& g = b.graph();
   Shape xs = b.shape(x);
@@ -175,13 +213,11 @@ Value nf4_linear(Builder& b, Value x, const NF4Weight& w, const std::string& nam
   FT_CHECK(k == w.shape[1], "NF4 weight '" + name + "' is " + shape_str(w.shape) +
                                 " but its input is " + shape_str(xs));
   Value x2 = b.reshape(x, {shape_numel(xs) / k, k});
-  Value codes = g.constant(w.codes, name + ".nf4_codes");
-  Value am = g.constant(w.absmax_codes, name + ".nf4_absmax_codes");
-  Value sc = g.constant(w.absmax_scales, name + ".nf4_absmax_scales");
+  const std::array<Value, 3> p = nf4_parts(g, w, name);
   Attrs at;
   at.shape = w.shape;
   at.scalar = double(w.offset);
-  Value y = g.add1(Op::NF4MatMul, {x2, codes, am, sc}, at, name);
+  Value y = g.add1(Op::NF4MatMul, {x2, p[0], p[1], p[2]}, at, name);
   Shape out = xs;
   out.back() = w.shape[0];
   return b.reshape(y, out);
@@ -196,11 +232,8 @@ Value nf4_embedding(Builder& b, Value ids, const NF4Weight& table, const std::st
   Attrs at;
   at.shape = table.shape;
   at.scalar = double(table.offset);
-  return g.add1(Op::NF4Embedding,
-                {ids, g.constant(table.codes, name + ".nf4_codes"),
-                 g.constant(table.absmax_codes, name + ".nf4_absmax_codes"),
-                 g.constant(table.absmax_scales, name + ".nf4_absmax_scales")},
-                at, name);
+  const std::array<Value, 3> p = nf4_parts(g, table, name);
+  return g.add1(Op::NF4Embedding, {ids, p[0], p[1], p[2]}, at, name);
 }
 
 }  // namespace fusetune::peft

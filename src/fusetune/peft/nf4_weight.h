@@ -21,6 +21,10 @@ struct NF4Weight {
   Tensor absmax_codes;   // I32 [ceil(blocks / 4)]
   Tensor absmax_scales;  // I32 [ceil(blocks / 256)], fp32 bit patterns
   float offset = 0;
+  // ZeRO-3: the graphs bind the three parts as frozen Params named <weight>.nf4_codes,
+  // .nf4_absmax_codes, .nf4_absmax_scales (gathered from the rank that owns each, in this
+  // packed form, when used) instead of holding them as Constants; a rank may then hold none.
+  bool bound_at_run = false;
 
   kernels::NF4View view() const;
   int64_t nbytes() const {
@@ -62,6 +66,10 @@ class NF4BaseSink : public ParamSink {
 // The store quantize_base_weights makes for `cfg`, with every tensor sized but its contents
 // unset: for `fusetune plan`, which predicts a step's memory without reading weights.
 std::shared_ptr<NF4Store> nf4_store_layout(const ModelConfig& cfg);
+
+// ZeRO-3: marks every weight of `store` bound_at_run and returns its parts by their Param
+// names, for dist::ShardedParams to shard with the frozen parameters.
+std::map<std::string, Tensor*> bind_nf4_at_run(NF4Store& store);
 
 // x [..., in] -> x W^T [..., out] with W dequantized tile by tile inside the GEMM.
 Value nf4_linear(Builder& b, Value x, const NF4Weight& w, const std::string& name);

@@ -209,6 +209,12 @@ LoraJob lora_training_job(const Config& cfg, const std::string& recipe) {
     }
   };
   job.params_stored_elsewhere = [run]() { return run->nf4 ? peft::nf4_numel(*run->nf4) : 0; };
+  job.shard_stored_elsewhere = [run]() {
+    return run->nf4 ? peft::bind_nf4_at_run(*run->nf4) : std::map<std::string, Tensor*>{};
+  };
+  // An adapter-only checkpoint reads the adapters alone: ZeRO-3 then gathers no base to rank 0.
+  if (adapter_only)
+    job.save_reads = [](const std::string& name) { return peft::is_adapter_param(name); };
   if (run->lora.dropout > 0) {
     const int64_t accum = cfg.i64("gradient_accumulation_steps", 1);
     job.add_inputs = [seed, accum](TensorMap& in, int64_t step, int64_t micro) {

@@ -89,7 +89,7 @@ std::string format_rank_plans(const PlannedStep& s, const ModePlan& p, int ranks
   out += line;
   for (int stage = 0; stage <= 3; ++stage) {
     if (stage == 3 && s.nf4) {
-      out += std::string("3          refused: ") + kZero3NF4Refusal + "\n";
+      out += std::string("3          ") + kZero3NF4NotPredicted + "\n";
       continue;
     }
     std::vector<RankPeak> peaks;

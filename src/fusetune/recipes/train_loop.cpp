@@ -252,10 +252,14 @@ int run_training(const Config& cfg, const TrainJob& job) {
   // ZeRO-3: each rank keeps only its share of the parameters (freed below, before training).
   std::unique_ptr<dist::ShardedParams> zero3;
   if (zero_stage == 3)
-    zero3 = std::make_unique<dist::ShardedParams>(*job.comm, model.params, trainable);
+    zero3 = std::make_unique<dist::ShardedParams>(*job.comm, model.params, trainable,
+                                                  job.shard_stored_elsewhere
+                                                      ? job.shard_stored_elsewhere()
+                                                      : std::map<std::string, Tensor*>{});
   auto save = [&](const std::string& name, const TrainingProgress& at) {
     if (sharded) sharded->gather_state("gathering the optimizer state for checkpoint " + name);
-    if (zero3) zero3->gather_to_rank0("gathering the parameters for checkpoint " + name);
+    if (zero3)
+      zero3->gather_to_rank0("gathering the parameters for checkpoint " + name, job.save_reads);
     if (rank != 0) {
       if (job.comm) job.comm->barrier("waiting for rank 0 to write checkpoint " + name);
       return;

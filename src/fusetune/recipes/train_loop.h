@@ -5,6 +5,7 @@
 // iterate over micro-batches, accumulate gradients, clip, update, log the step's named
 // metrics, checkpoint, resume.
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -49,6 +50,12 @@ struct TrainJob {
   // Parameters held outside LoadedModel::params (QLoRA's NF4 base), by their logical element
   // count, for the run header; called after `prepare`. Empty: none.
   std::function<int64_t()> params_stored_elsewhere;
+  // ZeRO-3: makes the step graphs bind those tensors as frozen Params and returns them by
+  // those names, to be sharded with the parameters (dist/sharded_params.h); called after
+  // `prepare`, before any step graph is built. Empty: nothing to shard beyond the parameters.
+  std::function<std::map<std::string, Tensor*>()> shard_stored_elsewhere;
+  // The parameters `save` reads (ZeRO-3 gathers only those to rank 0); empty: all of them.
+  std::function<bool(const std::string&)> save_reads;
   // The step; empty: supervised fine-tuning (make_sft_step).
   std::function<std::unique_ptr<TrainingStep>(const StepContext&)> make_step;
   // Data parallelism (the *_distributed recipes; outlives the run): the loader shards by rank,

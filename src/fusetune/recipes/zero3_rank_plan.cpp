@@ -49,7 +49,7 @@ const char* moment_of(const Graph& g, int node) {
 
 std::vector<RankPeak> plan_zero3_rank_peaks(const PlannedStep& s, CompileMode mode, int ranks) {
   FT_CHECK(ranks >= 1, "plan: bad rank count");
-  FT_CHECK(!s.nf4, kZero3NF4Refusal);
+  FT_CHECK(!s.nf4, std::string("plan: zero_stage 3 is ") + kZero3NF4NotPredicted);
   // The graph as the run compiles it at stage 3.
   PassOptions po;
   po.mode = mode;
