@@ -268,40 +268,34 @@ void dequantize_row_q8_K(const BlockQ8_K* x, float* y, int64_t k) {
 }
 
 // One block at a time so x == y works and no whole quantized copy is needed.
+template <class Block, int64_t kSize, class Quantize, class Dequantize>
+void fake_quantize_blocks(const float* x, float* y, int64_t k, Quantize quantize,
+                          Dequantize dequantize) {
+  for (int64_t b = 0; b < k / kSize; ++b) {
+    Block q;
+    quantize(x + b * kSize, &q, kSize);
+    dequantize(&q, y + b * kSize, kSize);
+  }
+}
+
 void fake_quantize_row_q4_0(const float* x, float* y, int64_t k) {
   check_k(k, "fake_quantize_row_q4_0");
-  for (int64_t b = 0; b < k / kBlock; ++b) {
-    BlockQ4_0 q;
-    quantize_row_q4_0(x + b * kBlock, &q, kBlock);
-    dequantize_row_q4_0(&q, y + b * kBlock, kBlock);
-  }
+  fake_quantize_blocks<BlockQ4_0, kBlock>(x, y, k, quantize_row_q4_0, dequantize_row_q4_0);
 }
 
 void fake_quantize_row_q8_0(const float* x, float* y, int64_t k) {
   check_k(k, "fake_quantize_row_q8_0");
-  for (int64_t b = 0; b < k / kBlock; ++b) {
-    BlockQ8_0 q;
-    quantize_row_q8_0(x + b * kBlock, &q, kBlock);
-    dequantize_row_q8_0(&q, y + b * kBlock, kBlock);
-  }
+  fake_quantize_blocks<BlockQ8_0, kBlock>(x, y, k, quantize_row_q8_0, dequantize_row_q8_0);
 }
 
 void fake_quantize_row_q6_K(const float* x, float* y, int64_t k) {
   check_k256(k, "fake_quantize_row_q6_K");
-  for (int64_t b = 0; b < k / kBlockK; ++b) {
-    BlockQ6_K q;
-    quantize_row_q6_K(x + b * kBlockK, &q, kBlockK);
-    dequantize_row_q6_K(&q, y + b * kBlockK, kBlockK);
-  }
+  fake_quantize_blocks<BlockQ6_K, kBlockK>(x, y, k, quantize_row_q6_K, dequantize_row_q6_K);
 }
 
 void fake_quantize_row_q8_K(const float* x, float* y, int64_t k) {
   check_k256(k, "fake_quantize_row_q8_K");
-  for (int64_t b = 0; b < k / kBlockK; ++b) {
-    BlockQ8_K q;
-    quantize_row_q8_K(x + b * kBlockK, &q, kBlockK);
-    dequantize_row_q8_K(&q, y + b * kBlockK, kBlockK);
-  }
+  fake_quantize_blocks<BlockQ8_K, kBlockK>(x, y, k, quantize_row_q8_K, dequantize_row_q8_K);
 }
 
 void fake_quantize_activations_q8_0(const float* x, float* y, int64_t k) {
