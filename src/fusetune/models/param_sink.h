@@ -17,7 +17,8 @@ class ParamSink {
   // Whether the sink stores `name` itself; asked before the parameter's values are produced.
   virtual bool takes(const std::string& name) const = 0;
   // Writes elements [first, first + n) of a parameter (row-major) as F32 into `out`: the
-  // checkpoint's bytes widened, or the random init rounded to F32. `first` is even.
+  // checkpoint's bytes widened, or the random init. `first` is even. Safe to call from
+  // several threads at once for disjoint ranges (a sink may produce chunks in parallel).
   using ElementSource = std::function<void(int64_t first, int64_t n, float* out)>;
   // A taken parameter, produced a range of elements at a time as the sink asks, so that it
   // never exists whole in F32 (an 8B model's head is 2.1 GB in F32). `values` is valid only

@@ -45,88 +45,80 @@ uint64_t stream_key(uint64_t seed, const std::string& name) {
   return mix64(mix64(seed + kGamma) ^ name_hash(name));
 }
 
-inline double as_double(uint64_t b) {
-  double d;
-  std::memcpy(&d, &b, 8);
-  return d;
+inline float as_float(uint32_t b) {
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
 }
 
-inline uint64_t as_bits(double d) {
-  uint64_t b;
-  std::memcpy(&b, &d, 8);
+inline uint32_t as_bits(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
   return b;
 }
 
-// ln(x) for x in (0, 1], x normal: x = m 2^e with m in [sqrt(1/2), sqrt(2)), ln m =
-// 2 atanh(s), s = (m - 1) / (m + 1), |s| <= 0.172, by its series to s^19 (relative error
-// below 1e-15). Branch-free integer and float steps, so that loops of it vectorize.
-inline double ln_unit(double x) {
-  const uint64_t b = as_bits(x);
-  // The biased exponent as a double, without an int -> double conversion.
-  double e = as_double((b >> 52) | 0x4330000000000000ull) - 4503599627370496.0 - 1023.0;
-  double m = as_double((b & 0x000fffffffffffffull) | 0x3ff0000000000000ull);  // [1, 2)
-  // m > sqrt(2), compared on the bits (positive doubles order like their bits) into a mask,
-  // so that no branch is needed: m /= 2, e += 1 where it holds.
-  const uint64_t big = -uint64_t(as_bits(m) > 0x3ff6a09e667f3bcdull);  // sqrt(2)
-  m = as_double((as_bits(m * 0.5) & big) | (as_bits(m) & ~big));
-  e = e + as_double(big & 0x3ff0000000000000ull);  // + 1.0 or + 0.0
-  const double sv = (m - 1.0) / (m + 1.0), s2 = sv * sv;
-  double p = 1.0 / 19;
-  p = p * s2 + 1.0 / 17;
-  p = p * s2 + 1.0 / 15;
-  p = p * s2 + 1.0 / 13;
-  p = p * s2 + 1.0 / 11;
-  p = p * s2 + 1.0 / 9;
-  p = p * s2 + 1.0 / 7;
-  p = p * s2 + 1.0 / 5;
-  p = p * s2 + 1.0 / 3;
-  p = p * s2 + 1.0;
-  return e * 0.6931471805599453 + 2.0 * sv * p;
+// The values are F32 in the end, so the normals are computed in float (twice the SIMD lanes
+// of double) with polynomials accurate to float; no libm calls but sqrt, and every step
+// branch-free integer or float arithmetic, so that loops over pairs vectorize. Plain
+// multiplies and adds in a fixed order (the build has -ffp-contract=off): the same bits on
+// any machine and for any thread count.
+
+// ln(x) for x in [2^-32, 1]: x = m 2^e with m in [sqrt(1/2), sqrt(2)), ln m = 2 atanh(s),
+// s = (m - 1) / (m + 1), |s| <= 0.172, by its series to s^9 (relative error below 3e-9).
+inline float ln_unit(float x) {
+  const uint32_t b = as_bits(x);
+  float e = float(int32_t(b >> 23) - 127);
+  float m = as_float((b & 0x007fffffu) | 0x3f800000u);  // [1, 2)
+  // m > sqrt(2) (positive floats order like their bits) as a mask: m /= 2, e += 1 there.
+  const uint32_t big = -uint32_t(as_bits(m) > 0x3fb504f3u);  // sqrt(2)
+  m = as_float((as_bits(m * 0.5f) & big) | (as_bits(m) & ~big));
+  e = e + as_float(big & 0x3f800000u);  // + 1 or + 0
+  const float sv = (m - 1.0f) / (m + 1.0f), s2 = sv * sv;
+  float p = 1.0f / 9;
+  p = p * s2 + 1.0f / 7;
+  p = p * s2 + 1.0f / 5;
+  p = p * s2 + 1.0f / 3;
+  p = p * s2 + 1.0f;
+  return e * 0.693147182f + 2.0f * sv * p;
 }
 
-// cos and sin of y, |y| <= pi/4, by their Taylor series to y^16 / y^15 (error below 1e-16).
-inline void sincos_quarter(double y, double* c, double* s) {
-  const double y2 = y * y;
-  double cp = 1.0 / 20922789888000.0;  // 1/16!
-  cp = cp * y2 - 1.0 / 87178291200.0;
-  cp = cp * y2 + 1.0 / 479001600.0;
-  cp = cp * y2 - 1.0 / 3628800.0;
-  cp = cp * y2 + 1.0 / 40320.0;
-  cp = cp * y2 - 1.0 / 720.0;
-  cp = cp * y2 + 1.0 / 24.0;
-  cp = cp * y2 - 0.5;
-  *c = cp * y2 + 1.0;
-  double sp = -1.0 / 1307674368000.0;  // -1/15!
-  sp = sp * y2 + 1.0 / 6227020800.0;
-  sp = sp * y2 - 1.0 / 39916800.0;
-  sp = sp * y2 + 1.0 / 362880.0;
-  sp = sp * y2 - 1.0 / 5040.0;
-  sp = sp * y2 + 1.0 / 120.0;
-  sp = sp * y2 - 1.0 / 6.0;
-  *s = y * (sp * y2 + 1.0);
+// cos and sin of y, |y| <= pi/4, by their Taylor series to y^10 / y^9 (error below 3e-9).
+inline void sincos_quarter(float y, float* c, float* s) {
+  const float y2 = y * y;
+  float cp = -1.0f / 3628800;  // -1/10!
+  cp = cp * y2 + 1.0f / 40320;
+  cp = cp * y2 - 1.0f / 720;
+  cp = cp * y2 + 1.0f / 24;
+  cp = cp * y2 - 0.5f;
+  *c = cp * y2 + 1.0f;
+  float sp = 1.0f / 362880;  // 1/9!
+  sp = sp * y2 - 1.0f / 5040;
+  sp = sp * y2 + 1.0f / 120;
+  sp = sp * y2 - 1.0f / 6;
+  *s = y * (sp * y2 + 1.0f);
 }
 
-// Normals 2j and 2j+1 of a stream: SplitMix64 at counter j + 1 gives 64 random bits, 32 for
-// u1 in (0, 1] (so |z| <= sqrt(2 ln 2^32) = 6.66, beyond which a normal falls once in 4e10
-// draws) and 32 for the angle; Box-Muller turns them into two independent standard normals
-// r cos(psi), r sin(psi) with r = sqrt(-2 ln u1) and psi uniform on a full turn. All of it
-// integer and float arithmetic (no libm calls but sqrt), so a loop over pairs vectorizes.
-inline void normal_pair(uint64_t key, uint64_t j, double* a, double* b) {
+// Normals 2j and 2j+1 of a stream: SplitMix64 at counter j + 1 gives 64 random bits, 31 for
+// u1 in [2^-32, 1] (so |z| <= sqrt(2 ln 2^32) = 6.66, beyond which a normal falls once in
+// 4e10 draws) and 32 for the angle; Box-Muller turns them into two independent standard
+// normals r cos(psi), r sin(psi) with r = sqrt(-2 ln u1) and psi uniform on a full turn.
+inline void normal_pair(uint64_t key, uint64_t j, float* a, float* b) {
   const uint64_t bits = mix64(key + (j + 1) * kGamma);
-  const double u1 = 2.0 - as_double(((bits >> 32) << 20) | 0x3ff0000000000000ull);  // exact
+  // Signed 31-bit integers: their conversion to float is one instruction on every SIMD ISA.
+  const float u1 = (float(int32_t(bits >> 33)) + 0.5f) * 0x1p-31f;
   // The low 32 bits: the quadrant q (2 bits), then the angle within it (30 bits).
-  const uint64_t q = (bits >> 30) & 3;
-  const double f = as_double(((bits & 0x3fffffffull) << 22) | 0x3ff0000000000000ull) - 1.0;
-  double c, s;
-  sincos_quarter((f - 0.5) * 1.5707963267948966, &c, &s);
+  const uint32_t lo = uint32_t(bits), q = (lo >> 30) & 3u;
+  const float f = float(int32_t(lo & 0x3fffffffu)) * 0x1p-30f;  // [0, 1]
+  float c, s;
+  sincos_quarter((f - 0.5f) * 1.57079637f, &c, &s);
   // Rotate (c, s) by q quarter turns: q = 0 (c, s), 1 (-s, c), 2 (-c, -s), 3 (s, -c); as
-  // selections and sign flips on the bits, without branches, so that the loop vectorizes.
-  const uint64_t odd = -(q & 1);  // all ones or zero
-  const uint64_t cb = as_bits(c), sb = as_bits(s);
-  const uint64_t crb = (sb & odd) | (cb & ~odd), srb = (cb & odd) | (sb & ~odd);
-  const double r = std::sqrt(-2.0 * ln_unit(u1));
-  *a = r * as_double(crb ^ (((q ^ (q >> 1)) & 1) << 63));
-  *b = r * as_double(srb ^ ((q >> 1) << 63));
+  // selections and sign flips on the bits, without branches.
+  const uint32_t odd = -(q & 1u);  // all ones or zero
+  const uint32_t cb = as_bits(c), sb = as_bits(s);
+  const uint32_t crb = (sb & odd) | (cb & ~odd), srb = (cb & odd) | (sb & ~odd);
+  const float r = std::sqrt(-2.0f * ln_unit(u1));
+  *a = r * as_float(crb ^ (((q ^ (q >> 1)) & 1u) << 31));
+  *b = r * as_float(srb ^ ((q >> 1) << 31));
 }
 
 enum class InitKind { Ones, Zeros, Normal };
@@ -137,34 +129,42 @@ InitKind init_kind(const std::string& name) {
   return InitKind::Normal;
 }
 
-// Writes the values v (a double) of elements [first, first + n) through `store(i - first, v)`,
-// F32/BF16/F16 rounding v to F32 first so that every narrower dtype is the F32 init rounded.
-// `first` is even: element 2j and 2j+1 are one normal pair.
-template <class Store>
-void fill(InitKind kind, uint64_t key, double std, int64_t first, int64_t n, Store store) {
+// Elements per block: 16 KiB of F32, in L1 between being generated and being stored. Even,
+// so that each normal pair lies in one block.
+constexpr int64_t kBlock = int64_t(1) << 12;
+
+// Elements [first, first + m) of a parameter as F32 (m <= kBlock, first even): the pairs by a
+// loop that vectorizes, then interleaved and scaled.
+void init_block(InitKind kind, uint64_t key, float sd, int64_t first, int64_t m, float* out) {
   if (kind != InitKind::Normal) {
-    const double v = kind == InitKind::Ones ? 1.0 : 0.0;
-#pragma omp parallel for schedule(static) if (n > (int64_t(1) << 16))
-    for (int64_t i = 0; i < n; ++i) store(i, v);
+    std::fill(out, out + m, kind == InitKind::Ones ? 1.0f : 0.0f);
     return;
   }
-  // Blocks of an even number of elements, so each pair lies in one block; each block's pairs
-  // are generated into a buffer by a loop that vectorizes, then stored.
-  constexpr int64_t kBlock = int64_t(1) << 12;
+  float za[kBlock / 2], zb[kBlock / 2];
+  const int64_t pairs = (m + 1) / 2;
+  const uint64_t j0 = uint64_t(first / 2);
+#pragma omp simd
+  for (int64_t k = 0; k < pairs; ++k) normal_pair(key, j0 + uint64_t(k), &za[k], &zb[k]);
+  for (int64_t k = 0; k < m / 2; ++k) {
+    out[2 * k] = sd * za[k];
+    out[2 * k + 1] = sd * zb[k];
+  }
+  if (m % 2) out[m - 1] = sd * za[m / 2];
+}
+
+// Elements [first, first + n) of a parameter, `first` even, a block at a time (OpenMP over
+// blocks): each block is made as F32 and handed to `put(offset, values, m)`, which writes it
+// in the destination's dtype, so no buffer larger than a block ever exists.
+template <class Put>
+void fill(InitKind kind, uint64_t key, double std, int64_t first, int64_t n, Put put) {
+  const float sd = float(std);
   const int64_t blocks = (n + kBlock - 1) / kBlock;
 #pragma omp parallel for schedule(static) if (blocks > 1)
   for (int64_t blk = 0; blk < blocks; ++blk) {
     const int64_t lo = blk * kBlock, m = std::min(n - lo, kBlock);
-    const int64_t pairs = (m + 1) / 2;
-    double za[kBlock / 2], zb[kBlock / 2];
-    const uint64_t j0 = uint64_t((first + lo) / 2);
-#pragma omp simd
-    for (int64_t k = 0; k < pairs; ++k) normal_pair(key, j0 + uint64_t(k), &za[k], &zb[k]);
-    for (int64_t k = 0; k < m / 2; ++k) {
-      store(lo + 2 * k, std * za[k]);
-      store(lo + 2 * k + 1, std * zb[k]);
-    }
-    if (m % 2) store(lo + m - 1, std * za[m / 2]);
+    float v[kBlock];
+    init_block(kind, key, sd, first + lo, m, v);
+    put(lo, v, m);
   }
 }
 
@@ -177,28 +177,34 @@ void init_parameter(const std::string& name, uint64_t seed, double std, Tensor& 
   switch (out.dtype()) {
     case DType::F64: {
       double* d = out.data<double>();
-      fill(kind, key, std, 0, n, [d](int64_t i, double v) { d[i] = v; });
+      fill(kind, key, std, 0, n, [d](int64_t lo, const float* v, int64_t m) {
+        for (int64_t i = 0; i < m; ++i) d[lo + i] = double(v[i]);
+      });
       break;
     }
     case DType::F32: {
       float* d = out.data<float>();
-      fill(kind, key, std, 0, n, [d](int64_t i, double v) { d[i] = float(v); });
+      fill(kind, key, std, 0, n,
+           [d](int64_t lo, const float* v, int64_t m) { std::memcpy(d + lo, v, size_t(m) * 4); });
       break;
     }
     case DType::BF16: {
       uint16_t* d = out.data<uint16_t>();
-      // f32_to_bf16's round to nearest even, inline (the values are finite).
-      fill(kind, key, std, 0, n, [d](int64_t i, double v) {
-        const float f = float(v);
-        uint32_t bits;
-        std::memcpy(&bits, &f, 4);
-        d[i] = uint16_t((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+      // f32_to_bf16's round to nearest even, inline so that it vectorizes (values are finite).
+      fill(kind, key, std, 0, n, [d](int64_t lo, const float* v, int64_t m) {
+#pragma omp simd
+        for (int64_t i = 0; i < m; ++i) {
+          const uint32_t bits = as_bits(v[i]);
+          d[lo + i] = uint16_t((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+        }
       });
       break;
     }
     case DType::F16: {
       uint16_t* d = out.data<uint16_t>();
-      fill(kind, key, std, 0, n, [d](int64_t i, double v) { d[i] = f32_to_f16(float(v)); });
+      fill(kind, key, std, 0, n, [d](int64_t lo, const float* v, int64_t m) {
+        for (int64_t i = 0; i < m; ++i) d[lo + i] = f32_to_f16(v[i]);
+      });
       break;
     }
     default:
@@ -219,7 +225,9 @@ TensorMap init_parameters(const std::vector<ParamInfo>& params, uint64_t seed, D
       const uint64_t key = stream_key(seed, p.name);
       sink->put(p.name, p.shape, [&](int64_t first, int64_t n, float* dst) {
         FT_CHECK(first % 2 == 0, "init: a parameter range must start at an even element");
-        fill(kind, key, std, first, n, [dst](int64_t i, double v) { dst[i] = float(v); });
+        fill(kind, key, std, first, n, [dst](int64_t lo, const float* v, int64_t m) {
+          std::memcpy(dst + lo, v, size_t(m) * 4);
+        });
       });
       continue;
     }

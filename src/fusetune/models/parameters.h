@@ -23,10 +23,10 @@ std::vector<ParamInfo> graph_parameters(const Graph& g);
 // Normal(0, std) for matrices and embeddings, ones for norm weights, zeros for biases, like
 // Hugging Face's _init_weights with initializer_range = std. Counter-based: element i of
 // parameter `name` is a function of (seed, name, i) alone (SplitMix64 of the counter, then
-// Box-Muller in double), so the values do not depend on the thread count, on the order of the
-// parameters or on which others exist. `dtype`: F64 holds the double, F32 it rounded to
-// nearest, BF16 / F16 the F32 value rounded to nearest. Each tensor is written in its dtype
-// directly (OpenMP over blocks of elements), never through a float copy of another width.
+// Box-Muller in float), so the values do not depend on the thread count, on the order of the
+// parameters or on which others exist. The values are F32: `dtype` F32 and F64 hold them
+// exactly, BF16 / F16 rounded to nearest. Each tensor is written in its dtype directly
+// (OpenMP over blocks of elements), never through a float copy of another width.
 // Parameters `sink` takes are handed to it one at a time, produced as F32 a range of
 // elements at a time as it asks (never whole), and left out of the result.
 TensorMap init_parameters(const std::vector<ParamInfo>& params, uint64_t seed, DType dtype,

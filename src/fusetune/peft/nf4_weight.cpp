@@ -2,6 +2,8 @@
 
 #include <array>
 #include <cstring>
+#include <exception>
+#include <vector>
 
 #include "fusetune/util/error.h"
 
@@ -38,17 +40,33 @@ NF4Weight empty_nf4(const Shape& shape) {
 NF4Weight quantize_nf4(const Shape& shape, const ParamSink::ElementSource& values) {
   NF4Weight q = empty_nf4(shape);
   const int64_t n = shape_numel(shape), blocks = kernels::nf4_sizes(n).blocks;
-  // 2^20 elements (4 MiB of F32) at a time: a multiple of the block, so no block is split.
-  constexpr int64_t kChunk = int64_t(1) << 20;
+  // Each thread produces and quantizes its own chunks of 2^16 elements (256 KiB of F32, a
+  // multiple of the block, so no block is split): the F32 values are still in the core's cache
+  // when quantized, and producing them (the random init, a checkpoint's widening) runs in
+  // parallel too. Chunk c alone writes its codes and absmax, so the bits do not depend on the
+  // thread count.
+  constexpr int64_t kChunk = int64_t(1) << 16;
   static_assert(kChunk % kernels::kNF4Block == 0);
-  std::vector<float> chunk(size_t(std::min(n, kChunk)));
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
   std::vector<float> absmax(static_cast<size_t>(blocks));
-  for (int64_t first = 0; first < n; first += kChunk) {
-    const int64_t m = std::min(kChunk, n - first);
-    values(first, m, chunk.data());
-    kernels::nf4_quantize_blocks(chunk.data(), m, q.codes.data<int32_t>() + first / 8,
-                                 absmax.data() + first / kernels::kNF4Block);
+  std::exception_ptr error;  // the first one thrown; rethrown after the parallel region
+#pragma omp parallel if (chunks > 1)
+  {
+    std::vector<float> chunk(size_t(std::min(n, kChunk)));
+#pragma omp for schedule(static)
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int64_t first = c * kChunk, m = std::min(kChunk, n - first);
+      try {
+        values(first, m, chunk.data());
+        kernels::nf4_quantize_blocks(chunk.data(), m, q.codes.data<int32_t>() + first / 8,
+                                     absmax.data() + first / kernels::kNF4Block);
+      } catch (...) {
+#pragma omp critical(fusetune_nf4_error)
+        if (!error) error = std::current_exception();
+      }
+    }
   }
+  if (error) std::rethrow_exception(error);
   kernels::nf4_quantize_absmax(absmax.data(), blocks, q.absmax_codes.data<int32_t>(),
                                reinterpret_cast<float*>(q.absmax_scales.data<int32_t>()),
                                &q.offset);

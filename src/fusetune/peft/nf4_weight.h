@@ -35,7 +35,7 @@ struct NF4Weight {
 // `w` is a float matrix (F32, F64, or BF16 / F16: widened a chunk at a time).
 NF4Weight quantize_nf4(const Tensor& w);
 // The same bits, from a matrix produced a range of elements at a time (models/param_sink.h):
-// only a 4 MiB chunk of it exists in F32 at once.
+// only a 256 KiB chunk per thread exists in F32 at once.
 NF4Weight quantize_nf4(const Shape& shape, const ParamSink::ElementSource& values);
 Tensor dequantize_nf4(const NF4Weight& w, DType dtype);
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "fusetune/kernels/cpu/kernels.h"
@@ -72,6 +73,20 @@ inline void nearest_nf4_codes(const float* v, int32_t* c) {
   }
 }
 
+// v[k] = w[k] / d rounded to float. A float w is divided in float: twice the SIMD lanes, and
+// the same bits as dividing in double and rounding (double rounding of a quotient is harmless
+// when the wide type has at least 2p + 2 bits: 53 >= 2 * 24 + 2).
+template <class T>
+inline void scale_block(const T* w, float d, float* v) {
+  if constexpr (std::is_same_v<T, float>) {
+#pragma omp simd
+    for (int64_t k = 0; k < kNF4Block; ++k) v[k] = w[k] / d;
+  } else {
+#pragma omp simd
+    for (int64_t k = 0; k < kNF4Block; ++k) v[k] = float(double(w[k]) / double(d));
+  }
+}
+
 inline int code_at(const int32_t* codes, int64_t i) {
   return int((uint32_t(codes[i >> 3]) >> (4 * (i & 7))) & 15u);
 }
@@ -131,10 +146,9 @@ void nf4_quantize_blocks(const T* w, int64_t n, int32_t* codes, float* absmax) {
 #pragma omp simd reduction(max : am)
     for (int64_t k = 0; k < kNF4Block; ++k) am = std::max(am, float(std::abs(wb[k])));
     absmax[b] = am;
-    const double d = am > 0 ? double(am) : 1.0;  // an all-zero block: every v is 0, code 7
+    const float d = am > 0 ? am : 1.0f;  // an all-zero block: every v is 0, code 7
     float v[kNF4Block];
-#pragma omp simd
-    for (int64_t k = 0; k < kNF4Block; ++k) v[k] = float(double(wb[k]) / d);
+    scale_block(wb, d, v);
     int32_t c[kNF4Block];
     nearest_nf4_codes(v, c);
     for (int64_t k = len; k < kNF4Block; ++k) c[k] = 0;
