@@ -15,6 +15,15 @@
 
 namespace fusetune {
 
+void take_largest_moment(RankPeak& r,
+                         std::initializer_list<std::pair<int64_t, const char*>> moments) {
+  for (const auto& [bytes, moment] : moments)
+    if (bytes > r.bytes) {
+      r.bytes = bytes;
+      r.moment = moment;
+    }
+}
+
 RankPeak plan_rank_peak(const PlannedStep& s, const ModePlan& p, int ranks, int rank,
                         int zero_stage) {
   FT_CHECK(ranks >= 1 && rank >= 0 && rank < ranks, "plan: bad rank");
@@ -59,16 +68,10 @@ RankPeak plan_rank_peak(const PlannedStep& s, const ModePlan& p, int ranks, int 
           : 0;
   const int64_t staging = zero_stage >= 1 ? dist::broadcast_buffer_bytes(nbytes, ranks) : 0;
   const int64_t held_at_update = zero_stage == 2 ? owned_grads : grads;
-  const std::pair<int64_t, const char*> moments[] = {
-      {base + graph_peak + (accumulating ? held_at_update : 0), "backward"},
-      {bucket > 0 ? base + p.arena_bytes + grads + bucket : 0, "all-reduce"},
-      {base + p.arena_bytes + held_at_update + staging, "update"}};
   RankPeak r;
-  for (const auto& [bytes, moment] : moments)
-    if (bytes > r.bytes) {
-      r.bytes = bytes;
-      r.moment = moment;
-    }
+  take_largest_moment(r, {{base + graph_peak + (accumulating ? held_at_update : 0), "backward"},
+                          {bucket > 0 ? base + p.arena_bytes + grads + bucket : 0, "all-reduce"},
+                          {base + p.arena_bytes + held_at_update + staging, "update"}});
   r.optimizer_state = optimizer;
   r.gradients_held = held_at_update;
   r.comm_buffers = std::max(bucket, staging);

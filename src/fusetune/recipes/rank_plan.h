@@ -17,7 +17,9 @@
 // backward; it saves the accumulation buffers of the gradients other ranks own and, at the
 // update, those gradients themselves. ZeRO-3: zero3_rank_plan.h.
 #include <cstdint>
+#include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fusetune/recipes/step_plan.h"
@@ -33,12 +35,16 @@ struct RankPeak {
   int64_t gathered = 0;        // ZeRO-3: other ranks' parameters gathered and live at the peak
 };
 
+// Sets `r`'s bytes and moment to the largest of the step's candidate moments.
+void take_largest_moment(RankPeak& r,
+                         std::initializer_list<std::pair<int64_t, const char*>> moments);
+
 // Rank `rank` of `ranks` at `zero_stage` (0-3), `p` being the step's plan in its compile mode.
 RankPeak plan_rank_peak(const PlannedStep& s, const ModePlan& p, int ranks, int rank,
                         int zero_stage);
 
 // The text `fusetune plan --nproc_per_node N` prints: per stage 0-3, rank 0's peak and the
-// largest rank's, with the moment it happens (stage 3 with an NF4 base: the recipe's refusal).
+// largest rank's, with the moment it happens (stage 3 with an NF4 base: not predicted yet).
 std::string format_rank_plans(const PlannedStep& s, const ModePlan& p, int ranks);
 
 }  // namespace fusetune

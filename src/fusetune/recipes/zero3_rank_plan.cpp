@@ -88,17 +88,11 @@ std::vector<RankPeak> plan_zero3_rank_peaks(const PlannedStep& s, CompileMode mo
     // m.parameters: the owned parameters and the graph's constants.
     const int64_t reference = reference_copy ? m.parameters - owned_params + all_param_bytes : 0;
     const int64_t base = m.parameters + reference + optimizer;
-    const std::pair<int64_t, const char*> moments[] = {
-        {base + m.activations + m.gradients + m.workspace + m.gathered +
-             (accumulating ? owned_grads : 0),
-         moment_of(g, m.peak_node)},
-        {base + (compiled ? plan.arena_bytes : 0) + owned_grads, "update"}};
     RankPeak r;
-    for (const auto& [bytes, moment] : moments)
-      if (bytes > r.bytes) {
-        r.bytes = bytes;
-        r.moment = moment;
-      }
+    take_largest_moment(r, {{base + m.activations + m.gradients + m.workspace + m.gathered +
+                                 (accumulating ? owned_grads : 0),
+                             moment_of(g, m.peak_node)},
+                            {base + (compiled ? plan.arena_bytes : 0) + owned_grads, "update"}});
     r.optimizer_state = optimizer;
     r.gradients_held = owned_grads;
     r.gathered = m.gathered;
