@@ -499,25 +499,35 @@ TEST(GgmlQuant, Q8_KHandComputedTiesToEvenAndNegativeMax) {
   for (int j = 0; j < 256; ++j) EXPECT_EQ(qz.qs[j], 0);
 }
 
-TEST(GgmlQuant, Q6_KAndQ8_KMatchAScalarTranscriptionOfGgmlOnRandomData) {
-  std::mt19937 rng(2026);
+// kBlocks super-blocks of random values times `scale`, with the cases the quantizers treat
+// apart: outliers, zero sub-blocks, ties, sparse tiny blocks, and sub-blocks 1e-4 the size of
+// the rest (their int8 scale rounds to 0, so ggml keeps their search's levels).
+std::vector<float> q6_test_blocks(float scale, int kBlocks, std::mt19937& rng) {
   std::normal_distribution<float> n(0.0f, 1.0f);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> x(256 * size_t(kBlocks));
+  for (int b = 0; b < kBlocks; ++b) {
+    float* xb = x.data() + 256 * b;
+    for (int j = 0; j < 256; ++j) xb[j] = scale * (b % 2 ? n(rng) : u(rng));
+    if (b % 5 == 1) xb[rng() % 256] *= 40.0f;  // an outlier
+    if (b % 7 == 2)
+      std::fill(xb + 16 * (b % 16), xb + 16 * (b % 16) + 16, 0.0f);  // zero sub-block
+    if (b % 11 == 3)
+      for (int j = 0; j < 256; ++j) xb[j] = scale * float(int(rng() % 9) - 4);  // ties
+    if (b % 13 == 4)
+      for (int j = 0; j < 256; ++j) xb[j] *= 1e-3f * float(j % 16 == 0);  // sparse, tiny
+    if (b % 17 == 5)
+      for (int j = 16 * (b % 16); j < 16 * (b % 16) + 16; ++j) xb[j] *= 1e-4f;  // int8 scale 0
+  }
+  return x;
+}
+
+TEST(GgmlQuant, Q6_KAndQ8_KMatchAScalarTranscriptionOfGgmlOnRandomData) {
+  std::mt19937 rng(2026);
   constexpr int kBlocks = 400;
-  int changed_scales = 0;
+  int changed_scales = 0, zero_int8_scales = 0;
   for (float scale : {1e-6f, 1e-3f, 0.02f, 1.0f, 300.0f}) {
-    std::vector<float> x(256 * kBlocks);
-    for (int b = 0; b < kBlocks; ++b) {
-      float* xb = x.data() + 256 * b;
-      for (int j = 0; j < 256; ++j) xb[j] = scale * (b % 2 ? n(rng) : u(rng));
-      if (b % 5 == 1) xb[rng() % 256] *= 40.0f;  // an outlier
-      if (b % 7 == 2)
-        std::fill(xb + 16 * (b % 16), xb + 16 * (b % 16) + 16, 0.0f);  // zero sub-block
-      if (b % 11 == 3)
-        for (int j = 0; j < 256; ++j) xb[j] = scale * float(int(rng() % 9) - 4);  // ties
-      if (b % 13 == 4)
-        for (int j = 0; j < 256; ++j) xb[j] *= 1e-3f * float(j % 16 == 0);  // sparse, tiny
-    }
+    const std::vector<float> x = q6_test_blocks(scale, kBlocks, rng);
     std::vector<BlockQ6_K> q6(kBlocks);
     quantize_row_q6_K(x.data(), q6.data(), int64_t(x.size()));
     std::vector<BlockQ8_K> q8(kBlocks);
@@ -526,6 +536,7 @@ TEST(GgmlQuant, Q6_KAndQ8_KMatchAScalarTranscriptionOfGgmlOnRandomData) {
       uint8_t want[210];
       ref_quantize_q6_K_block(x.data() + 256 * b, want);
       ASSERT_EQ(0, std::memcmp(want, &q6[b], 210)) << "scale " << scale << " block " << b;
+      for (int s = 0; s < 16; ++s) zero_int8_scales += q6[b].d != 0 && q6[b].scales[s] == 0;
       float d;
       int8_t qs[256];
       int16_t bsums[16] = {};
@@ -568,6 +579,31 @@ TEST(GgmlQuant, Q6_KAndQ8_KMatchAScalarTranscriptionOfGgmlOnRandomData) {
     }
   }
   EXPECT_GT(changed_scales, 100);  // the candidate search changed many sub-blocks' levels
+  EXPECT_GT(zero_int8_scales, 50);  // and many kept their own search's levels
+}
+
+// The kept-scales path (what a fake-quantized LM head uses for every tile) against the plain
+// fake quantization, bit for bit, on the same kinds of blocks; rows of several blocks.
+TEST(GgmlQuant, Q6_KScalesThenScaledRoundingIsFakeQuantizeBitwise) {
+  std::mt19937 rng(7);
+  for (float scale : {1e-6f, 0.02f, 1.0f, 300.0f}) {
+    const std::vector<float> x = q6_test_blocks(scale, 120, rng);
+    std::vector<float> want(x.size()), got(x.size());
+    fake_quantize_row_q6_K(x.data(), want.data(), int64_t(x.size()));
+    std::vector<Q6_KScales> scales(120);
+    q6_K_scales(x.data(), scales.data(), int64_t(x.size()));
+    std::vector<BlockQ6_K> q(120);
+    quantize_row_q6_K(x.data(), q.data(), int64_t(x.size()));
+    for (int b = 0; b < 120; ++b) {
+      ASSERT_EQ(scales[b].d, q[b].d) << b;
+      ASSERT_EQ(0, std::memcmp(scales[b].scales, q[b].scales, 16)) << b;
+    }
+    fake_quantize_row_q6_K_scaled(x.data(), scales.data(), got.data(), int64_t(x.size()));
+    ASSERT_EQ(0, std::memcmp(got.data(), want.data(), x.size() * sizeof(float))) << scale;
+    got = x;  // in place
+    fake_quantize_row_q6_K_scaled(got.data(), scales.data(), got.data(), int64_t(x.size()));
+    ASSERT_EQ(0, std::memcmp(got.data(), want.data(), x.size() * sizeof(float))) << scale;
+  }
 }
 
 TEST(GgmlQuant, Q6_KFakeQuantizeIsDequantizeOfQuantizeAndRowLengthChecked) {

@@ -99,6 +99,9 @@ MemoryBreakdown estimate_step_memory(const Graph& g, const MemoryPlan* plan,
       const int64_t V = nf4 ? n.attrs.shape[0] : g.shape(n.inputs[1])[0];
       const int64_t C = std::max<int64_t>(1, std::min(n.attrs.chunk_rows, g.shape(n.inputs[0])[0]));
       scratch = kernels::fused_ce_scratch_bytes(C, D, V, elem, tiled);
+      if (n.inputs.size() == 5)  // a fake-quantized head's kept Q6_K scales
+        scratch += kernels::fake_quant_weight_side_bytes(
+            kernels::FakeQuant(n.attrs.groups), V, D, dtype_size(g.type(n.inputs[1]).dtype));
     } else if (n.op == Op::FusedLinearLogProbs || n.op == Op::FusedLinearLogProbsBackward) {
       const bool bwd = n.op == Op::FusedLinearLogProbsBackward;
       const size_t head = bwd ? 4 : 2;
@@ -114,7 +117,9 @@ MemoryBreakdown estimate_step_memory(const Graph& g, const MemoryPlan* plan,
           kernels::nf4_tile_rows(n.attrs.shape[0], n.attrs.shape[1]) * n.attrs.shape[1] * elem;
     } else if (n.op == Op::FakeQuantMatMul || n.op == Op::FakeQuantMatMulBackward) {
       const Shape& w = g.shape(n.inputs[1]);  // the fake-quantized tile of W
-      scratch = kernels::fake_quant_tile_rows(w[0], w[1]) * w[1] * elem;
+      scratch = kernels::fake_quant_tile_rows(w[0], w[1]) * w[1] * elem +
+                kernels::fake_quant_weight_side_bytes(kernels::FakeQuant(n.attrs.groups), w[0],
+                                                      w[1], dtype_size(g.type(n.inputs[1]).dtype));
     } else if (n.op == Op::FlashAttention || n.op == Op::FlashAttentionBackward) {
       // Per-thread score tiles (and, backward, the rows' do.o sums).
       const Shape& q = g.shape(n.inputs[0]);

@@ -155,13 +155,13 @@ void fq_row(const FakeQuantSpec& spec, const T* x, T* y, int64_t cols, bool* mas
 template <class T, class W, class Use>
 void for_each_fake_quant_tile(const FakeQuantSpec& spec, const W* w, int64_t O, int64_t K,
                               Use use) {
-  check_spec(spec, K);
+  const FakeQuantWeight<W> weight(spec, w, O, K);
   const int64_t tr = fake_quant_tile_rows(O, K);
   Tensor tile_buf = Tensor::empty({tr, K}, dtype_of<T>());  // counted scratch
   T* tile = tile_buf.data<T>();
   for (int64_t r0 = 0; r0 < O; r0 += tr) {
     const int64_t r1 = std::min(O, r0 + tr);
-    fake_quantize_weight_rows(spec, w, r0, r1, K, tile);
+    weight.rows(r0, r1, tile);
     use(r0, r1, tile);
   }
 }
@@ -272,6 +272,67 @@ void fake_quantize_weight_rows(const FakeQuantSpec& spec, const uint16_t* W, int
     float* row = tile + (r - r0) * K;
     fq_row(spec, row, row, K, nullptr);
   }
+}
+
+// Only float and bf16 weights keep Q6_K scales: a double W (gradient checks) rounds each block
+// through float anyway, and forms its tiles directly.
+bool keeps_q6_k_scales(FakeQuant scheme, int64_t elem_bytes) {
+  return scheme == FakeQuant::GgufQ6_K && elem_bytes <= 4;
+}
+
+template <class W>
+FakeQuantWeight<W>::FakeQuantWeight(const FakeQuantSpec& spec, const W* w, int64_t rows,
+                                    int64_t cols)
+    : spec_(spec), w_(w), cols_(cols) {
+  check_spec(spec, cols);
+  if constexpr (!std::is_same_v<W, double>) {
+    if (!keeps_q6_k_scales(spec.scheme, int64_t(sizeof(W)))) return;
+    const int64_t bytes = fake_quant_weight_side_bytes(spec.scheme, rows, cols, sizeof(W));
+    q6_k_scales_ = Tensor::empty({(bytes + 3) / 4}, DType::I32);
+    auto* scales = reinterpret_cast<ggml::Q6_KScales*>(q6_k_scales_.data<int32_t>());
+    const int64_t per_row = cols / ggml::kBlockK;
+#pragma omp parallel if (rows * cols >= 65536)
+    {
+      std::vector<float> widened(std::is_same_v<W, uint16_t> ? size_t(cols) : 0);
+#pragma omp for schedule(static)
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* row = widened.data();
+        if constexpr (std::is_same_v<W, uint16_t>)
+          bf16_to_f32_array(w + r * cols, widened.data(), cols);
+        else
+          row = w + r * cols;
+        ggml::q6_K_scales(row, scales + r * per_row, cols);
+      }
+    }
+  }
+}
+
+template <class W>
+void FakeQuantWeight<W>::rows(int64_t r0, int64_t r1, Out* tile) const {
+  if (!q6_k_scales_.defined()) return fake_quantize_weight_rows(spec_, w_, r0, r1, cols_, tile);
+  if constexpr (!std::is_same_v<W, double>) {
+    const auto* scales = reinterpret_cast<const ggml::Q6_KScales*>(q6_k_scales_.data<int32_t>());
+    const int64_t per_row = cols_ / ggml::kBlockK;
+    const float* in = tile;  // a bf16 W is widened into the tile, then rounded in place
+    if constexpr (std::is_same_v<W, uint16_t>)
+      bf16_to_f32_array(w_ + r0 * cols_, tile, (r1 - r0) * cols_);
+    else
+      in = w_ + r0 * cols_;
+#pragma omp parallel for schedule(static) if ((r1 - r0) * cols_ >= 65536)
+    for (int64_t r = r0; r < r1; ++r)
+      ggml::fake_quantize_row_q6_K_scaled(in + (r - r0) * cols_, scales + r * per_row,
+                                          tile + (r - r0) * cols_, cols_);
+  }
+}
+
+template class FakeQuantWeight<float>;
+template class FakeQuantWeight<double>;
+template class FakeQuantWeight<uint16_t>;
+
+int64_t fake_quant_weight_side_bytes(FakeQuant scheme, int64_t rows, int64_t cols,
+                                     int64_t elem_bytes) {
+  if (!keeps_q6_k_scales(scheme, elem_bytes)) return 0;
+  return rows * (cols / ggml::kBlockK) * int64_t(sizeof(ggml::Q6_KScales));
 }
 
 int64_t fake_quant_tile_rows(int64_t rows, int64_t cols) {

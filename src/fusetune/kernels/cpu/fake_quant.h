@@ -27,6 +27,9 @@
 // float64 runs the same formulas in double (gradient checks); the gguf schemes round through
 // fp32, as ggml's reference functions take float.
 #include <cstdint>
+#include <type_traits>
+
+#include "fusetune/runtime/tensor.h"
 
 namespace fusetune::kernels {
 
@@ -73,6 +76,31 @@ void fake_quantize_weight_rows(const FakeQuantSpec& spec, const T* W, int64_t r0
                                int64_t K, T* tile);
 void fake_quantize_weight_rows(const FakeQuantSpec& spec, const uint16_t* W, int64_t r0, int64_t r1,
                                int64_t K, float* tile);
+
+// A weight W [rows, cols] to be fake-quantized a tile of rows at a time, possibly many times over
+// (the fused LM head forms each tile twice per chunk of tokens). For Q6_K the costly part,
+// ggml's scale search, runs once here for every row, into a counted side table of 18 bytes per
+// 256 weights (1.8% of an fp32 W); each tile then only rounds against it (ggml_quant.h). The
+// other schemes find a block's scale in one pass over it and keep nothing. W: float, double, or
+// uint16_t (bf16, widened to float tiles).
+template <class W>
+class FakeQuantWeight {
+ public:
+  using Out = std::conditional_t<std::is_same_v<W, uint16_t>, float, W>;
+  FakeQuantWeight(const FakeQuantSpec& spec, const W* w, int64_t rows, int64_t cols);
+  // Rows [r0, r1) of fq(W) into tile [r1 - r0, cols].
+  void rows(int64_t r0, int64_t r1, Out* tile) const;
+
+ private:
+  FakeQuantSpec spec_;
+  const W* w_;
+  int64_t cols_;
+  Tensor q6_k_scales_;  // ggml::Q6_KScales per block of 256 (raw bytes in I32 storage)
+};
+// Bytes of FakeQuantWeight's side table for a W of that shape and element size (the planner
+// counts it with the tile).
+int64_t fake_quant_weight_side_bytes(FakeQuant scheme, int64_t rows, int64_t cols,
+                                     int64_t elem_bytes);
 
 // y [N, O] = x [N, K] fq(W)^T with W [O, K]; fq(W) formed a tile of rows at a time.
 template <class T>

@@ -114,8 +114,9 @@ double fused_fake_quant_linear_cross_entropy(const FakeQuantSpec& spec, const T*
                                              int64_t V, int64_t chunk_rows, T* dh, T* dW) {
   const int64_t tr = fake_quant_tile_rows(V, D);
   Tensor tile_buf = Tensor::empty({tr, D}, dtype_of<T>());  // counted scratch
+  const FakeQuantWeight<T> weight(spec, W, V, D);
   using Head = detail::TiledHead<T, detail::FakeQuantRows<T>>;
-  return fused_ce<T>(Head{{spec, W, D}, D, V, tr, tile_buf.data<T>()}, h, labels, scale, N, D, V,
+  return fused_ce<T>(Head{{weight}, D, V, tr, tile_buf.data<T>()}, h, labels, scale, N, D, V,
                      chunk_rows, dh, dW);
 }
 
@@ -125,9 +126,10 @@ double fused_fake_quant_bf16_linear_cross_entropy(const FakeQuantSpec& spec, con
                                                   int64_t chunk_rows, float* dh, float* dW) {
   const int64_t tr = fake_quant_tile_rows(V, D);
   Tensor tile_buf = Tensor::empty({tr, D}, DType::F32);  // counted scratch
+  const FakeQuantWeight<uint16_t> weight(spec, W, V, D);
   using Head = detail::TiledHead<float, detail::FakeQuantRows<uint16_t>>;
-  return fused_ce<float>(Head{{spec, W, D}, D, V, tr, tile_buf.data<float>()}, h, labels, scale, N,
-                         D, V, chunk_rows, dh, dW);
+  return fused_ce<float>(Head{{weight}, D, V, tr, tile_buf.data<float>()}, h, labels, scale, N, D,
+                         V, chunk_rows, dh, dW);
 }
 
 #define FT_FUSED_CE(T)                                                                           \

@@ -50,49 +50,106 @@ void signed_max(const float* x, int64_t n, float& max, float& amax) {
 
 constexpr float kGroupMaxEps = 1e-15f;  // ggml's GROUP_MAX_EPS
 
-// ggml's make_qx_quants(16, 32, x, L, rmse_type 1, no importance weights): L[i] in 0..63 and the
-// sub-block's scale, the best of 19 candidate inverse scales -(32 + 0.1 k) / max (k = -9..9) by
-// the x^2-weighted least-squares fit. The float expressions keep ggml's operation order (the
-// build does not contract them into FMAs).
-float make_q6_sub_block(const float* x, int8_t* L) {
+// 8 lanes of float and int32 (GCC/Clang vector extensions): the Q6_K scale search runs on 8
+// sub-blocks at once. Each lane does exactly the scalar float operations of ggml's
+// make_qx_quants, in the same order (the build does not contract them into FMAs), so every lane
+// is bit for bit the scalar result; only selections are written as masks.
+using F8 = float __attribute__((vector_size(32)));
+using I8 = int32_t __attribute__((vector_size(32)));
+
+F8 select(I8 mask, F8 a, F8 b) {  // mask lanes are -1 (take a) or 0 (take b)
+  return std::bit_cast<F8>((mask & std::bit_cast<I8>(a)) | (~mask & std::bit_cast<I8>(b)));
+}
+I8 select(I8 mask, I8 a, I8 b) { return (mask & a) | (~mask & b); }
+
+I8 nearest_int(F8 v) {  // ggml's nearest_int, lane by lane
+  return (std::bit_cast<I8>(v + 12582912.0f) & 0x007fffff) - 0x00400000;
+}
+
+// ggml's make_qx_quants(16, 32, x, L, rmse_type 1, no importance weights) on 8 sub-blocks of 16:
+// each sub-block's scale (the best of 19 candidate inverse scales -(32 + 0.1 k) / max, k =
+// -9..9, by the x^2-weighted least-squares fit), the inverse scale its levels L = 32 +
+// clamp(nearest_int(iscale x), -32, 31) come from, and whether it is all ~0 (ggml: L = 0,
+// scale 0).
+struct SubBlockSearch {
+  float scale[16], iscale[16];
+  bool tiny[16];
+};
+
+void search_8_sub_blocks(const float* x, float* scale_out, float* iscale_out, bool* tiny_out) {
   constexpr int kN = 16, kNmax = 32;
-  float max = 0.0f, amax = 0.0f;
-  signed_max(x, kN, max, amax);
-  if (amax < kGroupMaxEps) {
-    std::memset(L, 0, kN);
-    return 0.0f;
-  }
-  auto level = [](float iscale, float v) {
-    return std::clamp(nearest_int(iscale * v), -kNmax, kNmax - 1);
-  };
-  float iscale = static_cast<float>(-kNmax) / max;
-  float sumlx = 0.0f, suml2 = 0.0f;
+  F8 xs[kN];  // xs[i] lane j = element i of sub-block j
+  for (int i = 0; i < kN; ++i)
+    for (int j = 0; j < 8; ++j) xs[i][j] = x[kN * j + i];
+  F8 max = {}, amax = {};  // the signed value of largest |x|, the first one on ties
   for (int i = 0; i < kN; ++i) {
-    const int l = level(iscale, x[i]);
-    L[i] = static_cast<int8_t>(l + kNmax);
-    const float w = x[i] * x[i];
-    sumlx += w * x[i] * static_cast<float>(l);
-    suml2 += w * static_cast<float>(l) * static_cast<float>(l);
+    const F8 a = std::bit_cast<F8>(std::bit_cast<I8>(xs[i]) & 0x7fffffff);
+    const I8 larger = a > amax;
+    amax = select(larger, a, amax);
+    max = select(larger, xs[i], max);
   }
-  float scale = suml2 != 0.0f ? sumlx / suml2 : 0.0f;
-  float best = scale * sumlx;
+  // Sums of w x l and w l^2 (w = x^2) for the levels of one inverse scale.
+  auto fit = [&](F8 iscale, F8& sumlx, F8& suml2) {
+    sumlx = F8{};
+    suml2 = F8{};
+    for (int i = 0; i < kN; ++i) {
+      I8 l = nearest_int(iscale * xs[i]);
+      l = select(l < -kNmax, I8{} - kNmax, l);
+      l = select(l > kNmax - 1, I8{} + (kNmax - 1), l);
+      const F8 lf = __builtin_convertvector(l, F8);
+      const F8 w = xs[i] * xs[i];
+      sumlx += w * xs[i] * lf;
+      suml2 += w * lf * lf;
+    }
+  };
+  F8 best_iscale = static_cast<float>(-kNmax) / max;
+  F8 sumlx, suml2;
+  fit(best_iscale, sumlx, suml2);
+  F8 scale = select(suml2 != 0.0f, sumlx / suml2, F8{});
+  F8 best = scale * sumlx;
   for (int k = -9; k <= 9; ++k) {
     if (k == 0) continue;
-    iscale = -(static_cast<float>(kNmax) + 0.1f * static_cast<float>(k)) / max;
-    sumlx = suml2 = 0.0f;
-    for (int i = 0; i < kN; ++i) {
-      const float l = static_cast<float>(level(iscale, x[i]));
-      const float w = x[i] * x[i];
-      sumlx += w * x[i] * l;
-      suml2 += w * l * l;
-    }
-    if (suml2 > 0.0f && sumlx * sumlx > best * suml2) {
-      for (int i = 0; i < kN; ++i) L[i] = static_cast<int8_t>(kNmax + level(iscale, x[i]));
-      scale = sumlx / suml2;
-      best = scale * sumlx;
+    const F8 iscale = -(static_cast<float>(kNmax) + 0.1f * static_cast<float>(k)) / max;
+    fit(iscale, sumlx, suml2);
+    const I8 better = (suml2 > 0.0f) & (sumlx * sumlx > best * suml2);
+    scale = select(better, sumlx / suml2, scale);
+    best = select(better, scale * sumlx, best);
+    best_iscale = select(better, iscale, best_iscale);
+  }
+  for (int j = 0; j < 8; ++j) {
+    tiny_out[j] = amax[j] < kGroupMaxEps;
+    scale_out[j] = tiny_out[j] ? 0.0f : scale[j];
+    iscale_out[j] = best_iscale[j];
+  }
+}
+
+SubBlockSearch search_sub_blocks(const float* xb) {
+  SubBlockSearch r;
+  search_8_sub_blocks(xb, r.scale, r.iscale, r.tiny);
+  search_8_sub_blocks(xb + 128, r.scale + 8, r.iscale + 8, r.tiny + 8);
+  return r;
+}
+
+// The stored part of a Q6_K block besides its 6-bit values, from the search: the sub-block
+// scales quantized to int8 against the largest-magnitude one (d = its scale / -128, fp16).
+// Returns false for a block whose scales are all ~0 (ggml zeroes the whole block).
+bool block_scales(const SubBlockSearch& r, Q6_KScales& out) {
+  float max_scale = 0.0f, max_abs_scale = 0.0f;
+  for (int s = 0; s < 16; ++s) {
+    if (std::fabs(r.scale[s]) > max_abs_scale) {
+      max_abs_scale = std::fabs(r.scale[s]);
+      max_scale = r.scale[s];
     }
   }
-  return scale;
+  if (max_abs_scale < kGroupMaxEps) {
+    std::memset(&out, 0, sizeof(out));
+    return false;
+  }
+  const float iscale = -128.0f / max_scale;
+  out.d = fp32_to_fp16(1.0f / iscale);
+  for (int s = 0; s < 16; ++s)
+    out.scales[s] = static_cast<int8_t>(std::min(127, nearest_int(iscale * r.scale[s])));
+  return true;
 }
 
 }  // namespace
@@ -166,33 +223,27 @@ void quantize_row_q6_K(const float* x, BlockQ6_K* y, int64_t k) {
   for (int64_t b = 0; b < k / kBlockK; ++b) {
     const float* xb = x + b * kBlockK;
     BlockQ6_K& out = y[b];
-    int8_t L[kBlockK];
-    float scales[16];
-    float max_scale = 0.0f, max_abs_scale = 0.0f;
-    for (int s = 0; s < 16; ++s) {
-      scales[s] = make_q6_sub_block(xb + 16 * s, L + 16 * s);
-      if (std::fabs(scales[s]) > max_abs_scale) {
-        max_abs_scale = std::fabs(scales[s]);
-        max_scale = scales[s];
-      }
-    }
-    if (max_abs_scale < kGroupMaxEps) {
+    const SubBlockSearch search = search_sub_blocks(xb);
+    Q6_KScales scales;
+    if (!block_scales(search, scales)) {
       std::memset(&out, 0, sizeof(out));
       continue;
     }
-    const float iscale = -128.0f / max_scale;
-    out.d = fp32_to_fp16(1.0f / iscale);
-    for (int s = 0; s < 16; ++s)
-      out.scales[s] = static_cast<int8_t>(std::min(127, nearest_int(iscale * scales[s])));
-    // Requantize against the stored scales. A sub-block whose int8 scale is 0 keeps the levels of
+    out.d = scales.d;
+    std::memcpy(out.scales, scales.scales, sizeof(out.scales));
+    // Levels against the stored scales. A sub-block whose int8 scale is 0 keeps the levels of
     // its own search (ggml stores them; they dequantize to 0).
+    int8_t L[kBlockK];
     const float d_super = fp16_to_fp32(out.d);
     for (int s = 0; s < 16; ++s) {
       const float d = d_super * static_cast<float>(out.scales[s]);
-      if (d == 0.0f) continue;
-      for (int i = 0; i < 16; ++i)
-        L[16 * s + i] =
-            static_cast<int8_t>(std::clamp(nearest_int(xb[16 * s + i] / d), -32, 31) + 32);
+      for (int i = 0; i < 16; ++i) {
+        const float v = xb[16 * s + i];
+        const int l = d != 0.0f ? nearest_int(v / d)
+                      : search.tiny[s] ? -32
+                                       : nearest_int(search.iscale[s] * v);
+        L[16 * s + i] = static_cast<int8_t>(std::clamp(l, -32, 31) + 32);
+      }
     }
     // Packing: per half of 128, ql[l] holds elements l (low) and l + 64 (high), ql[l + 32]
     // elements l + 32 and l + 96; qh[l] the top 2 bits of l, l + 32, l + 64, l + 96.
@@ -291,6 +342,35 @@ void fake_quantize_row_q8_0(const float* x, float* y, int64_t k) {
 void fake_quantize_row_q6_K(const float* x, float* y, int64_t k) {
   check_k256(k, "fake_quantize_row_q6_K");
   fake_quantize_blocks<BlockQ6_K, kBlockK>(x, y, k, quantize_row_q6_K, dequantize_row_q6_K);
+}
+
+void q6_K_scales(const float* x, Q6_KScales* y, int64_t k) {
+  check_k256(k, "q6_K_scales");
+  for (int64_t b = 0; b < k / kBlockK; ++b) block_scales(search_sub_blocks(x + b * kBlockK), y[b]);
+}
+
+void fake_quantize_row_q6_K_scaled(const float* x, const Q6_KScales* scales, float* y, int64_t k) {
+  check_k256(k, "fake_quantize_row_q6_K_scaled");
+  for (int64_t b = 0; b < k / kBlockK; ++b) {
+    const float* xb = x + b * kBlockK;
+    float* yb = y + b * kBlockK;
+    const float d_super = fp16_to_fp32(scales[b].d);
+    float d[16];
+    bool zero_scale = false;
+    for (int s = 0; s < 16; ++s) {
+      d[s] = d_super * static_cast<float>(scales[b].scales[s]);
+      zero_scale |= d[s] == 0.0f;
+    }
+    if (zero_scale) {  // rare: levels from the sub-block's own search, which was not kept
+      fake_quantize_row_q6_K(xb, yb, kBlockK);
+      continue;
+    }
+    for (int s = 0; s < 16; ++s)
+      for (int i = 0; i < 16; ++i) {
+        const int l = std::clamp(nearest_int(xb[16 * s + i] / d[s]), -32, 31);
+        yb[16 * s + i] = d[s] * static_cast<float>(l);  // dequantize_row_q6_K's d * sc * q
+      }
+  }
 }
 
 void fake_quantize_row_q8_K(const float* x, float* y, int64_t k) {

@@ -49,6 +49,17 @@ struct BlockQ8_K {
   int16_t bsums[16];  // sums of qs per group of 16 (the K-quant dot products use them)
 };
 static_assert(sizeof(BlockQ6_K) == 210, "block_q6_K is 210 bytes");
+
+// A Q6_K block's scales alone: the part of quantize_row_q6_K that costs (the make_qx_quants
+// search, 19 candidate scales per sub-block). With them, fake_quantize_row_q6_K_scaled forms
+// fake_quantize_row_q6_K's values bit for bit in one cheap rounding pass, so a weight
+// fake-quantized many times over (the fused LM head's tiles, twice per chunk of tokens)
+// searches once: 18 bytes per 256 weights.
+struct Q6_KScales {
+  int8_t scales[16];
+  uint16_t d;
+};
+static_assert(sizeof(Q6_KScales) == 18, "the scales of one Q6_K block");
 static_assert(sizeof(BlockQ8_K) == 292, "block_q8_K is 292 bytes");
 
 uint16_t fp32_to_fp16(float f);
@@ -69,6 +80,9 @@ void dequantize_row_q8_K(const BlockQ8_K* x, float* y, int64_t k);
 void fake_quantize_row_q4_0(const float* x, float* y, int64_t k);
 void fake_quantize_row_q8_0(const float* x, float* y, int64_t k);
 void fake_quantize_row_q6_K(const float* x, float* y, int64_t k);
+void q6_K_scales(const float* x, Q6_KScales* y, int64_t k);
+// The same values as fake_quantize_row_q6_K(x), given q6_K_scales(x).
+void fake_quantize_row_q6_K_scaled(const float* x, const Q6_KScales* scales, float* y, int64_t k);
 // Q8_K: also what llama.cpp's CPU matmul does to the activations of a Q6_K weight.
 void fake_quantize_row_q8_K(const float* x, float* y, int64_t k);
 

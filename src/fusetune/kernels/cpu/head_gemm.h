@@ -49,15 +49,14 @@ struct BF16Rows {
   }
 };
 
-// Fake-quantize rows [r0, r1) of W (float/double, or bf16 widened first) into out.
+// Rows [r0, r1) of fq(W) (float/double, or bf16 widened first), fake_quant.h's FakeQuantWeight:
+// a Q6_K head keeps its scales for every tile of every chunk.
 template <class W>
 struct FakeQuantRows {
-  FakeQuantSpec spec;
-  const W* w;
-  int64_t cols;
+  const FakeQuantWeight<W>& w;
   template <class T>
   void operator()(int64_t r0, int64_t r1, T* out) const {
-    fake_quantize_weight_rows(spec, w, r0, r1, cols, out);
+    w.rows(r0, r1, out);
   }
 };
 
