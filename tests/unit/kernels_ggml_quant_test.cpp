@@ -228,6 +228,36 @@ TEST(GgmlQuant, FakeQuantizeIsDequantizeOfQuantizeAndWorksInPlace) {
   EXPECT_EQ(0, std::memcmp(z8.data(), y8.data(), 96 * sizeof(float)));
 }
 
+// The fake quantizers compute the dequantized values directly (vectorized); bit for bit the
+// packed round trip on blocks with ties, outliers, zeros and subnormal-tiny scales.
+TEST(GgmlQuant, Q4_0AndQ8_0FakeQuantizeBitwiseTheRoundTripOnEdgeCases) {
+  std::mt19937 rng(17);
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  constexpr int kBlocks = 600;
+  for (float scale : {1e-41f, 1e-30f, 1e-3f, 1.0f, 1e30f}) {
+    std::vector<float> x(32 * kBlocks);
+    for (int b = 0; b < kBlocks; ++b) {
+      float* xb = x.data() + 32 * b;
+      for (int j = 0; j < 32; ++j) xb[j] = scale * n(rng);
+      if (b % 4 == 1)  // exact halves after scaling: ties for roundf and for the + 8.5 cut
+        for (int j = 0; j < 32; ++j) xb[j] = scale * (float(int(rng() % 33) - 16) * 0.25f);
+      if (b % 6 == 2) std::fill(xb, xb + 32, 0.0f);
+      if (b % 9 == 3) xb[rng() % 32] *= -50.0f;
+    }
+    std::vector<BlockQ4_0> q4(kBlocks);
+    std::vector<BlockQ8_0> q8(kBlocks);
+    std::vector<float> want4(x.size()), want8(x.size()), got(x.size());
+    quantize_row_q4_0(x.data(), q4.data(), int64_t(x.size()));
+    dequantize_row_q4_0(q4.data(), want4.data(), int64_t(x.size()));
+    quantize_row_q8_0(x.data(), q8.data(), int64_t(x.size()));
+    dequantize_row_q8_0(q8.data(), want8.data(), int64_t(x.size()));
+    fake_quantize_row_q4_0(x.data(), got.data(), int64_t(x.size()));
+    ASSERT_EQ(0, std::memcmp(got.data(), want4.data(), x.size() * sizeof(float))) << scale;
+    fake_quantize_row_q8_0(x.data(), got.data(), int64_t(x.size()));
+    ASSERT_EQ(0, std::memcmp(got.data(), want8.data(), x.size() * sizeof(float))) << scale;
+  }
+}
+
 TEST(GgmlQuant, RowLengthNotAMultipleOf32Throws) {
   std::vector<float> x(40, 1.0f);
   std::vector<BlockQ4_0> q(2);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cfloat>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -51,9 +52,9 @@ void signed_max(const float* x, int64_t n, float& max, float& amax) {
 constexpr float kGroupMaxEps = 1e-15f;  // ggml's GROUP_MAX_EPS
 
 // 8 lanes of float and int32 (GCC/Clang vector extensions): the Q6_K scale search runs on 8
-// sub-blocks at once. Each lane does exactly the scalar float operations of ggml's
-// make_qx_quants, in the same order (the build does not contract them into FMAs), so every lane
-// is bit for bit the scalar result; only selections are written as masks.
+// sub-blocks at once, and the fake quantizers on 8 elements. Each lane does exactly the scalar
+// float operations of ggml's code, in the same order (the build does not contract them into
+// FMAs), so every lane is bit for bit the scalar result; only selections are written as masks.
 using F8 = float __attribute__((vector_size(32)));
 using I8 = int32_t __attribute__((vector_size(32)));
 
@@ -64,6 +65,30 @@ I8 select(I8 mask, I8 a, I8 b) { return (mask & a) | (~mask & b); }
 
 I8 nearest_int(F8 v) {  // ggml's nearest_int, lane by lane
   return (std::bit_cast<I8>(v + 12582912.0f) & 0x007fffff) - 0x00400000;
+}
+
+F8 load8(const float* p) {
+  F8 v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+void store8(float* p, F8 v) { std::memcpy(p, &v, sizeof(v)); }
+F8 abs8(F8 v) { return std::bit_cast<F8>(std::bit_cast<I8>(v) & 0x7fffffff); }
+
+// v where finite, else 0: a non-finite x * id (a block so tiny that 1/d overflows) gets level 0
+// as to_int8 gives it, and converting it to an integer would be undefined.
+F8 finite_or_zero(F8 v) { return select(abs8(v) <= FLT_MAX, v, F8{}); }  // false for NaN
+
+// max |x| over a block of 32 (NaN ignored, as the scalar comparisons ignore it).
+float block_amax(const float* x) {
+  F8 m = F8{};
+  for (int64_t j = 0; j < kBlock; j += 8) {
+    const F8 a = abs8(load8(x + j));
+    m = select(a > m, a, m);
+  }
+  float amax = 0.0f;
+  for (int j = 0; j < 8; ++j) amax = std::max(amax, m[j]);
+  return amax;
 }
 
 // ggml's make_qx_quants(16, 32, x, L, rmse_type 1, no importance weights) on 8 sub-blocks of 16:
@@ -329,14 +354,52 @@ void fake_quantize_blocks(const float* x, float* y, int64_t k, Quantize quantize
   }
 }
 
+// Q4_0 and Q8_0 fake quantization straight to the dequantized values, 8 elements at a time
+// (QAT forms every weight tile this way, the LM head twice per chunk of tokens). Bit for bit
+// quantize then dequantize: the same scale and fp16 rounding, integer levels (so a level 0 is
+// +0), roundf as truncation plus one away from zero when the cut-off part is at least a half
+// (exact: v - trunc(v) is exact in float).
 void fake_quantize_row_q4_0(const float* x, float* y, int64_t k) {
   check_k(k, "fake_quantize_row_q4_0");
-  fake_quantize_blocks<BlockQ4_0, kBlock>(x, y, k, quantize_row_q4_0, dequantize_row_q4_0);
+  for (int64_t b = 0; b < k / kBlock; ++b) {
+    const float* xb = x + b * kBlock;
+    float* yb = y + b * kBlock;
+    // The signed value of largest |x|, the first one on ties (0 for an all-zero block).
+    const float amax = block_amax(xb);
+    float max = 0.0f;
+    for (int64_t j = 0; amax > 0.0f; ++j)
+      if (std::fabs(xb[j]) == amax) {
+        max = xb[j];
+        break;
+      }
+    const float d = max / -8.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const float dh = fp16_to_fp32(fp32_to_fp16(d));
+    for (int64_t j = 0; j < kBlock; j += 8) {
+      I8 q = __builtin_convertvector(finite_or_zero(load8(xb + j) * id + 8.5f), I8);  // trunc
+      q = select(q > 15, I8{} + 15, q);
+      store8(yb + j, __builtin_convertvector(q - 8, F8) * dh);
+    }
+  }
 }
 
 void fake_quantize_row_q8_0(const float* x, float* y, int64_t k) {
   check_k(k, "fake_quantize_row_q8_0");
-  fake_quantize_blocks<BlockQ8_0, kBlock>(x, y, k, quantize_row_q8_0, dequantize_row_q8_0);
+  for (int64_t b = 0; b < k / kBlock; ++b) {
+    const float* xb = x + b * kBlock;
+    float* yb = y + b * kBlock;
+    const float d = block_amax(xb) / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const float dh = fp16_to_fp32(fp32_to_fp16(d));
+    for (int64_t j = 0; j < kBlock; j += 8) {
+      const F8 v = finite_or_zero(load8(xb + j) * id);
+      const I8 t = __builtin_convertvector(v, I8);  // trunc
+      // roundf: one away from zero when the cut-off part is at least a half.
+      const I8 away = abs8(v - __builtin_convertvector(t, F8)) >= 0.5f;
+      const I8 sign = select(v < 0.0f, I8{} - 1, I8{} + 1);
+      store8(yb + j, __builtin_convertvector(t + (away & sign), F8) * dh);
+    }
+  }
 }
 
 void fake_quantize_row_q6_K(const float* x, float* y, int64_t k) {
