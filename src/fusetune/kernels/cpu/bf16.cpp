@@ -67,7 +67,10 @@ void embedding_backward_bf16(const float* dy, const int32_t* ids, uint16_t* dtab
   }
 }
 
-int64_t bf16_tile_rows(int64_t rows, int64_t cols) { return nf4_tile_rows(rows, cols); }
+int64_t bf16_tile_rows(int64_t rows, int64_t cols) {
+  const int64_t by_bytes = (int64_t(1) << 18) / std::max<int64_t>(1, cols);  // 1 MiB of fp32
+  return std::max<int64_t>(1, std::min(rows, std::max<int64_t>(256, by_bytes)));
+}
 
 void gemm_bf16_weight(bool trans_b, int64_t M, int64_t N, int64_t K, const float* A,
                       const uint16_t* B, float* out) {
