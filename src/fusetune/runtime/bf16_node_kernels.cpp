@@ -108,11 +108,12 @@ void add_bf16_chunked(const uint16_t* a, const uint16_t* b, uint16_t* out, int64
 #pragma omp for schedule(static)
     for (int64_t c = 0; c < chunks; ++c) {
       const int64_t i0 = c * kAddChunk, m = std::min(kAddChunk, n - i0);
-      for (int64_t i = 0; i < m; ++i) {  // widen (exact), add in fp32, round once
-        x[size_t(i)] = bf16_to_f32(a[i0 + i]);
-        y[size_t(i)] = bf16_to_f32(b[i0 + i]);
-      }
-      for (int64_t i = 0; i < m; ++i) out[i0 + i] = f32_to_bf16(x[size_t(i)] + y[size_t(i)]);
+      // Widen (exact), add in fp32, round once; the array conversions vectorize (and run
+      // serially here, inside this parallel loop).
+      k::bf16_to_f32_array(a + i0, x.data(), m);
+      k::bf16_to_f32_array(b + i0, y.data(), m);
+      for (int64_t i = 0; i < m; ++i) x[size_t(i)] += y[size_t(i)];
+      k::f32_to_bf16_array(x.data(), out + i0, m);
     }
   }
 }
