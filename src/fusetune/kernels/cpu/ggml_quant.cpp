@@ -55,6 +55,11 @@ constexpr float kGroupMaxEps = 1e-15f;  // ggml's GROUP_MAX_EPS
 // sub-blocks at once, and the fake quantizers on 8 elements. Each lane does exactly the scalar
 // float operations of ggml's code, in the same order (the build does not contract them into
 // FMAs), so every lane is bit for bit the scalar result; only selections are written as masks.
+// They stay inside this file (anonymous namespace), so GCC's note that passing them by value has
+// another ABI without AVX (the sanitizer preset builds without -march=native) does not apply.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
 using F8 = float __attribute__((vector_size(32)));
 using I8 = int32_t __attribute__((vector_size(32)));
 
