@@ -167,6 +167,15 @@ TEST(DistDpo, LoraAndFullDpoZero3TwoRanksMatchOneProcess) {
                     1, 3);
 }
 
+// QLoRA DPO at ZeRO-3: the packed NF4 base parts are sharded like any frozen parameter and
+// gathered (packed) at use, for the policy and for its reference (the same base, adapters off).
+TEST(DistDpo, QloraDpoZero3TwoRanksMatchOneProcess) {
+  FT_REQUIRE_MPIRUN();
+  const TempDir tmp;
+  check_equivalence("lora_dpo_single_device", "lora_dpo_distributed", tmp.path(), {}, 4, 1, 3,
+                    {{"model.quantize_base", "true"}});
+}
+
 // precompute_ref_log_probs over 2 ranks: each computes every other batch of the pass and the
 // table is shared, bitwise the one process's table at the same batch size (the logged checksum
 // of its bits); the training then matches one process x 4 pairs.

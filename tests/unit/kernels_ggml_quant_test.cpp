@@ -539,9 +539,8 @@ std::vector<float> q6_test_blocks(float scale, int kBlocks, std::mt19937& rng) {
   for (int b = 0; b < kBlocks; ++b) {
     float* xb = x.data() + 256 * b;
     for (int j = 0; j < 256; ++j) xb[j] = scale * (b % 2 ? n(rng) : u(rng));
-    if (b % 5 == 1) xb[rng() % 256] *= 40.0f;  // an outlier
-    if (b % 7 == 2)
-      std::fill(xb + 16 * (b % 16), xb + 16 * (b % 16) + 16, 0.0f);  // zero sub-block
+    if (b % 5 == 1) xb[rng() % 256] *= 40.0f;                                      // an outlier
+    if (b % 7 == 2) std::fill(xb + 16 * (b % 16), xb + 16 * (b % 16) + 16, 0.0f);  // zero sub-block
     if (b % 11 == 3)
       for (int j = 0; j < 256; ++j) xb[j] = scale * float(int(rng() % 9) - 4);  // ties
     if (b % 13 == 4)
@@ -608,7 +607,7 @@ TEST(GgmlQuant, Q6_KAndQ8_KMatchAScalarTranscriptionOfGgmlOnRandomData) {
       }
     }
   }
-  EXPECT_GT(changed_scales, 100);  // the candidate search changed many sub-blocks' levels
+  EXPECT_GT(changed_scales, 100);   // the candidate search changed many sub-blocks' levels
   EXPECT_GT(zero_int8_scales, 50);  // and many kept their own search's levels
 }
 

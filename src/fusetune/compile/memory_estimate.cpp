@@ -100,8 +100,8 @@ MemoryBreakdown estimate_step_memory(const Graph& g, const MemoryPlan* plan,
       const int64_t C = std::max<int64_t>(1, std::min(n.attrs.chunk_rows, g.shape(n.inputs[0])[0]));
       scratch = kernels::fused_ce_scratch_bytes(C, D, V, elem, tiled);
       if (n.inputs.size() == 5)  // a fake-quantized head's kept Q6_K scales
-        scratch += kernels::fake_quant_weight_side_bytes(
-            kernels::FakeQuant(n.attrs.groups), V, D, dtype_size(g.type(n.inputs[1]).dtype));
+        scratch += kernels::fake_quant_weight_side_bytes(kernels::FakeQuant(n.attrs.groups), V, D,
+                                                         dtype_size(g.type(n.inputs[1]).dtype));
     } else if (n.op == Op::FusedLinearLogProbs || n.op == Op::FusedLinearLogProbsBackward) {
       const bool bwd = n.op == Op::FusedLinearLogProbsBackward;
       const size_t head = bwd ? 4 : 2;

@@ -269,7 +269,7 @@ void quantize_row_q6_K(const float* x, BlockQ6_K* y, int64_t k) {
       const float d = d_super * static_cast<float>(out.scales[s]);
       for (int i = 0; i < 16; ++i) {
         const float v = xb[16 * s + i];
-        const int l = d != 0.0f ? nearest_int(v / d)
+        const int l = d != 0.0f        ? nearest_int(v / d)
                       : search.tiny[s] ? -32
                                        : nearest_int(search.iscale[s] * v);
         L[16 * s + i] = static_cast<int8_t>(std::clamp(l, -32, 31) + 32);
