@@ -106,7 +106,7 @@ TEST(Bf16Kernels, ConversionRoundsToNearestEvenAndWidensExactly) {
 }
 
 TEST(Bf16Kernels, TiledWeightProductMatchesTheDefinitionAcrossTiles) {
-  // 16 columns: a tile holds max(64, 1 MiB / 64 B) = 16384 rows, so 20000 rows are 2 tiles.
+  // 16 columns: a tile holds max(256, 1 MiB / 64 B) = 16384 rows, so 20000 rows are 2 tiles.
   const int64_t rows = 20000, cols = 16, M = 3;
   ASSERT_LT(kernels::bf16_tile_rows(rows, cols), rows);
   const std::vector<uint16_t> W = to_bf16(random_floats(rows * cols, 1));
@@ -226,6 +226,7 @@ TEST(Bf16Graph, LossAndGradientsMatchFp32WithinBf16PrecisionInEveryMode) {
       PassOptions po;
       po.mode = mode;
       po.ce_chunk_budget_bytes = 5 * cfg.vocab_size * 4;  // several chunks
+      po.tiled_head_ce_chunk_budget_bytes = po.ce_chunk_budget_bytes;
       CompiledStep step = compile_graph(bf_g.graph, po);
       auto out = step.executor->run(inputs, params);
       ASSERT_EQ(out.size(), ref.size());

@@ -285,6 +285,7 @@ TEST(Lora, AllCompileModesAgreeInFloat32) {
       PassOptions po;
       po.mode = mode;
       po.ce_chunk_budget_bytes = 5 * cfg.vocab_size * 4;
+      po.tiled_head_ce_chunk_budget_bytes = po.ce_chunk_budget_bytes;
       std::vector<std::string> report;
       Graph compiled = run_passes(tg.graph, po, &report);
       int fused = 0;

@@ -183,6 +183,7 @@ TEST(QloraHead, CompiledGraphHiddenGradientMatchesEagerAndFiniteDifferences) {
     PassOptions po;
     po.mode = CompileMode::Full;
     po.ce_chunk_budget_bytes = 5 * V * int64_t(dtype_size(dt));
+    po.tiled_head_ce_chunk_budget_bytes = po.ce_chunk_budget_bytes;
     Graph fused = run_passes(g, po, nullptr);
     EXPECT_EQ(count_ops(fused, Op::FusedNF4LinearCrossEntropy), 1);
     EXPECT_EQ(count_ops(fused, Op::NF4MatMul), 0);
@@ -347,6 +348,7 @@ TEST(QloraModel, AllCompileModesAgreeWithAndWithoutActivationCheckpointing) {
         po.mode = mode;
         po.activation_checkpointing = ckpt;
         po.ce_chunk_budget_bytes = 5 * cfg.vocab_size * 4;
+        po.tiled_head_ce_chunk_budget_bytes = po.ce_chunk_budget_bytes;
         Graph compiled = run_passes(q.tg.graph, po, nullptr);
         const bool fuses = mode == CompileMode::Full && !k.output;
         EXPECT_EQ(count_ops(compiled, Op::FusedNF4LinearCrossEntropy), fuses ? 1 : 0) << k.name;
@@ -408,6 +410,7 @@ TEST(QloraModel, PredictedPeakMatchesMeasuredInEveryMode) {
           po.mode = mode;
           po.activation_checkpointing = ckpt;
           po.ce_chunk_budget_bytes = 16 * cfg.vocab_size * 4;
+          po.tiled_head_ce_chunk_budget_bytes = po.ce_chunk_budget_bytes;
           Graph run = run_passes(q.tg.graph, po, nullptr);
           MemoryPlan plan;
           if (mode != CompileMode::None)

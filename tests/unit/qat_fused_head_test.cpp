@@ -234,6 +234,7 @@ TEST(FakeQuantFusedHead, CompileTrueFusesTheFakeQuantizedHeadAndMatchesTheUnfuse
         PassOptions po;
         po.mode = CompileMode::Full;
         po.ce_chunk_budget_bytes = 16 * cfg.vocab_size * int64_t(dtype_size(dt));  // 2 chunks
+        po.tiled_head_ce_chunk_budget_bytes = po.ce_chunk_budget_bytes;
         const Graph fused = run_passes(tg.graph, po, nullptr);
         EXPECT_EQ(fused_fake_quant_heads(fused), 1);
         for (const Node& n : fused.nodes())

@@ -405,6 +405,7 @@ TEST(QatModel, AllCompileModesAgree) {
             PassOptions po;
             po.mode = mode;
             po.ce_chunk_budget_bytes = 5 * cfg.vocab_size * int64_t(dtype_size(dt));
+            po.tiled_head_ce_chunk_budget_bytes = po.ce_chunk_budget_bytes;
             auto out = compile_graph(tg.graph, po).executor->run(inputs, params);
             ASSERT_EQ(out.size(), ref.size());
             const double tol = dt == DType::F64 ? 1e-10 : 1e-4;

@@ -91,8 +91,10 @@ std::string run(Graph& g, const PassOptions& opts) {
     const int64_t N = g.shape(h)[0];
     vocab = g.shape({m->matmul, 0})[1];
     Attrs at;
+    const bool tiled = nf4 || mm.op == Op::FakeQuantMatMul ||
+                       g.type(mm.inputs[1]).dtype == DType::BF16;  // formed tile by tile
     at.chunk_rows = chunk = kernels::fused_ce_chunk_rows(
-        N, vocab, int64_t(dtype_size(g.compute_dtype())), opts.ce_chunk_budget_bytes);
+        N, vocab, int64_t(dtype_size(g.compute_dtype())), opts.ce_budget(tiled));
     g.set_region(1);
     std::vector<Value> f;
     if (nf4) {

@@ -83,8 +83,9 @@ std::string run(Graph& g, const PassOptions& opts) {
     std::vector<Value> head(mm.inputs.begin() + 1, mm.inputs.end());
     vocab = g.shape({m->matmul, 0})[1];
     Attrs at;
+    const bool tiled = nf4 || g.type(head[0]).dtype == DType::BF16;  // formed tile by tile
     at.chunk_rows = chunk = kernels::fused_ce_chunk_rows(
-        g.shape(h)[0], vocab, int64_t(dtype_size(g.compute_dtype())), opts.ce_chunk_budget_bytes);
+        g.shape(h)[0], vocab, int64_t(dtype_size(g.compute_dtype())), opts.ce_budget(tiled));
     if (nf4) {
       at.shape = mm.attrs.shape;
       at.scalar = mm.attrs.scalar;

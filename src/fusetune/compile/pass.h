@@ -13,7 +13,15 @@ enum class CompileMode { None, Model, Full };  // compile: false | model | true 
 struct PassOptions {
   CompileMode mode = CompileMode::Full;
   int64_t ce_chunk_budget_bytes = 32ll << 20;  // scratch for one [chunk, vocab] logits block
-  bool activation_checkpointing = false;       // enable_activation_checkpointing (any mode)
+  // The same for an LM head formed tile by tile (bf16, NF4, fake-quantized): the fused kernels
+  // re-form the whole head for every chunk, in both of their GEMMs, so fewer, larger chunks pay
+  // off. Llama 3.2 1B QLoRA bf16 (512 tokens): the fused head 40% faster and the step 21%
+  // with 128 MiB instead of 32 (4 instead of 16 passes over the NF4 head), for 3% more peak.
+  int64_t tiled_head_ce_chunk_budget_bytes = 128ll << 20;
+  int64_t ce_budget(bool tiled_head) const {
+    return tiled_head ? tiled_head_ce_chunk_budget_bytes : ce_chunk_budget_bytes;
+  }
+  bool activation_checkpointing = false;  // enable_activation_checkpointing (any mode)
   // Generic passes, on by default in compiled modes (off: to measure or test the others).
   bool eliminate_copies = true;
   bool fuse_elementwise = true;

@@ -65,7 +65,7 @@ template <class T>
 void fake_quantize_backward(const FakeQuantSpec& spec, const T* x, const T* dy, T* dx, int64_t rows,
                             int64_t cols);
 
-// Rows of W per fake-quantized tile in the matmuls (the nf4.h rule: max(64 rows, 1 MiB of
+// Rows of W per fake-quantized tile in the matmuls (max(64 rows, 1 MiB of
 // fp32), at most all rows).
 int64_t fake_quant_tile_rows(int64_t rows, int64_t cols);
 

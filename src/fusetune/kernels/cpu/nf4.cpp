@@ -107,7 +107,7 @@ void dequantize_range(const NF4View& w, int64_t i0, int64_t i1, T* o) {
 
 int64_t nf4_tile_rows(int64_t rows, int64_t cols) {
   const int64_t by_bytes = (int64_t(1) << 18) / std::max<int64_t>(1, cols);  // 1 MiB of fp32
-  return std::max<int64_t>(1, std::min(rows, std::max<int64_t>(64, by_bytes)));
+  return std::max<int64_t>(1, std::min(rows, std::max<int64_t>(256, by_bytes)));
 }
 
 const float* nf4_table() { return kNF4; }
