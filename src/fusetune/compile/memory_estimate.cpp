@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <map>
 #include <set>
 #include <string>
 
@@ -71,8 +72,11 @@ MemoryBreakdown estimate_step_memory(const Graph& g, const MemoryPlan* plan,
   std::vector<std::vector<int>> freed_after(nodes.size());  // buffers whose last reader is node i
   for (size_t j = 0; j < nodes.size(); ++j)
     if (last[j] >= 0 && last[j] != INT_MAX) freed_after[size_t(last[j])].push_back(int(j));
+  // `peak` leaves the gathered buffers out: they come from a pool (dist/gather_pool.h) that
+  // keeps, per byte size, the most buffers ever live at once, added once at the end.
   int64_t live = plan ? plan->arena_bytes : 0, peak = live;
   int64_t gathered_live = 0;
+  std::map<int64_t, int> gathered_count, pooled_count;  // by byte size: live now, most at once
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Node& n = nodes[i];
     const bool leaf = n.op == Op::Input || n.op == Op::Param || n.op == Op::Constant;
@@ -87,6 +91,8 @@ MemoryBreakdown estimate_step_memory(const Graph& g, const MemoryPlan* plan,
       held[i] = int64_t(n.outputs[0].nbytes());
       live += held[i];
       gathered_live += held[i];
+      const int c = ++gathered_count[held[i]];
+      pooled_count[held[i]] = std::max(pooled_count[held[i]], c);
     }
     // Kernel scratch (counted tensors the kernel allocates and frees while it runs).
     const int64_t elem = int64_t(dtype_size(g.compute_dtype()));
@@ -133,15 +139,17 @@ MemoryBreakdown estimate_step_memory(const Graph& g, const MemoryPlan* plan,
     // run.
     if (leaf || is_view_op(n.op) || last[i] < 0) scratch = 0;
     m.workspace = std::max(m.workspace, scratch);
-    if (live + scratch > peak) {
+    if (live - gathered_live + scratch > peak) {
       gradients_at_peak = gradients_held;
-      m.gathered = gathered_live;
       m.peak_node = int(i);
     }
-    peak = std::max(peak, live + scratch);
+    peak = std::max(peak, live - gathered_live + scratch);
     for (int j : freed_after[i]) {
       live -= held[size_t(j)];
-      if (is_gathered[size_t(j)]) gathered_live -= held[size_t(j)];
+      if (is_gathered[size_t(j)] && held[size_t(j)] > 0) {
+        gathered_live -= held[size_t(j)];
+        --gathered_count[held[size_t(j)]];
+      }
       held[size_t(j)] = 0;
     }
     for (int j : applied_after[i]) {
@@ -150,6 +158,8 @@ MemoryBreakdown estimate_step_memory(const Graph& g, const MemoryPlan* plan,
       held[size_t(j)] = 0;
     }
   }
+  for (const auto& [bytes, count] : pooled_count) m.gathered += bytes * count;
+  peak += m.gathered;
   if (optimizer_in_bwd) m.gradients = gradients_at_peak;
   m.activations = std::max<int64_t>(0, peak - m.gradients - m.workspace - m.gathered);
   return m;

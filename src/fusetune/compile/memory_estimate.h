@@ -18,7 +18,7 @@ struct MemoryBreakdown {
   int64_t optimizer_state = 0;
   int64_t activations = 0;  // at the step's peak, gradients excluded
   int64_t workspace = 0;    // largest kernel scratch (fused cross-entropy chunk, NF4 tiles)
-  int64_t gathered = 0;     // ZeRO-3: the parameters gathered from other ranks live at the peak
+  int64_t gathered = 0;     // ZeRO-3: the pool the other ranks' parameters are gathered into
   int peak_node = -1;       // the node running at the peak (-1: before the first)
   int64_t total() const {
     return parameters + optimizer_state + gradients + activations + workspace + gathered;
@@ -40,10 +40,12 @@ struct OptimizerStateSize {
 // plan; plan == nullptr for eager). optimizer_in_bwd: each gradient that can be applied early
 // (early_update_outputs in memory_plan.h) is freed right after its node instead of being held
 // to the optimizer step; `gradients` is then what is held at the peak.
-// `gathered` (ZeRO-3, dist/sharded_params.h): the Param leaves whose value is a fresh copy
-// gathered from another rank when the leaf runs, held to its last use (views followed) like an
-// intermediate and counted in `gathered` instead of `parameters` (optimizer state still counts
-// every trainable parameter: the caller shards it).
+// `gathered` (ZeRO-3, dist/sharded_params.h): the Param leaves whose value is a copy gathered
+// from another rank when the leaf runs, held to its last use (views followed) like an
+// intermediate, in a buffer from dist/gather_pool.h: the pool ends up holding, per byte size,
+// the most such buffers live at once in the step, throughout. That is `gathered`, counted
+// instead of `parameters` (optimizer state still counts every trainable parameter: the caller
+// shards it).
 using GatheredParam = std::function<bool(const std::string& name)>;
 MemoryBreakdown estimate_step_memory(const Graph& g, const MemoryPlan* plan,
                                      const OptimizerStateSize& optimizer_state,

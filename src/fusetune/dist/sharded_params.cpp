@@ -42,7 +42,7 @@ Tensor ShardedParams::acquire(const std::string& name) {
   auto it = meta_.find(name);
   FT_CHECK(it != meta_.end(), "ZeRO-3: no parameter '" + name + "'");
   const Meta& m = it->second;
-  Tensor t = m.owner == comm_.rank() ? *m.value : Tensor::empty(m.shape, m.dtype);
+  Tensor t = m.owner == comm_.rank() ? *m.value : pool_.take(m.shape, m.dtype);
   FT_CHECK(t.defined(), "ZeRO-3: rank " + std::to_string(comm_.rank()) + " owns '" + name +
                             "' but holds no value for it");
   if (comm_.size() > 1)
@@ -54,6 +54,7 @@ Tensor ShardedParams::acquire(const std::string& name) {
 void ShardedParams::gather_to_rank0(const std::string& what,
                                     const std::function<bool(const std::string&)>& needed) {
   if (comm_.size() == 1) return;
+  pool_.trim();  // rank 0 is about to hold the whole model
   for (const auto& [name, m] : meta_) {
     if (m.owner == 0 || (needed && !needed(name))) continue;
     if (comm_.rank() == 0) {

@@ -5,7 +5,7 @@
 // parameters; the other ranks hold nothing for it. The step graphs are compiled with
 // params_at_use (compile/params_at_use.h) and bind their parameters through source(): each one
 // is broadcast from its owner right before its first use in the forward, dropped after, and
-// broadcast again for the backward.
+// broadcast again for the backward. The copies land in reused buffers (gather_pool.h).
 //
 // Frozen tensors a job keeps outside the parameter map (QLoRA's NF4 base: packed codes and
 // scales, peft/nf4_weight.h) are sharded the same way, partitioned with the frozen parameters
@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "fusetune/dist/communicator.h"
+#include "fusetune/dist/gather_pool.h"
 #include "fusetune/runtime/executor.h"
 
 namespace fusetune::dist {
@@ -35,14 +36,16 @@ class ShardedParams {
   // Frees this rank's values of the parameters other ranks own (their entries stay, undefined).
   void release_others();
   // Collective (every rank, the same names in the same order): the parameter's value, the
-  // owner's own tensor there and a fresh copy elsewhere.
+  // owner's own tensor there and a copy in a pooled buffer elsewhere.
   Tensor acquire(const std::string& name);
   ParamSource source() {
     return ParamSource([this](const std::string& name) { return acquire(name); });
   }
+  // Gather buffers allocated since the last call (0 once the pool has every one the step needs).
+  int64_t take_new_gather_buffers() { return pool_.take_new_buffers(); }
   // Collective, before a checkpoint: rank 0 receives every parameter it does not own (those
   // `needed` accepts, when given), in name order; the other ranks send theirs. Rank 0 holds
-  // them until release_others().
+  // them until release_others(). The pool's idle buffers are freed first.
   void gather_to_rank0(const std::string& what,
                        const std::function<bool(const std::string&)>& needed = nullptr);
 
@@ -55,6 +58,7 @@ class ShardedParams {
   };
   Communicator& comm_;
   std::map<std::string, Meta> meta_;  // name order: the same on every rank
+  GatherPool pool_;
 };
 
 }  // namespace fusetune::dist

@@ -121,7 +121,8 @@ std::string format_rank_plans(const PlannedStep& s, const ModePlan& p, int ranks
       "(gradient_accumulation_steps > 1) and the update. Comm buffers: the gradient bucket space "
       "and the ZeRO-1/2 parameter broadcast staging; Open MPI's own buffers are not counted. "
       "Stage 3 holds each rank's own parameters and gathers the others around their uses: "
-      "'gathered' is what of them is live at the peak.)\n";
+      "'gathered' is the pool of buffers they are received into: per byte size, the most live "
+      "at once, kept for reuse.)\n";
   if (s.optimizer_in_bwd && ranks > 1)
     out += "optimizer_in_bwd: true is refused with more than one rank\n";
   return out;

@@ -32,7 +32,7 @@ struct RankPeak {
   int64_t optimizer_state = 0;
   int64_t gradients_held = 0;  // at the update
   int64_t comm_buffers = 0;    // the larger of the bucket space and the broadcast staging
-  int64_t gathered = 0;        // ZeRO-3: other ranks' parameters gathered and live at the peak
+  int64_t gathered = 0;        // ZeRO-3: the pool other ranks' parameters are gathered into
 };
 
 // Sets `r`'s bytes and moment to the largest of the step's candidate moments.

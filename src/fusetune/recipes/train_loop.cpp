@@ -483,6 +483,7 @@ int run_training(const Config& cfg, const TrainJob& job) {
 
       const double step_s = seconds_since(t0);
       const double comm_s = job.comm ? job.comm->take_comm_seconds() : 0.0;
+      const int64_t new_gather_buffers = zero3 ? zero3->take_new_gather_buffers() : 0;
       if (progress.global_step % log_every == 0 || progress.global_step == 1) {
         int64_t tokens = 0;
         for (const Batch& b : micro) tokens += b.num_valid_labels();  // this rank's
@@ -502,6 +503,9 @@ int run_training(const Config& cfg, const TrainJob& job) {
         if (compile_s > 0) m.extra.push_back({"compile_s", compile_s, 3});
         // Ranks: rank 0's time in collectives this step, waiting for the others included.
         if (world > 1) m.extra.push_back({"comm_s", comm_s, 3});
+        // ZeRO-3: rank 0's gather buffers allocated this step (0 once its pool is warm).
+        if (zero3 && world > 1)
+          m.extra.push_back({"gather_new_buffers", double(new_gather_buffers), 0});
         logger.log(m);
       }
       logger.progress(progress.epoch + 1, progress.global_step, loss);

@@ -89,10 +89,11 @@ std::vector<RankPeak> plan_zero3_rank_peaks(const PlannedStep& s, CompileMode mo
     const int64_t reference = reference_copy ? m.parameters - owned_params + all_param_bytes : 0;
     const int64_t base = m.parameters + reference + optimizer;
     RankPeak r;
-    take_largest_moment(r, {{base + m.activations + m.gradients + m.workspace + m.gathered +
-                                 (accumulating ? owned_grads : 0),
-                             moment_of(g, m.peak_node)},
-                            {base + (compiled ? plan.arena_bytes : 0) + owned_grads, "update"}});
+    take_largest_moment(
+        r, {{base + m.activations + m.gradients + m.workspace + m.gathered +
+                 (accumulating ? owned_grads : 0),
+             moment_of(g, m.peak_node)},
+            {base + (compiled ? plan.arena_bytes : 0) + owned_grads + m.gathered, "update"}});
     r.optimizer_state = optimizer;
     r.gradients_held = owned_grads;
     r.gathered = m.gathered;

@@ -3,15 +3,16 @@
 // at its peak. The step graph is planned as the run compiles it, with params_at_use
 // (compile/params_at_use.h; fsdp_reshard_after_forward as configured), and its allocations are
 // replayed (compile/memory_estimate.h) with each parameter another rank owns gathered at its
-// leaf and freed after its last use, so the gathered copies live at the peak are exact. Rank r
+// leaf and freed after its last use into a pool of reused buffers (dist/gather_pool.h: per
+// byte size, the most live at once, held from then on), so the gathered bytes are exact. Rank r
 // holds throughout its own parameters (whole tensors by their stored bytes: trainable and
 // frozen ones each partitioned by element count in name order), the graph's constants and the
 // optimizer state of its trainable parameters; then
 //   forward/backward/loss  + the step graph's peak (activations, the gradients computed so far,
-//              kernel workspace, the gathered copies live then) + the owned gradients'
-//              accumulation buffers while a later micro-batch runs;
-//   update     + the compiled arena + the owned gradients (owners update in place: nothing is
-//              broadcast, and the gradient reduce needs no bucket).
+//              kernel workspace) + the gather pool + the owned gradients' accumulation buffers
+//              while a later micro-batch runs;
+//   update     + the compiled arena + the gather pool + the owned gradients (owners update in
+//              place: nothing is broadcast, and the gradient reduce needs no bucket).
 // Full DPO adds the whole frozen reference model on every rank (it is not sharded).
 #include <vector>
 
