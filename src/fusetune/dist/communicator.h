@@ -27,6 +27,9 @@ class Communicator {
 
   int rank() const { return rank_; }
   int size() const { return size_; }
+  // True when another thread may call the collectives while this one does not (MPI initialized
+  // with MPI_THREAD_MULTIPLE: see the .cpp; always with one rank).
+  bool serialized_threads() const { return serialized_; }
   // "rank 1 of 2": how messages name this process.
   std::string who() const;
 
@@ -49,10 +52,11 @@ class Communicator {
   double take_comm_seconds();
 
  private:
-  Communicator(int rank, int size, bool mpi, double timeout_s);
+  Communicator(int rank, int size, bool mpi, double timeout_s, bool serialized);
   int rank_ = 0;
   int size_ = 1;
   bool mpi_ = false;
+  bool serialized_ = true;
   std::unique_ptr<Watchdog> watchdog_;  // only with MPI
   double comm_s_ = 0;
 };
