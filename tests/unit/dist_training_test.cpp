@@ -184,6 +184,41 @@ TEST(DistTraining, LoraZero2OverTcpAndZero3TwoRanksMatchOneProcess) {
   EXPECT_TRUE(fs::exists(z3 / "epoch_0" / "adapter_model.safetensors"));
 }
 
+// overlap_grad_allreduce: the gradients summed in buckets during the last micro-batch's backward
+// (a communication thread) against all of them after the backward: bitwise the same losses and
+// weights, with bf16 gradients (summed in fp32 buckets), 2 micro-batches (the first one's
+// gradients added in before a bucket is packed) and a vocabulary whose embedding and output
+// gradients (4M elements each) go through the bucket space in pieces between the layers' bucket.
+TEST(DistTraining, OverlappedGradientSumIsBitwiseTheSumAfterTheBackward) {
+  FT_REQUIRE_MPIRUN();
+  const TempDir tmp;
+  const fs::path corpus = write_uneven_corpus(tmp.path());
+  const Overrides extra = {{"dtype", "bf16"},
+                           {"gradient_accumulation_steps", "2"},
+                           {"model.vocab_size", "65536"},
+                           {"save_every_n_steps", "100"}};
+  std::vector<double> losses[2];
+  std::string weights[2];
+  for (int overlap = 0; overlap < 2; ++overlap) {
+    Overrides o = rank_run_overrides(tmp.path() / std::to_string(overlap), corpus, 2, 4, extra);
+    o["overlap_grad_allreduce"] = overlap ? "true" : "false";
+    const CliRun r = run_shell(mpirun_command(2, "full_finetune_distributed", "demo/tiny_full", o),
+                               tmp.path() / ("s" + std::to_string(overlap)));
+    ASSERT_EQ(r.code, 0) << r.out << r.err;
+    EXPECT_EQ(r.out.find("overlap_grad_allreduce: from step 2 the gradients are summed in 3 "
+                         "collectives") != std::string::npos,
+              overlap == 1)
+        << r.out;
+    losses[overlap] = losses_of(logged_steps(tmp.path() / std::to_string(overlap)));
+    weights[overlap] =
+        read_text(tmp.path() / std::to_string(overlap) / "epoch_0" / "model.safetensors");
+  }
+  ASSERT_EQ(losses[0].size(), 4u);
+  EXPECT_EQ(losses[1], losses[0]);
+  EXPECT_FALSE(weights[0].empty());
+  EXPECT_TRUE(weights[1] == weights[0]) << "the streamed run's weights differ";
+}
+
 // Validation over ranks: 5 validation samples in batches of 2 (3 batches: 2 on rank 0, 1 on
 // rank 1); the loss sums and units are all-reduced, so the logged val_loss is the one-process
 // value. At ZeRO-3 rank 1 runs one forward more (discarded) to join the parameter broadcasts.

@@ -1,5 +1,7 @@
 #include "fusetune/config/distributed_schemas.h"
 
+#include <string>
+
 #include "fusetune/config/recipe_schemas.h"
 #include "fusetune/config/scalars.h"
 
@@ -30,6 +32,13 @@ Schema distributed(Schema s, const char* recipe) {
             .min(0)
             .doc("how long a rank waits for the others in one collective (including rank 0 "
                  "writing a checkpoint) before it reports that a rank died or hangs and exits"));
+  s.add(Field::Bool("overlap_grad_allreduce")
+            .def("false")
+            .doc("at zero_stage 0-1: sum the gradients over the ranks in buckets while the "
+                 "backward still runs (a communication thread; MPI then runs with "
+                 "MPI_THREAD_MULTIPLE), from the second step on; false sums them all after the "
+                 "backward. The sums are the same. Not with the DPO recipes or zero_stage 2-3 "
+                 "(a note when set there)"));
   // torchtune's FSDP keys.
   s.add(Field::Bool("fsdp_cpu_offload")
             .doc("torchtune: keep parameters and optimizer state in host memory; on a CPU they "
@@ -43,12 +52,21 @@ Schema distributed(Schema s, const char* recipe) {
             .items(kString)
             .doc("torchtune: extra modules FSDP wraps; at zero_stage 3 every parameter is "
                  "gathered on its own already (a note); an error at other stages"));
-  s.checks.push_back([](const Config& root, const Config&, Problems& p) {
+  s.checks.push_back([recipe](const Config& root, const Config&, Problems& p) {
     std::string stage = "0";
     if (root.has("zero_stage") && !root.is_map("zero_stage") && !root.is_list("zero_stage") &&
         root.node("zero_stage").IsScalar())
       stage = root.node("zero_stage").Scalar();
     const bool zero3 = stage == "3";
+    if (set_true(root, "overlap_grad_allreduce") && (stage == "2" || zero3))
+      p.warnings.push_back(
+          "overlap_grad_allreduce: true changes nothing at zero_stage 2-3: each gradient is "
+          "reduced into its owner after the backward");
+    if (set_true(root, "overlap_grad_allreduce") &&
+        std::string(recipe).find("dpo") != std::string::npos)
+      p.warnings.push_back(
+          "overlap_grad_allreduce: true changes nothing in the DPO recipes: their step sums the "
+          "gradients after the backward");
     if (set_true(root, "fsdp_cpu_offload"))
       p.warnings.push_back(
           "fsdp_cpu_offload: true changes nothing: parameters, gradients and optimizer state "

@@ -69,24 +69,34 @@ bool launched_by_mpi() {
          (env_set("SLURM_STEP_NUM_TASKS") && env_set("SLURM_PROCID"));
 }
 
-Communicator::Communicator(int rank, int size, bool mpi, double timeout_s)
-    : rank_(rank), size_(size), mpi_(mpi) {
+Communicator::Communicator(int rank, int size, bool mpi, double timeout_s, bool serialized)
+    : rank_(rank), size_(size), mpi_(mpi), serialized_(serialized) {
   if (mpi_) watchdog_ = std::make_unique<Watchdog>(timeout_s, who());
 }
 
-std::unique_ptr<Communicator> Communicator::from_environment(double timeout_s) {
+std::unique_ptr<Communicator> Communicator::from_environment(double timeout_s, bool threads) {
   FT_CHECK(timeout_s > 0, "dist_timeout_seconds must be > 0");
-  if (!launched_by_mpi()) return std::unique_ptr<Communicator>(new Communicator(0, 1, false, 0));
+  if (!launched_by_mpi())
+    return std::unique_ptr<Communicator>(new Communicator(0, 1, false, 0, true));
   int initialized = 0;
   MPI_Initialized(&initialized);
   FT_CHECK(!initialized, "MPI is already initialized in this process");
   int provided = 0;
-  // Only the main thread calls MPI (the watchdog never does).
-  check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+  // The gradient streamer's communication thread calls MPI while the main thread runs the
+  // backward (dist/grad_stream.h; never both at once). MPI_THREAD_SERIALIZED would allow that,
+  // but with it Open MPI 4.1 hung here in an all-reduce of the streamer within a few ZeRO-1 steps
+  // (2 of 3 runs of the mid shape; likely its unlocked internals touched from the computing
+  // thread, e.g. by its memory hooks on free): MPI_THREAD_MULTIPLE turns its locking on, and
+  // has not hung since. Without the streamer only the main thread calls MPI (the watchdog
+  // never does).
+  check(MPI_Init_thread(nullptr, nullptr, threads ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED,
+                        &provided),
+        "MPI_Init_thread");
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  return std::unique_ptr<Communicator>(new Communicator(rank, size, true, timeout_s));
+  return std::unique_ptr<Communicator>(
+      new Communicator(rank, size, true, timeout_s, provided >= MPI_THREAD_MULTIPLE));
 }
 
 Communicator::~Communicator() {

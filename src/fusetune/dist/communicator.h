@@ -20,13 +20,18 @@ class Communicator {
  public:
   // MPI_COMM_WORLD when launched_by_mpi() (MPI is initialized here and finalized by the
   // destructor), else one rank without MPI.
-  static std::unique_ptr<Communicator> from_environment(double timeout_s);
+  // `threads`: initialize MPI with MPI_THREAD_MULTIPLE, so that a second thread may run
+  // collectives (dist/grad_stream.h); else MPI_THREAD_FUNNELED (only the main thread).
+  static std::unique_ptr<Communicator> from_environment(double timeout_s, bool threads = false);
   ~Communicator();
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
 
   int rank() const { return rank_; }
   int size() const { return size_; }
+  // True when another thread may call the collectives while this one does not (MPI initialized
+  // with MPI_THREAD_MULTIPLE: see the .cpp; always with one rank).
+  bool serialized_threads() const { return serialized_; }
   // "rank 1 of 2": how messages name this process.
   std::string who() const;
 
@@ -49,10 +54,11 @@ class Communicator {
   double take_comm_seconds();
 
  private:
-  Communicator(int rank, int size, bool mpi, double timeout_s);
+  Communicator(int rank, int size, bool mpi, double timeout_s, bool serialized);
   int rank_ = 0;
   int size_ = 1;
   bool mpi_ = false;
+  bool serialized_ = true;
   std::unique_ptr<Watchdog> watchdog_;  // only with MPI
   double comm_s_ = 0;
 };

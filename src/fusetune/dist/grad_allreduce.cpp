@@ -6,10 +6,8 @@
 #include "fusetune/util/error.h"
 
 namespace fusetune::dist {
-namespace {
 
-// Copies between a gradient (fp32 or bf16) and fp32 bucket space.
-void to_f32(const Tensor& t, int64_t begin, int64_t n, float* out) {
+void gradient_to_f32(const Tensor& t, int64_t begin, int64_t n, float* out) {
   if (t.dtype() == DType::F32) {
     std::copy_n(t.data<float>() + begin, n, out);
   } else {
@@ -18,7 +16,7 @@ void to_f32(const Tensor& t, int64_t begin, int64_t n, float* out) {
   }
 }
 
-void from_f32(const float* in, int64_t begin, int64_t n, Tensor& t) {
+void gradient_from_f32(const float* in, int64_t begin, int64_t n, Tensor& t) {
   if (t.dtype() == DType::F32) {
     std::copy_n(in, n, t.data<float>() + begin);
   } else {
@@ -26,8 +24,6 @@ void from_f32(const float* in, int64_t begin, int64_t n, Tensor& t) {
     for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(in[i]);
   }
 }
-
-}  // namespace
 
 int64_t allreduce_buffer_elements(const std::vector<int64_t>& numels,
                                   const std::vector<DType>& dtypes, int64_t bucket_elements) {
@@ -62,7 +58,7 @@ void allreduce_gradients(Communicator& comm, const std::vector<Tensor*>& grads,
     comm.allreduce_sum(bucket, used, what);
     int64_t at = 0;
     for (Tensor* t : pending) {
-      from_f32(bucket + at, 0, t->numel(), *t);
+      gradient_from_f32(bucket + at, 0, t->numel(), *t);
       at += t->numel();
     }
     used = 0;
@@ -79,14 +75,14 @@ void allreduce_gradients(Communicator& comm, const std::vector<Tensor*>& grads,
       flush();
       for (int64_t begin = 0; begin < n; begin += bucket_elements) {
         const int64_t len = std::min(bucket_elements, n - begin);
-        to_f32(*g, begin, len, bucket);
+        gradient_to_f32(*g, begin, len, bucket);
         comm.allreduce_sum(bucket, len, what);
-        from_f32(bucket, begin, len, *g);
+        gradient_from_f32(bucket, begin, len, *g);
       }
       continue;
     }
     if (used + n > bucket_elements) flush();
-    to_f32(*g, 0, n, bucket + used);
+    gradient_to_f32(*g, 0, n, bucket + used);
     used += n;
     pending.push_back(g);
   }

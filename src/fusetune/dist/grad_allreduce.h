@@ -18,6 +18,11 @@ namespace fusetune::dist {
 // Elements per bucket (16 MiB of fp32).
 inline constexpr int64_t kBucketElements = int64_t(4) << 20;
 
+// Copies elements [begin, begin + n) of a gradient (fp32 or bf16) to fp32 bucket space, and
+// back (bf16 rounded to nearest).
+void gradient_to_f32(const Tensor& t, int64_t begin, int64_t n, float* out);
+void gradient_from_f32(const float* in, int64_t begin, int64_t n, Tensor& t);
+
 // `grads` in the same order on every rank (the loop passes them sorted by parameter name).
 void allreduce_gradients(Communicator& comm, const std::vector<Tensor*>& grads,
                          const std::string& what, int64_t bucket_elements = kBucketElements);

@@ -14,7 +14,9 @@ namespace fusetune {
 namespace {
 
 int run_ranks(const Config& cfg, TrainJob job) {
-  auto comm = dist::Communicator::from_environment(cfg.f64("dist_timeout_seconds", 300));
+  // A second thread calls MPI only for overlap_grad_allreduce: only then MPI_THREAD_MULTIPLE.
+  auto comm = dist::Communicator::from_environment(cfg.f64("dist_timeout_seconds", 300),
+                                                   cfg.boolean("overlap_grad_allreduce", false));
   job.comm = comm.get();
   try {
     return run_training(cfg, job);

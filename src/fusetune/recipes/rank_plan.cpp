@@ -6,6 +6,7 @@
 
 #include "fusetune/compile/compiler.h"
 #include "fusetune/dist/grad_allreduce.h"
+#include "fusetune/dist/grad_stream.h"
 #include "fusetune/dist/sharded_optimizer.h"
 #include "fusetune/models/parameters.h"
 #include "fusetune/recipes/distributed_recipes.h"
@@ -62,10 +63,15 @@ RankPeak plan_rank_peak(const PlannedStep& s, const ModePlan& p, int ranks, int 
       s.preference && s.preference->needs_reference() && s.recipe.rfind("full_dpo_", 0) == 0;
   const int64_t base = m.parameters * (reference_copy ? 2 : 1) + optimizer;
   // Collectives only with more than one rank (one rank returns before any buffer).
-  const int64_t bucket =
-      ranks > 1 && zero_stage < 2
-          ? 4 * dist::allreduce_buffer_elements(numels, dtypes, dist::kBucketElements)
-          : 0;
+  int64_t bucket = ranks > 1 && zero_stage < 2
+                       ? 4 * dist::allreduce_buffer_elements(numels, dtypes, dist::kBucketElements)
+                       : 0;
+  // overlap_grad_allreduce: up to two buckets while the last backward hands over its gradients
+  // (dist/grad_stream.h), allocated as its first bucket fills; planned as held with all the
+  // gradients, as the all-reduce after the backward (the first step's) is.
+  if (ranks > 1 && zero_stage < 2 && s.overlap_grad_allreduce)
+    bucket =
+        std::max(bucket, 4 * dist::stream_buffer_elements(numels, dtypes, dist::kBucketElements));
   const int64_t staging = zero_stage >= 1 ? dist::broadcast_buffer_bytes(nbytes, ranks) : 0;
   const int64_t held_at_update = zero_stage == 2 ? owned_grads : grads;
   RankPeak r;

@@ -104,6 +104,8 @@ PlannedStep plan_step(const Config& cfg, const std::string& recipe, const ModelC
   s.activation_checkpointing = cfg.boolean("enable_activation_checkpointing", false);
   s.gradient_accumulation_steps = cfg.i64("gradient_accumulation_steps", 1);
   s.reshard_after_forward = cfg.boolean("fsdp_reshard_after_forward", true);
+  s.overlap_grad_allreduce =
+      cfg.boolean("overlap_grad_allreduce", false) && !is_dpo_recipe(recipe) && !s.optimizer_in_bwd;
   s.configured_mode = parse_compile_mode(cfg.str("compile", "false"));
   s.graph = build_training_graph(model, o);
   return s;

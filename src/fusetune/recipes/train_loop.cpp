@@ -8,6 +8,7 @@
 #include "fusetune/compile/compiler.h"
 #include "fusetune/config/schema.h"
 #include "fusetune/dist/grad_allreduce.h"
+#include "fusetune/dist/grad_stream.h"
 #include "fusetune/dist/owned_gradients.h"
 #include "fusetune/dist/sharded_optimizer.h"
 #include "fusetune/dist/sharded_params.h"
@@ -357,6 +358,65 @@ int run_training(const Config& cfg, const TrainJob& job) {
         "the gradient freed; grad_norm is not logged (no step sees all the gradients)");
   }
 
+  // overlap_grad_allreduce (ZeRO-0/1, more than one rank, a step that hands over its gradients
+  // during the backward): the first step records the order the backward produces the gradients
+  // in and sums them after the backward; from the second on, the last micro-batch's gradients
+  // are summed in buckets while its backward goes on (dist/grad_stream.h). The other
+  // micro-batches' gradients are held to the end of their run and accumulated as before.
+  std::unique_ptr<dist::GradientStreamer> streamer;
+  std::vector<std::string> arrival;  // the first backward's trainable gradients, in order
+  std::vector<std::pair<std::string, Tensor>> held;
+  bool can_stream = false, stream_now = false;
+  int64_t micro_k = 0;
+  const std::set<std::string> trainable_set(trainable.begin(), trainable.end());
+  if (world > 1 && zero_stage < 2 && !in_bwd && cfg.boolean("overlap_grad_allreduce", true)) {
+    if (!job.comm->serialized_threads()) {
+      logger.message(
+          "overlap_grad_allreduce: the MPI library does not provide MPI_THREAD_MULTIPLE: "
+          "gradients are summed after the backward");
+    } else {
+      can_stream = step->stream_gradients([&](const std::string& name, Tensor g) {
+        if (!stream_now) {
+          if (!streamer && micro_k == 0 && trainable_set.count(name)) arrival.push_back(name);
+          held.emplace_back(name, std::move(g));
+          return;
+        }
+        accumulate(name, std::move(g), micro_k == 0);
+        if (trainable_set.count(name)) streamer->add(name, grads.at(name));
+      });
+      if (!can_stream && cfg.has("overlap_grad_allreduce"))
+        logger.message("overlap_grad_allreduce: the " + job.recipe +
+                       " recipe's step sums its gradients after the backward");
+    }
+  }
+  // The first step's arrival order on rank 0 becomes every rank's bucket layout.
+  auto start_streaming = [&](size_t summed) {
+    std::map<std::string, int32_t> position;
+    for (size_t i = 0; i < trainable.size(); ++i) position[trainable[i]] = int32_t(i);
+    std::vector<int32_t> order;
+    for (const std::string& name : arrival) order.push_back(position.at(name));
+    FT_CHECK(order.size() == summed, "overlap_grad_allreduce: the backward handed over " +
+                                         std::to_string(order.size()) + " of " +
+                                         std::to_string(summed) + " gradients");
+    job.comm->broadcast(order.data(), int64_t(order.size() * sizeof(int32_t)), 0,
+                        "the gradient bucket layout broadcast");
+    std::vector<std::string> names;
+    std::vector<int64_t> numels;
+    std::vector<DType> dtypes;
+    for (int32_t i : order) {
+      FT_CHECK(i >= 0 && size_t(i) < trainable.size() && grads.count(trainable[size_t(i)]),
+               "overlap_grad_allreduce: rank 0's gradients differ from this rank's");
+      const Tensor& g = grads.at(trainable[size_t(i)]);
+      names.push_back(trainable[size_t(i)]);
+      numels.push_back(g.numel());
+      dtypes.push_back(g.dtype());
+    }
+    streamer = std::make_unique<dist::GradientStreamer>(*job.comm, names, numels, dtypes);
+    logger.message("overlap_grad_allreduce: from step 2 the gradients are summed in " +
+                   std::to_string(streamer->jobs()) +
+                   " collectives while the last micro-batch's backward runs");
+  };
+
   // Mean loss over the validation data per loss unit (torchtune's val_loss), logged on its
   // own line and in metrics.jsonl. Ranks: validation batch k is rank k % world's (each sample
   // once, batched as in one process), and the loss sums and units are all-reduced, so the value
@@ -408,8 +468,18 @@ int run_training(const Config& cfg, const TrainJob& job) {
       lr = schedule.lr_at(progress.global_step);
       double loss = 0;
       std::vector<StepMetric> metrics;
+      const bool streaming = streamer != nullptr;
       for (size_t k = 0; k < micro.size(); ++k) {
+        micro_k = int64_t(k);
+        stream_now = streaming && k + 1 == micro.size();
+        if (stream_now) streamer->begin("the gradient all-reduce" + at_step);
         StepOutputs out = step->run(micro[k], scale, progress.global_step, int64_t(k));
+        if (!held.empty()) {  // handed over during the run: accumulated here as before
+          std::sort(held.begin(), held.end(),
+                    [](const auto& a, const auto& b) { return a.first < b.first; });
+          for (auto& h : held) out.grads.push_back(std::move(h));
+          held.clear();
+        }
         loss += out.loss;
         for (auto& [name, g] : out.grads) {
           // ZeRO-2, 3: each micro-batch's gradients summed into their owners (in name order, the
@@ -425,6 +495,10 @@ int run_training(const Config& cfg, const TrainJob& job) {
           metrics[i].count += out.metrics[i].count;
         }
       }
+      stream_now = false;
+      // The buckets' collectives come first on every rank (only that thread calls MPI until
+      // then).
+      if (streaming) streamer->finish();
       if (job.comm && world > 1) {
         // Ranks: the step's loss, metric sums and counts, and gradients summed over the ranks;
         // clipping and the update then see the global gradient (DESIGN.md §7: accumulate ->
@@ -444,8 +518,10 @@ int run_training(const Config& cfg, const TrainJob& job) {
         std::vector<Tensor*> reduce;
         for (const std::string& name : trainable)  // sorted: the same order on every rank
           if (auto it = grads.find(name); it != grads.end()) reduce.push_back(&it->second);
-        if (!zero2)
+        if (!zero2 && !streaming) {
           dist::allreduce_gradients(*job.comm, reduce, "the gradient all-reduce" + at_step);
+          if (can_stream) start_streaming(reduce.size());
+        }
       }
       const double compile_s = step->take_compile_seconds();
       std::optional<double> grad_norm;
@@ -484,6 +560,10 @@ int run_training(const Config& cfg, const TrainJob& job) {
       const double step_s = seconds_since(t0);
       const double comm_s = job.comm ? job.comm->take_comm_seconds() : 0.0;
       const int64_t new_gather_buffers = zero3 ? zero3->take_new_gather_buffers() : 0;
+      // overlap_grad_allreduce: the step's own collectives and its waits for the buckets'.
+      const double comm_wait_s =
+          streaming ? comm_s - streamer->take_collective_seconds() + streamer->take_wait_seconds()
+                    : 0.0;
       if (progress.global_step % log_every == 0 || progress.global_step == 1) {
         int64_t tokens = 0;
         for (const Batch& b : micro) tokens += b.num_valid_labels();  // this rank's
@@ -506,6 +586,9 @@ int run_training(const Config& cfg, const TrainJob& job) {
         // ZeRO-3: rank 0's gather buffers allocated this step (0 once its pool is warm).
         if (zero3 && world > 1)
           m.extra.push_back({"gather_new_buffers", double(new_gather_buffers), 0});
+        // overlap_grad_allreduce: what of it the step waited for (the rest ran during the
+        // backward).
+        if (streaming) m.extra.push_back({"comm_wait_s", comm_wait_s, 3});
         logger.log(m);
       }
       logger.progress(progress.epoch + 1, progress.global_step, loss);
