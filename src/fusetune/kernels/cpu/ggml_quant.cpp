@@ -113,7 +113,7 @@ void search_8_sub_blocks(const float* x, float* scale_out, float* iscale_out, bo
     for (int j = 0; j < 8; ++j) xs[i][j] = x[kN * j + i];
   F8 max = {}, amax = {};  // the signed value of largest |x|, the first one on ties
   for (int i = 0; i < kN; ++i) {
-    const F8 a = std::bit_cast<F8>(std::bit_cast<I8>(xs[i]) & 0x7fffffff);
+    const F8 a = abs8(xs[i]);
     const I8 larger = a > amax;
     amax = select(larger, a, amax);
     max = select(larger, xs[i], max);
@@ -165,12 +165,7 @@ SubBlockSearch search_sub_blocks(const float* xb) {
 // Returns false for a block whose scales are all ~0 (ggml zeroes the whole block).
 bool block_scales(const SubBlockSearch& r, Q6_KScales& out) {
   float max_scale = 0.0f, max_abs_scale = 0.0f;
-  for (int s = 0; s < 16; ++s) {
-    if (std::fabs(r.scale[s]) > max_abs_scale) {
-      max_abs_scale = std::fabs(r.scale[s]);
-      max_scale = r.scale[s];
-    }
-  }
+  signed_max(r.scale, 16, max_scale, max_abs_scale);
   if (max_abs_scale < kGroupMaxEps) {
     std::memset(&out, 0, sizeof(out));
     return false;
@@ -194,12 +189,7 @@ void quantize_row_q4_0(const float* x, BlockQ4_0* y, int64_t k) {
   for (int64_t b = 0; b < k / kBlock; ++b) {
     const float* xb = x + b * kBlock;
     float amax = 0.0f, max = 0.0f;  // the signed value of largest magnitude, first on ties
-    for (int64_t j = 0; j < kBlock; ++j) {
-      if (amax < std::fabs(xb[j])) {
-        amax = std::fabs(xb[j]);
-        max = xb[j];
-      }
-    }
+    signed_max(xb, kBlock, max, amax);
     const float d = max / -8.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     y[b].d = fp32_to_fp16(d);
