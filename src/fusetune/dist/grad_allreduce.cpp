@@ -25,6 +25,16 @@ void gradient_from_f32(const float* in, int64_t begin, int64_t n, Tensor& t) {
   }
 }
 
+void allreduce_in_pieces(Communicator& comm, Tensor& g, float* buffer, int64_t buffer_elements,
+                         const std::string& what) {
+  for (int64_t begin = 0; begin < g.numel(); begin += buffer_elements) {
+    const int64_t len = std::min(buffer_elements, g.numel() - begin);
+    gradient_to_f32(g, begin, len, buffer);
+    comm.allreduce_sum(buffer, len, what);
+    gradient_from_f32(buffer, begin, len, g);
+  }
+}
+
 int64_t allreduce_buffer_elements(const std::vector<int64_t>& numels,
                                   const std::vector<DType>& dtypes, int64_t bucket_elements) {
   int64_t small = 0;
@@ -73,12 +83,7 @@ void allreduce_gradients(Communicator& comm, const std::vector<Tensor*>& grads,
         continue;
       }
       flush();
-      for (int64_t begin = 0; begin < n; begin += bucket_elements) {
-        const int64_t len = std::min(bucket_elements, n - begin);
-        gradient_to_f32(*g, begin, len, bucket);
-        comm.allreduce_sum(bucket, len, what);
-        gradient_from_f32(bucket, begin, len, *g);
-      }
+      allreduce_in_pieces(comm, *g, bucket, bucket_elements, what);
       continue;
     }
     if (used + n > bucket_elements) flush();

@@ -22,6 +22,10 @@ inline constexpr int64_t kBucketElements = int64_t(4) << 20;
 // back (bf16 rounded to nearest).
 void gradient_to_f32(const Tensor& t, int64_t begin, int64_t n, float* out);
 void gradient_from_f32(const float* in, int64_t begin, int64_t n, Tensor& t);
+// Sums a gradient over the ranks through `buffer` (fp32, `buffer_elements` long), a piece at a
+// time: how a bf16 gradient larger than a bucket is all-reduced.
+void allreduce_in_pieces(Communicator& comm, Tensor& g, float* buffer, int64_t buffer_elements,
+                         const std::string& what);
 
 // `grads` in the same order on every rank (the loop passes them sorted by parameter name).
 void allreduce_gradients(Communicator& comm, const std::vector<Tensor*>& grads,

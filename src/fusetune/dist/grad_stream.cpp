@@ -192,16 +192,9 @@ void GradientStreamer::run_job(const Job& job, float* buffer) {
       }
       break;
     }
-    case Kind::Pieces: {
-      Tensor& g = grads_[job.members[0]];
-      for (int64_t begin = 0; begin < job.elements; begin += buffer_elements_) {
-        const int64_t len = std::min(buffer_elements_, job.elements - begin);
-        gradient_to_f32(g, begin, len, buffer);
-        comm_.allreduce_sum(buffer, len, what_);
-        gradient_from_f32(buffer, begin, len, g);
-      }
+    case Kind::Pieces:
+      allreduce_in_pieces(comm_, grads_[job.members[0]], buffer, buffer_elements_, what_);
       break;
-    }
   }
 }
 
