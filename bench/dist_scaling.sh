@@ -6,17 +6,20 @@
 # Nothing here asserts a timing.
 #   bench/dist_scaling.sh [--ranks 2] [--threads 2] [--stages 0,1,2,3] [--steps 8]
 #                         [--recipe full|lora] [--compile true] [--batch 4] [--seq 256]
+#                         [--overlap false|true|both]
+# --overlap: overlap_grad_allreduce at ZeRO-0/1 (both: one row each way, side by side).
 # The model is the benchmarks' "mid" shape (vocab 32000, dim 512, 8 layers, 8 heads, 4 kv
 # heads, ffn 1408), random init, on the demo corpus. The first 2 steps are warm-up: tokens/s
 # and comm_s are the means of the rest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${FUSETUNE:-build/release/fusetune}
-ranks=2 threads=2 stages=0,1,2,3 steps=8 recipe=full compile=true batch=4 seq=256
+ranks=2 threads=2 stages=0,1,2,3 steps=8 recipe=full compile=true batch=4 seq=256 overlap=false
 while [ $# -gt 0 ]; do
   case "$1" in
     --ranks) ranks=$2 ;; --threads) threads=$2 ;; --stages) stages=$2 ;; --steps) steps=$2 ;;
     --recipe) recipe=$2 ;; --compile) compile=$2 ;; --batch) batch=$2 ;; --seq) seq=$2 ;;
+    --overlap) overlap=$2 ;;
     *) echo "unknown option $1 (see the header of $0)" >&2; exit 2 ;;
   esac
   shift 2
@@ -24,6 +27,10 @@ done
 [ -x "$B" ] || { echo "$B not built (scripts/build.sh)" >&2; exit 1; }
 (( batch % ranks == 0 )) || { echo "--batch $batch is not a multiple of --ranks $ranks" >&2; exit 2; }
 (( threads % ranks == 0 )) || { echo "--threads $threads is not a multiple of --ranks $ranks" >&2; exit 2; }
+case "$overlap" in
+  false|true) overlaps=("$overlap") ;; both) overlaps=(false true) ;;
+  *) echo "--overlap is false, true or both" >&2; exit 2 ;;
+esac
 case "$recipe" in
   full) config=demo/tiny_full single=full_finetune_single_device dist=full_finetune_distributed ;;
   lora) config=demo/tiny_full single=lora_finetune_single_device dist=lora_finetune_distributed ;;
@@ -48,7 +55,7 @@ summarize() {
     END { printf "%s %d\n", (n ? s / n : 0), peak }' "$1"
 }
 
-printf '%-26s %12s %8s %14s %10s\n' "run" "tokens/s" "ratio" "rank-0 peak" "comm_s"
+printf '%-34s %12s %8s %14s %10s\n' "run" "tokens/s" "ratio" "rank-0 peak" "comm_s"
 run_one() {  # label, out dir, launcher...
   local label=$1 out=$2; shift 2
   if ! "$@" output_dir="$out" >"$out.log" 2>&1; then
@@ -61,19 +68,26 @@ run_one() {  # label, out dir, launcher...
 }
 read -r base_tps base_peak _ <<<"$(OMP_NUM_THREADS=$threads run_one "1 x $threads threads" "$work/single" \
   "$B" run "$single" --config "$config" "${common[@]}" batch_size="$batch" num_threads="$threads")"
-printf '%-26s %12.1f %8.3f %10.1f MiB %10s\n' "1 process x $threads thr" "$base_tps" 1 \
+printf '%-34s %12.1f %8.3f %10.1f MiB %10s\n' "1 process x $threads thr" "$base_tps" 1 \
   "$(awk -v p="$base_peak" 'BEGIN { print p / 1048576 }')" "-"
 per_rank=$((threads / ranks))
 IFS=, read -ra stage_list <<<"$stages"
 for s in "${stage_list[@]}"; do
-  read -r tps peak comm <<<"$(run_one "$ranks ranks stage $s" "$work/z$s" \
-    env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=$per_rank \
-    mpirun -np "$ranks" --bind-to none "$B" run "$dist" --config "$config" "${common[@]}" \
-    batch_size=$((batch / ranks)) num_threads=$per_rank zero_stage="$s")"
-  # tokens_per_second_per_gpu is rank 0's own tokens: the ranks' batches are equal, so the
-  # total is N times it.
-  total=$(awk -v t="$tps" -v n="$ranks" 'BEGIN { print t * n }')
-  printf '%-26s %12.1f %8.3f %10.1f MiB %10.3f\n' "$ranks ranks x $per_rank thr, ZeRO-$s" "$total" \
-    "$(awk -v a="$total" -v b="$base_tps" 'BEGIN { print a / b }')" \
-    "$(awk -v p="$peak" 'BEGIN { print p / 1048576 }')" "$comm"
+  for o in "${overlaps[@]}"; do
+    (( s < 2 )) || [ "$o" = false ] || continue  # overlapping applies to ZeRO-0/1 only
+    label="$ranks ranks x $per_rank thr, ZeRO-$s"
+    extra=()
+    (( s >= 2 )) || extra=(overlap_grad_allreduce="$o")
+    [ "$overlap" = false ] || [ "$s" -ge 2 ] || label+=" ovl=$o"
+    read -r tps peak comm <<<"$(run_one "$label" "$work/z$s$o" \
+      env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=$per_rank \
+      mpirun -np "$ranks" --bind-to none "$B" run "$dist" --config "$config" "${common[@]}" \
+      batch_size=$((batch / ranks)) num_threads=$per_rank zero_stage="$s" "${extra[@]}")"
+    # tokens_per_second_per_gpu is rank 0's own tokens: the ranks' batches are equal, so the
+    # total is N times it.
+    total=$(awk -v t="$tps" -v n="$ranks" 'BEGIN { print t * n }')
+    printf '%-34s %12.1f %8.3f %10.1f MiB %10.3f\n' "$label" "$total" \
+      "$(awk -v a="$total" -v b="$base_tps" 'BEGIN { print a / b }')" \
+      "$(awk -v p="$peak" 'BEGIN { print p / 1048576 }')" "$comm"
+  done
 done

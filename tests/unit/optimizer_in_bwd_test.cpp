@@ -56,8 +56,8 @@ TrainRun train(const ModelConfig& cfg, bool lora, CompileMode mode, bool in_bwd,
     Graph g = run_passes(tg.graph, po, nullptr);
     MemoryPlan plan;
     if (mode != CompileMode::None) plan = plan_memory(g, mode == CompileMode::Model ? 1 : -1);
-    const MemoryBreakdown m =
-        estimate_step_memory(g, mode == CompileMode::None ? nullptr : &plan, 2.0, in_bwd);
+    const MemoryBreakdown m = estimate_step_memory(g, mode == CompileMode::None ? nullptr : &plan,
+                                                   2.0, in_bwd ? all_gradients() : GradientFreed{});
     r.predicted = m.total();
   }
   const int64_t base = memory::current_bytes();
@@ -145,6 +145,26 @@ TEST(OptimizerInBwd, ALaterReaderDefersTheUpdate) {
   // Read the parameter once more, after everything else: its update must wait to the end.
   g.mark_output("late_read", g.add1(Op::Add, {p, p}));
   EXPECT_FALSE(early_update_outputs(g)[1]) << param << " is read after its gradient";
+}
+
+// The receiver of an early gradient may change it in place (ZeRO-2 sums it over the ranks
+// there): a gradient whose buffer a later node reads, itself or through a view, waits for the
+// end of the run.
+TEST(OptimizerInBwd, AGradientReadLaterIsNotHandedOverEarly) {
+  const TrainingGraph tg = graph_for(tiny_config(false, false), false, 2, 8);
+  for (const bool through_view : {false, true}) {
+    Graph g = tg.graph;
+    const Value grad = g.outputs()[1].second;
+    ASSERT_TRUE(early_update_outputs(g)[1]);
+    Value read = grad;
+    if (through_view) {
+      Attrs flat;
+      flat.shape = {g.type(grad).numel()};
+      read = g.add1(Op::Reshape, {grad}, flat);
+    }
+    g.mark_output("late_read", g.add1(Op::Add, {read, read}));
+    EXPECT_FALSE(early_update_outputs(g)[1]) << "view " << through_view;
+  }
 }
 
 TEST(OptimizerInBwd, SameLossesAsTheOrdinaryStepAndTheGradientsMemoryIsSaved) {

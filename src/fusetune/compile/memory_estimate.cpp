@@ -25,9 +25,14 @@ int64_t OptimizerStateSize::bytes(int64_t numel, int64_t nbytes) const {
   return int64_t(double(nbytes) * per_param_byte);
 }
 
+GradientFreed all_gradients() {
+  return [](const std::string&) { return true; };
+}
+
 MemoryBreakdown estimate_step_memory(const Graph& g, const MemoryPlan* plan,
                                      const OptimizerStateSize& optimizer_state,
-                                     bool optimizer_in_bwd, const GatheredParam& gathered) {
+                                     const GradientFreed& freed_early,
+                                     const GatheredParam& gathered) {
   MemoryBreakdown m;
   const auto& nodes = g.nodes();
   std::set<const void*> constants;  // graph-owned weights (NF4 base), each storage once
@@ -49,12 +54,12 @@ MemoryBreakdown estimate_step_memory(const Graph& g, const MemoryPlan* plan,
   }
   for (const auto& [name, v] : g.outputs())
     if (name.rfind("grad:", 0) == 0) m.gradients += int64_t(g.type(v).nbytes());
-  // optimizer_in_bwd: the gradients applied (and freed) as soon as their node has run, by the
-  // node holding their buffer (views followed to their source); and those applied at the end.
+  // The gradients handed over (and freed) as soon as their node has run, by the node holding
+  // their buffer (views followed to their source); the others are held to the end.
   std::vector<std::vector<int>> applied_after(nodes.size());
   std::vector<bool> is_gradient(nodes.size(), false);
   int64_t gradients_held = 0, gradients_at_peak = 0;
-  if (optimizer_in_bwd) {
+  if (freed_early) {
     const std::vector<bool> early = early_update_outputs(g);
     for (size_t k = 0; k < g.outputs().size(); ++k) {
       const auto& [name, v] = g.outputs()[k];
@@ -62,7 +67,7 @@ MemoryBreakdown estimate_step_memory(const Graph& g, const MemoryPlan* plan,
       int root = v.node;
       while (is_view_op(nodes[size_t(root)].op)) root = nodes[size_t(root)].inputs[0].node;
       is_gradient[size_t(root)] = true;
-      if (early[k]) applied_after[size_t(v.node)].push_back(root);
+      if (early[k] && freed_early(name.substr(5))) applied_after[size_t(v.node)].push_back(root);
     }
   }
 
@@ -160,7 +165,7 @@ MemoryBreakdown estimate_step_memory(const Graph& g, const MemoryPlan* plan,
   }
   for (const auto& [bytes, count] : pooled_count) m.gathered += bytes * count;
   peak += m.gathered;
-  if (optimizer_in_bwd) m.gradients = gradients_at_peak;
+  if (freed_early) m.gradients = gradients_at_peak;
   m.activations = std::max<int64_t>(0, peak - m.gradients - m.workspace - m.gathered);
   return m;
 }

@@ -37,19 +37,23 @@ struct OptimizerStateSize {
 };
 
 // `g` is the graph as it will run (after passes for compiled modes, with `plan` its memory
-// plan; plan == nullptr for eager). optimizer_in_bwd: each gradient that can be applied early
-// (early_update_outputs in memory_plan.h) is freed right after its node instead of being held
-// to the optimizer step; `gradients` is then what is held at the peak.
+// plan; plan == nullptr for eager). `freed_early`: the parameters whose gradient, when it can be
+// handed over early (early_update_outputs in memory_plan.h), is freed right after its node
+// instead of being held to the end of the step: every one with optimizer_in_bwd
+// (all_gradients()), those other ranks own with ZeRO-2's reduce during the backward
+// (dist/owned_gradients.h); `gradients` is then what is held at the peak.
 // `gathered` (ZeRO-3, dist/sharded_params.h): the Param leaves whose value is a copy gathered
 // from another rank when the leaf runs, held to its last use (views followed) like an
 // intermediate, in a buffer from dist/gather_pool.h: the pool ends up holding, per byte size,
 // the most such buffers live at once in the step, throughout. That is `gathered`, counted
 // instead of `parameters` (optimizer state still counts every trainable parameter: the caller
 // shards it).
+using GradientFreed = std::function<bool(const std::string& param)>;
+GradientFreed all_gradients();
 using GatheredParam = std::function<bool(const std::string& name)>;
 MemoryBreakdown estimate_step_memory(const Graph& g, const MemoryPlan* plan,
                                      const OptimizerStateSize& optimizer_state,
-                                     bool optimizer_in_bwd = false,
+                                     const GradientFreed& freed_early = {},
                                      const GatheredParam& gathered = {});
 
 }  // namespace fusetune

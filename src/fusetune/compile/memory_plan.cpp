@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <map>
 #include <string>
 
 #include "fusetune/runtime/node_kernels.h"
@@ -41,12 +42,23 @@ std::vector<int> last_uses(const Graph& g) {
 
 std::vector<bool> early_update_outputs(const Graph& g) {
   const std::vector<int> last = last_uses(g);
+  // The last node reading each buffer (node, output; views followed to their source), graph
+  // outputs or not.
+  std::map<std::pair<int, int>, int> last_reader;
+  for (size_t i = 0; i < g.nodes().size(); ++i)
+    for (const Value& v : g.nodes()[i].inputs) {
+      const Value root = storage_value(g, v);
+      int& r = last_reader[{root.node, root.index}];
+      r = std::max(r, int(i));
+    }
   std::vector<bool> early;
   for (const auto& [name, v] : g.outputs()) {
     bool ok = false;
     if (name.rfind("grad:", 0) == 0) {
       const std::string param = name.substr(5);
-      ok = true;
+      const Value root = storage_value(g, v);
+      const auto read = last_reader.find({root.node, root.index});
+      ok = read == last_reader.end() || read->second <= int(v.node);
       for (size_t i = 0; i < g.nodes().size(); ++i)
         if (g.nodes()[i].op == Op::Param && g.nodes()[i].name == param && last[i] > int(v.node))
           ok = false;

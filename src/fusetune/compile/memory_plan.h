@@ -39,8 +39,9 @@ std::vector<int> last_uses(const Graph& g);
 
 // optimizer_in_bwd: per graph output, true when it is a "grad:<param>" output that no node
 // scheduled after it reads the parameter (directly or through a view) of, so the parameter may
-// be updated as soon as the output is computed. The others (non-gradients, and gradients of a
-// parameter the graph still reads later) are false: their update waits for the end of the run.
+// be updated as soon as the output is computed, and whose buffer no later node reads either, so
+// the receiver may change it in place (ZeRO-2 sums it over the ranks there). The others
+// (non-gradients, and gradients still read later) are false: they wait for the end of the run.
 std::vector<bool> early_update_outputs(const Graph& g);
 
 }  // namespace fusetune

@@ -73,7 +73,8 @@ ModePlan plan_mode(const Graph& g, const PassOptions& opts,
                        std::to_string(mp.buffers) + " buffers written in place over an input, " +
                        format_bytes(double(mp.arena_bytes)) + " arena");
   p.arena_bytes = compiled ? mp.arena_bytes : 0;
-  p.memory = estimate_step_memory(run, compiled ? &mp : nullptr, optimizer_state, optimizer_in_bwd);
+  p.memory = estimate_step_memory(run, compiled ? &mp : nullptr, optimizer_state,
+                                  optimizer_in_bwd ? all_gradients() : GradientFreed{});
   return p;
 }
 

@@ -24,9 +24,10 @@ Schema distributed(Schema s, const char* recipe) {
             .doc("ZeRO sharding stage; 0 = every rank holds the whole model, gradients and "
                  "optimizer state (plain data parallelism); 1 = the optimizer state is sharded "
                  "(each rank updates its share of the parameters and broadcasts them); 2 = the "
-                 "summed gradients are sharded too (fp32); 3 = the parameters too: each lives on "
+                 "summed gradients are sharded too (fp32; each reduced into its owner as the "
+                 "backward produces it); 3 = the parameters too: each lives on "
                  "one rank and is broadcast right before its use in the forward and again in "
-                 "the backward, freed after (fp32, no NF4 base)"));
+                 "the backward, freed after (fp32; an NF4 base is sharded in its packed form)"));
   s.add(Field::Float("dist_timeout_seconds")
             .def("300")
             .min(0)
@@ -61,7 +62,7 @@ Schema distributed(Schema s, const char* recipe) {
     if (set_true(root, "overlap_grad_allreduce") && (stage == "2" || zero3))
       p.warnings.push_back(
           "overlap_grad_allreduce: true changes nothing at zero_stage 2-3: each gradient is "
-          "reduced into its owner after the backward");
+          "reduced into its owner as the backward hands it over, the backward waiting for it");
     if (set_true(root, "overlap_grad_allreduce") &&
         std::string(recipe).find("dpo") != std::string::npos)
       p.warnings.push_back(

@@ -24,6 +24,40 @@ bool OwnedGradients::reduce(const std::string& name, Tensor& grad, const std::st
   return it->second == comm_.rank();
 }
 
+void OwnedGradients::set_order(std::vector<std::string> order) {
+  for (const std::string& name : order)
+    FT_CHECK(owner_.count(name), "ZeRO-2: '" + name + "' in the gradient order is not trained");
+  order_ = std::move(order);
+  next_ = 0;
+}
+
+void OwnedGradients::hand_over(const std::string& name, Tensor grad, const Keep& keep,
+                               const std::string& what) {
+  if (!owner_.count(name)) return;
+  FT_CHECK(next_ < order_.size() && !held_.count(name),
+           "ZeRO-2: the backward handed over the gradient of '" + name +
+               "' twice, or one rank 0's backward does not produce");
+  held_[name] = std::move(grad);
+  while (next_ < order_.size()) {
+    auto it = held_.find(order_[next_]);
+    if (it == held_.end()) return;  // its turn: wait for it
+    Tensor g = std::move(it->second);
+    held_.erase(it);
+    ++next_;
+    if (reduce(order_[next_ - 1], g, what)) keep(order_[next_ - 1], std::move(g));
+  }
+}
+
+void OwnedGradients::end_of_backward() {
+  FT_CHECK(next_ == order_.size(),
+           "ZeRO-2: this rank's backward did not produce the gradient of '" +
+               (next_ < order_.size() ? order_[next_] : std::string()) + "' that rank 0's does");
+  FT_CHECK(held_.empty(), "ZeRO-2: this rank's backward produced the gradient of '" +
+                              (held_.empty() ? std::string() : held_.begin()->first) +
+                              "' that rank 0's does not");
+  next_ = 0;
+}
+
 double OwnedGradients::global_norm(const std::vector<ParamRef>& refs, const std::string& what) {
   std::vector<double> squares(refs.size(), 0.0);
   for (size_t i = 0; i < refs.size(); ++i)

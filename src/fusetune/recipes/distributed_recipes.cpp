@@ -32,10 +32,6 @@ int run_ranks(const Config& cfg, TrainJob job) {
 
 }  // namespace
 
-const char* const kZero3NF4NotPredicted =
-    "not predicted with an NF4 base (it runs: the base is sharded and gathered packed at use; "
-    "README: its measured peaks)";
-
 int full_finetune_distributed(const Config& cfg) {
   TrainJob job;
   job.recipe = "full_finetune_distributed";

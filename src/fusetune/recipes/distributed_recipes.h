@@ -17,9 +17,4 @@ int qat_lora_finetune_distributed(const Config& cfg);
 int lora_dpo_distributed(const Config& cfg);
 int full_dpo_distributed(const Config& cfg);
 
-// What `fusetune plan --nproc_per_node` prints in place of stage 3's prediction with an NF4
-// base: the run shards the base's packed parts (peft/nf4_weight.h, bound at run), which the
-// planned graph does not model yet.
-extern const char* const kZero3NF4NotPredicted;
-
 }  // namespace fusetune

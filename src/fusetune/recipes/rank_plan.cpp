@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <set>
 #include <vector>
 
 #include "fusetune/compile/compiler.h"
@@ -74,8 +75,27 @@ RankPeak plan_rank_peak(const PlannedStep& s, const ModePlan& p, int ranks, int 
         std::max(bucket, 4 * dist::stream_buffer_elements(numels, dtypes, dist::kBucketElements));
   const int64_t staging = zero_stage >= 1 ? dist::broadcast_buffer_bytes(nbytes, ranks) : 0;
   const int64_t held_at_update = zero_stage == 2 ? owned_grads : grads;
+  int64_t backward = base + graph_peak + (accumulating ? held_at_update : 0);
+  if (zero_stage == 2 && ranks > 1 && streams_gradients(s)) {
+    // Each gradient reduced as the backward hands it over: the first micro-batch's backward
+    // holds the owned ones; a later one's adds each into its accumulation buffer at once.
+    const Graph g = run_passes(s.graph.graph, step_pass_options(s, p.mode), nullptr);
+    MemoryPlan plan;
+    const bool compiled = p.mode != CompileMode::None;
+    if (compiled) plan = plan_memory(g, p.mode == CompileMode::Model ? 1 : -1);
+    std::set<std::string> mine;
+    for (size_t i = 0; i < trainable.size(); ++i)
+      if (owner[i] == rank) mine.insert(trainable[i].name);
+    auto graph_peak_freeing = [&](const GradientFreed& freed) {
+      const MemoryBreakdown b = estimate_step_memory(g, compiled ? &plan : nullptr, {}, freed);
+      return b.activations + b.gradients + b.workspace;
+    };
+    backward = base + graph_peak_freeing([&mine](const std::string& n) { return !mine.count(n); });
+    if (accumulating)
+      backward = std::max(backward, base + graph_peak_freeing(all_gradients()) + owned_grads);
+  }
   RankPeak r;
-  take_largest_moment(r, {{base + graph_peak + (accumulating ? held_at_update : 0), "backward"},
+  take_largest_moment(r, {{backward, "backward"},
                           {bucket > 0 ? base + p.arena_bytes + grads + bucket : 0, "all-reduce"},
                           {base + p.arena_bytes + held_at_update + staging, "update"}});
   r.optimizer_state = optimizer;
@@ -97,10 +117,6 @@ std::string format_rank_plans(const PlannedStep& s, const ModePlan& p, int ranks
                 "largest rank", "optim state", "comm buffers", "peak at (rank 0)");
   out += line;
   for (int stage = 0; stage <= 3; ++stage) {
-    if (stage == 3 && s.nf4) {
-      out += std::string("3          ") + kZero3NF4NotPredicted + "\n";
-      continue;
-    }
     std::vector<RankPeak> peaks;
     if (stage == 3) {
       peaks = plan_zero3_rank_peaks(s, p.mode, ranks);  // the stage-3 graph planned once
@@ -120,15 +136,19 @@ std::string format_rank_plans(const PlannedStep& s, const ModePlan& p, int ranks
                   format_bytes(double(r0.comm_buffers)).c_str(), moment.c_str());
     out += line;
   }
-  out +=
-      "(stage 1 shards the optimizer state; stage 2 reduces each micro-batch's gradients into "
-      "their owner after its backward, not during it: every backward still produces all the "
-      "gradients, so stage 2 lowers the peak only through the accumulation buffers "
-      "(gradient_accumulation_steps > 1) and the update. Comm buffers: the gradient bucket space "
-      "and the ZeRO-1/2 parameter broadcast staging; Open MPI's own buffers are not counted. "
-      "Stage 3 holds each rank's own parameters and gathers the others around their uses: "
-      "'gathered' is the pool of buffers they are received into: per byte size, the most live "
-      "at once, kept for reuse.)\n";
+  out += std::string("(stage 1 shards the optimizer state; stage 2 ") +
+         (streams_gradients(s)
+              ? "reduces each gradient into its owner as the backward produces it, so a rank "
+                "holds only its own share of the gradients, in the backward too. "
+              : "reduces each micro-batch's gradients into their owner after its backward (this "
+                "recipe's step hands none over during it): every backward still produces all "
+                "the gradients, so stage 2 lowers the peak only through the accumulation "
+                "buffers (gradient_accumulation_steps > 1) and the update. ") +
+         "Comm buffers: the gradient bucket space "
+         "and the ZeRO-1/2 parameter broadcast staging; Open MPI's own buffers are not counted. "
+         "Stage 3 holds each rank's own parameters and gathers the others around their uses: "
+         "'gathered' is the pool of buffers they are received into: per byte size, the most live "
+         "at once, kept for reuse.)\n";
   if (s.optimizer_in_bwd && ranks > 1)
     out += "optimizer_in_bwd: true is refused with more than one rank\n";
   return out;

@@ -12,10 +12,13 @@
 //              one; ZeRO-2 the owned ones) + (stages 1, 2) the staging bucket of the parameter
 //              broadcast (dist/sharded_optimizer.h).
 // Full DPO adds the reference model's frozen copy of the parameters on every rank.
-// ZeRO-2 reduces each micro-batch's gradients after its backward, not during it: every rank's
-// backward still produces every gradient, so with one micro-batch its peak is stage 1's
-// backward; it saves the accumulation buffers of the gradients other ranks own and, at the
-// update, those gradients themselves. ZeRO-3: zero3_rank_plan.h.
+// ZeRO-2 with a step that hands its gradients over during the backward (streams_gradients):
+// each gradient is reduced as it is handed over and freed unless this rank owns it, so the
+// step graph is replayed with those gradients freed after their node (compile/
+// memory_estimate.h); with accumulation, a later micro-batch's owned gradients are added into
+// their buffers at once, so its backward holds every accumulation buffer and no fresh gradient.
+// Without streaming (DPO) each micro-batch's gradients are reduced after its backward: the
+// backward's peak is stage 1's. ZeRO-3: zero3_rank_plan.h.
 #include <cstdint>
 #include <initializer_list>
 #include <string>
@@ -44,7 +47,7 @@ RankPeak plan_rank_peak(const PlannedStep& s, const ModePlan& p, int ranks, int 
                         int zero_stage);
 
 // The text `fusetune plan --nproc_per_node N` prints: per stage 0-3, rank 0's peak and the
-// largest rank's, with the moment it happens (stage 3 with an NF4 base: not predicted yet).
+// largest rank's, with the moment it happens.
 std::string format_rank_plans(const PlannedStep& s, const ModePlan& p, int ranks);
 
 }  // namespace fusetune

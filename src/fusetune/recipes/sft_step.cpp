@@ -40,6 +40,10 @@ class SftStep final : public TrainingStep {
     return true;
   }
 
+  std::vector<std::string> gradient_order(const Batch& b) override {
+    return graphs_.gradient_order(b, &compile_s_);
+  }
+
   double evaluate(const Batch& b) override {
     TensorMap in = batch_inputs(b);
     in["loss_scale"] = scalar_input(1.0, DType::F32);
@@ -72,7 +76,7 @@ class SftStep final : public TrainingStep {
   // Training and validation graphs run one after the other: one arena serves both.
   std::shared_ptr<SharedArena> arena_ = std::make_shared<SharedArena>();
   CompiledGraphs graphs_, eval_;
-  GradientHook hook_;  // optimizer_in_bwd
+  GradientHook hook_;  // stream_gradients
 };
 
 }  // namespace

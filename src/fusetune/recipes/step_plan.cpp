@@ -108,14 +108,29 @@ PlannedStep plan_step(const Config& cfg, const std::string& recipe, const ModelC
       cfg.boolean("overlap_grad_allreduce", false) && !is_dpo_recipe(recipe) && !s.optimizer_in_bwd;
   s.configured_mode = parse_compile_mode(cfg.str("compile", "false"));
   s.graph = build_training_graph(model, o);
+  if (s.nf4)
+    s.nf4_bound_graph = [model, o, lc = lora_config_from(cfg), nf4 = s.nf4]() {
+      auto bound = std::make_shared<peft::NF4Store>(*nf4);
+      peft::bind_nf4_at_run(*bound);
+      TrainingGraphOptions b = o;
+      b.llama = peft::lora_llama_options(lc, bound);
+      return build_training_graph(model, b);
+    };
   return s;
 }
 
-ModePlan plan_step_mode(const PlannedStep& s, CompileMode mode, bool ordinary) {
+PassOptions step_pass_options(const PlannedStep& s, CompileMode mode) {
   PassOptions po;
   po.mode = mode;
   po.activation_checkpointing = s.activation_checkpointing;
-  return plan_mode(s.graph.graph, po, s.optimizer_state, s.optimizer_in_bwd && !ordinary);
+  return po;
+}
+
+bool streams_gradients(const PlannedStep& s) { return !s.preference; }
+
+ModePlan plan_step_mode(const PlannedStep& s, CompileMode mode, bool ordinary) {
+  return plan_mode(s.graph.graph, step_pass_options(s, mode), s.optimizer_state,
+                   s.optimizer_in_bwd && !ordinary);
 }
 
 int64_t run_peak_bytes(const PlannedStep& s, const ModePlan& p) {

@@ -4,6 +4,7 @@
 // whether that fits in the memory this process may use (util/system_memory.h) and, if it does
 // not, which settings would. `fusetune run` uses the same estimate to stop before loading a
 // model whose step cannot fit (config key memory_check).
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -40,6 +41,9 @@ struct PlannedStep {
   CompileMode configured_mode = CompileMode::None;
   bool seq_len_known = true;  // false: no max_seq_len; planned at 1 token per row (a floor)
   TrainingGraph graph;
+  // With an NF4 base: the graph ZeRO-3 runs, the base's packed parts bound as frozen Params
+  // (peft::bind_nf4_at_run) instead of held as Constants; built on demand (zero3_rank_plan.h).
+  std::function<TrainingGraph()> nf4_bound_graph;
 };
 
 // `cfg`: prepared for `recipe` (validated, defaults applied); `model`: its architecture
@@ -48,6 +52,12 @@ struct PlannedStep {
 // an error.
 PlannedStep plan_step(const Config& cfg, const std::string& recipe, const ModelConfig& model,
                       bool allow_unknown_seq_len = false);
+
+// The compiler's options for the step in `mode` (activation checkpointing as configured).
+PassOptions step_pass_options(const PlannedStep& s, CompileMode mode);
+// Whether the recipe's step hands each gradient over as the backward computes it
+// (TrainingStep::stream_gradients: the SFT steps; the DPO steps do not).
+bool streams_gradients(const PlannedStep& s);
 
 // The step in `mode` (activation checkpointing as configured); optimizer_in_bwd as configured
 // unless `ordinary` (the ordinary step, for comparison).

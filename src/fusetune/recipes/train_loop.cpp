@@ -389,25 +389,52 @@ int run_training(const Config& cfg, const TrainJob& job) {
                        " recipe's step sums its gradients after the backward");
     }
   }
-  // The first step's arrival order on rank 0 becomes every rank's bucket layout.
-  auto start_streaming = [&](size_t summed) {
+  // ZeRO-2, 3 with a step that hands its gradients over during the backward: each one is
+  // reduced into its owner right then (dist/owned_gradients.h), so no rank holds the gradients
+  // other ranks own, in the backward either.
+  bool zero2_streams = false;
+  std::string reduce_what;  // the step, for a timeout message
+  if (zero2 && world > 1)
+    zero2_streams = step->stream_gradients([&](const std::string& name, Tensor g) {
+      zero2->hand_over(
+          name, std::move(g),
+          [&](const std::string& owned, Tensor sum) {
+            accumulate(owned, std::move(sum), micro_k == 0);
+          },
+          reduce_what);
+    });
+  // Rank 0's list of trainable parameter names, on every rank (`what` names the broadcast).
+  auto rank0_order = [&](const std::vector<std::string>& mine, const std::string& what) {
     std::map<std::string, int32_t> position;
     for (size_t i = 0; i < trainable.size(); ++i) position[trainable[i]] = int32_t(i);
     std::vector<int32_t> order;
-    for (const std::string& name : arrival) order.push_back(position.at(name));
-    FT_CHECK(order.size() == summed, "overlap_grad_allreduce: the backward handed over " +
-                                         std::to_string(order.size()) + " of " +
-                                         std::to_string(summed) + " gradients");
-    job.comm->broadcast(order.data(), int64_t(order.size() * sizeof(int32_t)), 0,
-                        "the gradient bucket layout broadcast");
+    for (const std::string& name : mine)
+      if (auto it = position.find(name); it != position.end()) order.push_back(it->second);
+    int64_t n = int64_t(order.size());
+    job.comm->broadcast(&n, sizeof n, 0, what);
+    order.resize(size_t(n));
+    job.comm->broadcast(order.data(), n * int64_t(sizeof(int32_t)), 0, what);
     std::vector<std::string> names;
+    for (int32_t i : order) {
+      FT_CHECK(i >= 0 && size_t(i) < trainable.size(), what + ": a bad parameter index");
+      names.push_back(trainable[size_t(i)]);
+    }
+    return names;
+  };
+  // The first step's arrival order on rank 0 becomes every rank's bucket layout.
+  auto start_streaming = [&](size_t summed) {
+    FT_CHECK(arrival.size() == summed, "overlap_grad_allreduce: the backward handed over " +
+                                           std::to_string(arrival.size()) + " of " +
+                                           std::to_string(summed) + " gradients");
+    std::vector<std::string> names = rank0_order(arrival, "the gradient bucket layout broadcast");
     std::vector<int64_t> numels;
     std::vector<DType> dtypes;
-    for (int32_t i : order) {
-      FT_CHECK(i >= 0 && size_t(i) < trainable.size() && grads.count(trainable[size_t(i)]),
-               "overlap_grad_allreduce: rank 0's gradients differ from this rank's");
-      const Tensor& g = grads.at(trainable[size_t(i)]);
-      names.push_back(trainable[size_t(i)]);
+    for (const std::string& name : names) {
+      FT_CHECK(grads.count(name),
+               "overlap_grad_allreduce: rank 0's gradients differ from this "
+               "rank's ('" +
+                   name + "')");
+      const Tensor& g = grads.at(name);
       numels.push_back(g.numel());
       dtypes.push_back(g.dtype());
     }
@@ -466,6 +493,11 @@ int run_training(const Config& cfg, const TrainJob& job) {
       if (job.comm) job.comm->allreduce_sum(&units, 1, "the loss-unit all-reduce" + at_step);
       const double scale = units > 0 ? 1.0 / double(units) : 0.0;
       lr = schedule.lr_at(progress.global_step);
+      reduce_what = "the gradient reduce (ZeRO-2)" + at_step;
+      if (zero2_streams && !zero2->has_order())
+        zero2->set_order(
+            rank0_order(rank == 0 ? step->gradient_order(micro[0]) : std::vector<std::string>{},
+                        "the gradient order broadcast (ZeRO-2)"));
       double loss = 0;
       std::vector<StepMetric> metrics;
       const bool streaming = streamer != nullptr;
@@ -474,6 +506,7 @@ int run_training(const Config& cfg, const TrainJob& job) {
         stream_now = streaming && k + 1 == micro.size();
         if (stream_now) streamer->begin("the gradient all-reduce" + at_step);
         StepOutputs out = step->run(micro[k], scale, progress.global_step, int64_t(k));
+        if (zero2_streams) zero2->end_of_backward();
         if (!held.empty()) {  // handed over during the run: accumulated here as before
           std::sort(held.begin(), held.end(),
                     [](const auto& a, const auto& b) { return a.first < b.first; });
@@ -482,8 +515,9 @@ int run_training(const Config& cfg, const TrainJob& job) {
         }
         loss += out.loss;
         for (auto& [name, g] : out.grads) {
-          // ZeRO-2, 3: each micro-batch's gradients summed into their owners (in name order, the
-          // same on every rank); the others are dropped, so only the owned ones accumulate.
+          // ZeRO-2, 3 (a step that cannot stream): each micro-batch's gradients summed into their
+          // owners (in name order, the same on every rank); the others are dropped, so only the
+          // owned ones accumulate.
           if (zero2 && !zero2->reduce(name, g, "the gradient reduce (ZeRO-2)" + at_step)) continue;
           accumulate(name, std::move(g), k == 0);
         }

@@ -17,8 +17,7 @@ Tensor ids_tensor(const std::vector<int32_t>& v, int64_t rows, int64_t T) {
 
 }  // namespace
 
-TensorMap CompiledGraphs::run(const Batch& b, const TensorMap& inputs, const ParamSource& params,
-                              double* compile_s, const GradientHook& gradients) {
+const CompiledGraphs::Entry& CompiledGraphs::entry(const Batch& b, double* compile_s) {
   const auto key = std::make_tuple(b.batch_size, b.seq_len, !b.doc_ids.empty());
   auto it = entries_.find(key);
   if (it == entries_.end()) {
@@ -31,7 +30,29 @@ TensorMap CompiledGraphs::run(const Batch& b, const TensorMap& inputs, const Par
     *compile_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     it = entries_.emplace(key, std::move(e)).first;
   }
-  const Entry& e = it->second;
+  return it->second;
+}
+
+std::vector<std::string> CompiledGraphs::gradient_order(const Batch& b, double* compile_s) {
+  const Entry& e = entry(b, compile_s);
+  const auto& outputs = e.step.executor->graph().outputs();
+  // run_nodes hands an early output over right after its node, a node's outputs in output
+  // order; run() the rest after the graph.
+  std::vector<std::pair<int, size_t>> early;  // (node, output index)
+  std::vector<std::string> order;
+  for (size_t k = 0; k < outputs.size(); ++k)
+    if (e.early[k]) early.push_back({int(outputs[k].second.node), k});
+  std::sort(early.begin(), early.end());
+  for (const auto& [node, k] : early) order.push_back(e.output_names[k].substr(5));
+  for (size_t k = 0; k < outputs.size(); ++k)
+    if (!e.early[k] && e.output_names[k].rfind("grad:", 0) == 0)
+      order.push_back(e.output_names[k].substr(5));
+  return order;
+}
+
+TensorMap CompiledGraphs::run(const Batch& b, const TensorMap& inputs, const ParamSource& params,
+                              double* compile_s, const GradientHook& gradients) {
+  const Entry& e = entry(b, compile_s);
   OnOutput on_output;
   if (gradients)
     on_output = [&](size_t k, const Tensor& t) {

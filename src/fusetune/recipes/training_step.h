@@ -17,8 +17,10 @@
 
 namespace fusetune {
 
-// optimizer_in_bwd: receives each parameter's gradient as soon as the backward has computed it
-// (the step keeps no reference to it afterwards, so dropping it frees its buffer).
+// Receives each parameter's gradient as soon as the backward has computed it (the step keeps no
+// reference to it afterwards, so dropping it frees its buffer, and nothing in the step reads it
+// again, so the receiver may change it in place): optimizer_in_bwd, overlap_grad_allreduce,
+// ZeRO-2's reduce during the backward.
 using GradientHook = std::function<void(const std::string& param, Tensor grad)>;
 
 // A logged metric as a sum and what it divides by (pairs, tokens): the loop sums both over the
@@ -53,6 +55,9 @@ class TrainingStep {
   // order; a parameter the graph still reads after its gradient is ready gets it when the
   // graph has finished) instead of into StepOutputs::grads. False: this step cannot.
   virtual bool stream_gradients(GradientHook /*hook*/) { return false; }
+  // The parameter names in the order the hook receives b's gradients (compiling b's graph if
+  // needed); empty for a step that cannot stream them.
+  virtual std::vector<std::string> gradient_order(const Batch& /*b*/) { return {}; }
   // Seconds spent building and compiling step graphs since the last call.
   double take_compile_seconds() { return std::exchange(compile_s_, 0.0); }
 
@@ -76,6 +81,9 @@ class CompiledGraphs {
   // (early_update_outputs in compile/memory_plan.h), the others when the graph has finished.
   TensorMap run(const Batch& b, const TensorMap& inputs, const ParamSource& params,
                 double* compile_s, const GradientHook& gradients = {});
+  // The parameters in the order run() hands b's gradients to `gradients`: the early ones in
+  // the order the backward computes them, then the others in output order.
+  std::vector<std::string> gradient_order(const Batch& b, double* compile_s);
 
  private:
   struct Entry {
@@ -83,6 +91,7 @@ class CompiledGraphs {
     std::vector<bool> early;  // early_update_outputs of the graph as it runs
     CompiledStep step;
   };
+  const Entry& entry(const Batch& b, double* compile_s);
   Build build_;
   PassOptions passes_;
   std::shared_ptr<SharedArena> arena_;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "fusetune/compile/compiler.h"
@@ -49,18 +50,18 @@ const char* moment_of(const Graph& g, int node) {
 
 std::vector<RankPeak> plan_zero3_rank_peaks(const PlannedStep& s, CompileMode mode, int ranks) {
   FT_CHECK(ranks >= 1, "plan: bad rank count");
-  FT_CHECK(!s.nf4, std::string("plan: zero_stage 3 is ") + kZero3NF4NotPredicted);
-  // The graph as the run compiles it at stage 3.
-  PassOptions po;
-  po.mode = mode;
-  po.activation_checkpointing = s.activation_checkpointing;
+  // The graph as the run compiles it at stage 3 (an NF4 base's parts bound as Params).
+  std::optional<TrainingGraph> bound;
+  if (s.nf4_bound_graph) bound = s.nf4_bound_graph();
+  const Graph& source = bound ? bound->graph : s.graph.graph;
+  PassOptions po = step_pass_options(s, mode);
   po.params_at_use = true;
   po.reshard_after_forward = s.reshard_after_forward;
-  const Graph g = run_passes(s.graph.graph, po, nullptr);
+  const Graph g = run_passes(source, po, nullptr);
   const bool compiled = mode != CompileMode::None;
   MemoryPlan plan;
   if (compiled) plan = plan_memory(g, mode == CompileMode::Model ? 1 : -1, po.in_place);
-  const std::map<std::string, ParamShare> params = partition(s.graph.graph, ranks);
+  const std::map<std::string, ParamShare> params = partition(source, ranks);
   int64_t all_param_bytes = 0;
   for (const auto& [name, p] : params) all_param_bytes += p.nbytes;
   std::map<std::string, int64_t> gradient_bytes;
@@ -82,18 +83,33 @@ std::vector<RankPeak> plan_zero3_rank_peaks(const PlannedStep& s, CompileMode mo
       if (auto it = gradient_bytes.find(name); it != gradient_bytes.end())
         owned_grads += it->second;
     }
+    const auto others = [&params, rank](const std::string& name) {
+      return params.at(name).owner != rank;
+    };
+    // A step that streams its gradients reduces each one as the backward hands it over
+    // (dist/owned_gradients.h): the first micro-batch holds the owned ones, a later one adds
+    // each into its accumulation buffer at once.
+    const bool streams = ranks > 1 && streams_gradients(s);
     const MemoryBreakdown m = estimate_step_memory(
-        g, compiled ? &plan : nullptr, OptimizerStateSize{}, false,
-        [&params, rank](const std::string& name) { return params.at(name).owner != rank; });
+        g, compiled ? &plan : nullptr, {}, streams ? GradientFreed(others) : nullptr, others);
     // m.parameters: the owned parameters and the graph's constants.
     const int64_t reference = reference_copy ? m.parameters - owned_params + all_param_bytes : 0;
     const int64_t base = m.parameters + reference + optimizer;
+    auto step_peak = [&](const MemoryBreakdown& b, int64_t accumulated) {
+      return base + b.activations + b.gradients + b.workspace + b.gathered + accumulated;
+    };
     RankPeak r;
     take_largest_moment(
-        r, {{base + m.activations + m.gradients + m.workspace + m.gathered +
-                 (accumulating ? owned_grads : 0),
-             moment_of(g, m.peak_node)},
+        r, {{step_peak(m, accumulating && !streams ? owned_grads : 0), moment_of(g, m.peak_node)},
             {base + (compiled ? plan.arena_bytes : 0) + owned_grads + m.gathered, "update"}});
+    if (streams && accumulating) {
+      const MemoryBreakdown later =
+          estimate_step_memory(g, compiled ? &plan : nullptr, {}, all_gradients(), others);
+      if (step_peak(later, owned_grads) > r.bytes) {
+        r.bytes = step_peak(later, owned_grads);
+        r.moment = moment_of(g, later.peak_node);
+      }
+    }
     r.optimizer_state = optimizer;
     r.gradients_held = owned_grads;
     r.gathered = m.gathered;

@@ -10,7 +10,9 @@
 // optimizer state of its trainable parameters; then
 //   forward/backward/loss  + the step graph's peak (activations, the gradients computed so far,
 //              kernel workspace) + the gather pool + the owned gradients' accumulation buffers
-//              while a later micro-batch runs;
+//              while a later micro-batch runs (with a step that streams its gradients, each is
+//              reduced as the backward hands it over and only the owned ones are kept: as
+//              rank_plan.h's ZeRO-2);
 //   update     + the compiled arena + the gather pool + the owned gradients (owners update in
 //              place: nothing is broadcast, and the gradient reduce needs no bucket).
 // Full DPO adds the whole frozen reference model on every rank (it is not sharded).
@@ -20,7 +22,7 @@
 
 namespace fusetune {
 
-// Every rank's peak, rank 0 first. An NF4 base (s.nf4) is refused, as the recipe refuses it.
+// Every rank's peak, rank 0 first.
 std::vector<RankPeak> plan_zero3_rank_peaks(const PlannedStep& s, CompileMode mode, int ranks);
 
 }  // namespace fusetune
