@@ -5,12 +5,17 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <map>
 #include <regex>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "fusetune/recipes/rank_plan.h"
+#include "fusetune/recipes/recipe_setup.h"
 #include "mpi_runs.h"
+#include "prepared_config.h"
 #include "recipe_runs.h"
 #include "test_support.h"
 
@@ -152,8 +157,8 @@ TEST(DistDpo, FullDpoZero2WithAccumulationTwoRanksMatchOneProcessAndRerunsBitwis
 
 // ZeRO-3: the policy's parameters live on their owners and are gathered at use, in the
 // policy's forward and in the reference pass (LoRA: the base without adapters, also in the
-// precompute pass, which every rank then runs whole; full: the reference copy stays whole on
-// every rank).
+// precompute pass, which every rank then runs whole; full: the reference copy is sharded too,
+// FullDpoZero3ShardsTheReferenceCopy).
 TEST(DistDpo, LoraAndFullDpoZero3TwoRanksMatchOneProcess) {
   FT_REQUIRE_MPIRUN();
   const TempDir tmp;
@@ -165,6 +170,63 @@ TEST(DistDpo, LoraAndFullDpoZero3TwoRanksMatchOneProcess) {
   const fs::path ckpt = write_checkpoint(tmp.path());
   check_equivalence("full_dpo_single_device", "full_dpo_distributed", tmp.path() / "full", ckpt, 4,
                     1, 3);
+}
+
+// Full DPO at ZeRO-3: the reference copy is sharded by the policy's partition too (each rank
+// keeps its own share and gathers the others at use), so against stage 2 rank 0 saves about
+// half the policy's parameters and half the reference copy; the losses stay bitwise stage 2's
+// (a broadcast copies bits).
+TEST(DistDpo, FullDpoZero3ShardsTheReferenceCopy) {
+  FT_REQUIRE_MPIRUN();
+  const TempDir tmp;
+  const fs::path ckpt = write_checkpoint(tmp.path());
+  const fs::path config = tmp.path() / "full.yaml";
+  write_text(config, yaml(write_pairs(tmp.path()), ckpt));
+  std::map<std::string, fs::path> out;
+  for (const char* precompute : {"false", "true"})
+    for (int stage : {2, 3}) {
+      const std::string name = "z" + std::to_string(stage) + "_precompute_" + precompute;
+      out[name] = tmp.path() / name;
+      run_ok(mpirun_command(2, "full_dpo_distributed", config.string(),
+                            {{"output_dir", out[name].string()},
+                             {"batch_size", "2"},
+                             {"zero_stage", std::to_string(stage)},
+                             {"precompute_ref_log_probs", precompute},
+                             {"log_peak_memory_stats", "true"}}),
+             tmp.path() / ("s_" + name));
+    }
+  EXPECT_EQ(losses_of(logged_steps(out["z3_precompute_false"])),
+            losses_of(logged_steps(out["z2_precompute_false"])));
+  // The precompute pass gathers the sharded reference on every rank, which then runs every
+  // batch: the same table, so the same losses.
+  EXPECT_EQ(losses_of(logged_steps(out["z3_precompute_true"])),
+            losses_of(logged_steps(out["z2_precompute_true"])));
+  // `fusetune plan`'s rank-0 peak within 10% of the measured one, at both stages.
+  for (int stage : {2, 3}) {
+    const std::string name = "z" + std::to_string(stage) + "_precompute_false";
+    const fusetune::Config cfg =
+        prepared_config("full_dpo_distributed", config.string(),
+                        {"batch_size=2", "zero_stage=" + std::to_string(stage),
+                         "output_dir=" + out[name].string()});
+    const fusetune::PlannedStep s =
+        plan_step(cfg, "full_dpo_distributed", fusetune::model_architecture(cfg));
+    const fusetune::RankPeak want =
+        plan_rank_peak(s, plan_step_mode(s, s.configured_mode), 2, 0, stage);
+    std::printf("full DPO stage %d: rank 0 measured %lld B, planned %lld B (%s)\n", stage,
+                (long long)logged_peak_bytes(out[name]), (long long)want.bytes,
+                want.moment.c_str());
+    EXPECT_NEAR(double(logged_peak_bytes(out[name])) / double(want.bytes), 1.0, 0.10)
+        << "stage " << stage << ": measured " << logged_peak_bytes(out[name]) << ", planned "
+        << want.bytes << " (" << want.moment << ")";
+  }
+  const double model_bytes = double(fs::file_size(ckpt / "model.safetensors"));
+  const int64_t z2 = logged_peak_bytes(out["z2_precompute_false"]),
+                z3 = logged_peak_bytes(out["z3_precompute_false"]);
+  const double saved = double(z2 - z3);
+  // Half the policy alone would be 0.5 of a copy; with the reference's half, about 1 (less the
+  // gather pools).
+  EXPECT_GT(saved, 0.75 * model_bytes) << "rank 0's peak: stage 2 " << z2 << " B, stage 3 " << z3
+                                       << " B; one copy of the model " << model_bytes << " B";
 }
 
 // QLoRA DPO at ZeRO-3: the packed NF4 base parts are sharded like any frozen parameter and

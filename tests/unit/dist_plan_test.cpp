@@ -20,6 +20,7 @@
 #include "fusetune/recipes/registry.h"
 #include "fusetune/util/fs.h"
 #include "mpi_runs.h"
+#include "prepared_config.h"
 #include "recipe_runs.h"
 #include "test_support.h"
 
@@ -55,12 +56,7 @@ void write_corpus(const fs::path& p) {
 
 Config prepared(const std::string& recipe, const fs::path& config,
                 const std::vector<std::string>& overrides) {
-  Config c = load_config(config.string());
-  c.apply_overrides(overrides);
-  c.resolve();
-  const Schema& schema = *find_recipe(recipe).schema;
-  validate(c, schema);
-  return with_defaults(c, schema);
+  return prepared_config(recipe, config.string(), overrides);
 }
 
 std::vector<std::string> as_overrides(const Overrides& o) {

@@ -268,4 +268,10 @@ TEST(DistTraining, LaunchAndConfigErrorsAreClear) {
   r = run("validate demo/tiny_full --recipe full_finetune_distributed zero_stage=4");
   EXPECT_NE(r.code, 0);
   EXPECT_NE((r.out + r.err).find("zero_stage"), std::string::npos) << r.out << r.err;
+  // Refused before any rank starts, not at the first gradient of the first backward.
+  r = run("validate demo/tiny_full --recipe full_finetune_distributed zero_stage=2 dtype=bf16");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE((r.out + r.err).find("zero_stage 2 sums fp32 gradients only, and dtype is bf16"),
+            std::string::npos)
+      << r.out << r.err;
 }

@@ -22,6 +22,7 @@
 #include "fusetune/util/error.h"
 #include "fusetune/util/fs.h"
 #include "fusetune/util/system_memory.h"
+#include "prepared_config.h"
 #include "test_support.h"
 
 using namespace fusetune;
@@ -57,12 +58,7 @@ std::string lora_yaml(const fs::path& out, const fs::path& data) {
 
 Config prepared(const std::string& recipe, const std::string& config,
                 const std::vector<std::string>& overrides) {
-  Config c = load_config(config);
-  c.apply_overrides(overrides);
-  c.resolve();
-  const Schema& schema = *find_recipe(recipe).schema;
-  validate(c, schema);
-  return with_defaults(c, schema);
+  return prepared_config(recipe, config, overrides);
 }
 
 int64_t peak_of(const Config& cfg, const std::string& recipe) {

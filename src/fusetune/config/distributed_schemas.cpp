@@ -59,6 +59,12 @@ Schema distributed(Schema s, const char* recipe) {
         root.node("zero_stage").IsScalar())
       stage = root.node("zero_stage").Scalar();
     const bool zero3 = stage == "3";
+    if ((stage == "2" || zero3) && root.has("dtype") && root.node("dtype").IsScalar() &&
+        root.node("dtype").Scalar() == "bf16")
+      p.errors.push_back("zero_stage " + stage +
+                         " sums fp32 gradients only, and dtype is bf16: use zero_stage 0 or 1, "
+                         "or dtype: fp32 (" +
+                         root.where("zero_stage") + ")");
     if (set_true(root, "overlap_grad_allreduce") && (stage == "2" || zero3))
       p.warnings.push_back(
           "overlap_grad_allreduce: true changes nothing at zero_stage 2-3: each gradient is "

@@ -6,6 +6,7 @@
 
 #include "fusetune/config/components.h"
 #include "fusetune/config/schema.h"
+#include "fusetune/dist/sharded_params.h"
 #include "fusetune/io/hf_checkpoint.h"
 #include "fusetune/recipes/dpo_step.h"
 #include "fusetune/recipes/lora_finetune_single_device.h"
@@ -74,10 +75,19 @@ TrainJob full_dpo_job(const std::string& recipe) {
   job.trainable = [](const std::string&) { return true; };
   job.preference_data = true;
   auto ref = std::make_shared<TensorMap>();
-  job.make_step = [ref, recipe](const StepContext& ctx) {
+  auto ref_shards = std::make_shared<std::unique_ptr<dist::ShardedParams>>();
+  job.make_step = [ref, ref_shards, recipe](const StepContext& ctx) {
     DpoStepOptions o = dpo_options(ctx);
     if (o.loss.needs_reference()) *ref = load_reference(ctx.cfg, ctx.model, recipe);
     o.ref_params = ref.get();
+    // ZeRO-3 (the policy's parameters come from a sharded source): the reference copy is
+    // sharded by the same partition, each rank keeping the tensors of the parameters it owns.
+    if (o.loss.needs_reference() && ctx.step.param_source && ctx.comm && ctx.comm->size() > 1) {
+      *ref_shards =
+          std::make_unique<dist::ShardedParams>(*ctx.comm, *ref, std::vector<std::string>{});
+      (*ref_shards)->release_others();
+      o.ref_source = (*ref_shards)->source();
+    }
     return make_dpo_step(std::move(o));
   };
   return job;

@@ -175,7 +175,7 @@ class DpoStep final : public TrainingStep {
     // A reference that reads ZeRO-3's sharded parameters gathers them in every pass, a
     // collective: then every rank runs every batch (the same bits everywhere) and nothing is
     // sent.
-    const bool gathered = ref_reads_sharded_params();
+    const bool gathered = ref_gathered();
     const int world = o_.comm && !gathered ? o_.comm->size() : 1;
     const int rank = o_.comm && !gathered ? o_.comm->rank() : 0;
     // Each rank's batches in order, packed: chosen and rejected of each pair.
@@ -229,11 +229,14 @@ class DpoStep final : public TrainingStep {
     return o_.policy.param_source ? *o_.policy.param_source : ParamSource(*o_.policy.params);
   }
   // LoRA's reference reads the policy's own (base) parameters, so through the same source;
-  // full DPO's frozen reference copy is whole on every rank.
+  // full DPO's frozen reference copy is whole on every rank, or at ZeRO-3 sharded too.
   bool ref_reads_sharded_params() const {
     return o_.policy.param_source && o_.ref_params == o_.policy.params;
   }
+  // Whether a reference pass gathers parameters (a collective: every rank runs it).
+  bool ref_gathered() const { return ref_reads_sharded_params() || o_.ref_source.has_value(); }
   ParamSource ref_params() const {
+    if (o_.ref_source) return *o_.ref_source;
     return ref_reads_sharded_params() ? *o_.policy.param_source : ParamSource(*o_.ref_params);
   }
 

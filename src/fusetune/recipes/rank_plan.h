@@ -11,7 +11,8 @@
 //   update     parameters + optimizer state + arena + the gradients the optimizer sees (every
 //              one; ZeRO-2 the owned ones) + (stages 1, 2) the staging bucket of the parameter
 //              broadcast (dist/sharded_optimizer.h).
-// Full DPO adds the reference model's frozen copy of the parameters on every rank.
+// Full DPO adds the reference model's frozen copy of the parameters on every rank (stages
+// 0-2; stage 3 shards it).
 // ZeRO-2 with a step that hands its gradients over during the backward (streams_gradients):
 // each gradient is reduced as it is handed over and freed unless this rank owns it, so the
 // step graph is replayed with those gradients freed after their node (compile/

@@ -431,8 +431,8 @@ int run_training(const Config& cfg, const TrainJob& job) {
     std::vector<DType> dtypes;
     for (const std::string& name : names) {
       FT_CHECK(grads.count(name),
-               "overlap_grad_allreduce: rank 0's gradients differ from this "
-               "rank's ('" +
+               "overlap_grad_allreduce: rank 0's gradients differ from "
+               "this rank's ('" +
                    name + "')");
       const Tensor& g = grads.at(name);
       numels.push_back(g.numel());

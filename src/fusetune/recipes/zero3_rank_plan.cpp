@@ -7,6 +7,7 @@
 
 #include "fusetune/compile/compiler.h"
 #include "fusetune/dist/sharded_optimizer.h"
+#include "fusetune/models/training_graph.h"
 #include "fusetune/recipes/distributed_recipes.h"
 #include "fusetune/util/error.h"
 
@@ -62,23 +63,32 @@ std::vector<RankPeak> plan_zero3_rank_peaks(const PlannedStep& s, CompileMode mo
   MemoryPlan plan;
   if (compiled) plan = plan_memory(g, mode == CompileMode::Model ? 1 : -1, po.in_place);
   const std::map<std::string, ParamShare> params = partition(source, ranks);
-  int64_t all_param_bytes = 0;
-  for (const auto& [name, p] : params) all_param_bytes += p.nbytes;
   std::map<std::string, int64_t> gradient_bytes;
   for (const auto& [name, v] : g.outputs())
     if (name.rfind("grad:", 0) == 0) gradient_bytes[name.substr(5)] += int64_t(g.type(v).nbytes());
   const bool accumulating = s.gradient_accumulation_steps > 1;
-  // Full DPO: every rank also holds the frozen reference weights (ref_checkpointer), whole.
+  // Full DPO: every rank also holds the frozen reference weights (ref_checkpointer), sharded
+  // by the same partition (dpo_recipes.cpp), and the pool its reference pass gathers the
+  // others' shares into.
   const bool reference_copy =
       s.preference && s.preference->needs_reference() && s.recipe.rfind("full_dpo_", 0) == 0;
+  std::optional<Graph> reference_pass;
+  MemoryPlan reference_plan;
+  if (reference_copy) {
+    reference_pass =
+        run_passes(build_sequence_log_probs_graph(s.model, s.options.batch_size, s.options.seq_len,
+                                                  s.options.dtype, LlamaOptions{}),
+                   po, nullptr);
+    if (compiled)
+      reference_plan =
+          plan_memory(*reference_pass, mode == CompileMode::Model ? 1 : -1, po.in_place);
+  }
 
   std::vector<RankPeak> peaks;
   for (int rank = 0; rank < ranks; ++rank) {
-    int64_t optimizer = 0, owned_grads = 0, owned_params = 0;
+    int64_t optimizer = 0, owned_grads = 0;
     for (const auto& [name, p] : params) {
-      if (p.owner != rank) continue;
-      owned_params += p.nbytes;
-      if (!p.trainable) continue;
+      if (p.owner != rank || !p.trainable) continue;
       optimizer += s.optimizer_state.bytes(p.numel, p.nbytes);
       if (auto it = gradient_bytes.find(name); it != gradient_bytes.end())
         owned_grads += it->second;
@@ -93,7 +103,12 @@ std::vector<RankPeak> plan_zero3_rank_peaks(const PlannedStep& s, CompileMode mo
     const MemoryBreakdown m = estimate_step_memory(
         g, compiled ? &plan : nullptr, {}, streams ? GradientFreed(others) : nullptr, others);
     // m.parameters: the owned parameters and the graph's constants.
-    const int64_t reference = reference_copy ? m.parameters - owned_params + all_param_bytes : 0;
+    const int64_t reference =
+        reference_copy ? m.parameters + estimate_step_memory(*reference_pass,
+                                                             compiled ? &reference_plan : nullptr,
+                                                             {}, nullptr, others)
+                                            .gathered
+                       : 0;
     const int64_t base = m.parameters + reference + optimizer;
     auto step_peak = [&](const MemoryBreakdown& b, int64_t accumulated) {
       return base + b.activations + b.gradients + b.workspace + b.gathered + accumulated;

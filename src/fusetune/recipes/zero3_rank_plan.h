@@ -15,7 +15,8 @@
 //              rank_plan.h's ZeRO-2);
 //   update     + the compiled arena + the gather pool + the owned gradients (owners update in
 //              place: nothing is broadcast, and the gradient reduce needs no bucket).
-// Full DPO adds the whole frozen reference model on every rank (it is not sharded).
+// Full DPO adds its frozen reference model, sharded by the same partition: each rank its own
+// share and the pool its reference pass gathers the others into.
 #include <vector>
 
 #include "fusetune/recipes/rank_plan.h"
