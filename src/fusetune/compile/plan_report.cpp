@@ -75,6 +75,8 @@ ModePlan plan_mode(const Graph& g, const PassOptions& opts,
   p.arena_bytes = compiled ? mp.arena_bytes : 0;
   p.memory = estimate_step_memory(run, compiled ? &mp : nullptr, optimizer_state,
                                   optimizer_in_bwd ? all_gradients() : GradientFreed{});
+  if (compiled) p.memory_plan = std::make_shared<const MemoryPlan>(std::move(mp));
+  p.graph = std::make_shared<const Graph>(std::move(run));
   return p;
 }
 

@@ -41,10 +41,10 @@ void OwnedGradients::hand_over(const std::string& name, Tensor grad, const Keep&
   while (next_ < order_.size()) {
     auto it = held_.find(order_[next_]);
     if (it == held_.end()) return;  // its turn: wait for it
+    const std::string& turn = order_[next_++];
     Tensor g = std::move(it->second);
     held_.erase(it);
-    ++next_;
-    if (reduce(order_[next_ - 1], g, what)) keep(order_[next_ - 1], std::move(g));
+    if (reduce(turn, g, what)) keep(turn, std::move(g));
   }
 }
 

@@ -79,15 +79,13 @@ RankPeak plan_rank_peak(const PlannedStep& s, const ModePlan& p, int ranks, int 
   if (zero_stage == 2 && ranks > 1 && streams_gradients(s)) {
     // Each gradient reduced as the backward hands it over: the first micro-batch's backward
     // holds the owned ones; a later one's adds each into its accumulation buffer at once.
-    const Graph g = run_passes(s.graph.graph, step_pass_options(s, p.mode), nullptr);
-    MemoryPlan plan;
-    const bool compiled = p.mode != CompileMode::None;
-    if (compiled) plan = plan_memory(g, p.mode == CompileMode::Model ? 1 : -1);
+    // (The step's graph as planned in its mode, replayed with those gradients freed.)
+    FT_CHECK(p.graph, "plan: the mode's plan keeps no graph");
     std::set<std::string> mine;
     for (size_t i = 0; i < trainable.size(); ++i)
       if (owner[i] == rank) mine.insert(trainable[i].name);
     auto graph_peak_freeing = [&](const GradientFreed& freed) {
-      const MemoryBreakdown b = estimate_step_memory(g, compiled ? &plan : nullptr, {}, freed);
+      const MemoryBreakdown b = estimate_step_memory(*p.graph, p.memory_plan.get(), {}, freed);
       return b.activations + b.gradients + b.workspace;
     };
     backward = base + graph_peak_freeing([&mine](const std::string& n) { return !mine.count(n); });
