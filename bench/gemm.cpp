@@ -3,7 +3,11 @@
 // Prints tables; asserts nothing. Timings are the best of repeated calls (least disturbed by
 // other processes), each config running for about --seconds.
 //
-//   bench_gemm [--seconds S] [--threads 1,2] [--big]
+//   bench_gemm [--seconds S] [--threads 1,2] [--big] [--bf16]
+//
+// --bf16 prints only the bf16-weight table: a linear layer's products at Llama 3.2 1B's shapes
+// (512 tokens) with the weight stored fp32 (one sgemm) and bf16 (kernels::gemm_bf16_weight,
+// which widens the weight a tile of rows at a time), the cost a bf16 LoRA base adds.
 //
 // --big adds N=128256 (Llama 3 vocabulary; ~0.8 GB of buffers). OpenBLAS picks its kernels
 // from the CPU unless OPENBLAS_CORETYPE forces them; the header line says which ran.
@@ -18,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "fusetune/kernels/cpu/bf16.h"
 #include "fusetune/kernels/cpu/blas_info.h"
 #include "fusetune/kernels/cpu/gemm_peak.h"
 #include "fusetune/kernels/cpu/kernels.h"
@@ -127,11 +132,55 @@ void batched_table(const std::vector<int>& threads) {
   }
 }
 
+// A frozen linear layer's two products, y = x W^T and dx = dy W, with W fp32 and bf16.
+void bf16_weight_table(const std::vector<int>& threads) {
+  struct Layer {
+    const char* what;
+    int64_t out, in;  // W stored [out, in]
+  };
+  const int64_t M = 512;
+  const std::vector<Layer> layers = {{"q/o proj", 2048, 2048},
+                                     {"k/v proj", 512, 2048},
+                                     {"gate/up", 8192, 2048},
+                                     {"down", 2048, 8192}};
+  std::printf("%-10s %-8s %6s %6s %6s %7s %10s %10s %7s\n", "layer", "product", "M", "N", "K",
+              "threads", "fp32 ms", "bf16 ms", "ratio");
+  for (const Layer& l : layers) {
+    const auto W = filled(static_cast<size_t>(l.out * l.in), 1e-2f);
+    std::vector<uint16_t> W16(W.size());
+    k::f32_to_bf16_array(W.data(), W16.data(), static_cast<int64_t>(W.size()));
+    for (int fwd = 1; fwd >= 0; --fwd) {
+      // Forward: y [M, out] = x [M, in] W^T; backward: dx [M, in] = dy [M, out] W.
+      const int64_t N = fwd ? l.out : l.in, K = fwd ? l.in : l.out;
+      const auto A = filled(static_cast<size_t>(M * K), 1e-2f);
+      std::vector<float> C(static_cast<size_t>(M * N));
+      // The tile a compiled step takes from its arena's scratch slice, reused call after call.
+      const int64_t rows = fwd ? N : K, cols = fwd ? K : N;
+      std::vector<float> tile(
+          static_cast<size_t>(k::bf16_weight_tile_rows(fwd, rows, cols) * cols));
+      for (int th : threads) {
+        omp_set_num_threads(th);
+        const double f32 = best_ms([&] {
+          k::gemm<float>(false, fwd, M, N, K, 1.0f, A.data(), K, W.data(), fwd ? K : N, 0.0f,
+                         C.data(), N);
+        });
+        const double b16 = best_ms([&] {
+          k::gemm_bf16_weight(fwd, M, N, K, A.data(), W16.data(), C.data(), tile.data());
+        });
+        std::printf("%-10s %-8s %6lld %6lld %6lld %7d %10.3f %10.3f %7.2f\n", l.what,
+                    fwd ? "x W^T" : "dy W", static_cast<long long>(M), static_cast<long long>(N),
+                    static_cast<long long>(K), th, f32, b16, b16 / f32);
+        std::fflush(stdout);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::vector<int> threads = {1, 2};
-  bool big = false;
+  bool big = false, bf16 = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--seconds" && i + 1 < argc) {
@@ -141,13 +190,19 @@ int main(int argc, char** argv) {
       for (const std::string& t : fusetune::split(argv[++i], ',')) threads.push_back(std::stoi(t));
     } else if (a == "--big") {
       big = true;
+    } else if (a == "--bf16") {
+      bf16 = true;
     } else {
-      std::fprintf(stderr, "usage: bench_gemm [--seconds S] [--threads 1,2] [--big]\n");
+      std::fprintf(stderr, "usage: bench_gemm [--seconds S] [--threads 1,2] [--big] [--bf16]\n");
       return 2;
     }
   }
   std::printf("%s, OpenMP max threads %d\n\n", k::blas_description().c_str(),
               omp_get_max_threads());
+  if (bf16) {
+    bf16_weight_table(threads);
+    return 0;
+  }
 
   std::vector<Shape> shapes;
   for (int64_t n : {256, 512, 1024, 2048}) shapes.push_back({"square", n, n, n, false, false});

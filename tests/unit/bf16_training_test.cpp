@@ -10,13 +10,17 @@
 #include <random>
 
 #include "fusetune/compile/compiler.h"
+#include "fusetune/compile/memory_plan.h"
 #include "fusetune/io/safetensors.h"
 #include "fusetune/kernels/cpu/bf16.h"
+#include "fusetune/kernels/cpu/elementwise_program.h"
 #include "fusetune/kernels/cpu/fused_linear_cross_entropy.h"
 #include "fusetune/kernels/cpu/kernels.h"
 #include "fusetune/models/parameters.h"
 #include "fusetune/models/training_graph.h"
+#include "fusetune/runtime/bf16_node_kernels.h"
 #include "fusetune/runtime/eager_executor.h"
+#include "fusetune/runtime/plan_executor.h"
 #include "fusetune/util/error.h"
 #include "graph_compare.h"
 #include "recipe_runs.h"
@@ -154,23 +158,82 @@ TEST(Bf16Kernels, EmbeddingBackwardIsTheFp32SumRoundedOnce) {
   EXPECT_THROW(kernels::embedding_backward_bf16(dy.data(), ids.data(), got.data(), n, D, V), Error);
 }
 
-TEST(Bf16Graph, LargeSameShapeAddIsTheFp32SumRoundedOnce) {
-  Graph g(DType::BF16);
-  const Shape s{3, 70001};  // several chunks and a ragged end
-  Value a = g.input("a", s, DType::BF16), b = g.input("b", s, DType::BF16);
-  g.mark_output("sum", g.add1(Op::Add, {a, b}));
-  TensorMap in;
-  in["a"] = Tensor::empty(s, DType::BF16);
-  in["b"] = Tensor::empty(s, DType::BF16);
-  const std::vector<uint16_t> x = to_bf16(random_floats(3 * 70001, 9)),
-                              y = to_bf16(random_floats(3 * 70001, 10));
-  std::copy(x.begin(), x.end(), in["a"].data<uint16_t>());
-  std::copy(y.begin(), y.end(), in["b"].data<uint16_t>());
-  EagerExecutor ex(g);
-  const Tensor out = ex.run(in, {})[0];
-  ASSERT_EQ(out.dtype(), DType::BF16);
-  for (size_t i = 0; i < x.size(); ++i)
-    ASSERT_EQ(out.data<uint16_t>()[i], f32_to_bf16(bf16_to_f32(x[i]) + bf16_to_f32(y[i]))) << i;
+// The pointwise ops run in per-thread chunks (widen a chunk, fp32 kernel, round the chunk):
+// what the fp32 kernel computes on the widened tensors, rounded once, bit for bit, in eager
+// mode (the node's own scratch) and in a compiled plan (the arena's scratch slice), for
+// same-size operands over several chunks with a ragged end and for a one-element operand.
+TEST(Bf16Graph, PointwiseOpsInChunksAreTheFp32KernelRoundedOnce) {
+  const Shape s{3, 70001};
+  const int64_t n = 3 * 70001;
+  using kernels::EwInstr;
+  using kernels::EwOp;
+  Attrs program;  // (x + y) * silu(x) * 0.5
+  program.program = kernels::encode_program({{EwOp::Load, 0, 0},
+                                             {EwOp::Load, 1, 1},
+                                             {EwOp::Add, 2, 0, 1},
+                                             {EwOp::Silu, 3, 0},
+                                             {EwOp::Mul, 2, 2, 3},
+                                             {EwOp::Scale, 2, 2, 0, 0.5}});
+  program.shape = s;  // the output's
+  Attrs half;
+  half.scalar = 0.5;
+  struct Case {
+    Op op;
+    int inputs;
+    Attrs attrs;
+    bool scalar_second = false;  // the second operand has one element
+  };
+  const std::vector<Case> cases = {{Op::Add, 2, {}},
+                                   {Op::Add, 2, {}, true},
+                                   {Op::Mul, 2, {}},
+                                   {Op::Scale, 1, half},
+                                   {Op::Silu, 1, {}},
+                                   {Op::SiluBackward, 2, {}},
+                                   {Op::SwiGLU, 2, {}},
+                                   {Op::SwiGLUBackward, 3, {}},
+                                   {Op::Elementwise, 2, program},
+                                   {Op::Elementwise, 2, program, true}};
+  for (const Case& c : cases) {
+    // The same node in a bf16 graph and, on the widened values, in an fp32 graph.
+    Graph g16(DType::BF16), g32(DType::F32);
+    std::vector<Value> in16, in32;
+    TensorMap x16, x32;
+    for (int i = 0; i < c.inputs; ++i) {
+      const std::string name = "x" + std::to_string(i);
+      const Shape shape = i == 1 && c.scalar_second ? Shape{} : s;
+      const int64_t numel = i == 1 && c.scalar_second ? 1 : n;
+      in16.push_back(g16.input(name, shape, DType::BF16));
+      in32.push_back(g32.input(name, shape, DType::F32));
+      const std::vector<uint16_t> v = to_bf16(random_floats(numel, 20 + uint64_t(i)));
+      x16[name] = Tensor::empty(shape, DType::BF16);
+      x32[name] = Tensor::empty(shape, DType::F32);
+      std::copy(v.begin(), v.end(), x16[name].data<uint16_t>());
+      kernels::bf16_to_f32_array(v.data(), x32[name].data<float>(), numel);
+    }
+    const std::vector<Value> out16 = g16.add(c.op, in16, c.attrs);
+    const std::vector<Value> out32 = g32.add(c.op, in32, c.attrs);
+    for (size_t k = 0; k < out16.size(); ++k) {
+      g16.mark_output("y" + std::to_string(k), out16[k]);
+      g32.mark_output("y" + std::to_string(k), out32[k]);
+    }
+    const Node& node = g16.nodes().back();
+    ASSERT_LT(bf16_conversion_scratch_bytes(g16, node), n * 4)  // chunks, not whole tensors
+        << op_name(c.op);
+    const auto want = EagerExecutor(g32).run(x32, {});
+    const MemoryPlan plan = plan_memory(g16);
+    EXPECT_EQ(plan.scratch_bytes, bf16_conversion_scratch_bytes(g16, node));
+    EXPECT_GE(plan.arena_bytes, plan.scratch_offset + plan.scratch_bytes);
+    const auto eager = EagerExecutor(g16).run(x16, {});
+    const auto planned = PlanExecutor(g16, plan).run(x16, {});
+    for (size_t k = 0; k < want.size(); ++k)
+      for (const auto* got : {&eager[k], &planned[k]}) {
+        ASSERT_EQ(got->dtype(), DType::BF16);
+        for (int64_t i = 0; i < n; ++i)
+          ASSERT_EQ(got->data<uint16_t>()[i], f32_to_bf16(want[k].data<float>()[i]))
+              << op_name(c.op) << " output " << k << " element " << i
+              << (got == &eager[k] ? " eager" : " planned");
+      }
+  }
 }
 
 TEST(Bf16Graph, StoresTensorsInBf16AndScalarsAndStatisticsInFp32) {

@@ -8,6 +8,7 @@
 #include <set>
 #include <string>
 
+#include "fusetune/kernels/cpu/bf16.h"
 #include "fusetune/kernels/cpu/fake_quant.h"
 #include "fusetune/kernels/cpu/flash_attention.h"
 #include "fusetune/kernels/cpu/fused_linear_cross_entropy.h"
@@ -131,6 +132,11 @@ MemoryBreakdown estimate_step_memory(const Graph& g, const MemoryPlan* plan,
       scratch = kernels::fake_quant_tile_rows(w[0], w[1]) * w[1] * elem +
                 kernels::fake_quant_weight_side_bytes(kernels::FakeQuant(n.attrs.groups), w[0],
                                                       w[1], dtype_size(g.type(n.inputs[1]).dtype));
+      // Before fake quantization starts, a bf16 weight goes through gemm_bf16_weight's tile.
+      if (g.type(n.inputs[1]).dtype == DType::BF16) {
+        const bool fwd = n.op == Op::FakeQuantMatMul;
+        scratch = std::max(scratch, kernels::bf16_weight_tile_rows(fwd, w[0], w[1]) * w[1] * 4);
+      }
     } else if (n.op == Op::FlashAttention || n.op == Op::FlashAttentionBackward) {
       // Per-thread score tiles (and, backward, the rows' do.o sums).
       const Shape& q = g.shape(n.inputs[0]);
@@ -138,8 +144,9 @@ MemoryBreakdown estimate_step_memory(const Graph& g, const MemoryPlan* plan,
       scratch = kernels::flash_attention_workspace_bytes(
           d, elem, n.op == Op::FlashAttentionBackward, omp_get_max_threads());
     }
-    // dtype: bf16 widens inputs and rounds outputs through fp32 scratch.
-    scratch += bf16_conversion_scratch_bytes(g, n);
+    // dtype: bf16 widens inputs and rounds outputs through fp32 scratch: in eager mode a
+    // buffer for the node, in a compiled plan the arena's scratch slice (already live).
+    if (!plan) scratch += bf16_conversion_scratch_bytes(g, n);
     // Leaves and views run no kernel (a bf16 parameter is bound, not widened); dead nodes never
     // run.
     if (leaf || is_view_op(n.op) || last[i] < 0) scratch = 0;
@@ -163,6 +170,7 @@ MemoryBreakdown estimate_step_memory(const Graph& g, const MemoryPlan* plan,
       held[size_t(j)] = 0;
     }
   }
+  if (plan) m.workspace += plan->scratch_bytes;  // inside the arena, live throughout
   for (const auto& [bytes, count] : pooled_count) m.gathered += bytes * count;
   peak += m.gathered;
   if (freed_early) m.gradients = gradients_at_peak;

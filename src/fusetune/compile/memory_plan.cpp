@@ -5,6 +5,7 @@
 #include <map>
 #include <string>
 
+#include "fusetune/runtime/bf16_node_kernels.h"
 #include "fusetune/runtime/node_kernels.h"
 
 namespace fusetune {
@@ -69,6 +70,20 @@ std::vector<bool> early_update_outputs(const Graph& g) {
 }
 
 namespace {
+
+// The largest scratch any node that runs a kernel takes (leaves are bound, views alias, dead
+// nodes never run).
+int64_t node_scratch_bytes(const Graph& g) {
+  const std::vector<int> last = last_uses(g);
+  int64_t most = 0;
+  for (size_t i = 0; i < g.nodes().size(); ++i) {
+    const Node& n = g.nodes()[i];
+    const bool leaf = n.op == Op::Input || n.op == Op::Param || n.op == Op::Constant;
+    if (!leaf && !is_view_op(n.op) && last[i] >= 0)
+      most = std::max(most, bf16_conversion_scratch_bytes(g, n));
+  }
+  return most;
+}
 
 MemoryPlan plan_memory_once(const Graph& g, int dynamic_region, bool in_place) {
   const auto& nodes = g.nodes();
@@ -159,12 +174,17 @@ MemoryPlan plan_memory_once(const Graph& g, int dynamic_region, bool in_place) {
 }  // namespace
 
 MemoryPlan plan_memory(const Graph& g, int dynamic_region, bool in_place) {
-  MemoryPlan plain = plan_memory_once(g, dynamic_region, false);
-  if (!in_place) return plain;
-  // Sharing a slot joins two lifetimes into one; with greedy placement that can fragment the
-  // arena. Keep the in-place plan only when its arena is no larger.
-  MemoryPlan shared = plan_memory_once(g, dynamic_region, true);
-  return shared.arena_bytes <= plain.arena_bytes ? shared : plain;
+  MemoryPlan plan = plan_memory_once(g, dynamic_region, false);
+  if (in_place) {
+    // Sharing a slot joins two lifetimes into one; with greedy placement that can fragment the
+    // arena. Keep the in-place plan only when its arena is no larger.
+    MemoryPlan shared = plan_memory_once(g, dynamic_region, true);
+    if (shared.arena_bytes <= plan.arena_bytes) plan = std::move(shared);
+  }
+  plan.scratch_offset = (plan.arena_bytes + 63) / 64 * 64;
+  plan.scratch_bytes = node_scratch_bytes(g);
+  if (plan.scratch_bytes > 0) plan.arena_bytes = plan.scratch_offset + plan.scratch_bytes;
+  return plan;
 }
 
 }  // namespace fusetune

@@ -12,6 +12,10 @@
 // never written over: they are not in the arena. Joining lifetimes can make the greedy
 // placement fragment, so the in-place plan is kept only when its arena is no larger than the
 // plan without it.
+//
+// The arena ends with one scratch slice as large as the largest node's kernel temporaries
+// (bf16_conversion_scratch_bytes: a bf16 step's fp32 conversions), which every node reuses:
+// planned once, it costs no allocation and no page faults per node.
 #include <cstdint>
 #include <vector>
 
@@ -22,7 +26,8 @@ namespace fusetune {
 struct MemoryPlan {
   // offsets[node][output]: byte offset in the arena, or -1 when not placed.
   std::vector<std::vector<int64_t>> offsets;
-  int64_t arena_bytes = 0;
+  int64_t arena_bytes = 0;  // the placed buffers, then the scratch slice
+  int64_t scratch_offset = 0, scratch_bytes = 0;
   int64_t placed_bytes = 0;  // sum of placed buffer sizes (what eager would allocate overall)
   int64_t buffers = 0;
   // writes_over[node]: the node whose buffer this node's output 0 reuses in place, or -1.

@@ -3,22 +3,53 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <string>
 #include <vector>
 
 #include "fusetune/kernels/cpu/bf16.h"
 #include "fusetune/kernels/cpu/kernels.h"
 #include "fusetune/runtime/node_kernels.h"
+#include "fusetune/util/error.h"
 
 namespace fusetune {
 namespace {
 
 namespace k = kernels;
 
-Tensor widen(const Tensor& t) {
-  Tensor out = Tensor::empty(t.shape(), DType::F32);  // counted scratch
-  k::bf16_to_f32_array(t.data<uint16_t>(), out.data<float>(), t.numel());
-  return out;
-}
+// Every piece of conversion scratch starts on a cache line.
+int64_t padded(int64_t bytes) { return (bytes + 63) / 64 * 64; }
+int64_t f32_bytes(int64_t numel) { return padded(numel * 4); }
+int64_t f32_bytes(const TensorType& t) { return f32_bytes(t.numel()); }
+bool is_bf16(const TensorType& t) { return t.dtype == DType::BF16; }
+
+// Hands out a node's fp32 pieces from one buffer, in the order the kernel asks for them; the
+// sizes it may ask for add up to bf16_conversion_scratch_bytes, which checks it.
+class Scratch {
+ public:
+  Scratch(char* base, int64_t bytes) : base_(base), bytes_(bytes) {}
+  float* floats(int64_t count) {
+    const int64_t want = f32_bytes(count);
+    FT_CHECK(used_ + want <= bytes_, "bf16 conversion scratch: a node asked for more than the " +
+                                         std::to_string(bytes_) + " bytes planned for it");
+    float* p = reinterpret_cast<float*>(base_ + used_);
+    used_ += want;
+    return p;
+  }
+  Tensor tensor(const Shape& shape) {
+    int64_t numel = 1;
+    for (int64_t d : shape) numel *= d;
+    return Tensor::borrow(floats(numel), shape, DType::F32, nullptr);
+  }
+  Tensor widened(const Tensor& t) {
+    Tensor out = tensor(t.shape());
+    k::bf16_to_f32_array(t.data<uint16_t>(), out.data<float>(), t.numel());
+    return out;
+  }
+
+ private:
+  char* base_;
+  int64_t bytes_, used_ = 0;
+};
 
 void round_into(const Tensor& f32, Tensor& bf16) {
   k::f32_to_bf16_array(f32.data<float>(), bf16.data<uint16_t>(), f32.numel());
@@ -42,14 +73,15 @@ MatMulDims matmul_dims(const Shape& sa, const Shape& sb, const Attrs& a) {
 //  - trans_a (dW = dy^T x, the weight-gradient form: C is weight-sized, B an activation):
 //    C is computed a tile of rows at a time and rounded into the bf16 output;
 //  - otherwise (x W^T, dy W: B is the weight): B is widened a tile of its rows at a time.
-void matmul_bf16(const Node& n, const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+void matmul_bf16(const Node& n, const std::vector<Tensor>& in, std::vector<Tensor>& out,
+                 Scratch& scratch) {
   const MatMulDims d = matmul_dims(in[0].shape(), in[1].shape(), n.attrs);
   const bool ta = n.attrs.trans_a, tb = n.attrs.trans_b;
-  const Tensor A = in[0].dtype() == DType::BF16 ? widen(in[0]) : in[0];
+  const Tensor A = in[0].dtype() == DType::BF16 ? scratch.widened(in[0]) : in[0];
   Tensor& C = out[0];
   const bool c_bf16 = C.dtype() == DType::BF16;
   if (ta) {
-    const Tensor B = in[1].dtype() == DType::BF16 ? widen(in[1]) : in[1];
+    const Tensor B = in[1].dtype() == DType::BF16 ? scratch.widened(in[1]) : in[1];
     const int64_t ldb = tb ? d.K : d.N;
     if (!c_bf16) {
       k::gemm<float>(true, tb, d.M, d.N, d.K, 1.0f, A.data<float>(), d.M, B.data<float>(), ldb,
@@ -57,20 +89,22 @@ void matmul_bf16(const Node& n, const std::vector<Tensor>& in, std::vector<Tenso
       return;
     }
     const int64_t tr = k::bf16_tile_rows(d.M, d.N);
-    Tensor tile = Tensor::empty({tr, d.N}, DType::F32);  // counted scratch
+    float* tile = scratch.floats(tr * d.N);
     for (int64_t m0 = 0; m0 < d.M; m0 += tr) {
       const int64_t m1 = std::min(d.M, m0 + tr);
       // Rows [m0, m1) of C read columns [m0, m1) of A (stored [K, M]).
       k::gemm<float>(true, tb, m1 - m0, d.N, d.K, 1.0f, A.data<float>() + m0, d.M, B.data<float>(),
-                     ldb, 0.0f, tile.data<float>(), d.N);
-      k::f32_to_bf16_array(tile.data<float>(), C.data<uint16_t>() + m0 * d.N, (m1 - m0) * d.N);
+                     ldb, 0.0f, tile, d.N);
+      k::f32_to_bf16_array(tile, C.data<uint16_t>() + m0 * d.N, (m1 - m0) * d.N);
     }
     return;
   }
-  Tensor C32 = c_bf16 ? Tensor::empty(C.shape(), DType::F32) : C;
+  Tensor C32 = c_bf16 ? scratch.tensor(C.shape()) : C;
   if (in[1].dtype() == DType::BF16) {
+    const int64_t rows = tb ? d.N : d.K, cols = tb ? d.K : d.N;
+    float* tile = scratch.floats(k::bf16_weight_tile_rows(tb, rows, cols) * cols);
     k::gemm_bf16_weight(tb, d.M, d.N, d.K, A.data<float>(), in[1].data<uint16_t>(),
-                        C32.data<float>());
+                        C32.data<float>(), tile);
   } else {
     k::gemm<float>(false, tb, d.M, d.N, d.K, 1.0f, A.data<float>(), d.K, in[1].data<float>(),
                    tb ? d.K : d.N, 0.0f, C32.data<float>(), d.N);
@@ -86,34 +120,108 @@ bool is_single_matmul(const Node& n, const Graph& g) {
   return batch == 1;
 }
 
-int64_t f32_bytes(const TensorType& t) { return t.numel() * 4; }
+// Pointwise ops (output element i from input elements i, or from a one-element operand) run
+// in chunks: each thread widens a chunk of every bf16 operand, runs the fp32 kernel on the
+// chunk and rounds the chunk's outputs, so nothing the size of a tensor is ever widened and
+// the chunks stay in cache (widening whole [tokens, ffn] tensors made a bf16 1B LoRA step's
+// SwiGLU and fused elementwise ops 5-9x slower than fp32's). Below the kernels' parallel
+// threshold, so they run serially inside this parallel loop.
+constexpr int64_t kChunk = 16384;
 
-// A same-shape Add of bf16 tensors (the sum of a tied embedding's two [V, D] gradients, the
-// residual stream's gradients), in chunks: widening both operands whole would take three fp32
-// copies of a weight-sized tensor.
-constexpr int64_t kAddChunk = 16384;
-
-bool is_chunked_add(const Node& n, const Graph& g) {
-  if (n.op != Op::Add) return false;
-  const TensorType &a = g.type(n.inputs[0]), &b = g.type(n.inputs[1]);
-  return a.shape == b.shape && a.dtype == DType::BF16 && b.dtype == DType::BF16 &&
-         n.outputs[0].dtype == DType::BF16;
+bool is_pointwise(Op op) {
+  switch (op) {
+    case Op::Add:
+    case Op::Mul:
+    case Op::Scale:
+    case Op::Silu:
+    case Op::SiluBackward:
+    case Op::SwiGLU:
+    case Op::SwiGLUBackward:
+    case Op::Elementwise:
+      return true;
+    default:
+      return false;
+  }
 }
 
-void add_bf16_chunked(const uint16_t* a, const uint16_t* b, uint16_t* out, int64_t n) {
-  const int64_t chunks = (n + kAddChunk - 1) / kAddChunk;
-#pragma omp parallel if (n >= 4 * kAddChunk)
+// Floating operands only, each the output's size or a single element; one chunk buffer per
+// operand that is bf16 and full-size, per thread, plus one padded slot per bf16 single element.
+bool is_chunked_pointwise(const Node& n, const Graph& g) {
+  if (!is_pointwise(n.op)) return false;
+  const int64_t numel = n.outputs[0].numel();
+  bool any_bf16 = false;
+  for (const TensorType& t : n.outputs) {
+    if (t.numel() != numel || !is_floating(t.dtype)) return false;
+    any_bf16 |= is_bf16(t);
+  }
+  for (const Value& v : n.inputs) {
+    const TensorType& t = g.type(v);
+    if ((t.numel() != numel && t.numel() != 1) || !is_floating(t.dtype)) return false;
+    any_bf16 |= is_bf16(t);
+  }
+  return any_bf16;
+}
+
+int64_t chunked_pointwise_bytes(const Node& n, const Graph& g) {
+  const int64_t numel = n.outputs[0].numel();
+  int64_t chunk_buffers = 0, scalars = 0;
+  for (const TensorType& t : n.outputs) chunk_buffers += is_bf16(t);
+  for (const Value& v : n.inputs) {
+    const TensorType& t = g.type(v);
+    if (!is_bf16(t)) continue;
+    if (t.numel() == numel) {
+      ++chunk_buffers;
+    } else {
+      ++scalars;
+    }
+  }
+  return scalars * f32_bytes(1) + omp_get_max_threads() * chunk_buffers * f32_bytes(kChunk);
+}
+
+void run_chunked_pointwise(const Node& n, const std::vector<Tensor>& in, std::vector<Tensor>& out,
+                           Scratch& scratch) {
+  const int64_t numel = out[0].numel();
+  // One-element operands: widened once, passed whole to every chunk.
+  std::vector<Tensor> whole(in.size());
+  for (size_t i = 0; i < in.size(); ++i)
+    if (in[i].numel() != numel)
+      whole[i] = in[i].dtype() == DType::BF16 ? scratch.widened(in[i]) : in[i];
+  // Per thread, a chunk buffer for every chunked bf16 operand (inputs, then outputs).
+  const int threads = omp_get_max_threads();
+  std::vector<std::vector<float*>> buffers(static_cast<size_t>(threads));
+  for (auto& b : buffers)
+    for (size_t i = 0; i < in.size() + out.size(); ++i) {
+      const bool input = i < in.size();
+      const Tensor& t = input ? in[i] : out[i - in.size()];
+      const bool chunked_bf16 = t.dtype() == DType::BF16 && (!input || !whole[i].defined());
+      b.push_back(chunked_bf16 ? scratch.floats(kChunk) : nullptr);
+    }
+  const int64_t chunks = (numel + kChunk - 1) / kChunk;
+#pragma omp parallel num_threads(threads) if (chunks > 1)
   {
-    std::vector<float> x(kAddChunk), y(kAddChunk);
+    const std::vector<float*>& buf = buffers[size_t(omp_get_thread_num())];
+    std::vector<Tensor> cin(in.size()), cout(out.size());
 #pragma omp for schedule(static)
     for (int64_t c = 0; c < chunks; ++c) {
-      const int64_t i0 = c * kAddChunk, m = std::min(kAddChunk, n - i0);
-      // Widen (exact), add in fp32, round once; the array conversions vectorize (and run
-      // serially here, inside this parallel loop).
-      k::bf16_to_f32_array(a + i0, x.data(), m);
-      k::bf16_to_f32_array(b + i0, y.data(), m);
-      for (int64_t i = 0; i < m; ++i) x[size_t(i)] += y[size_t(i)];
-      k::f32_to_bf16_array(x.data(), out + i0, m);
+      const int64_t i0 = c * kChunk, m = std::min(kChunk, numel - i0);
+      for (size_t i = 0; i < in.size(); ++i) {
+        if (whole[i].defined()) {
+          cin[i] = whole[i];
+        } else if (in[i].dtype() == DType::BF16) {
+          k::bf16_to_f32_array(in[i].data<uint16_t>() + i0, buf[i], m);
+          cin[i] = Tensor::borrow(buf[i], {m}, DType::F32, nullptr);
+        } else {
+          cin[i] = Tensor::borrow(in[i].data<float>() + i0, {m}, DType::F32, nullptr);
+        }
+      }
+      for (size_t o = 0; o < out.size(); ++o) {
+        float* p = out[o].dtype() == DType::BF16 ? buf[in.size() + o] : out[o].data<float>() + i0;
+        cout[o] = Tensor::borrow(p, {m}, DType::F32, nullptr);
+      }
+      run_f32_node_kernel(n, cin, cout);
+      for (size_t o = 0; o < out.size(); ++o)
+        if (out[o].dtype() == DType::BF16)
+          k::f32_to_bf16_array(buf[in.size() + o], out[o].data<uint16_t>() + i0, m);
     }
   }
 }
@@ -137,8 +245,16 @@ bool kernel_reads_bf16(const Node& n, size_t input) {
 }
 
 void run_bf16_node_kernel(const Graph& g, const Node& n, const std::vector<Tensor>& in,
-                          std::vector<Tensor>& out) {
-  if (is_single_matmul(n, g)) return matmul_bf16(n, in, out);
+                          std::vector<Tensor>& out, const NodeScratch& planned) {
+  const int64_t need = bf16_conversion_scratch_bytes(g, n);
+  Tensor owned;  // eager mode: this node's scratch, counted, freed when it ends
+  char* base = planned.data;
+  if (need > planned.bytes) {
+    owned = Tensor::empty({(need + 3) / 4}, DType::F32);
+    base = static_cast<char*>(owned.raw());
+  }
+  Scratch scratch(base, need);
+  if (is_single_matmul(n, g)) return matmul_bf16(n, in, out, scratch);
   if (n.op == Op::Embedding && in[0].dtype() == DType::BF16 && out[0].dtype() == DType::BF16) {
     // A lookup copies rows: bf16 in, bf16 out, nothing to compute.
     k::embedding_forward<uint16_t>(in[0].data<uint16_t>(), in[1].data<int32_t>(),
@@ -146,51 +262,48 @@ void run_bf16_node_kernel(const Graph& g, const Node& n, const std::vector<Tenso
                                    in[0].dim(0));
     return;
   }
-  if (is_chunked_add(n, g))
-    return add_bf16_chunked(in[0].data<uint16_t>(), in[1].data<uint16_t>(), out[0].data<uint16_t>(),
-                            out[0].numel());
+  if (is_chunked_pointwise(n, g)) return run_chunked_pointwise(n, in, out, scratch);
   if (n.op == Op::EmbeddingBackward && out[0].dtype() == DType::BF16) {
-    const Tensor dy = in[0].dtype() == DType::BF16 ? widen(in[0]) : in[0];
+    const Tensor dy = in[0].dtype() == DType::BF16 ? scratch.widened(in[0]) : in[0];
     k::embedding_backward_bf16(dy.data<float>(), in[1].data<int32_t>(), out[0].data<uint16_t>(),
                                in[1].numel(), out[0].dim(1), out[0].dim(0));
     return;
   }
   std::vector<Tensor> in32(in.size()), out32(out.size());
   for (size_t i = 0; i < in.size(); ++i)
-    in32[i] = in[i].dtype() == DType::BF16 && !kernel_reads_bf16(n, i) ? widen(in[i]) : in[i];
+    in32[i] =
+        in[i].dtype() == DType::BF16 && !kernel_reads_bf16(n, i) ? scratch.widened(in[i]) : in[i];
   for (size_t k = 0; k < out.size(); ++k)
-    out32[k] = out[k].dtype() == DType::BF16 ? Tensor::empty(out[k].shape(), DType::F32) : out[k];
+    out32[k] = out[k].dtype() == DType::BF16 ? scratch.tensor(out[k].shape()) : out[k];
   run_f32_node_kernel(n, in32, out32);
-  in32.clear();  // free the widened inputs before the rounded outputs are written
   for (size_t k = 0; k < out.size(); ++k)
     if (out[k].dtype() == DType::BF16) round_into(out32[k], out[k]);
 }
 
 int64_t bf16_conversion_scratch_bytes(const Graph& g, const Node& n) {
   if (g.float_dtype() != DType::BF16) return 0;
-  auto bf16 = [&](const TensorType& t) { return t.dtype == DType::BF16; };
   if (is_single_matmul(n, g)) {
     const TensorType &a = g.type(n.inputs[0]), &b = g.type(n.inputs[1]), &c = n.outputs[0];
     const MatMulDims d = matmul_dims(a.shape, b.shape, n.attrs);
-    int64_t bytes = bf16(a) ? f32_bytes(a) : 0;
+    int64_t bytes = is_bf16(a) ? f32_bytes(a) : 0;
     if (n.attrs.trans_a)
-      return bytes + (bf16(b) ? f32_bytes(b) : 0) +
-             (bf16(c) ? k::bf16_tile_rows(d.M, d.N) * d.N * 4 : 0);
-    const int64_t rows = n.attrs.trans_b ? d.N : d.K, cols = n.attrs.trans_b ? d.K : d.N;
-    return bytes + (bf16(b) ? k::bf16_tile_rows(rows, cols) * cols * 4 : 0) +
-           (bf16(c) ? f32_bytes(c) : 0);
+      return bytes + (is_bf16(b) ? f32_bytes(b) : 0) +
+             (is_bf16(c) ? f32_bytes(k::bf16_tile_rows(d.M, d.N) * d.N) : 0);
+    const bool tb = n.attrs.trans_b;
+    const int64_t rows = tb ? d.N : d.K, cols = tb ? d.K : d.N;
+    return bytes + (is_bf16(c) ? f32_bytes(c) : 0) +
+           (is_bf16(b) ? f32_bytes(k::bf16_weight_tile_rows(tb, rows, cols) * cols) : 0);
   }
-  if (n.op == Op::Embedding && bf16(g.type(n.inputs[0]))) return 0;
-  if (is_chunked_add(n, g)) return omp_get_max_threads() * 2 * kAddChunk * 4;
-  if (n.op == Op::EmbeddingBackward && bf16(n.outputs[0]))  // dy widened, per-row sums
-    return (bf16(g.type(n.inputs[0])) ? f32_bytes(g.type(n.inputs[0])) : 0) +
-           omp_get_max_threads() * n.outputs[0].shape[1] * 4;
+  if (n.op == Op::Embedding && is_bf16(g.type(n.inputs[0]))) return 0;
+  if (is_chunked_pointwise(n, g)) return chunked_pointwise_bytes(n, g);
+  if (n.op == Op::EmbeddingBackward && is_bf16(n.outputs[0]))  // dy widened
+    return is_bf16(g.type(n.inputs[0])) ? f32_bytes(g.type(n.inputs[0])) : 0;
   int64_t bytes = 0;
   for (size_t i = 0; i < n.inputs.size(); ++i)
-    if (bf16(g.type(n.inputs[i])) && !kernel_reads_bf16(n, i))
+    if (is_bf16(g.type(n.inputs[i])) && !kernel_reads_bf16(n, i))
       bytes += f32_bytes(g.type(n.inputs[i]));
   for (const TensorType& t : n.outputs)
-    if (bf16(t)) bytes += f32_bytes(t);
+    if (is_bf16(t)) bytes += f32_bytes(t);
   return bytes;
 }
 

@@ -16,7 +16,8 @@ class EagerExecutor : public Executor {
   explicit EagerExecutor(const Graph& g);
 
   // Runs the graph. `inputs` binds Op::Input nodes by name, `params` binds Op::Param nodes by
-  // name or from a callback (dtype must equal the graph's float dtype). Returns the graph outputs, in order.
+  // name or from a callback (dtype must equal the graph's float dtype). Returns the graph outputs,
+  // in order.
   std::vector<Tensor> run(const TensorMap& inputs, const ParamSource& params,
                           const OnOutput& on_output) override;
   using Executor::run;

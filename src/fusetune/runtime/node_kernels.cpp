@@ -432,12 +432,12 @@ void run_f32_node_kernel(const Node& n, const std::vector<Tensor>& inputs,
 }
 
 void run_node_kernel(const Graph& g, const Node& n, const std::vector<Tensor>& inputs,
-                     std::vector<Tensor>& outputs) {
+                     std::vector<Tensor>& outputs, const NodeScratch& scratch) {
   switch (g.float_dtype()) {
     case DType::F64:
       return run_typed<double>(n, inputs, outputs);
     case DType::BF16:
-      return run_bf16_node_kernel(g, n, inputs, outputs);
+      return run_bf16_node_kernel(g, n, inputs, outputs, scratch);
     default:
       return run_typed<float>(n, inputs, outputs);
   }

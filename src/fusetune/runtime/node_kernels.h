@@ -18,9 +18,17 @@ bool is_view_op(Op op);
 // multi-output kernels are not listed.
 bool can_write_over_input(const Node& n, int input);
 
+// Bytes a node's kernel may use for its temporaries (today the bf16 path's fp32 conversions):
+// in a compiled step, a slice of the plan's arena reused by every node and step; empty in
+// eager mode, where the kernel allocates what it needs for the node alone.
+struct NodeScratch {
+  char* data = nullptr;
+  int64_t bytes = 0;
+};
+
 // Runs `n` in the graph's dtype: F32 and F64 directly, BF16 through bf16_node_kernels.h.
 void run_node_kernel(const Graph& g, const Node& n, const std::vector<Tensor>& inputs,
-                     std::vector<Tensor>& outputs);
+                     std::vector<Tensor>& outputs, const NodeScratch& scratch = {});
 
 // The fp32 kernels, for the BF16 path: floating inputs and outputs are F32 (except those
 // kernel_reads_bf16 names).

@@ -22,7 +22,7 @@ std::vector<Tensor> PlanExecutor::run(const TensorMap& inputs, const ParamSource
         return off >= 0 ? Tensor::borrow(base + off, t.shape, t.dtype, nullptr)
                         : Tensor::empty(t.shape, t.dtype);
       },
-      on_output);
+      on_output, NodeScratch{base + plan_.scratch_offset, plan_.scratch_bytes});
 }
 
 }  // namespace fusetune

@@ -21,10 +21,10 @@ std::vector<int> release_points(const Graph& g) {
 namespace {
 
 void run_kernel(const Graph& g, const Node& n, const std::vector<Tensor>& in,
-                std::vector<Tensor>& out) {
-  if (!op_profile::enabled()) return run_node_kernel(g, n, in, out);
+                std::vector<Tensor>& out, const NodeScratch& scratch) {
+  if (!op_profile::enabled()) return run_node_kernel(g, n, in, out, scratch);
   const auto t0 = std::chrono::steady_clock::now();
-  run_node_kernel(g, n, in, out);
+  run_node_kernel(g, n, in, out, scratch);
   double bytes = 0;
   for (const auto& t : out) bytes += double(t.nbytes());
   op_profile::add(
@@ -35,7 +35,8 @@ void run_kernel(const Graph& g, const Node& n, const std::vector<Tensor>& in,
 
 std::vector<Tensor> run_nodes(const Graph& g, const std::vector<int>& release_at,
                               const TensorMap& inputs, const ParamSource& params,
-                              const AllocateOutput& allocate, const OnOutput& on_output) {
+                              const AllocateOutput& allocate, const OnOutput& on_output,
+                              const NodeScratch& scratch) {
   const auto& nodes = g.nodes();
   std::vector<std::vector<Tensor>> values(nodes.size());
   // With on_output: the outputs of each node, how many of a node's outputs are still kept (-1:
@@ -82,7 +83,7 @@ std::vector<Tensor> run_nodes(const Graph& g, const std::vector<int>& release_at
           out.push_back(in[0].reshape(n.outputs[0].shape));
         } else {
           for (size_t k = 0; k < n.outputs.size(); ++k) out.push_back(allocate(i, k, n.outputs[k]));
-          run_kernel(g, n, in, out);
+          run_kernel(g, n, in, out, scratch);
         }
         values[i] = std::move(out);
         in.clear();

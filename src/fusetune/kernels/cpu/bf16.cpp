@@ -23,7 +23,7 @@ void bf16_to_f32_array(const uint16_t* x, float* out, int64_t n) {
 }
 
 void f32_to_bf16_array(const float* x, uint16_t* out, int64_t n) {
-#pragma omp parallel for simd schedule(static) if (n >= detail::kParallelMin)
+#pragma omp parallel for simd schedule(static) if (parallel : n >= detail::kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     uint32_t bits;
     std::memcpy(&bits, x + i, 4);
@@ -72,12 +72,21 @@ int64_t bf16_tile_rows(int64_t rows, int64_t cols) {
   return std::max<int64_t>(1, std::min(rows, std::max<int64_t>(256, by_bytes)));
 }
 
+int64_t bf16_weight_tile_rows(bool trans_b, int64_t rows, int64_t cols) {
+  if (!trans_b) return bf16_tile_rows(rows, cols);
+  const int64_t by_bytes = (int64_t(1) << 22) / std::max<int64_t>(1, cols);  // 16 MiB of fp32
+  return std::max<int64_t>(1, std::min(rows, std::max<int64_t>(512, by_bytes)));
+}
+
 void gemm_bf16_weight(bool trans_b, int64_t M, int64_t N, int64_t K, const float* A,
-                      const uint16_t* B, float* out) {
+                      const uint16_t* B, float* out, float* tile) {
   const int64_t stored_rows = trans_b ? N : K, stored_cols = trans_b ? K : N;
-  const int64_t tr = bf16_tile_rows(stored_rows, stored_cols);
-  Tensor tile_buf = Tensor::empty({tr, stored_cols}, DType::F32);  // counted scratch
-  float* tile = tile_buf.data<float>();
+  const int64_t tr = bf16_weight_tile_rows(trans_b, stored_rows, stored_cols);
+  Tensor tile_buf;
+  if (!tile) {
+    tile_buf = Tensor::empty({tr, stored_cols}, DType::F32);  // counted scratch
+    tile = tile_buf.data<float>();
+  }
   if (M == 0 || N == 0) return;
   if (K == 0) std::fill(out, out + M * N, 0.0f);
   for (int64_t r0 = 0; r0 < stored_rows; r0 += tr) {

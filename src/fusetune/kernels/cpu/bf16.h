@@ -17,10 +17,19 @@ void f32_to_bf16_array(const float* x, uint16_t* out, int64_t n);
 // than fp32's, 256 rows 15%, measured with FUSETUNE_PROFILE).
 int64_t bf16_tile_rows(int64_t rows, int64_t cols);
 
+// Rows of the tile gemm_bf16_weight widens B in. With trans_b (y = x W^T) a tile of W's rows
+// is a slice of the output's columns, and every slice is one GEMM call that packs all of A
+// again: max(512 rows, 16 MiB of fp32), at most all rows (256-row slices made a Llama 3.2 1B
+// layer's x W^T 10-20% slower than fp32's single sgemm, 16 MiB 0-5%: bench_gemm --bf16).
+// Otherwise (dx = dy W) a tile is a slice of the summed dimension and A is read once either
+// way: bf16_tile_rows.
+int64_t bf16_weight_tile_rows(bool trans_b, int64_t rows, int64_t cols);
+
 // out [M, N] fp32 = A [M, K] fp32 op(B), B bf16 stored [N, K] (trans_b) or [K, N], widened a
-// tile of B's stored rows at a time into a counted scratch tile.
+// tile of B's stored rows at a time (bf16_weight_tile_rows) into `tile` (that many rows of B's
+// stored row length), or, when `tile` is null, into a counted scratch tile.
 void gemm_bf16_weight(bool trans_b, int64_t M, int64_t N, int64_t K, const float* A,
-                      const uint16_t* B, float* out);
+                      const uint16_t* B, float* out, float* tile = nullptr);
 
 // The embedding backward into a bf16 table gradient dtable [V, D]: each id's rows of dy [n, D]
 // summed in fp32 in position order (the fp32 kernel's order, so the result is its sum rounded

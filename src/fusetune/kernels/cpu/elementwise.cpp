@@ -24,11 +24,11 @@ void binary(const char* name, const T* a, const T* b, T* out, int64_t n, int64_t
   if (n == 0) return;
   check_broadcast(name, n, nb);
   if (nb == n) {
-#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+#pragma omp parallel for simd schedule(static) if (parallel : n >= kParallelMin)
     for (int64_t i = 0; i < n; ++i) out[i] = op(a[i], b[i]);
   } else if (nb == 1) {
     const T s = b[0];
-#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+#pragma omp parallel for simd schedule(static) if (parallel : n >= kParallelMin)
     for (int64_t i = 0; i < n; ++i) out[i] = op(a[i], s);
   } else {
     const int64_t rows = n / nb;
@@ -56,20 +56,20 @@ void mul(const T* a, const T* b, T* out, int64_t n, int64_t nb) {
 
 template <class T>
 void scale(const T* a, T s, T* out, int64_t n) {
-#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+#pragma omp parallel for simd schedule(static) if (parallel : n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) out[i] = a[i] * s;
 }
 
 template <class T>
 void silu(const T* x, T* out, int64_t n) {
   // x / (1 + e^-x): for x -> -inf, e^-x -> inf and the quotient -> -0, never NaN.
-#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+#pragma omp parallel for simd schedule(static) if (parallel : n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) out[i] = x[i] / (T(1) + detail::vexp(-x[i]));
 }
 
 template <class T>
 void silu_backward(const T* x, const T* dy, T* dx, int64_t n) {
-#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+#pragma omp parallel for simd schedule(static) if (parallel : n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     const T s = T(1) / (T(1) + detail::vexp(-x[i]));
     dx[i] = dy[i] * (s * (T(1) + x[i] * (T(1) - s)));

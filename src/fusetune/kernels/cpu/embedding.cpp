@@ -38,7 +38,7 @@ template <class T>
 void embedding_backward(const T* dy, const int32_t* ids, T* dtable, int64_t n, int64_t D,
                         int64_t V) {
   check_ids("embedding_backward", ids, n, D, V);
-#pragma omp parallel for simd schedule(static) if (V * D >= detail::kParallelMin)
+#pragma omp parallel for simd schedule(static) if (parallel : V * D >= detail::kParallelMin)
   for (int64_t k = 0; k < V * D; ++k) dtable[k] = T(0);
   constexpr int64_t kBlock = 128;  // columns per task (512 bytes of float)
   const int64_t nblocks = (D + kBlock - 1) / kBlock;

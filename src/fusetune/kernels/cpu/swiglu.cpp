@@ -8,7 +8,7 @@ namespace fusetune::kernels {
 
 template <class T>
 void swiglu(const T* g, const T* u, T* out, int64_t n) {
-#pragma omp parallel for simd schedule(static) if (n >= detail::kParallelMin)
+#pragma omp parallel for simd schedule(static) if (parallel : n >= detail::kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     const T gi = g[i], ui = u[i];
     out[i] = (gi / (T(1) + detail::vexp(-gi))) * ui;
@@ -17,7 +17,7 @@ void swiglu(const T* g, const T* u, T* out, int64_t n) {
 
 template <class T>
 void swiglu_backward(const T* g, const T* u, const T* dy, T* dg, T* du, int64_t n) {
-#pragma omp parallel for simd schedule(static) if (n >= detail::kParallelMin)
+#pragma omp parallel for simd schedule(static) if (parallel : n >= detail::kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     // All loads before the stores, so an output may share memory with an input.
     const T gi = g[i], ui = u[i], dyi = dy[i];
