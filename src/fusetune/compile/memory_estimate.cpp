@@ -144,9 +144,10 @@ MemoryBreakdown estimate_step_memory(const Graph& g, const MemoryPlan* plan,
       scratch = kernels::flash_attention_workspace_bytes(
           d, elem, n.op == Op::FlashAttentionBackward, omp_get_max_threads());
     }
-    // dtype: bf16 widens inputs and rounds outputs through fp32 scratch: in eager mode a
-    // buffer for the node, in a compiled plan the arena's scratch slice (already live).
-    if (!plan) scratch += bf16_conversion_scratch_bytes(g, n);
+    // dtype: bf16 widens inputs and rounds outputs through fp32 scratch: the arena's scratch
+    // slice (already live) where it fits, else a buffer for the node (always in eager mode).
+    const int64_t conversions = bf16_conversion_scratch_bytes(g, n);
+    if (!plan || conversions > plan->scratch_bytes) scratch += conversions;
     // Leaves and views run no kernel (a bf16 parameter is bound, not widened); dead nodes never
     // run.
     if (leaf || is_view_op(n.op) || last[i] < 0) scratch = 0;

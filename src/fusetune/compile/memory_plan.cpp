@@ -71,16 +71,17 @@ std::vector<bool> early_update_outputs(const Graph& g) {
 
 namespace {
 
-// The largest scratch any node that runs a kernel takes (leaves are bound, views alias, dead
-// nodes never run).
+// The largest scratch, up to kScratchSliceCap, that a node running a kernel takes (leaves are
+// bound, views alias, dead nodes never run).
 int64_t node_scratch_bytes(const Graph& g) {
   const std::vector<int> last = last_uses(g);
   int64_t most = 0;
   for (size_t i = 0; i < g.nodes().size(); ++i) {
     const Node& n = g.nodes()[i];
     const bool leaf = n.op == Op::Input || n.op == Op::Param || n.op == Op::Constant;
-    if (!leaf && !is_view_op(n.op) && last[i] >= 0)
-      most = std::max(most, bf16_conversion_scratch_bytes(g, n));
+    if (leaf || is_view_op(n.op) || last[i] < 0) continue;
+    const int64_t need = bf16_conversion_scratch_bytes(g, n);
+    if (need <= kScratchSliceCap) most = std::max(most, need);
   }
   return most;
 }

@@ -13,9 +13,12 @@
 // placement fragment, so the in-place plan is kept only when its arena is no larger than the
 // plan without it.
 //
-// The arena ends with one scratch slice as large as the largest node's kernel temporaries
+// The arena ends with one scratch slice for the nodes' kernel temporaries
 // (bf16_conversion_scratch_bytes: a bf16 step's fp32 conversions), which every node reuses:
-// planned once, it costs no allocation and no page faults per node.
+// planned once, it costs no allocation and no page faults per node. It is as large as the
+// largest need up to kScratchSliceCap; a node needing more (a bf16 full fine-tune's LM-head
+// gradient, computed in fp32: 1 GiB at Llama 3.2 1B) allocates its own for its duration, as in
+// eager mode, so the slice adds at most the cap to the step's peak.
 #include <cstdint>
 #include <vector>
 
@@ -23,11 +26,13 @@
 
 namespace fusetune {
 
+inline constexpr int64_t kScratchSliceCap = int64_t(64) << 20;
+
 struct MemoryPlan {
   // offsets[node][output]: byte offset in the arena, or -1 when not placed.
   std::vector<std::vector<int64_t>> offsets;
-  int64_t arena_bytes = 0;  // the placed buffers, then the scratch slice
-  int64_t scratch_offset = 0, scratch_bytes = 0;
+  int64_t arena_bytes = 0;                        // the placed buffers, then the scratch slice
+  int64_t scratch_offset = 0, scratch_bytes = 0;  // a node needing more allocates its own
   int64_t placed_bytes = 0;  // sum of placed buffer sizes (what eager would allocate overall)
   int64_t buffers = 0;
   // writes_over[node]: the node whose buffer this node's output 0 reuses in place, or -1.

@@ -13,9 +13,9 @@
 //   - pointwise ops (Add, Mul, Scale, SiLU, SwiGLU, fused elementwise programs) widen and round
 //     per thread in small chunks, never a whole tensor.
 // The fp32 scratch comes from the NodeScratch the executor passes: in a compiled step, a slice
-// of its arena sized by the largest node (memory_plan.h), reused by every node and step (a
-// fresh buffer costs a page fault per page on first touch, ~0.2 ms per MiB here); in eager
-// mode, a counted buffer for the node alone.
+// at the end of its arena (memory_plan.h), reused by every node and step (a fresh buffer costs
+// a page fault per page on first touch, ~0.2 ms per MiB here); in eager mode, or for a node
+// needing more than the slice holds, a counted buffer for the node alone.
 #include <cstdint>
 #include <vector>
 
