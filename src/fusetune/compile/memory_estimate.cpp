@@ -151,9 +151,9 @@ MemoryBreakdown estimate_step_memory(const Graph& g, const MemoryPlan* plan,
     // Leaves and views run no kernel (a bf16 parameter is bound, not widened); dead nodes never
     // run.
     if (leaf || is_view_op(n.op) || last[i] < 0) scratch = 0;
-    m.workspace = std::max(m.workspace, scratch);
     if (live - gathered_live + scratch > peak) {
       gradients_at_peak = gradients_held;
+      m.workspace = scratch;  // the scratch held at the peak, not the largest anywhere
       m.peak_node = int(i);
     }
     peak = std::max(peak, live - gathered_live + scratch);

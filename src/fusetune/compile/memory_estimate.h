@@ -17,7 +17,7 @@ struct MemoryBreakdown {
   int64_t gradients = 0;
   int64_t optimizer_state = 0;
   int64_t activations = 0;  // at the step's peak, gradients excluded
-  int64_t workspace = 0;    // largest kernel scratch (fused cross-entropy chunk, NF4 tiles)
+  int64_t workspace = 0;    // kernel scratch at the peak (cross-entropy chunk, NF4 tiles, bf16)
   int64_t gathered = 0;     // ZeRO-3: the pool the other ranks' parameters are gathered into
   int peak_node = -1;       // the node running at the peak (-1: before the first)
   int64_t total() const {
