@@ -20,7 +20,7 @@ int64_t bf16_tile_rows(int64_t rows, int64_t cols);
 // Rows of the tile gemm_bf16_weight widens B in. With trans_b (y = x W^T) a tile of W's rows
 // is a slice of the output's columns, and every slice is one GEMM call that packs all of A
 // again: max(512 rows, 16 MiB of fp32), at most all rows (256-row slices made a Llama 3.2 1B
-// layer's x W^T 10-20% slower than fp32's single sgemm, 16 MiB 0-5%: bench_gemm --bf16).
+// layer's x W^T 10-24% slower than fp32's single sgemm, 16 MiB 1-8%: bench_gemm --bf16).
 // Otherwise (dx = dy W) a tile is a slice of the summed dimension and A is read once either
 // way: bf16_tile_rows.
 int64_t bf16_weight_tile_rows(bool trans_b, int64_t rows, int64_t cols);
