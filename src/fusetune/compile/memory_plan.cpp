@@ -182,9 +182,11 @@ MemoryPlan plan_memory(const Graph& g, int dynamic_region, bool in_place) {
     MemoryPlan shared = plan_memory_once(g, dynamic_region, true);
     if (shared.arena_bytes <= plan.arena_bytes) plan = std::move(shared);
   }
-  plan.scratch_offset = (plan.arena_bytes + 63) / 64 * 64;
   plan.scratch_bytes = node_scratch_bytes(g);
-  if (plan.scratch_bytes > 0) plan.arena_bytes = plan.scratch_offset + plan.scratch_bytes;
+  if (plan.scratch_bytes > 0) {  // after the last placed buffer, on a cache line
+    plan.scratch_offset = (plan.arena_bytes + 63) / 64 * 64;
+    plan.arena_bytes = plan.scratch_offset + plan.scratch_bytes;
+  }
   return plan;
 }
 
