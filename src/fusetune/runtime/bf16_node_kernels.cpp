@@ -36,9 +36,7 @@ class Scratch {
     return p;
   }
   Tensor tensor(const Shape& shape) {
-    int64_t numel = 1;
-    for (int64_t d : shape) numel *= d;
-    return Tensor::borrow(floats(numel), shape, DType::F32, nullptr);
+    return Tensor::borrow(floats(shape_numel(shape)), shape, DType::F32, nullptr);
   }
   Tensor widened(const Tensor& t) {
     Tensor out = tensor(t.shape());
@@ -144,8 +142,7 @@ bool is_pointwise(Op op) {
   }
 }
 
-// Floating operands only, each the output's size or a single element; one chunk buffer per
-// operand that is bf16 and full-size, per thread, plus one padded slot per bf16 single element.
+// Floating operands only, each the output's size or a single element, at least one bf16.
 bool is_chunked_pointwise(const Node& n, const Graph& g) {
   if (!is_pointwise(n.op)) return false;
   const int64_t numel = n.outputs[0].numel();
@@ -162,6 +159,8 @@ bool is_chunked_pointwise(const Node& n, const Graph& g) {
   return any_bf16;
 }
 
+// Per thread, one chunk buffer per bf16 full-size operand; one padded slot per bf16 single
+// element (widened once for every chunk).
 int64_t chunked_pointwise_bytes(const Node& n, const Graph& g) {
   const int64_t numel = n.outputs[0].numel();
   int64_t chunk_buffers = 0, scalars = 0;
