@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets (CMake preset `fuzz`, clang + ASan) and fuzzes each named target
+# Builds the libFuzzer targets (CMake preset `asan`: clang, ASan+UBSan, the build the sanitizer
+# unit tests use) and fuzzes each named target
 # for a bounded time, starting from its committed seeds (tests/fuzz/seeds/<target>/) with its
 # dictionary (tests/fuzz/dicts/<target>.dict).
 #   scripts/fuzz.sh [seconds=60] [target ... | all]
 # Targets: safetensors_fuzz hf_config_fuzz yaml_config_fuzz jsonl_rows_fuzz tokenizer_json_fuzz.
 # Prints one line per target (seconds, executions, corpus size). Exits non-zero when a fuzzer
-# finds a crash; the reproducer lands in build/fuzz/artifacts/.
+# finds a crash; the reproducer lands in build/asan/fuzz-artifacts/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 all=(safetensors_fuzz hf_config_fuzz yaml_config_fuzz jsonl_rows_fuzz tokenizer_json_fuzz)
@@ -17,19 +18,19 @@ for t in "${targets[@]}"; do
   [ -d "tests/fuzz/seeds/$t" ] || { echo "unknown target $t (known: ${all[*]})" >&2; exit 2; }
 done
 
-cmake --preset fuzz >/dev/null
-cmake --build --preset fuzz -j "$(nproc)" --target "${targets[@]}"
+cmake --preset asan >/dev/null
+cmake --build --preset asan -j "$(nproc)" --target "${targets[@]}"
 
-artifacts=build/fuzz/artifacts/
+artifacts=build/asan/fuzz-artifacts/
 mkdir -p "$artifacts"
 for t in "${targets[@]}"; do
   # libFuzzer adds new inputs to the first corpus directory: a scratch one, the seeds stay as
   # committed.
-  corpus=build/fuzz/run/$t/corpus
+  corpus=build/asan/fuzz-run/$t/corpus
   mkdir -p "$corpus"
-  log=build/fuzz/run/$t/log.txt
+  log=build/asan/fuzz-run/$t/log.txt
   echo "fuzzing $t for ${secs}s (seeds tests/fuzz/seeds/$t)" >&2
-  if ! "build/fuzz/tests/fuzz/$t" -max_total_time="$secs" -max_len=4096 -rss_limit_mb=2048 \
+  if ! "build/asan/tests/fuzz/$t" -max_total_time="$secs" -max_len=4096 -rss_limit_mb=2048 \
     -timeout=10 -print_final_stats=1 -dict="tests/fuzz/dicts/$t.dict" \
     -artifact_prefix="$artifacts" "$corpus" "tests/fuzz/seeds/$t" >"$log" 2>&1; then
     tail -40 "$log" >&2

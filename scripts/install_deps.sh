@@ -8,7 +8,9 @@
 set -euo pipefail
 pkgs=(
   cmake ninja-build g++ clang pkg-config   # build
-  libclang-rt-14-dev                       # libFuzzer and ASan runtimes for clang (fuzz preset)
+  ccache                                   # compiler cache (~/.cache/ccache): warm rebuilds
+  libclang-rt-14-dev                       # libFuzzer, ASan and UBSan runtimes for clang (asan preset)
+  libomp-dev                               # clang's OpenMP runtime (asan preset)
   libopenblas-openmp-dev                   # GEMM (OpenMP build: shares our thread pool)
   nlohmann-json3-dev                       # JSON: config.json, safetensors header, tokenizer.json
   libyaml-cpp-dev                          # YAML recipe configs
