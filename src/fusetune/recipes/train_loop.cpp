@@ -196,9 +196,16 @@ int run_training(const Config& cfg, const TrainJob& job) {
                  std::to_string(r.progress.seed) + " but the config says seed " +
                  std::to_string(progress.seed));
     for (auto& [name, t] : r.params) {
-      FT_CHECK(model.params.count(name),
+      auto it = model.params.find(name);
+      FT_CHECK(it != model.params.end(),
                "checkpoint " + dir->string() + " has an unknown parameter '" + name + "'");
-      model.params[name] = t;
+      // The loaders return the run's dtype (job.load's argument): anything else is a loader's
+      // bug, named here rather than by the step graph.
+      FT_CHECK(t.shape() == it->second.shape() && t.dtype() == it->second.dtype(),
+               "cannot resume from " + dir->string() + ": parameter '" + name + "' loaded as " +
+                   dtype_name(t.dtype()) + " " + shape_str(t.shape()) + " but the run's is " +
+                   dtype_name(it->second.dtype()) + " " + shape_str(it->second.shape()));
+      it->second = t;
     }
     optimizer->load_state(r.optimizer, param_refs());
     progress = r.progress;
