@@ -6,7 +6,9 @@
 #include <chrono>
 #include <cstdlib>
 #include <limits>
+#include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "fusetune/util/error.h"
 
@@ -33,13 +35,51 @@ void check(int rc, const char* call) {
 // 512 KiB pieces on this machine (MPI_Reduce alike; MPI_Bcast needs no temporary).
 constexpr int64_t kReducePieceBytes = int64_t(1) << 19;
 
+// A floating-point sum over 3 or more ranks whose bits do not depend on the message: every
+// element is ((x0 + x1) + x2) + ... in rank order. MPI_Allreduce's bits do: Open MPI picks its
+// algorithm by message size, and its ring adds an element's terms starting at a rank that
+// depends on the element's offset, so a gradient reduced alone (ZeRO-2, 3) and the same gradient
+// packed into a bucket (ZeRO-0, 1) summed to different last bits (3 ranks: ZeRO-2's weights
+// left ZeRO-0's after one step). Each rank takes chunk `rank` of every rank's buffer
+// (MPI_Alltoallv), adds the parts in rank order, and the sums go back to all
+// (MPI_Allgatherv): a ring all-reduce's traffic. Two ranks keep MPI_Allreduce: x0 + x1 and
+// x1 + x0 are the same bits.
 template <typename T>
-void allreduce(T* data, int64_t n, MPI_Datatype type) {
+void sum_in_rank_order(T* data, int count, MPI_Datatype type, int rank, int size) {
+  const size_t ranks = static_cast<size_t>(size);
+  std::vector<int> counts(ranks), displs(ranks);
+  for (int k = 0; k < size; ++k) {
+    displs[size_t(k)] = int(int64_t(count) * k / size);
+    counts[size_t(k)] = int(int64_t(count) * (k + 1) / size) - displs[size_t(k)];
+  }
+  const int mine = counts[size_t(rank)];
+  std::vector<T> parts(static_cast<size_t>(mine) * ranks);
+  std::vector<int> part_counts(ranks, mine), part_displs(ranks);
+  for (int k = 0; k < size; ++k) part_displs[size_t(k)] = k * mine;
+  check(MPI_Alltoallv(data, counts.data(), displs.data(), type, parts.data(), part_counts.data(),
+                      part_displs.data(), type, MPI_COMM_WORLD),
+        "MPI_Alltoallv");
+  T* sum = data + displs[size_t(rank)];
+  std::copy_n(parts.data(), mine, sum);
+  for (int k = 1; k < size; ++k) {
+    const T* part = parts.data() + size_t(k) * size_t(mine);
+    for (int i = 0; i < mine; ++i) sum[i] += part[i];
+  }
+  check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, counts.data(), displs.data(), type,
+                       MPI_COMM_WORLD),
+        "MPI_Allgatherv");
+}
+
+template <typename T>
+void allreduce(T* data, int64_t n, MPI_Datatype type, int rank, int size) {
   constexpr int64_t kMax = kReducePieceBytes / int64_t(sizeof(T));
   for (int64_t at = 0; at < n; at += kMax) {
     const int count = int(std::min(kMax, n - at));
-    check(MPI_Allreduce(MPI_IN_PLACE, data + at, count, type, MPI_SUM, MPI_COMM_WORLD),
-          "MPI_Allreduce");
+    if (std::is_floating_point_v<T> && size > 2)
+      sum_in_rank_order(data + at, count, type, rank, size);
+    else
+      check(MPI_Allreduce(MPI_IN_PLACE, data + at, count, type, MPI_SUM, MPI_COMM_WORLD),
+            "MPI_Allreduce");
   }
 }
 
@@ -111,19 +151,19 @@ std::string Communicator::who() const {
 void Communicator::allreduce_sum(float* data, int64_t n, const std::string& what) {
   if (size_ == 1) return;
   CollectiveScope w(watchdog_.get(), what, &comm_s_);
-  allreduce(data, n, MPI_FLOAT);
+  allreduce(data, n, MPI_FLOAT, rank_, size_);
 }
 
 void Communicator::allreduce_sum(double* data, int64_t n, const std::string& what) {
   if (size_ == 1) return;
   CollectiveScope w(watchdog_.get(), what, &comm_s_);
-  allreduce(data, n, MPI_DOUBLE);
+  allreduce(data, n, MPI_DOUBLE, rank_, size_);
 }
 
 void Communicator::allreduce_sum(int64_t* data, int64_t n, const std::string& what) {
   if (size_ == 1) return;
   CollectiveScope w(watchdog_.get(), what, &comm_s_);
-  allreduce(data, n, MPI_INT64_T);
+  allreduce(data, n, MPI_INT64_T, rank_, size_);
 }
 
 // An all-reduce, not MPI_Reduce: Open MPI 4.1's default MPI_Reduce algorithm moved 0.2 GB/s
@@ -134,7 +174,7 @@ void Communicator::reduce_sum(float* data, int64_t n, int root, const std::strin
   if (size_ == 1) return;
   FT_CHECK(root >= 0 && root < size_, "reduce_sum: root " + std::to_string(root) + " out of range");
   CollectiveScope w(watchdog_.get(), what, &comm_s_);
-  allreduce(data, n, MPI_FLOAT);
+  allreduce(data, n, MPI_FLOAT, rank_, size_);
 }
 
 void Communicator::barrier(const std::string& what) {

@@ -110,7 +110,15 @@ void save_lora_checkpoint(const LoraRun& run, bool adapter_only, const fs::path&
       progress_json(c.progress, c.optimizer ? c.optimizer->name() : "").dump(2) + "\n");
 }
 
-ResumedState load_lora_checkpoint(const LoraRun& run, const fs::path& dir) {
+// The adapters of a PEFT adapter directory in the run's dtype: they are saved as fp32 (which
+// holds bf16 values exactly, so a bf16 run's adapters come back bit for bit).
+TensorMap adapters_in(peft::Adapter& a, DType dtype) {
+  TensorMap out;
+  for (auto& [name, t] : a.tensors) out[name] = t.dtype() == dtype ? std::move(t) : t.to(dtype);
+  return out;
+}
+
+ResumedState load_lora_checkpoint(const LoraRun& run, const fs::path& dir, DType dtype) {
   nlohmann::json j = nlohmann::json::parse(read_file(dir / "recipe_state.json"), nullptr, false);
   FT_CHECK(!j.is_discarded() && j.value("format", "") == "fusetune.recipe_state.v1",
            "cannot resume from " + dir.string() + ": recipe_state.json is unreadable");
@@ -130,7 +138,7 @@ ResumedState load_lora_checkpoint(const LoraRun& run, const fs::path& dir) {
                peft::target_modules(a.config) == peft::target_modules(run.lora),
            "cannot resume from " + dir.string() +
                ": its adapter (r, target_modules, use_dora) differs from the config's");
-  r.params = std::move(a.tensors);
+  r.params = adapters_in(a, dtype);
   SafetensorsFile st = SafetensorsFile::open(dir / "recipe_state.safetensors");
   for (const std::string& name : st.names())
     if (name.rfind("optimizer.", 0) == 0) r.optimizer[name.substr(10)] = st.tensor(name).clone();
@@ -205,7 +213,7 @@ LoraJob lora_training_job(const Config& cfg, const std::string& recipe) {
                    a.config.use_dora == run->lora.use_dora,
                "checkpointer.adapter_checkpoint: the adapter in " + dir.string() +
                    " does not match the model's LoRA settings");
-      for (auto& [name, t] : a.tensors) m.params[name] = t;
+      for (auto& [name, t] : adapters_in(a, dtype)) m.params[name] = t;
     }
   };
   job.params_stored_elsewhere = [run]() { return run->nf4 ? peft::nf4_numel(*run->nf4) : 0; };
@@ -227,7 +235,9 @@ LoraJob lora_training_job(const Config& cfg, const std::string& recipe) {
   job.save = [run, adapter_only](const fs::path& dir, const CheckpointContent& c) {
     save_lora_checkpoint(*run, adapter_only, dir, c);
   };
-  job.load = [run](const fs::path& dir, DType) { return load_lora_checkpoint(*run, dir); };
+  job.load = [run](const fs::path& dir, DType dtype) {
+    return load_lora_checkpoint(*run, dir, dtype);
+  };
   LoraJob out{std::move(job), {}};
   // The base without adapters, for the DPO reference; NF4 where `prepare` quantized it.
   out.base.linear = [run](Builder& b, Value x, const LinearSite& s) {

@@ -18,6 +18,7 @@
 #include "fusetune/peft/parameter_count.h"
 #include "fusetune/recipes/recipe_setup.h"
 #include "fusetune/recipes/step_plan.h"
+#include "fusetune/recipes/test_only_faults.h"
 #include "fusetune/recipes/training_checkpoint.h"
 #include "fusetune/runtime/memory.h"
 #include "fusetune/util/error.h"
@@ -196,9 +197,16 @@ int run_training(const Config& cfg, const TrainJob& job) {
                  std::to_string(r.progress.seed) + " but the config says seed " +
                  std::to_string(progress.seed));
     for (auto& [name, t] : r.params) {
-      FT_CHECK(model.params.count(name),
+      auto it = model.params.find(name);
+      FT_CHECK(it != model.params.end(),
                "checkpoint " + dir->string() + " has an unknown parameter '" + name + "'");
-      model.params[name] = t;
+      // The loaders return the run's dtype (job.load's argument): anything else is a loader's
+      // bug, named here rather than by the step graph.
+      FT_CHECK(t.shape() == it->second.shape() && t.dtype() == it->second.dtype(),
+               "cannot resume from " + dir->string() + ": parameter '" + name + "' loaded as " +
+                   dtype_name(t.dtype()) + " " + shape_str(t.shape()) + " but the run's is " +
+                   dtype_name(it->second.dtype()) + " " + shape_str(it->second.shape()));
+      it->second = t;
     }
     optimizer->load_state(r.optimizer, param_refs());
     progress = r.progress;
@@ -308,6 +316,14 @@ int run_training(const Config& cfg, const TrainJob& job) {
   ctx.step.dtype = dtype;
   ctx.step.add_inputs = job.add_inputs;
   std::unique_ptr<TrainingStep> step = job.make_step ? job.make_step(ctx) : make_sft_step(ctx.step);
+  // TEST-ONLY (test_only_faults.h): a +inf gradient at a chosen step, for the guard's test;
+  // before the guard stops the run, the weights and state as they are go to a checkpoint.
+  const std::optional<int64_t> test_only_inf_at = test_only::inf_gradient_step();
+  if (test_only_inf_at)
+    step = test_only::with_inf_gradient(std::move(step), *test_only_inf_at, rank == world - 1);
+  auto test_only_save_at_stop = [&]() {
+    if (test_only_inf_at) save(test_only::kStoppedCheckpoint, progress);
+  };
   double lr = 0;  // the step's learning rate (optimizer_in_bwd updates inside step->run)
   // Adds a micro-batch's gradient into the step's accumulation buffer.
   auto accumulate = [&grads](const std::string& name, Tensor g, bool first) {
@@ -340,6 +356,7 @@ int run_training(const Config& cfg, const TrainJob& job) {
           // step already are: the run stops and resumes from the last checkpoint).
           const double norm = fusetune::grad_norm({ref});
           if (!std::isfinite(norm)) {
+            test_only_save_at_stop();
             const auto last = latest_resumable_checkpoint(output_dir);
             throw Error("step " + std::to_string(progress.global_step + 1) + ": the gradient of '" +
                         name + "' is not finite (norm " + std::to_string(norm) +
@@ -562,6 +579,7 @@ int run_training(const Config& cfg, const TrainJob& job) {
       if (in_bwd) {
         // The parameters are already updated (their gradients were finite).
         if (!std::isfinite(loss)) {
+          test_only_save_at_stop();
           std::string msg =
               non_finite_step_message(progress.global_step + 1, loss, 0, micro, output_dir);
           const std::string not_applied = "the update was not applied";
@@ -582,9 +600,11 @@ int run_training(const Config& cfg, const TrainJob& job) {
         } else {
           norm = clip ? clip_grad_norm(refs, *clip) : fusetune::grad_norm(refs);
         }
-        if (!std::isfinite(loss) || !std::isfinite(norm))
+        if (!std::isfinite(loss) || !std::isfinite(norm)) {
+          test_only_save_at_stop();
           throw Error(
               non_finite_step_message(progress.global_step + 1, loss, norm, micro, output_dir));
+        }
         if (clip) grad_norm = norm;
         optimizer->step(refs, lr);
         grads.clear();
