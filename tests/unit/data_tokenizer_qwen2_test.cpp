@@ -73,7 +73,10 @@ TEST(DataTokenizerQwen2, ParseErrorsNameFileAndLine) {
   EXPECT_TRUE(contains(error_of([] { parse_vocab_json(R"({"a": "x"})", "v.json"); }),
                        "token 'a' must map"));
   EXPECT_TRUE(contains(error_of([] { parse_vocab_json("{", "v.json"); }), "is not valid JSON"));
-  auto [v, m] = files();
+  // Named references, not a structured binding: clang 14 lambdas cannot capture bindings.
+  const auto vocab_and_merges = files();
+  const std::string& v = vocab_and_merges.first;
+  const std::string& m = vocab_and_merges.second;
   EXPECT_TRUE(contains(error_of([&] { qwen2_tokenizer_from_text(R"({"a": 0})", m, {}, {}, "q"); }),
                        "lacks the byte-level token"));
   EXPECT_TRUE(contains(

@@ -106,8 +106,8 @@ TEST(IoSafetensors, LayoutMatchesHuggingFace) {
   EXPECT_EQ(header.substr(header.rfind('}') + 1).find_first_not_of(' '), std::string::npos);
   auto j = nlohmann::ordered_json::parse(header);
   EXPECT_EQ(j.begin().key(), "__metadata__");
-  EXPECT_EQ(j["b"]["data_offsets"], nlohmann::json::parse("[0, 12]"));
-  EXPECT_EQ(j["a"]["data_offsets"], nlohmann::json::parse("[12, 20]"));
+  EXPECT_EQ(j["b"]["data_offsets"], nlohmann::ordered_json::parse("[0, 12]"));
+  EXPECT_EQ(j["a"]["data_offsets"], nlohmann::ordered_json::parse("[12, 20]"));
   EXPECT_EQ(j["a"]["dtype"], "BF16");
   EXPECT_EQ(bytes.size(), 8 + n + 20);  // tensors packed back to back, nothing after
 }

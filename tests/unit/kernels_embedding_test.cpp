@@ -42,7 +42,8 @@ TEST(KernelsEmbedding, BackwardScatterAddsRepeatedIds) {
     for (int64_t i = 0; i < n; ++i) {
       for (int64_t j = 0; j < D; ++j) want[ids[i] * D + j] += dy[i * D + j];
     }
-    auto run = [&] {
+    // Bindings copied into the lambda: clang 14 cannot capture structured bindings.
+    auto run = [&, n = n, D = D, V = V] {
       std::vector<float> dtable(V * D, 99.0f);  // overwritten, not accumulated
       kernels::embedding_backward<float>(dy.data(), ids.data(), dtable.data(), n, D, V);
       return dtable;

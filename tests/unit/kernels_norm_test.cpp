@@ -81,7 +81,8 @@ TEST(KernelsNorm, RmsnormBackwardLargeFloatAndDeterministic) {
     const auto x = random_vec<float>(rows * D, 5, -2.0, 2.0);
     const auto w = random_vec<float>(D, 6, 0.5, 1.5);
     const auto dy = random_vec<float>(rows * D, 7);
-    auto run = [&] {
+    // Bindings copied into the lambdas: clang 14 cannot capture structured bindings.
+    auto run = [&, rows = rows, D = D] {
       std::vector<float> dx(rows * D), dw(D);
       kernels::rmsnorm_backward<float>(x.data(), w.data(), dy.data(), dx.data(), dw.data(), rows, D,
                                        1e-5);
@@ -100,7 +101,7 @@ TEST(KernelsNorm, RmsnormBackwardLargeFloatAndDeterministic) {
     EXPECT_TRUE(bitwise_equal(r1, r2));
     EXPECT_TRUE(bitwise_equal(run(), run()));
     // In double the dw sums are not rounded back to float, so an order change would show.
-    auto run_double = [&] {
+    auto run_double = [&, rows = rows, D = D] {
       std::vector<double> dx(rows * D), dw(D);
       kernels::rmsnorm_backward<double>(xd.data(), wd.data(), dyd.data(), dx.data(), dw.data(),
                                         rows, D, 1e-5);
