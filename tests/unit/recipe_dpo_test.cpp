@@ -11,7 +11,9 @@
 
 #include "fusetune/cli/command.h"
 #include "fusetune/util/fs.h"
+#include "metrics_log.h"
 #include "test_support.h"
+#include "tiny_llama.h"
 
 using namespace fusetune;
 using namespace fusetune::testing;
@@ -22,11 +24,7 @@ namespace {
 std::string dpo_yaml(const fs::path& out, const fs::path& data) {
   std::ostringstream s;
   s << "output_dir: " << out.string() << "\n"
-    << "model:\n  init: random\n  model_type: llama\n  vocab_size: 259\n  hidden_size: 32\n"
-    << "  intermediate_size: 64\n  num_hidden_layers: 2\n  num_attention_heads: 4\n"
-    << "  num_key_value_heads: 2\n  max_position_embeddings: 128\n"
-    << "  lora_attn_modules: [q_proj, v_proj]\n  apply_lora_to_mlp: true\n  lora_rank: 4\n"
-    << "  lora_alpha: 8\n"
+    << tiny_model_yaml(128) << tiny_dpo_lora_yaml()
     << "tokenizer:\n  _component_: byte\n  max_seq_len: 64\n"
     << "dataset:\n  _component_: preference\n  source: " << data.string() << "\n"
     << "seed: 1\nshuffle: true\nbatch_size: 2\nepochs: 2\n"
@@ -45,14 +43,6 @@ void write_pairs(const fs::path& p, int n) {
   write_file_atomic(p, rows.dump());
 }
 
-std::vector<double> losses(const fs::path& out) {
-  std::vector<double> l;
-  std::istringstream in(read_file(out / "logs" / "metrics.jsonl"));
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty()) l.push_back(nlohmann::json::parse(line).at("loss").get<double>());
-  return l;
-}
-
 }  // namespace
 
 TEST(DpoRecipe, QloraDpoStartsAtLog2AndCompileModesAgree) {
@@ -67,7 +57,7 @@ TEST(DpoRecipe, QloraDpoStartsAtLog2AndCompileModesAgree) {
                             std::string("compile=") + mode, "model.quantize_base=true",
                             "output_dir=" + out.string()}),
               0);
-    by_mode[m++] = losses(out);
+    by_mode[m++] = logged_values(out, "loss");
     EXPECT_TRUE(fs::exists(out / "epoch_1" / "adapter_model.safetensors"));
   }
   ASSERT_EQ(by_mode[0].size(), 8u);
@@ -93,7 +83,7 @@ TEST(DpoRecipe, Bf16DpoStartsAtLog2AndFollowsFp32) {
         cli::cmd_run({"lora_dpo_single_device", "--config", (tmp / "cfg.yaml").string(),
                       "compile=true", std::string("dtype=") + dtype, "output_dir=" + out.string()}),
         0);
-    by_dtype[k++] = losses(out);
+    by_dtype[k++] = logged_values(out, "loss");
   }
   ASSERT_EQ(by_dtype[1].size(), 8u);
   EXPECT_NEAR(by_dtype[1][0], std::log(2.0), 1e-6);
@@ -143,11 +133,8 @@ TEST(DpoRecipe, ValidationLossIsLog2WhileThePolicyIsTheReference) {
            "run_val_every_n_steps=2", "dataset_val._component_=preference",
            "dataset_val.source=" + (tmp / "pairs.json").string(), "dataset_val.split=train[4:]"}),
       0);
-  std::vector<double> val;
-  std::istringstream in(read_file(tmp / "run" / "logs" / "metrics.jsonl"));
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty() && nlohmann::json::parse(line).contains("val_loss"))
-      val.push_back(nlohmann::json::parse(line).at("val_loss").get<double>());
+  const std::vector<double> val = logged_values(tmp / "run", "val_loss");
   ASSERT_EQ(val.size(), 4u);  // 8 steps (2 epochs of 4), every 2
   for (double v : val) EXPECT_NEAR(v, std::log(2.0), 1e-6);
 }
+
