@@ -187,6 +187,35 @@ TEST(RecipeInferenceCli, ValidateFindsAndPrintsTheRecipe) {
   EXPECT_EQ(r.code, 0) << r.out;
 }
 
+// The recipe line is a line of its own: the validation's warnings, its errors and the verdict
+// each start on the next line (stdout and stderr together, as a terminal shows them).
+TEST(RecipeInferenceCli, ValidatePrintsTheRecipeOnALineOfItsOwn) {
+  fusetune::testing::TempDir dir;
+  const fs::path cfg = dir / "tt.yaml";
+  std::ofstream(cfg) << "#   tune run full_finetune_single_device --config my/cfg\n"
+                        "output_dir: /tmp/o\nmodel: {init: random, vocab_size: 259, hidden_size: "
+                        "8, intermediate_size: 16, num_hidden_layers: 1, num_attention_heads: 2}\n"
+                        "tokenizer: {_component_: byte}\n"
+                        "dataset: {_component_: text_completion, source: t.txt}\n"
+                        "optimizer: {_component_: torch.optim.AdamW, lr: 1e-4}\n";
+  const std::string recipe_line =
+      "recipe full_finetune_single_device (from the config's `tune run` line)\n";
+  auto r = run_fusetune("validate " + cfg.string() +
+                        " loss._component_=torchtune.modules.loss.CEWithChunkedOutputLoss"
+                        " loss.num_output_chunks=8");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out, recipe_line +
+                       "fusetune: warning: config key 'loss.num_output_chunks' is ignored: "
+                       "fusetune chooses the chunking of the fused loss itself\n"
+                       "Config is well-formed!\n");
+  r = run_fusetune("validate " + cfg.string() + " optimizer.lrr=1");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_EQ(r.out, recipe_line + "fusetune: error: " + cfg.string() +
+                       ": 1 problem in the config for recipe full_finetune_single_device:\n"
+                       "  - unknown config key 'optimizer.lrr' (did you mean 'optimizer.lr'?) "
+                       "(override 'optimizer.lrr=1')\n");
+}
+
 TEST(RecipeInferenceCli, PlanTakesTheConfigAlone) {
   auto r = run_fusetune("plan --config demo/tiny_full");
   EXPECT_EQ(r.code, 0) << r.out;
