@@ -16,10 +16,12 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "files.h"
 #include "report_support.h"
 #include "test_support.h"
 
 namespace fs = std::filesystem;
+using fusetune::testing::read_text;
 using fusetune::testing::TempDir;
 using fusetune::testing::write_synthetic_run;
 
@@ -28,13 +30,6 @@ namespace {
 std::string chromium() {
   const char* env = std::getenv("FUSETUNE_CHROMIUM");
   return env && *env ? env : "chromium";
-}
-
-std::string read(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 // Runs `cmd` through the shell; its exit status, -1 when it did not exit.
@@ -69,7 +64,7 @@ TEST(ReportChromium, CountsThePlottedPointsAfterLayout) {
   const std::string report = "cd '" + tmp.path().string() + "' && '" +
                              ::fusetune::testing::binary_path() +
                              "' report eager model fused -o report.html >report.log 2>&1";
-  ASSERT_EQ(shell(report), 0) << read(tmp / "report.log");
+  ASSERT_EQ(shell(report), 0) << read_text(tmp / "report.log");
 
   // Headless, without the sandbox (it cannot start as root in a container), with a profile of
   // its own; --dump-dom prints the DOM once the page has loaded and its script has run.
@@ -80,10 +75,10 @@ TEST(ReportChromium, CountsThePlottedPointsAfterLayout) {
                           (tmp / "profile").string() +
                           "' --window-size=1400,2000 --dump-dom 'file://" + page.string() + "' >'" +
                           dom.string() + "' 2>'" + log.string() + "'";
-  ASSERT_EQ(shell(cmd), 0) << cmd << "\n" << read(log);
-  const std::string html = read(dom);
+  ASSERT_EQ(shell(cmd), 0) << cmd << "\n" << read_text(log);
+  const std::string html = read_text(dom);
   const std::string counts_text = element_text(html, "render-counts");
-  ASSERT_FALSE(counts_text.empty()) << "the page's script did not run:\n" << read(log);
+  ASSERT_FALSE(counts_text.empty()) << "the page's script did not run:\n" << read_text(log);
   const nlohmann::json counts = nlohmann::json::parse(counts_text);
 
   const nlohmann::json expected = {

@@ -72,8 +72,15 @@ TEST(Stories260KGolden, Position0LogitsAndLogsumexp) {
 TEST(Stories260KGolden, TeacherForcedMeanNll) {
   FT_REQUIRE_ASSET("stories260K/golden.json");
   Loaded l = load_stories();
-  for (const auto& item : golden()["teacher_forced_mean_nll"]) {
+  // golden.json holds two sequences (32 and 374 tokens); the loop must check both. (It read
+  // golden()["teacher_forced_mean_nll"] in the for statement: a reference into a temporary
+  // destroyed before the loop ran, so it checked nothing.)
+  const nlohmann::json g = golden();
+  size_t sequences = 0;
+  for (const auto& item : g.at("teacher_forced_mean_nll")) {
+    ++sequences;
     auto ids = item["input_ids"].get<std::vector<int32_t>>();
+    ASSERT_GE(ids.size(), 2u) << "sequence " << sequences;
     Tensor logits = run_logits(l, ids);
     const int64_t V = logits.dim(1);
     double total = 0;
@@ -83,6 +90,7 @@ TEST(Stories260KGolden, TeacherForcedMeanNll) {
     }
     EXPECT_NEAR(total / double(ids.size() - 1), item["mean_nll"].get<double>(), 1e-4);
   }
+  EXPECT_EQ(sequences, 2u);
 }
 
 TEST(Stories260KGolden, GreedyDecodingFromBos) {

@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "fusetune/cli/command.h"
 #include "fusetune/config/config.h"
 #include "fusetune/io/hf_checkpoint.h"
@@ -57,14 +59,9 @@ struct Logged {
 };
 std::vector<Logged> logged(const fs::path& out) {
   std::vector<Logged> v;
-  std::istringstream in(read_text(out / "logs" / "metrics.jsonl"));
-  std::string line;
-  while (std::getline(in, line))
-    if (!line.empty()) {
-      auto j = nlohmann::json::parse(line);
-      v.push_back({j.at("loss").get<double>(), j.at("rewards/accuracies").get<double>(),
-                   j.at("rewards/margins").get<double>()});
-    }
+  for (const nlohmann::json& j : metrics_lines(out))
+    v.push_back({j.at("loss").get<double>(), j.at("rewards/accuracies").get<double>(),
+                 j.at("rewards/margins").get<double>()});
   return v;
 }
 

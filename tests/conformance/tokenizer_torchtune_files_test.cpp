@@ -23,6 +23,7 @@
 #include "fusetune/data/tiktoken_tokenizer.h"
 #include "fusetune/data/unicode_normalize.h"
 #include "fusetune/recipes/recipe_setup.h"
+#include "tiny_llama.h"
 #include "tokenizer_reference.h"
 
 namespace fusetune {
@@ -175,22 +176,7 @@ TEST(TorchtuneTokenizerFiles, PastedLlama3SectionLoadsTheTiktokenFile) {
 // Every tokenizer section of torchtune's configs in the assets validates as it is.
 TEST(TorchtuneTokenizerFiles, AssetConfigsTokenizerSectionsValidate) {
   FT_REQUIRE_ASSET("torchtune_configs");
-  const char* base = R"(output_dir: /tmp/out
-model:
-  init: random
-  vocab_size: 259
-  hidden_size: 64
-  intermediate_size: 176
-  num_hidden_layers: 2
-  num_attention_heads: 4
-  num_key_value_heads: 2
-dataset:
-  _component_: text_completion
-  source: data/corpus.txt
-optimizer:
-  _component_: AdamW
-  lr: 1e-3
-)";
+  const std::string base = testing::tiny_config_yaml("");
   size_t sections = 0;
   std::map<std::string, int> by_component;
   for (const auto& e :

@@ -27,7 +27,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "checks.h"
 #include "cli_runner.h"
+#include "files.h"
 #include "fusetune/config/config.h"
 #include "fusetune/io/hf_checkpoint.h"
 #include "fusetune/io/hf_config.h"
@@ -40,22 +42,9 @@ namespace {
 namespace fs = std::filesystem;
 using fusetune::Config;
 using json = nlohmann::json;
-
-bool has(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
-
-std::string read(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void write(const fs::path& p, const std::string& text) {
-  std::ofstream out(p, std::ios::binary);
-  out << text;
-}
+using fusetune::testing::contains;
+using fusetune::testing::read_text;
+using fusetune::testing::write_text;
 
 bool registered(const std::string& name) {
   for (const auto& r : fusetune::recipes())
@@ -131,7 +120,7 @@ std::vector<std::string> write_checkpoint(const Family& f, const fs::path& dir) 
   int64_t bytes = 0;
   for (const auto& [name, shape] : fusetune::expected_parameters(mc)) {
     fusetune::Tensor t = fusetune::Tensor::empty(shape, fusetune::DType::F32);
-    const bool norm = has(name, "norm"), bias = has(name, "bias");
+    const bool norm = contains(name, "norm"), bias = contains(name, "bias");
     for (int64_t i = 0; i < t.numel(); ++i)
       t.data<float>()[i] = norm ? 1.f : bias ? 0.f : normal(rng);
     bytes += t.numel() * 2;
@@ -141,7 +130,7 @@ std::vector<std::string> write_checkpoint(const Family& f, const fs::path& dir) 
   o.dtype = fusetune::DType::BF16;
   o.max_shard_bytes = bytes / 2 + 1;
   fusetune::save_hf_checkpoint(dir, mc, tensors, o);
-  const json index = json::parse(read(dir / "model.safetensors.index.json"));
+  const json index = json::parse(read_text(dir / "model.safetensors.index.json"));
   std::set<std::string> files;
   for (const auto& [k, v] : index["weight_map"].items()) files.insert(v.get<std::string>());
   return {files.begin(), files.end()};
@@ -150,15 +139,15 @@ std::vector<std::string> write_checkpoint(const Family& f, const fs::path& dir) 
 // Qwen2.5's vocab.json + merges.txt: the same byte-level BPE as Qwen3's tokenizer.json (its
 // 151,643 ranks and merges), written in the two-file form torchtune's qwen2_5_tokenizer reads.
 void write_qwen_vocab_merges(const fs::path& tokenizer_json, const fs::path& dir) {
-  const json t = json::parse(read(tokenizer_json));
-  write(dir / "vocab.json", t["model"]["vocab"].dump());
+  const json t = json::parse(read_text(tokenizer_json));
+  write_text(dir / "vocab.json", t["model"]["vocab"].dump());
   std::string merges = "#version: 0.2\n";
   for (const auto& m : t["model"]["merges"]) {
     merges += m.is_array() ? m[0].get<std::string>() + " " + m[1].get<std::string>()
                            : m.get<std::string>();
     merges += "\n";
   }
-  write(dir / "merges.txt", merges);
+  write_text(dir / "merges.txt", merges);
 }
 
 // The first line that reads as an error (with the problems listed under it, "; "-joined, the
@@ -173,7 +162,7 @@ std::string first_error_line(const std::string& out, const std::string& config_p
       found += (found.back() == ':' ? " " : "; ") + line.substr(4);
       continue;
     }
-    if (has(line, "error")) {
+    if (contains(line, "error")) {
       found = line;
       continue;
     }
@@ -189,7 +178,7 @@ int count_steps(const std::string& out) {
   int n = 0;
   for (size_t at = 0; (at = out.find("| loss:", at)) != std::string::npos; ++at) {
     const size_t bol = out.rfind('\n', at);
-    if (has(out.substr(bol == std::string::npos ? 0 : bol + 1, at), "Step ")) ++n;
+    if (contains(out.substr(bol == std::string::npos ? 0 : bol + 1, at), "Step ")) ++n;
   }
   return n;
 }
@@ -242,7 +231,7 @@ TEST(TorchtuneConfigsSweep, EveryTrainingConfigRunsTwoStepsFromLocalFiles) {
   // preferred answer and the next row's output as the rejected one.
   const fs::path dpo_data = tmp / "stack_exchange_paired_from_alpaca.json";
   {
-    const json alpaca = json::parse(read(a / "datasets/alpaca_tiny.json"));
+    const json alpaca = json::parse(read_text(a / "datasets/alpaca_tiny.json"));
     json rows = json::array();
     for (size_t i = 0; i < alpaca.size(); ++i) {
       const json& r = alpaca[i];
@@ -252,7 +241,7 @@ TEST(TorchtuneConfigsSweep, EveryTrainingConfigRunsTwoStepsFromLocalFiles) {
                       {"response_j", r["output"]},
                       {"response_k", alpaca[(i + 1) % alpaca.size()]["output"]}});
     }
-    write(dpo_data, rows.dump());
+    write_text(dpo_data, rows.dump());
   }
   std::map<std::string, std::vector<std::string>> checkpoints;  // family key -> shard files
 
@@ -278,11 +267,12 @@ TEST(TorchtuneConfigsSweep, EveryTrainingConfigRunsTwoStepsFromLocalFiles) {
   }
   std::vector<Row> table;
   for (Row row : rows) {
-    if (!only.empty() && std::none_of(only.begin(), only.end(),
-                                      [&](const std::string& o) { return has(row.config, o); }))
+    if (!only.empty() && std::none_of(only.begin(), only.end(), [&](const std::string& o) {
+          return contains(row.config, o);
+        }))
       continue;
     const fs::path path = configs_dir / (row.config + ".yaml");
-    const std::string text = read(path);
+    const std::string text = read_text(path);
     const Config cfg = Config::from_string(text, path.string());
     const fusetune::RecipeChoice choice = fusetune::infer_recipe("", text, cfg, path.string());
     auto ends_with = [&](const std::string& suffix) {
@@ -297,9 +287,9 @@ TEST(TorchtuneConfigsSweep, EveryTrainingConfigRunsTwoStepsFromLocalFiles) {
       auto v = fusetune::testing::run_fusetune("validate " + quote(path.string()));
       auto r = fusetune::testing::run_fusetune("run " + choice.name + " --config " +
                                                quote(path.string()));
-      const bool named = v.code != 0 && r.code != 0 && has(v.out, "'" + choice.name + "'") &&
-                         has(r.out, "'" + choice.name + "'") &&
-                         has(v.out, "fusetune has no such recipe yet");
+      const bool named = v.code != 0 && r.code != 0 && contains(v.out, "'" + choice.name + "'") &&
+                         contains(r.out, "'" + choice.name + "'") &&
+                         contains(v.out, "fusetune has no such recipe yet");
       EXPECT_TRUE(named) << row.config << ":\n" << v.out << "\n" << r.out;
       row.result = named ? "no recipe: " + choice.name
                          : "FAILED: no clear error: " + first_error_line(v.out, path.string());
@@ -327,9 +317,9 @@ TEST(TorchtuneConfigsSweep, EveryTrainingConfigRunsTwoStepsFromLocalFiles) {
       o += " tokenizer.path=" + quote((qwen_tok / "vocab.json").string()) +
            " tokenizer.merges_file=" + quote((qwen_tok / "merges.txt").string());
     const std::string ds = cfg.str("dataset._component_", "");
-    if (has(ds, "stack_exchange_paired"))
+    if (contains(ds, "stack_exchange_paired"))
       o += " dataset.source=" + quote(dpo_data.string());
-    else if (has(ds, "text_completion"))
+    else if (contains(ds, "text_completion"))
       o += " dataset.source=" + quote((a / "datasets/tinystories_sample.txt").string());
     else
       o += " dataset.source=" + quote((a / "datasets/alpaca_tiny.json").string());
@@ -347,7 +337,7 @@ TEST(TorchtuneConfigsSweep, EveryTrainingConfigRunsTwoStepsFromLocalFiles) {
                                                quote(path.string()) + o + run_length);
       const int steps = count_steps(r.out);
       EXPECT_TRUE(cfg.str("device", "cpu") == "cpu" ||
-                  has(r.out, "no GPU backend; running on the CPU"))
+                  contains(r.out, "no GPU backend; running on the CPU"))
           << row.config << ": the device: cuda warning is missing";
       if (r.code != 0 || steps != 2) {
         error = r.code == 0 ? std::to_string(steps) + " steps logged"
@@ -362,7 +352,7 @@ TEST(TorchtuneConfigsSweep, EveryTrainingConfigRunsTwoStepsFromLocalFiles) {
       row.result = "OK";
       EXPECT_TRUE(known == kKnownRefusals.end() || known->second.may_pass)
           << row.config << " runs now: take it off kKnownRefusals";
-    } else if (known != kKnownRefusals.end() && has(error, known->second.error)) {
+    } else if (known != kKnownRefusals.end() && contains(error, known->second.error)) {
       row.result = "REFUSED" + stage + ": " + error;
     } else {
       row.result = "FAILED" + stage + ": " + error;

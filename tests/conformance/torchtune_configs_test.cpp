@@ -10,7 +10,9 @@
 #include <set>
 #include <sstream>
 
+#include "checks.h"
 #include "cli_runner.h"
+#include "files.h"
 #include "fusetune/config/builtin_configs.h"
 #include "fusetune/config/config.h"
 #include "fusetune/config/schema.h"
@@ -26,17 +28,8 @@ namespace {
 
 namespace fs = std::filesystem;
 using fusetune::Config;
-
-bool has(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
-
-std::string read(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using fusetune::testing::contains;
+using fusetune::testing::read_text;
 
 struct TorchtuneConfig {
   std::string name;  // "llama3_2/1B_lora_single_device"
@@ -50,7 +43,7 @@ std::vector<TorchtuneConfig> torchtune_configs() {
   for (const auto& e : fs::recursive_directory_iterator(dir)) {
     if (e.path().extension() != ".yaml") continue;
     std::string rel = fs::relative(e.path(), dir).generic_string();
-    out.push_back({rel.substr(0, rel.size() - 5), e.path(), read(e.path())});
+    out.push_back({rel.substr(0, rel.size() - 5), e.path(), read_text(e.path())});
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
   return out;
@@ -82,13 +75,14 @@ TEST(TorchtuneConfigs, EveryConfigNamesItsRecipe) {
       }
     } else {
       const std::string msg = fusetune::missing_torchtune_recipe(r.name);
-      EXPECT_TRUE(has(msg, "'" + r.name + "'") && has(msg, "fusetune has no such recipe yet"))
+      EXPECT_TRUE(contains(msg, "'" + r.name + "'") &&
+                  contains(msg, "fusetune has no such recipe yet"))
           << c.name << ": " << r.name << " -> " << msg;
       try {
         fusetune::chosen_recipe(r);
         ADD_FAILURE() << c.name << ": no error for " << r.name;
       } catch (const fusetune::Error& e) {
-        EXPECT_TRUE(has(e.what(), "(from the config's `tune run` line)")) << e.what();
+        EXPECT_TRUE(contains(e.what(), "(from the config's `tune run` line)")) << e.what();
       }
     }
   }
@@ -128,8 +122,8 @@ TEST(TorchtuneConfigs, EveryDatasetBuilderTheyUseIsInTheTable) {
       ADD_FAILURE() << c.name << ": no error for " << comp;
     } catch (const fusetune::Error& e) {
       const std::string hub = b->hub_source.empty() ? cfg.str("dataset.source") : b->hub_source;
-      EXPECT_TRUE(has(e.what(), "Hugging Face Hub dataset " + hub)) << e.what();
-      EXPECT_TRUE(has(e.what(), "dataset.source=/path/to/local/copy.json")) << e.what();
+      EXPECT_TRUE(contains(e.what(), "Hugging Face Hub dataset " + hub)) << e.what();
+      EXPECT_TRUE(contains(e.what(), "dataset.source=/path/to/local/copy.json")) << e.what();
     }
     // With a local copy: fusetune's kind.
     Config local = Config::from_string(c.text, c.path.string());
@@ -166,8 +160,8 @@ TEST(TorchtuneConfigs, HubBuildersReadLocalCopies) {
   c = config("hh_rlhf_helpful_dataset", data / "hh_rlhf_tiny.json");
   pairs = fusetune::build_preference_dataset_from_config(c, *tok, model);
   ASSERT_EQ(pairs->size(), 1);
-  EXPECT_TRUE(has(tok->decode(pairs->get(0).chosen.tokens, false), "Fix the hole."));
-  EXPECT_TRUE(has(tok->decode(pairs->get(0).rejected.tokens, false), "Take them off."));
+  EXPECT_TRUE(contains(tok->decode(pairs->get(0).chosen.tokens, false), "Fix the hole."));
+  EXPECT_TRUE(contains(tok->decode(pairs->get(0).rejected.tokens, false), "Take them off."));
   c = config("alpaca_cleaned_dataset", data / "alpaca_tiny.json");
   auto ds = fusetune::build_dataset_from_config(c, *tok, model);
   EXPECT_GT(ds->size(), 0);
@@ -183,26 +177,21 @@ TEST(TorchtuneConfigs, CpCopiesEveryTorchtuneName) {
   for (const auto& c : torchtune_configs()) {
     if (fusetune::find_builtin_config(c.name)) continue;
     const fs::path dest = dir / (std::to_string(copied) + ".yaml");
-    const std::string cmd = "cd '" + dir.path().string() + "' && " + env +
-                            fusetune::testing::binary_path() + " cp " + c.name + " " +
-                            dest.string() + " 2>&1";
-    FILE* p = popen(cmd.c_str(), "r");
-    ASSERT_NE(p, nullptr);
-    std::string out;
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-    EXPECT_EQ(pclose(p), 0) << c.name << ": " << out;
-    EXPECT_EQ(read(dest), c.text) << c.name;
+    const auto r = fusetune::testing::run_fusetune("cp " + c.name + " " + dest.string(),
+                                                   dir.path().string(), env);
+    ASSERT_NE(r.out, "popen failed");
+    const std::string& out = r.out;
+    EXPECT_EQ(r.code, 0) << c.name << ": " << out;
+    EXPECT_EQ(read_text(dest), c.text) << c.name;
     ++copied;
     const std::string recipe = fusetune::tune_run_recipe(c.text, c.name);
     const bool missing = !fusetune::missing_torchtune_recipe(recipe).empty();
-    EXPECT_EQ(has(out, "fusetune has no such recipe yet"), missing) << c.name << ": " << out;
+    EXPECT_EQ(contains(out, "fusetune has no such recipe yet"), missing) << c.name << ": " << out;
     if (missing) {
       ++noted;
-      EXPECT_TRUE(has(out, "'" + recipe + "'")) << out;
+      EXPECT_TRUE(contains(out, "'" + recipe + "'")) << out;
     } else {
-      EXPECT_TRUE(has(out, "Run it with: fusetune run " + recipe)) << out;
+      EXPECT_TRUE(contains(out, "Run it with: fusetune run " + recipe)) << out;
     }
   }
   // Most torchtune configs (74 of 91) have no built-in twin; since the *_distributed recipes
@@ -231,19 +220,19 @@ TEST(TorchtuneConfigs, PastedLoraConfigPlansAndTrainsWithLocalFiles) {
   // As pasted: the recipe from its `tune run` line, then the Hub dataset it needs.
   auto r = fusetune::testing::run_fusetune("plan --config " + config);
   EXPECT_EQ(r.code, 1);
-  EXPECT_TRUE(has(r.out,
-                  "recipe lora_finetune_single_device (from the config's `tune run` "
-                  "line)"))
+  EXPECT_TRUE(contains(r.out,
+                       "recipe lora_finetune_single_device (from the config's `tune run` "
+                       "line)"))
       << r.out;
-  EXPECT_TRUE(has(r.out, "Hugging Face Hub dataset yahma/alpaca-cleaned")) << r.out;
+  EXPECT_TRUE(contains(r.out, "Hugging Face Hub dataset yahma/alpaca-cleaned")) << r.out;
   r = fusetune::testing::run_fusetune("plan --config " + config + local);
   EXPECT_EQ(r.code, 0) << r.out;
-  EXPECT_TRUE(has(r.out, "recipe lora_finetune_single_device: llama model")) << r.out;
+  EXPECT_TRUE(contains(r.out, "recipe lora_finetune_single_device: llama model")) << r.out;
   r = fusetune::testing::run_fusetune("run lora_finetune_single_device --config " + config + local +
                                       " max_steps_per_epoch=2 batch_size=2 epochs=1");
   EXPECT_EQ(r.code, 0) << r.out;
-  EXPECT_TRUE(has(r.out, "dataset:          alpaca_tiny.json: 100 examples")) << r.out;
-  EXPECT_TRUE(has(r.out, "Step 2 | loss:")) << r.out;
+  EXPECT_TRUE(contains(r.out, "dataset:          alpaca_tiny.json: 100 examples")) << r.out;
+  EXPECT_TRUE(contains(r.out, "Step 2 | loss:")) << r.out;
   EXPECT_TRUE(fs::exists(dir / "out/epoch_0"));
 }
 

@@ -154,10 +154,7 @@ TEST(TensorBoard, RunWritesEventsThatProtobufDecodesToTheLoggedValues) {
 
   EventProto proto;
   const std::vector<Decoded> events = read_events(read_text(files[0]), proto);
-  std::vector<nlohmann::json> steps;
-  std::istringstream in(read_text(logs / "metrics.jsonl"));
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty()) steps.push_back(nlohmann::json::parse(line));
+  const std::vector<nlohmann::json> steps = metrics_file_lines(logs / "metrics.jsonl");
   ASSERT_EQ(events.size(), steps.size() + 1);
   EXPECT_EQ(events[0].file_version, "brain.Event:2");
   EXPECT_GT(events[0].wall_time, 1.7e9);

@@ -24,7 +24,8 @@ namespace {
 
 // Runs the pass on a copy of g; checks every output (and the gradients, when `loss` is valid)
 // against eager on the original.
-Graph check_pass(Graph g, const TensorMap& in, const TensorMap& params, Value loss = {}) {
+Graph check_eliminate_copies(Graph g, const TensorMap& in, const TensorMap& params,
+                             Value loss = {}) {
   if (loss.valid()) append_backward(g, loss);
   auto ref = EagerExecutor(g).run(in, params);
   Graph f = g;
@@ -53,7 +54,7 @@ TEST(EliminateCopies, TransposedMatMulOperandsBecomeFlags) {
   g.mark_output("loss", loss);
   TensorMap params{{"a", random_tensor({2, 5, 3}, DType::F64, 1)},
                    {"w", random_tensor({2, 4, 5}, DType::F64, 2)}};
-  Graph f = check_pass(g, {}, params, loss);
+  Graph f = check_eliminate_copies(g, {}, params, loss);
   // The forward transposes are gone; the backward's (transposes of MatMul results) became
   // MatMuls with swapped operands.
   EXPECT_EQ(count_ops(f, Op::Transpose), 0);
@@ -76,7 +77,7 @@ TEST(EliminateCopies, CancellingAndIdentityTransposesDisappear) {
   g.mark_output("loss", loss);
   TensorMap params{{"x", random_tensor({2, 3, 4, 5}, DType::F64, 3)}};
   Graph forward = g;
-  Graph f = check_pass(g, {}, params, loss);
+  Graph f = check_eliminate_copies(g, {}, params, loss);
   Graph ff = forward;
   passes::eliminate_copies::run(ff, PassOptions{});
   EXPECT_EQ(count_ops(ff, Op::Transpose), 3);  // kept, and other's two
@@ -98,7 +99,7 @@ TEST(EliminateCopies, BatchDimTransposeAndSharedTransposeStay) {
                    {"c", random_tensor({2, 4, 5}, DType::F64, 5)},
                    {"s", random_tensor({2, 4, 3}, DType::F64, 6)}};
   Graph fwd = g;
-  check_pass(g, {}, params, loss);
+  check_eliminate_copies(g, {}, params, loss);
   passes::eliminate_copies::run(fwd, PassOptions{});
   int flagged = 0, transposes = 0;
   for (const Node& n : fwd.nodes()) {

@@ -20,28 +20,28 @@ using namespace fusetune::testing;
 
 namespace {
 
-struct Case {
+struct AttentionCase {
   const char* name;
   bool tied, bias, packed;
   int64_t kv, seq;
 };
 
-const Case kCases[] = {
+const AttentionCase kAttentionCases[] = {
     {"gqa_untied", false, false, false, 2, 8},
     {"gqa_tied_bias_long", true, true, false, 2, 150},  // several tiles, ragged last tile
     {"mha_packed", false, false, true, 4, 8},
     {"mqa_tied_packed_long", true, false, true, 1, 140},
 };
 
-ModelConfig config_for(const Case& c) {
+ModelConfig config_for(const AttentionCase& c) {
   ModelConfig cfg = tiny_config(c.tied, c.bias, c.kv);
   cfg.vocab_size = 37;
   cfg.max_position_embeddings = 256;
   return cfg;
 }
 
-TrainingGraph graph_for(
-    const Case& c, DType dt,
+TrainingGraph attention_graph_for(
+    const AttentionCase& c, DType dt,
     TrainablePredicate trainable = [](const std::string&) { return true; }) {
   TrainingGraphOptions o;
   o.batch_size = 2;
@@ -53,8 +53,8 @@ TrainingGraph graph_for(
 }
 
 // Runs `g` and the rewritten `fused` eagerly on the same step and compares every output.
-void expect_same_step(const Case& c, const Graph& g, const Graph& fused, DType dt, double loss_tol,
-                      double grad_tol) {
+void expect_same_step(const AttentionCase& c, const Graph& g, const Graph& fused, DType dt,
+                      double loss_tol, double grad_tol) {
   TensorMap params = init_parameters(graph_parameters(g), 11, dt, 0.2);
   Batch batch = random_batch(2, c.seq, 37, 5, c.packed);
   TensorMap inputs = batch_inputs(batch, dt, 1.0 / double(batch.num_valid_labels()));
@@ -67,8 +67,8 @@ void expect_same_step(const Case& c, const Graph& g, const Graph& fused, DType d
 }
 
 void check_pass_alone(DType dt, double loss_tol, double grad_tol) {
-  for (const Case& c : kCases) {
-    TrainingGraph tg = graph_for(c, dt);
+  for (const AttentionCase& c : kAttentionCases) {
+    TrainingGraph tg = attention_graph_for(c, dt);
     Graph g = tg.graph;
     const std::string line = passes::fuse_attention::run(g, PassOptions{});
     EXPECT_EQ(line, "fuse_attention: fused 2 (2 with their backward)") << c.name;
@@ -90,8 +90,8 @@ TEST(CompileFuseAttention, PassAloneMatchesEagerInFloat32) {
 }
 
 TEST(CompileFuseAttention, CompiledGraphHoldsNoScoresSoftmaxOrRepeatedHeads) {
-  for (const Case& c : kCases) {
-    TrainingGraph tg = graph_for(c, DType::F32);
+  for (const AttentionCase& c : kAttentionCases) {
+    TrainingGraph tg = attention_graph_for(c, DType::F32);
     EXPECT_EQ(count_ops(tg.graph, Op::Softmax), 2);
     for (CompileMode mode : {CompileMode::Model, CompileMode::Full}) {
       PassOptions po;
@@ -120,11 +120,11 @@ TEST(CompileFuseAttention, CompiledGraphHoldsNoScoresSoftmaxOrRepeatedHeads) {
 TEST(CompileFuseAttention, FrozenProjectionsLeaveSomeGradientsOut) {
   // Only v_proj and the MLP train: layer 0's q and k need no gradient (their inputs are frozen
   // embeddings), so autodiff emitted no dq/dk chain there; the pass still fuses.
-  const Case c{"frozen_qk", false, true, true, 2, 70};
+  const AttentionCase c{"frozen_qk", false, true, true, 2, 70};
   auto trainable = [](const std::string& n) {
     return n.find("v_proj") != std::string::npos || n.find("mlp") != std::string::npos;
   };
-  TrainingGraph tg = graph_for(c, DType::F64, trainable);
+  TrainingGraph tg = attention_graph_for(c, DType::F64, trainable);
   Graph g = tg.graph;
   passes::fuse_attention::run(g, PassOptions{});
   EXPECT_EQ(count_ops(g, Op::FlashAttention), 2);
@@ -134,7 +134,7 @@ TEST(CompileFuseAttention, FrozenProjectionsLeaveSomeGradientsOut) {
 }
 
 TEST(CompileFuseAttention, ForwardOnlyGraphFusesTheForward) {
-  ModelConfig cfg = config_for(kCases[0]);
+  ModelConfig cfg = config_for(kAttentionCases[0]);
   Graph g = build_logits_graph(cfg, 2, 90, DType::F64);
   Graph fused = g;
   EXPECT_EQ(passes::fuse_attention::run(fused, PassOptions{}),
@@ -185,7 +185,7 @@ TEST(CompileFuseAttention, LeavesInexactMatchesAndUncompiledRegionsAlone) {
   }
   // Attention in a region above max_region (compile: model compiles region 0 only).
   {
-    TrainingGraph tg = graph_for(kCases[0], DType::F32);
+    TrainingGraph tg = attention_graph_for(kAttentionCases[0], DType::F32);
     Graph g = tg.graph;
     for (Node& n : g.mutable_nodes()) n.region = 1;
     PassOptions model;
@@ -196,8 +196,8 @@ TEST(CompileFuseAttention, LeavesInexactMatchesAndUncompiledRegionsAlone) {
 }
 
 TEST(CompileFuseAttention, WorksWithActivationCheckpointing) {
-  const Case c{"ckpt", false, true, true, 2, 70};
-  TrainingGraph tg = graph_for(c, DType::F64);
+  const AttentionCase c{"ckpt", false, true, true, 2, 70};
+  TrainingGraph tg = attention_graph_for(c, DType::F64);
   for (CompileMode mode : {CompileMode::Model, CompileMode::Full}) {
     PassOptions po;
     po.mode = mode;
@@ -220,7 +220,7 @@ TEST(CompileFuseAttention, WorksWithActivationCheckpointing) {
 }
 
 TEST(CompileFuseAttention, PlanReportShowsTheFusedKernels) {
-  TrainingGraph tg = graph_for(kCases[2], DType::F32);
+  TrainingGraph tg = attention_graph_for(kAttentionCases[2], DType::F32);
   PassOptions po;
   const std::string text = format_mode_plan(plan_mode(tg.graph, po, 2.0));
   EXPECT_NE(text.find("pass fuse_attention: fused 2"), std::string::npos) << text;

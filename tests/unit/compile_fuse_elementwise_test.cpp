@@ -143,11 +143,11 @@ TEST(FuseElementwise, FusesTreesWhoseIntermediatesHaveNoOtherReader) {
     g.mark_output("acc", acc);
     g.mark_output("other", other);
     g.mark_output("sb", sb);
-    TensorMap in{{"base", random_tensor({6, 10}, dt, 1, 2.0)},
-                 {"lora", random_tensor({6, 10}, dt, 2, 2.0)},
-                 {"c", random_tensor({6, 10}, dt, 3, 2.0)},
-                 {"up", random_tensor({3, 20}, dt, 4, 2.0)}};
-    TensorMap params{{"bias", random_tensor({10}, dt, 5, 2.0)}};
+    TensorMap in{{"base", random_tensor({6, 10}, dt, 1, -2.0, 2.0)},
+                 {"lora", random_tensor({6, 10}, dt, 2, -2.0, 2.0)},
+                 {"c", random_tensor({6, 10}, dt, 3, -2.0, 2.0)},
+                 {"up", random_tensor({3, 20}, dt, 4, -2.0, 2.0)}};
+    TensorMap params{{"bias", random_tensor({10}, dt, 5, -2.0, 2.0)}};
     auto ref = EagerExecutor(g).run(in, params);
 
     Graph f = g;
@@ -184,9 +184,9 @@ TEST(FuseElementwise, BroadcastOperandsAndFillsAndModelOnlyRegion) {
   g.set_region(0);
   g.mark_output("y", y);
   g.mark_output("z", z);
-  TensorMap in{{"x", random_tensor({4, 6}, DType::F64, 1, 2.0)},
-               {"s", random_tensor({}, DType::F64, 2, 2.0)},
-               {"row", random_tensor({6}, DType::F64, 3, 2.0)}};
+  TensorMap in{{"x", random_tensor({4, 6}, DType::F64, 1, -2.0, 2.0)},
+               {"s", random_tensor({}, DType::F64, 2, -2.0, 2.0)},
+               {"row", random_tensor({6}, DType::F64, 3, -2.0, 2.0)}};
   auto ref = EagerExecutor(g).run(in, {});
   PassOptions model;
   model.mode = CompileMode::Model;
@@ -211,7 +211,7 @@ TEST(FuseElementwise, LongChainsSplitWithinTheRegisterBudget) {
   Value v = x;
   for (int i = 0; i < 30; ++i) v = i % 3 == 0 ? b.silu(v) : b.add(b.scale(v, 0.9), x);
   g.mark_output("v", v);
-  TensorMap in{{"x", random_tensor({5, 7}, DType::F64, 4, 2.0)}};
+  TensorMap in{{"x", random_tensor({5, 7}, DType::F64, 4, -2.0, 2.0)}};
   auto ref = EagerExecutor(g).run(in, {});
   Graph f = g;
   passes::fuse_elementwise::run(f, PassOptions{});

@@ -80,8 +80,8 @@ Step make_step(DType dt, int layers = 2, bool lora = false, bool packed = false)
   return s;
 }
 
-void expect_matches(const Step& s, const std::vector<Tensor>& out, double loss_tol, double grad_tol,
-                    const std::string& what) {
+void expect_fused_matches(const Step& s, const std::vector<Tensor>& out, double loss_tol,
+                          double grad_tol, const std::string& what) {
   ASSERT_EQ(out.size(), s.ref.size()) << what;
   EXPECT_LE(max_rel_diff(out[0], s.ref[0]), loss_tol) << what << " loss";
   for (size_t k = 1; k < out.size(); ++k)
@@ -93,10 +93,10 @@ void expect_matches(const Step& s, const std::vector<Tensor>& out, double loss_t
 void expect_graph_matches(const Step& s, const Graph& g, CompileMode mode, double loss_tol,
                           double grad_tol, const std::string& what) {
   verify_graph(g);
-  expect_matches(s, EagerExecutor(g).run(s.inputs, s.params), loss_tol, grad_tol,
-                 what + " (eager)");
+  expect_fused_matches(s, EagerExecutor(g).run(s.inputs, s.params), loss_tol, grad_tol,
+                       what + " (eager)");
   PlanExecutor plan(g, plan_memory(g, mode == CompileMode::Model ? 1 : -1));
-  expect_matches(s, plan.run(s.inputs, s.params), loss_tol, grad_tol, what + " (plan)");
+  expect_fused_matches(s, plan.run(s.inputs, s.params), loss_tol, grad_tol, what + " (plan)");
 }
 
 // Forward values with the MLP's [tokens, ffn] size that a backward node reads: what the step
@@ -204,8 +204,9 @@ TEST(CompileFuseNormSwiglu, PipelineMatchesEagerInEveryModeAndReportsTheFusions)
       }
       EXPECT_TRUE(swiglu_line && norm_line);
       CompiledStep step = compile_graph(s.tg.graph, po);
-      expect_matches(s, step.executor->run(s.inputs, s.params), tol[0], tol[1],
-                     std::string("pipeline ") + dtype_name(dt) + " " + compile_mode_name(mode));
+      expect_fused_matches(
+          s, step.executor->run(s.inputs, s.params), tol[0], tol[1],
+          std::string("pipeline ") + dtype_name(dt) + " " + compile_mode_name(mode));
     }
   }
 }
@@ -222,8 +223,8 @@ TEST(CompileFuseNormSwiglu, ActivationCheckpointingStillMatchesEager) {
     EXPECT_EQ(count_ops(g, Op::SwiGLUBackward), 3);
     // Only the add+norm pairs inside one layer fuse: each layer keeps one saved input.
     EXPECT_EQ(count_ops(g, Op::AddRMSNorm), 3 * 2);  // the forward and its recomputed copy
-    expect_matches(s, compile_graph(s.tg.graph, po).executor->run(s.inputs, s.params), 1e-12, 1e-10,
-                   std::string("checkpointed ") + compile_mode_name(mode));
+    expect_fused_matches(s, compile_graph(s.tg.graph, po).executor->run(s.inputs, s.params), 1e-12,
+                         1e-10, std::string("checkpointed ") + compile_mode_name(mode));
   }
   // Checkpointing still saves memory with the fusions on.
   PassOptions plain, ckpt;
@@ -247,8 +248,9 @@ TEST(CompileFuseNormSwiglu, LoraOnTheMlpStillFusesAndMatchesEager) {
       // norm backwards of which the final norm's has no residual add.
       EXPECT_EQ(count_ops(g, Op::RMSNormBackward) + count_ops(g, Op::RMSNormBackwardAdd), 4);
       EXPECT_EQ(count_ops(g, Op::RMSNormBackwardAdd), 3);
-      expect_matches(s, compile_graph(s.tg.graph, po).executor->run(s.inputs, s.params), tol[0],
-                     tol[1], std::string("lora ") + dtype_name(dt) + " " + compile_mode_name(mode));
+      expect_fused_matches(s, compile_graph(s.tg.graph, po).executor->run(s.inputs, s.params),
+                           tol[0], tol[1],
+                           std::string("lora ") + dtype_name(dt) + " " + compile_mode_name(mode));
     }
   }
 }
@@ -296,8 +298,9 @@ TEST(CompileFuseNormSwiglu, AForwardOnlyGraphFusesTheForward) {
   EXPECT_EQ(count_ops(g, Op::Silu) + count_ops(g, Op::Mul) + count_ops(g, Op::Add) +
                 count_ops(g, Op::RMSNorm),
             0);
-  TensorMap in{{"g", random_tensor({3, 5}, 1, -4, 4)}, {"u", random_tensor({3, 5}, 2)}};
-  TensorMap params{{"w", random_tensor({5}, 3, 0.5, 1.5)}};
+  TensorMap in{{"g", random_tensor({3, 5}, DType::F64, 1, -4, 4)},
+               {"u", random_tensor({3, 5}, DType::F64, 2)}};
+  TensorMap params{{"w", random_tensor({5}, DType::F64, 3, 0.5, 1.5)}};
   const Tensor a = EagerExecutor(ref_graph).run(in, params)[0];
   const Tensor b = EagerExecutor(g).run(in, params)[0];
   EXPECT_LE(max_rel_diff(a, b), 1e-14);

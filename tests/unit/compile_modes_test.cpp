@@ -18,13 +18,13 @@ using namespace fusetune::testing;
 
 namespace {
 
-struct Case {
+struct ModeCase {
   const char* name;
   bool tied, bias, packed;
   int64_t kv;
 };
 
-void check_modes(const Case& c, DType dt, double loss_tol, double grad_tol) {
+void check_modes(const ModeCase& c, DType dt, double loss_tol, double grad_tol) {
   ModelConfig cfg = tiny_config(c.tied, c.bias, c.kv);
   cfg.vocab_size = 37;
   TrainingGraphOptions o;
@@ -54,7 +54,7 @@ void check_modes(const Case& c, DType dt, double loss_tol, double grad_tol) {
   }
 }
 
-const Case kCases[] = {
+const ModeCase kModeCases[] = {
     {"gqa_untied", false, false, false, 2},
     {"gqa_tied_bias", true, true, false, 2},
     {"mha_packed", false, false, true, 4},
@@ -64,11 +64,11 @@ const Case kCases[] = {
 }  // namespace
 
 TEST(CompileModes, MatchEagerInFloat64) {
-  for (const Case& c : kCases) check_modes(c, DType::F64, 1e-12, 1e-10);
+  for (const ModeCase& c : kModeCases) check_modes(c, DType::F64, 1e-12, 1e-10);
 }
 
 TEST(CompileModes, MatchEagerInFloat32) {
-  for (const Case& c : kCases) check_modes(c, DType::F32, 1e-5, 1e-4);
+  for (const ModeCase& c : kModeCases) check_modes(c, DType::F32, 1e-5, 1e-4);
 }
 
 TEST(CompileModes, FullModeRemovesTheLogitsAndModelModeKeepsThem) {

@@ -13,18 +13,11 @@
 #include "fusetune/compile/rewrite.h"
 #include "fusetune/models/parameters.h"
 #include "fusetune/models/training_graph.h"
+#include "tensor_checks.h"
 #include "tiny_models.h"
 
 using namespace fusetune;
 using namespace fusetune::testing;
-
-namespace {
-
-bool bitwise_equal(const Tensor& a, const Tensor& b) {
-  return a.nbytes() == b.nbytes() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
-}
-
-}  // namespace
 
 TEST(ParamsAtUse, ParametersBoundAtFirstUseAgainForTheBackwardAndStepsUnchanged) {
   ModelConfig cfg = tiny_config(true, true);  // tied: the table read by embedding and head
@@ -79,7 +72,7 @@ TEST(ParamsAtUse, ParametersBoundAtFirstUseAgainForTheBackwardAndStepsUnchanged)
       EXPECT_EQ(asked, leaves) << what;
       ASSERT_EQ(got.size(), want.size());
       for (size_t k = 0; k < got.size(); ++k)
-        EXPECT_TRUE(bitwise_equal(got[k], want[k])) << what << " " << g.outputs()[k].first;
+        EXPECT_TRUE(same_bits(got[k], want[k])) << what << " " << g.outputs()[k].first;
     }
   }
 }

@@ -3,25 +3,16 @@
 
 #include <fstream>
 
+#include "checks.h"
 #include "fusetune/config/config.h"
 #include "fusetune/util/error.h"
 #include "test_support.h"
 
 using fusetune::Config;
 using fusetune::Error;
+using fusetune::testing::error_of;
 
 namespace {
-
-// The message of the Error `fn` throws ("" when it throws none).
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 const char* kYaml = R"(output_dir: /tmp/out
 seed: 7

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "checks.h"
 #include "fusetune/config/builtin_configs.h"
 #include "fusetune/config/recipe_schemas.h"
 #include "fusetune/config/schema.h"
@@ -13,18 +14,9 @@
 #include "test_support.h"
 
 using namespace fusetune;
+using fusetune::testing::error_of;
 
-namespace {
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-}  // namespace
+namespace {}  // namespace
 
 TEST(ConfigBuiltin, TheExpectedConfigsAreEmbedded) {
   for (const char* name :

@@ -3,25 +3,17 @@
 
 #include <cstdlib>
 
+#include "checks.h"
 #include "fusetune/config/config.h"
 #include "fusetune/util/error.h"
 
 using fusetune::Config;
 using fusetune::Error;
+using fusetune::testing::error_of;
 
 namespace {
 
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-const char* kYaml = R"(output_dir: /tmp/run
+const char* kInterpolationYaml = R"(output_dir: /tmp/run
 checkpointer:
   output_dir: ${output_dir}
   log: ${output_dir}/logs/${dataset.max_seq_len}.txt
@@ -39,7 +31,7 @@ copy_of: ${dataset}
 }  // namespace
 
 TEST(ConfigInterpolation, ResolvesAfterOverrides) {
-  Config c = Config::from_string(kYaml, "i.yaml");
+  Config c = Config::from_string(kInterpolationYaml, "i.yaml");
   c.apply_overrides({"output_dir=/data/out", "dataset.max_seq_len=128"});
   c.resolve();
   EXPECT_TRUE(c.resolved());
@@ -55,7 +47,7 @@ TEST(ConfigInterpolation, ResolvesAfterOverrides) {
 }
 
 TEST(ConfigInterpolation, AccessorsResolveWithoutResolveCall) {
-  Config c = Config::from_string(kYaml, "i.yaml");
+  Config c = Config::from_string(kInterpolationYaml, "i.yaml");
   EXPECT_FALSE(c.resolved());
   EXPECT_EQ(c.str("checkpointer.log"), "/tmp/run/logs/512.txt");
   EXPECT_EQ(c.i64("tokenizer.max_seq_len"), 512);

@@ -1,23 +1,15 @@
 // Command-line overrides: key=value, ~key, torchtune's component shorthand, and their errors.
 #include <gtest/gtest.h>
 
+#include "checks.h"
 #include "fusetune/config/config.h"
 #include "fusetune/util/error.h"
 
 using fusetune::Config;
 using fusetune::Error;
+using fusetune::testing::error_of;
 
 namespace {
-
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 Config base() {
   return Config::from_string(R"(output_dir: /tmp/a

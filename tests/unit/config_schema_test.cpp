@@ -2,48 +2,25 @@
 // component aliases, enums, defaults.
 #include <gtest/gtest.h>
 
+#include "checks.h"
 #include "fusetune/config/components.h"
 #include "fusetune/config/recipe_schemas.h"
 #include "fusetune/config/schema.h"
 #include "fusetune/optim/optimizer.h"
 #include "fusetune/recipes/lora_finetune_single_device.h"
 #include "fusetune/util/error.h"
+#include "tiny_llama.h"
 
 using namespace fusetune;
+using fusetune::testing::contains;
+using fusetune::testing::error_of;
 
 namespace {
 
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+const std::string kValid =
+    fusetune::testing::tiny_config_yaml("tokenizer:\n  _component_: byte\n  max_seq_len: 64\n");
 
-const char* kValid = R"(output_dir: /tmp/out
-model:
-  init: random
-  vocab_size: 259
-  hidden_size: 64
-  intermediate_size: 176
-  num_hidden_layers: 2
-  num_attention_heads: 4
-  num_key_value_heads: 2
-tokenizer:
-  _component_: byte
-  max_seq_len: 64
-dataset:
-  _component_: text_completion
-  source: data/corpus.txt
-optimizer:
-  _component_: AdamW
-  lr: 1e-3
-)";
-
-Config with(const std::vector<std::string>& overrides, const char* yaml = kValid) {
+Config with(const std::vector<std::string>& overrides, const std::string& yaml = kValid) {
   Config c = Config::from_string(yaml, "configs/t.yaml");
   c.apply_overrides(overrides);
   return c;
@@ -54,10 +31,6 @@ std::string problems(const std::vector<std::string>& overrides,
   return error_of([&] { validate(with(overrides), schema); });
 }
 
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
-
 }  // namespace
 
 TEST(ConfigSchema, MinimalConfigIsValid) {
@@ -66,7 +39,7 @@ TEST(ConfigSchema, MinimalConfigIsValid) {
 }
 
 TEST(ConfigSchema, MisspelledTopLevelKeySuggestsTheRightOne) {
-  Config c = Config::from_string(std::string(kValid) + "optimzer:\n  lr: 1\n", "configs/t.yaml");
+  Config c = Config::from_string(kValid + "optimzer:\n  lr: 1\n", "configs/t.yaml");
   std::string msg = error_of([&] { validate(c, full_finetune_schema()); });
   EXPECT_TRUE(contains(msg,
                        "unknown config key 'optimzer' (did you mean 'optimizer'?) "

@@ -2,33 +2,20 @@
 // either honoured or refused with the reason.
 #include <gtest/gtest.h>
 
+#include "checks.h"
 #include "fusetune/config/components.h"
 #include "fusetune/config/recipe_schemas.h"
 #include "fusetune/config/schema.h"
 #include "fusetune/util/error.h"
+#include "tiny_llama.h"
 
 using namespace fusetune;
+using fusetune::testing::contains;
+using fusetune::testing::error_of;
 
 namespace {
 
-const char* kBase = R"(output_dir: /tmp/out
-model:
-  init: random
-  vocab_size: 259
-  hidden_size: 64
-  intermediate_size: 176
-  num_hidden_layers: 2
-  num_attention_heads: 4
-  num_key_value_heads: 2
-tokenizer:
-  _component_: byte
-dataset:
-  _component_: text_completion
-  source: data/corpus.txt
-optimizer:
-  _component_: AdamW
-  lr: 1e-3
-)";
+const std::string kBase = fusetune::testing::tiny_config_yaml("tokenizer:\n  _component_: byte\n");
 
 Config with_tokenizer(const std::string& tokenizer_yaml) {
   Config c = Config::from_string(kBase, "configs/t.yaml");
@@ -36,17 +23,8 @@ Config with_tokenizer(const std::string& tokenizer_yaml) {
   return c;
 }
 
-std::string problems(const std::string& tokenizer_yaml) {
-  try {
-    validate(with_tokenizer(tokenizer_yaml), full_finetune_schema());
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
+std::string tokenizer_problems(const std::string& tokenizer_yaml) {
+  return error_of([&] { validate(with_tokenizer(tokenizer_yaml), full_finetune_schema()); });
 }
 
 TEST(ConfigTokenizer, TorchtuneBuildersAreComponents) {
@@ -70,64 +48,65 @@ TEST(ConfigTokenizer, TorchtuneBuildersAreComponents) {
        "sentencepiece"},
       {"{_component_: hf, path: /m/tokenizer.json}", "hf"}};
   for (const auto& [yaml, comp] : cases) {
-    EXPECT_EQ(problems(yaml), "") << yaml;
+    EXPECT_EQ(tokenizer_problems(yaml), "") << yaml;
     EXPECT_EQ(canonical_component(with_tokenizer(yaml), "tokenizer"), comp) << yaml;
   }
 }
 
 TEST(ConfigTokenizer, UnsupportedKeysAreRefusedWithTheReason) {
-  std::string msg = problems(
+  std::string msg = tokenizer_problems(
       "{_component_: torchtune.models.llama3.llama3_tokenizer, path: /m/t.model, "
       "prompt_template: torchtune.data.AlpacaInstructTemplate}");
   EXPECT_TRUE(contains(msg,
                        "'tokenizer.prompt_template' is not supported: fusetune does not apply "
                        "a tokenizer-level prompt template"))
       << msg;
-  msg = problems(
+  msg = tokenizer_problems(
       "{_component_: torchtune.models.llama3.llama3_tokenizer, path: /m/t.model, "
       "truncation_type: left}");
   EXPECT_TRUE(contains(msg, "'tokenizer.truncation_type' is not supported: left truncation"))
       << msg;
-  msg = problems(
+  msg = tokenizer_problems(
       "{_component_: torchtune.models.llama3.llama3_tokenizer, path: /m/t.model, "
       "truncation_type: middle}");
   EXPECT_TRUE(contains(msg, "must be right (or left, which is not supported), got 'middle'"))
       << msg;
-  msg = problems(
+  msg = tokenizer_problems(
       "{_component_: torchtune.models.qwen2_5.qwen2_5_tokenizer, path: /m/vocab.json, "
       "merges_file: /m/merges.txt, bpe_cache_size: 100, errors: strict}");
   EXPECT_TRUE(contains(msg, "'tokenizer.bpe_cache_size' is not supported")) << msg;
   EXPECT_TRUE(contains(msg, "'tokenizer.errors' is not supported")) << msg;
-  msg = problems(
+  msg = tokenizer_problems(
       "{_component_: torchtune.models.llama2.llama2_tokenizer, path: /m/tokenizer.model, "
       "prompt_template: null}");
   EXPECT_TRUE(contains(msg,
                        "null (no template) differs from "
                        "torchtune.models.llama2.Llama2ChatTemplate"))
       << msg;
-  msg = problems(
+  msg = tokenizer_problems(
       "{_component_: torchtune.models.llama2.llama2_tokenizer, path: /m/tokenizer.model, "
       "prompt_template: torchtune.models.mistral.MistralChatTemplate}");
   EXPECT_TRUE(contains(msg, "'tokenizer.prompt_template' is not supported")) << msg;
 }
 
 TEST(ConfigTokenizer, KeysOfOtherFormatsAreErrors) {
-  std::string msg =
-      problems("{_component_: torchtune.models.qwen2_5.qwen2_5_tokenizer, path: /m/vocab.json}");
+  std::string msg = tokenizer_problems(
+      "{_component_: torchtune.models.qwen2_5.qwen2_5_tokenizer, path: /m/vocab.json}");
   EXPECT_TRUE(contains(msg, "a vocab.json, which needs 'tokenizer.merges_file'")) << msg;
-  msg = problems("{_component_: hf, path: /m/tokenizer.json, merges_file: /m/merges.txt}");
+  msg =
+      tokenizer_problems("{_component_: hf, path: /m/tokenizer.json, merges_file: /m/merges.txt}");
   EXPECT_TRUE(contains(msg, "'tokenizer.merges_file' is not valid with tokenizer._component_ hf"))
       << msg;
-  msg = problems(
+  msg = tokenizer_problems(
       "{_component_: torchtune.models.llama3.llama3_tokenizer, path: /m/t.model, "
       "merges_file: /m/merges.txt}");
   EXPECT_TRUE(contains(msg,
                        "'tokenizer.merges_file' is not valid with tokenizer._component_ "
                        "llama3"))
       << msg;
-  msg = problems("{_component_: hf, path: /m/vocab.json}");
+  msg = tokenizer_problems("{_component_: hf, path: /m/vocab.json}");
   EXPECT_TRUE(contains(msg, "qwen2_5_tokenizer with merges_file")) << msg;
-  msg = problems("{_component_: hf, path: /m/original/tokenizer.model}");
+  msg = tokenizer_problems("{_component_: hf, path: /m/original/tokenizer.model}");
   EXPECT_TRUE(contains(msg, "torchtune.models.llama3.llama3_tokenizer")) << msg;
 }
 

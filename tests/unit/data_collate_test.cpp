@@ -1,3 +1,4 @@
+#include "data_test_util.h"
 #include "fusetune/data/collate.h"
 
 #include <gtest/gtest.h>
@@ -7,9 +8,9 @@
 namespace fusetune {
 namespace {
 
-constexpr int32_t I = kIgnoreIndex;
+using testing::I;
 
-Sample make(int n, int first_target = 0) {
+Sample make_collate_sample(int n, int first_target = 0) {
   Sample s;
   for (int i = 0; i < n; ++i) {
     s.tokens.push_back(100 + i);
@@ -41,7 +42,7 @@ TEST(DataCollate, PaddedLengthBuckets) {
 }
 
 TEST(DataCollate, ShiftsPadsAndNumbersPositions) {
-  Sample a = make(5, 2), b = make(3);
+  Sample a = make_collate_sample(5, 2), b = make_collate_sample(3);
   CollateOptions o;
   o.pad_mode = PadMode::kMultiple;
   o.pad_multiple = 4;
@@ -67,7 +68,7 @@ TEST(DataCollate, ShiftsPadsAndNumbersPositions) {
 }
 
 TEST(DataCollate, FixedModeAlwaysMaxSeqLen) {
-  Sample a = make(3);
+  Sample a = make_collate_sample(3);
   CollateOptions o;
   o.pad_mode = PadMode::kFixed;
   o.max_seq_len = 16;
@@ -75,7 +76,7 @@ TEST(DataCollate, FixedModeAlwaysMaxSeqLen) {
 }
 
 TEST(DataCollate, RejectsSampleLongerThanCap) {
-  Sample a = make(20);
+  Sample a = make_collate_sample(20);
   CollateOptions o;
   o.max_seq_len = 16;
   EXPECT_THROW(collate({&a}, o), Error);
@@ -91,7 +92,7 @@ TEST(DataCollate, PackedRowsKeepLengthAndDocIds) {
             (std::vector<int32_t>{2, 3, I, 5, I, I}));
   EXPECT_EQ(std::vector<int32_t>(b.positions.begin(), b.positions.begin() + 6),
             (std::vector<int32_t>{0, 1, 2, 0, 1, 0}));
-  Sample plain = make(3);
+  Sample plain = make_collate_sample(3);
   EXPECT_THROW(collate({&row, &plain}, o), Error);
 }
 

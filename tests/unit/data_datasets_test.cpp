@@ -1,6 +1,7 @@
 // The dataset readers through build_dataset, on small files written here.
 #include <gtest/gtest.h>
 
+#include "checks.h"
 #include "data_test_util.h"
 #include "fusetune/data/byte_tokenizer.h"
 #include "fusetune/data/collate.h"
@@ -12,20 +13,12 @@
 namespace fusetune {
 namespace {
 
+using testing::error_of;
 using testing::FakeTokenizer;
+using testing::I;
 using testing::L;
 using testing::write_file;
-constexpr int32_t I = kIgnoreIndex;
 using BT = ByteTokenizer;
-
-std::string error_of(const DatasetOptions& o, const Tokenizer& tok) {
-  try {
-    build_dataset(o, tok);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 // ---- text completion -------------------------------------------------------------------
 
@@ -107,16 +100,17 @@ TEST(DataDatasets, PretokenizedValidatesIds) {
   o.kind = "pretokenized";
   BT tok;
   o.source = write_file(dir / "p.jsonl", "{\"input_ids\": [1, 2]}\n{\"input_ids\": [1, 259]}\n");
-  std::string m = error_of(o, tok);
+  std::string m = error_of([&] { build_dataset(o, tok); });
   EXPECT_NE(m.find("p.jsonl line 2"), std::string::npos) << m;
   EXPECT_NE(m.find("259"), std::string::npos) << m;
   EXPECT_NE(m.find("vocab size 259"), std::string::npos) << m;
   o.source = write_file(dir / "q.jsonl", "{\"input_ids\": [1, 2], \"labels\": [1]}\n");
-  EXPECT_NE(error_of(o, tok).find("has 1 entries"), std::string::npos);
+  EXPECT_NE(error_of([&] { build_dataset(o, tok); }).find("has 1 entries"), std::string::npos);
   o.source = write_file(dir / "r.jsonl", "{\"input_ids\": [1, \"x\"]}\n");
-  EXPECT_NE(error_of(o, tok).find("expected an integer"), std::string::npos);
+  EXPECT_NE(error_of([&] { build_dataset(o, tok); }).find("expected an integer"),
+            std::string::npos);
   o.source = write_file(dir / "s.jsonl", "{\"input_ids\": [-100, 1]}\n");
-  EXPECT_NE(error_of(o, tok).find("-100"), std::string::npos);
+  EXPECT_NE(error_of([&] { build_dataset(o, tok); }).find("-100"), std::string::npos);
 }
 
 // ---- alpaca / instruct -----------------------------------------------------------------
@@ -180,7 +174,7 @@ TEST(DataDatasets, AlpacaUsesTheModelTemplateAndColumnMap) {
   EXPECT_EQ(ds->get(0).tokens, L({T::kImStart, "user\n", datasets::alpaca_prompt("Hi", ""),
                                   T::kImEnd, "\n", T::kImStart, "assistant\nYo", T::kImEnd, "\n"}));
   o.column_map = {{"outptu", "answer"}};
-  std::string m = error_of(o, tok);
+  std::string m = error_of([&] { build_dataset(o, tok); });
   EXPECT_NE(m.find("did you mean 'output'"), std::string::npos) << m;
 }
 
@@ -245,13 +239,14 @@ TEST(DataDatasets, ChatBadRoleAndStyleErrors) {
   o.source = write_file(dir / "c.jsonl",
                         "{\"messages\": [{\"role\": \"user\", \"content\": \"U\"}, {\"role\": "
                         "\"asistant\", \"content\": \"A\"}]}\n");
-  std::string m = error_of(o, tok);
+  std::string m = error_of([&] { build_dataset(o, tok); });
   EXPECT_NE(m.find("c.jsonl line 1"), std::string::npos) << m;
   EXPECT_NE(m.find("did you mean 'assistant'"), std::string::npos) << m;
   o.conversation_style = "sharegtp";
-  EXPECT_NE(error_of(o, tok).find("conversation_style"), std::string::npos);
+  EXPECT_NE(error_of([&] { build_dataset(o, tok); }).find("conversation_style"), std::string::npos);
   o.conversation_style = "sharegpt";
-  EXPECT_NE(error_of(o, tok).find("missing column 'conversations'"), std::string::npos);
+  EXPECT_NE(error_of([&] { build_dataset(o, tok); }).find("missing column 'conversations'"),
+            std::string::npos);
 }
 
 // ---- bad rows, skip, empty, split ------------------------------------------------------
@@ -264,7 +259,7 @@ TEST(DataDatasets, MalformedRowNamesFileLineAndProblem) {
   o.source = write_file(dir / "bad.jsonl",
                         "{\"instruction\": \"a\", \"output\": \"b\"}\n"
                         "{\"instruction\": \"a\", \"outptu\": \"b\"}\n");
-  std::string m = error_of(o, tok);
+  std::string m = error_of([&] { build_dataset(o, tok); });
   EXPECT_NE(m.find("bad.jsonl line 2"), std::string::npos) << m;
   EXPECT_NE(m.find("missing column 'output'"), std::string::npos) << m;
   EXPECT_NE(m.find("did you mean 'outptu'"), std::string::npos) << m;
@@ -272,16 +267,16 @@ TEST(DataDatasets, MalformedRowNamesFileLineAndProblem) {
 
   o.source = write_file(dir / "bad.json", R"([{"instruction": "a", "output": "b"}, 7,
                                              {"instruction": "a", "output": 5}])");
-  m = error_of(o, tok);
+  m = error_of([&] { build_dataset(o, tok); });
   EXPECT_NE(m.find("bad.json element [1]"), std::string::npos) << m;
   EXPECT_NE(m.find("expected a JSON object"), std::string::npos) << m;
 
   o.source = write_file(dir / "bad2.jsonl", "{\"instruction\": \"a\", \"output\": 5}\n");
-  m = error_of(o, tok);
+  m = error_of([&] { build_dataset(o, tok); });
   EXPECT_NE(m.find("column 'output' is an integer, expected a string"), std::string::npos) << m;
 
   o.source = write_file(dir / "bad3.jsonl", "{\"instruction\": \"a\", \"output\": \"b\"}\n{oops\n");
-  m = error_of(o, tok);
+  m = error_of([&] { build_dataset(o, tok); });
   EXPECT_NE(m.find("bad3.jsonl line 2: invalid JSON"), std::string::npos) << m;
 }
 
@@ -303,7 +298,7 @@ TEST(DataDatasets, SkipModeCountsBadRows) {
   EXPECT_NE(ds->report().first_bad_row.find("mixed.jsonl line 2"), std::string::npos);
   EXPECT_NE(ds->report().summary().find("2 bad rows skipped"), std::string::npos);
   o.on_bad_row = "ignore";
-  EXPECT_NE(error_of(o, tok).find("on_bad_row"), std::string::npos);
+  EXPECT_NE(error_of([&] { build_dataset(o, tok); }).find("on_bad_row"), std::string::npos);
 }
 
 TEST(DataDatasets, EmptyDatasetIsAClearError) {
@@ -311,7 +306,7 @@ TEST(DataDatasets, EmptyDatasetIsAClearError) {
   BT tok;
   DatasetOptions o;
   o.source = write_file(dir / "empty.txt", "\n\n  \n");
-  std::string m = error_of(o, tok);
+  std::string m = error_of([&] { build_dataset(o, tok); });
   EXPECT_NE(m.find("has no examples after filtering"), std::string::npos) << m;
   EXPECT_NE(m.find("empty.txt"), std::string::npos) << m;
 
@@ -319,14 +314,14 @@ TEST(DataDatasets, EmptyDatasetIsAClearError) {
   o.kind = "alpaca";
   o.on_bad_row = "skip";
   o.source = write_file(dir / "allbad.jsonl", "{\"x\": 1}\n{\"y\": 2}\n");
-  m = error_of(o, tok);
+  m = error_of([&] { build_dataset(o, tok); });
   EXPECT_NE(m.find("has no examples after filtering"), std::string::npos) << m;
   EXPECT_NE(m.find("2 bad rows skipped"), std::string::npos) << m;
 
   // Prompts longer than max_seq_len leave nothing to train on.
   o.source = write_file(dir / "long.jsonl", "{\"instruction\": \"a\", \"output\": \"b\"}\n");
   o.max_seq_len = 20;
-  m = error_of(o, tok);
+  m = error_of([&] { build_dataset(o, tok); });
   EXPECT_NE(m.find("without trained tokens"), std::string::npos) << m;
 }
 
@@ -347,7 +342,7 @@ TEST(DataDatasets, SplitSlicesRowsBeforeFiltering) {
   EXPECT_EQ(tail->get(0).tokens[0], 8);
   EXPECT_EQ(tail->get(1).tokens[0], 9);
   o.split = "validation";
-  EXPECT_NE(error_of(o, tok).find("'train' split"), std::string::npos);
+  EXPECT_NE(error_of([&] { build_dataset(o, tok); }).find("'train' split"), std::string::npos);
 }
 
 TEST(DataDatasets, FactoryRejectsUnknownKindAndFileType) {
@@ -356,16 +351,19 @@ TEST(DataDatasets, FactoryRejectsUnknownKindAndFileType) {
   DatasetOptions o;
   o.kind = "alpacca";
   o.source = write_file(dir / "x.json", "[]");
-  EXPECT_NE(error_of(o, tok).find("did you mean 'alpaca'"), std::string::npos);
+  EXPECT_NE(error_of([&] { build_dataset(o, tok); }).find("did you mean 'alpaca'"),
+            std::string::npos);
   o.kind = "text_completion";
   o.source = write_file(dir / "x.csv", "a,b\n");
-  EXPECT_NE(error_of(o, tok).find("unsupported file type '.csv'"), std::string::npos);
+  EXPECT_NE(error_of([&] { build_dataset(o, tok); }).find("unsupported file type '.csv'"),
+            std::string::npos);
   o.kind = "chat";
   o.source = write_file(dir / "x.txt", "hello");
-  EXPECT_NE(error_of(o, tok).find("not plain text"), std::string::npos);
+  EXPECT_NE(error_of([&] { build_dataset(o, tok); }).find("not plain text"), std::string::npos);
   o.kind = "text_completion";
   o.source = "";
-  EXPECT_NE(error_of(o, tok).find("dataset.source is empty"), std::string::npos);
+  EXPECT_NE(error_of([&] { build_dataset(o, tok); }).find("dataset.source is empty"),
+            std::string::npos);
 }
 
 TEST(DataDatasets, PackedAlpacaStartsEachSampleInARowThatFits) {

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <set>
 
+#include "checks.h"
 #include "data_test_util.h"
 #include "fusetune/config/config.h"
 #include "fusetune/config/recipe_schemas.h"
@@ -19,18 +20,12 @@ namespace {
 
 using fusetune::Config;
 using fusetune::Error;
+using fusetune::testing::contains;
+using fusetune::testing::error_of;
 
-bool has(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
-
-std::string error_of(Config cfg) {
-  try {
-    fusetune::apply_dataset_builders(cfg);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+// The error of applying the dataset builders to `cfg` ("" when none).
+std::string builders_error(Config cfg) {
+  return error_of([&] { fusetune::apply_dataset_builders(cfg); });
 }
 
 Config dataset_config(const std::string& dataset_yaml) {
@@ -59,25 +54,26 @@ TEST(HubDatasets, EveryHubBuilderWithoutSourceNamesTheDatasetAndTheKey) {
   for (const auto& b : fusetune::dataset_builders()) {
     if (b.hub_source.empty()) continue;
     const std::string msg =
-        error_of(dataset_config("  _component_: torchtune.datasets." + b.name + "\n"));
-    EXPECT_TRUE(has(msg, "Hugging Face Hub dataset " + b.hub_source)) << msg;
-    EXPECT_TRUE(has(msg, "dataset.source=/path/to/local/copy.json")) << msg;
-    EXPECT_TRUE(has(msg, ".jsonl")) << msg;
-    EXPECT_TRUE(has(msg, "Parquet, CSV and Arrow files are not read")) << msg;
+        builders_error(dataset_config("  _component_: torchtune.datasets." + b.name + "\n"));
+    EXPECT_TRUE(contains(msg, "Hugging Face Hub dataset " + b.hub_source)) << msg;
+    EXPECT_TRUE(contains(msg, "dataset.source=/path/to/local/copy.json")) << msg;
+    EXPECT_TRUE(contains(msg, ".jsonl")) << msg;
+    EXPECT_TRUE(contains(msg, "Parquet, CSV and Arrow files are not read")) << msg;
   }
   // dataset_val too, with its own key.
   Config c = Config::from_string(
       "dataset_val: {_component_: torchtune.datasets.samsum_dataset, split: test}\n", "t.yaml");
-  EXPECT_TRUE(has(error_of(c), "dataset_val.source=/path/to/local/copy.json")) << error_of(c);
+  EXPECT_TRUE(contains(builders_error(c), "dataset_val.source=/path/to/local/copy.json"))
+      << builders_error(c);
 }
 
 TEST(HubDatasets, AHubNameAsSourceIsNamedToo) {
-  const std::string msg = error_of(
+  const std::string msg = builders_error(
       dataset_config("  _component_: torchtune.datasets.text_completion_dataset\n"
                      "  source: trl-internal-testing/sentiment-trl-style\n  column: prompt\n"));
-  EXPECT_TRUE(has(msg,
-                  "dataset.source 'trl-internal-testing/sentiment-trl-style' is the Hugging "
-                  "Face Hub dataset"))
+  EXPECT_TRUE(contains(msg,
+                       "dataset.source 'trl-internal-testing/sentiment-trl-style' is the Hugging "
+                       "Face Hub dataset"))
       << msg;
   EXPECT_TRUE(fusetune::looks_like_hub_dataset("yahma/alpaca-cleaned"));
   EXPECT_FALSE(fusetune::looks_like_hub_dataset("data/train.jsonl"));
@@ -85,11 +81,11 @@ TEST(HubDatasets, AHubNameAsSourceIsNamedToo) {
   EXPECT_FALSE(fusetune::looks_like_hub_dataset("a/b/c"));
   EXPECT_FALSE(fusetune::looks_like_hub_dataset("plain.json"));
   // The loader-name form reads local files.
-  EXPECT_EQ(error_of(dataset_config("  _component_: torchtune.datasets.alpaca_dataset\n"
-                                    "  source: json\n  data_files: my.json\n")),
+  EXPECT_EQ(builders_error(dataset_config("  _component_: torchtune.datasets.alpaca_dataset\n"
+                                          "  source: json\n  data_files: my.json\n")),
             "");
   // Generic builders without source are left to the schema ("missing required key").
-  EXPECT_EQ(error_of(dataset_config("  _component_: torchtune.datasets.chat_dataset\n")), "");
+  EXPECT_EQ(builders_error(dataset_config("  _component_: torchtune.datasets.chat_dataset\n")), "");
 }
 
 TEST(HubDatasets, LocalSourceGetsTheBuildersColumnsAndOptions) {
@@ -159,8 +155,8 @@ TEST(HubDatasets, LocalCopiesBuildAsTorchtuneReadsThem) {
       fusetune::with_defaults(c, fusetune::full_finetune_schema()), tok, model);
   ASSERT_EQ(ds->size(), 1);
   const std::string text = tok.decode(ds->get(0).tokens, false);
-  EXPECT_TRUE(has(text, "Amy: hi Bob")) << text;
-  EXPECT_TRUE(has(text, "Amy greets Bob")) << text;
+  EXPECT_TRUE(contains(text, "Amy: hi Bob")) << text;
+  EXPECT_TRUE(contains(text, "Amy greets Bob")) << text;
 
   c = full("dataset: {_component_: torchtune.datasets.slimorca_dataset, source: " + orca.string() +
            "}\n");
@@ -169,7 +165,7 @@ TEST(HubDatasets, LocalCopiesBuildAsTorchtuneReadsThem) {
   ds = fusetune::build_dataset_from_config(
       fusetune::with_defaults(c, fusetune::full_finetune_schema()), tok, model);
   ASSERT_EQ(ds->size(), 1);
-  EXPECT_TRUE(has(tok.decode(ds->get(0).tokens, false), "2+2?"));
+  EXPECT_TRUE(contains(tok.decode(ds->get(0).tokens, false), "2+2?"));
 
   c = full("dataset: {_component_: torchtune.datasets.stack_exchange_paired_dataset, source: " +
            stack.string() + "}\n");
@@ -179,8 +175,8 @@ TEST(HubDatasets, LocalCopiesBuildAsTorchtuneReadsThem) {
   ASSERT_EQ(pairs->size(), 1);
   const std::string chosen = tok.decode(pairs->get(0).chosen.tokens, false);
   const std::string rejected = tok.decode(pairs->get(0).rejected.tokens, false);
-  EXPECT_TRUE(has(chosen, "Why?") && has(chosen, "Because it is")) << chosen;
-  EXPECT_TRUE(has(rejected, "No idea")) << rejected;
+  EXPECT_TRUE(contains(chosen, "Why?") && contains(chosen, "Because it is")) << chosen;
+  EXPECT_TRUE(contains(rejected, "No idea")) << rejected;
 }
 
 }  // namespace

@@ -7,17 +7,10 @@
 
 #include "fusetune/data/loader.h"
 #include "fusetune/util/error.h"
+#include "sample_datasets.h"
 
 namespace fusetune {
 namespace {
-
-SampleDataset numbered(int n) {
-  std::vector<Sample> v;
-  for (int i = 0; i < n; ++i) v.push_back({{i, i}, {i, i}, {}});
-  DatasetReport r;
-  r.name = "numbered";
-  return SampleDataset(std::move(v), r);
-}
 
 LoaderOptions sharded(int64_t bs, int64_t shards, int64_t shard) {
   LoaderOptions o;
@@ -30,7 +23,8 @@ LoaderOptions sharded(int64_t bs, int64_t shards, int64_t shard) {
 }
 
 TEST(DataLoaderShards, TwoShardsOfBSeeTheItemsOfOneLoaderOf2B) {
-  const SampleDataset ds = numbered(23);  // 5 global batches of 4, 3 items left over
+  const SampleDataset ds =
+      testing::numbered_dataset(23);  // 5 global batches of 4, 3 items left over
   DataLoader whole(ds, sharded(4, 1, 0));
   DataLoader r0(ds, sharded(2, 2, 0)), r1(ds, sharded(2, 2, 1));
   EXPECT_EQ(r0.steps_per_epoch(), 5);
@@ -56,7 +50,7 @@ TEST(DataLoaderShards, TwoShardsOfBSeeTheItemsOfOneLoaderOf2B) {
 }
 
 TEST(DataLoaderShards, InvalidShardsAndTooFewItemsAreErrors) {
-  const SampleDataset ds = numbered(5);
+  const SampleDataset ds = testing::numbered_dataset(5);
   EXPECT_THROW(DataLoader(ds, sharded(2, 2, 2)), Error);
   LoaderOptions keep = sharded(2, 2, 0);
   keep.drop_last = false;

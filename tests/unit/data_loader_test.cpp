@@ -6,18 +6,10 @@
 #include <gtest/gtest.h>
 
 #include "fusetune/util/error.h"
+#include "sample_datasets.h"
 
 namespace fusetune {
 namespace {
-
-// n samples; sample i is the single-id document {i, i} so a batch names its items.
-SampleDataset numbered(int n) {
-  std::vector<Sample> v;
-  for (int i = 0; i < n; ++i) v.push_back({{i, i}, {i, i}, {}});
-  DatasetReport r;
-  r.name = "numbered";
-  return SampleDataset(std::move(v), r);
-}
 
 std::vector<int32_t> firsts(const Batch& b) {
   std::vector<int32_t> ids;
@@ -68,7 +60,7 @@ TEST(DataLoader, UniformBelowStaysInRange) {
 }
 
 TEST(DataLoader, EpochsReshuffleDeterministically) {
-  auto ds = numbered(12);
+  auto ds = testing::numbered_dataset(12);
   DataLoader a(ds, opts(3, 5)), b(ds, opts(3, 5));
   EXPECT_EQ(a.steps_per_epoch(), 4);
   std::vector<int32_t> e0, e1;
@@ -97,7 +89,7 @@ TEST(DataLoader, EpochsReshuffleDeterministically) {
 }
 
 TEST(DataLoader, NoShuffleIsFileOrder) {
-  auto ds = numbered(5);
+  auto ds = testing::numbered_dataset(5);
   DataLoader l(ds, opts(2, 0, /*shuffle=*/false, /*drop_last=*/false));
   EXPECT_EQ(l.steps_per_epoch(), 3);
   EXPECT_EQ(firsts(l.next()), (std::vector<int32_t>{0, 1}));
@@ -109,7 +101,7 @@ TEST(DataLoader, NoShuffleIsFileOrder) {
 }
 
 TEST(DataLoader, DropLastSkipsTheRemainder) {
-  auto ds = numbered(5);
+  auto ds = testing::numbered_dataset(5);
   DataLoader l(ds, opts(2, 0, /*shuffle=*/false, /*drop_last=*/true));
   EXPECT_EQ(l.steps_per_epoch(), 2);
   l.next();
@@ -118,7 +110,7 @@ TEST(DataLoader, DropLastSkipsTheRemainder) {
 }
 
 TEST(DataLoader, ResumeContinuesWithTheSameBatches) {
-  auto ds = numbered(10);
+  auto ds = testing::numbered_dataset(10);
   DataLoader full(ds, opts(3, 11));
   std::vector<std::vector<int32_t>> want;
   for (int s = 0; s < 10; ++s) want.push_back(firsts(full.next()));
@@ -134,7 +126,7 @@ TEST(DataLoader, ResumeContinuesWithTheSameBatches) {
 }
 
 TEST(DataLoader, BadStateAndTooSmallDatasetThrow) {
-  auto ds = numbered(3);
+  auto ds = testing::numbered_dataset(3);
   DataLoader l(ds, opts(2, 0));
   EXPECT_THROW(l.set_state({0, 5}), Error);
   EXPECT_THROW(l.set_state({-1, 0}), Error);

@@ -1,3 +1,4 @@
+#include "data_test_util.h"
 #include "fusetune/data/packing.h"
 
 #include <gtest/gtest.h>
@@ -8,7 +9,8 @@
 namespace fusetune {
 namespace {
 
-constexpr int32_t I = kIgnoreIndex, kPad = 0;
+using testing::I;
+constexpr int32_t kPad = 0;
 
 // Documents whose tokens encode (doc, index) so that any label crossing a boundary shows.
 Sample doc(int d, int n) {

@@ -15,7 +15,7 @@ using testing::FakeTokenizer;
 using testing::L;
 using testing::write_file;
 using BT = ByteTokenizer;
-constexpr int32_t I = kIgnoreIndex;
+using testing::I;
 
 std::vector<int32_t> targets(const Sample& s) {
   std::vector<int32_t> t;

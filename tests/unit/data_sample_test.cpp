@@ -1,3 +1,4 @@
+#include "data_test_util.h"
 #include "fusetune/data/sample.h"
 
 #include <gtest/gtest.h>
@@ -7,7 +8,7 @@
 namespace fusetune {
 namespace {
 
-constexpr int32_t I = kIgnoreIndex;
+using testing::I;
 
 TEST(DataSample, ShiftMovesTargetsOneLeftAndIgnoresTheLast) {
   std::vector<int32_t> labels = {10, 11, 12, 13};

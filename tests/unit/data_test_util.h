@@ -7,9 +7,13 @@
 #include <string>
 #include <vector>
 
+#include "fusetune/data/batch.h"
 #include "fusetune/data/tokenizer.h"
 
 namespace fusetune::testing {
+
+// The ignored label, short for expected label lists: {I, I, 98}.
+inline constexpr int32_t I = kIgnoreIndex;
 
 // Bytes are ids 0..255 (so "ab" encodes to {97, 98}); special tokens have ids >= 1000 and
 // exist only for the families asked for. It never splits special strings out of text, so an

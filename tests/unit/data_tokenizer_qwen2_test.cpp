@@ -1,11 +1,12 @@
 // Qwen2 / Qwen2.5 from vocab.json + merges.txt (torchtune's qwen2_tokenizer /
-// qwen2_5_tokenizer) on small hand-made files: parsing and its errors, NFC, special tokens
+// qwen2_5_tokenizer) on small_qwen2 hand-made files: parsing and its errors, NFC, special tokens
 // and their defaults, special_tokens_path, the bos/eos/pad/unk_token keys, decode.
 #include <fstream>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "checks.h"
 #include "fusetune/data/byte_level.h"
 #include "fusetune/data/load_tokenizer.h"
 #include "fusetune/data/qwen2_tokenizer.h"
@@ -15,6 +16,8 @@
 namespace fusetune {
 namespace {
 
+using fusetune::testing::contains;
+using fusetune::testing::error_of;
 using nlohmann::json;
 
 const std::string G = "\xC4\xA0";  // byte-level space
@@ -35,26 +38,14 @@ std::pair<std::string, std::string> files() {
 }
 constexpr int32_t kHello = 259, kE_acute = 261;
 
-std::unique_ptr<HfTokenizer> small(Qwen2Options o = {}, const std::vector<SpecialToken>& sp = {}) {
+std::unique_ptr<HfTokenizer> small_qwen2(Qwen2Options o = {},
+                                         const std::vector<SpecialToken>& sp = {}) {
   auto [v, m] = files();
   return qwen2_tokenizer_from_text(v, m, sp, o, "qwen-test");
 }
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
-
 TEST(DataTokenizerQwen2, MergesTxtAndVocabJson) {
-  auto tok = small();
+  auto tok = small_qwen2();
   EXPECT_EQ(tok->encode("hello", false, false), (std::vector<int32_t>{kHello}));
   // Qwen's pattern splits digits one by one.
   EXPECT_EQ(tok->encode("12", false, false), (std::vector<int32_t>{'1', '2'}));
@@ -87,7 +78,7 @@ TEST(DataTokenizerQwen2, ParseErrorsNameFileAndLine) {
 }
 
 TEST(DataTokenizerQwen2, SpecialTokensAndDefaultsAsTorchtune) {
-  auto tok = small();
+  auto tok = small_qwen2();
   EXPECT_EQ(tok->token_to_id("<|endoftext|>"), 151643);
   EXPECT_EQ(tok->token_to_id("<|im_start|>"), 151644);
   EXPECT_EQ(tok->token_to_id("<|im_end|>"), 151645);
@@ -107,7 +98,7 @@ TEST(DataTokenizerQwen2, SpecialTokensAndDefaultsAsTorchtune) {
 
   Qwen2Options q2;
   q2.qwen2_5 = false;
-  auto t2 = small(q2);
+  auto t2 = small_qwen2(q2);
   EXPECT_EQ(t2->token_to_id("<|im_end|>"), 151645);
   EXPECT_FALSE(t2->token_to_id("<tool_call>"));
   EXPECT_EQ(t2->vocab_size(), 151646);
@@ -119,13 +110,13 @@ TEST(DataTokenizerQwen2, TokenKeys) {
   o.eos_token = "<|endoftext|>";
   o.pad_token = "";  // null: none, so PAD falls back to EOS
   o.unk_token = "<|endoftext|>";
-  auto tok = small(o);
+  auto tok = small_qwen2(o);
   EXPECT_EQ(tok->bos_id(), 151644);
   EXPECT_EQ(tok->eos_id(), 151643);
   EXPECT_EQ(tok->pad_id(), 151643);
   Qwen2Options bad;
   bad.eos_token = "</s>";
-  EXPECT_TRUE(contains(error_of([&] { small(bad); }), "eos_token '</s>' is not one of"));
+  EXPECT_TRUE(contains(error_of([&] { small_qwen2(bad); }), "eos_token '</s>' is not one of"));
 }
 
 TEST(DataTokenizerQwen2, LoadedByTypeWithMergesFileAndSpecialTokensPath) {

@@ -7,10 +7,14 @@
 
 #include <gtest/gtest.h>
 
+#include "checks.h"
 #include "fusetune/data/load_tokenizer.h"
 #include "fusetune/data/tiktoken_tokenizer.h"
 #include "fusetune/util/error.h"
 #include "test_support.h"
+
+using fusetune::testing::contains;
+using fusetune::testing::error_of;
 
 namespace fusetune {
 namespace {
@@ -54,19 +58,6 @@ constexpr int32_t kHe = 256, kHello = 259, kWorld = 264, kAa = 265;
 
 std::unique_ptr<HfTokenizer> small(const std::vector<SpecialToken>& specials = {}) {
   return llama3_tiktoken_from_text(tiktoken_text(kExtra), specials, "test.model");
-}
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
 }
 
 TEST(DataTokenizerTiktoken, ParsesBase64AndRanks) {

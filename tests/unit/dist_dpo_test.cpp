@@ -18,6 +18,7 @@
 #include "prepared_config.h"
 #include "recipe_runs.h"
 #include "test_support.h"
+#include "tiny_llama.h"
 
 using namespace fusetune::testing;
 namespace fs = std::filesystem;
@@ -26,7 +27,7 @@ namespace {
 
 // Answers of different lengths: each rank's response-token count differs, so only a per-pair
 // normalization matches the reference.
-fs::path write_pairs(const fs::path& dir) {
+fs::path write_uneven_pairs(const fs::path& dir) {
   nlohmann::json rows = nlohmann::json::array();
   for (int i = 0; i < 48; ++i) {
     const std::string tail(size_t(i * 7 % 23), char('a' + i % 26));
@@ -40,17 +41,12 @@ fs::path write_pairs(const fs::path& dir) {
   return p;
 }
 
-std::string yaml(const fs::path& pairs, const fs::path& checkpoint) {
+std::string dist_dpo_yaml(const fs::path& pairs, const fs::path& checkpoint) {
   std::ostringstream s;
-  s << "model:\n";
   if (checkpoint.empty())
-    s << "  init: random\n  model_type: llama\n  vocab_size: 259\n  hidden_size: 32\n"
-      << "  intermediate_size: 64\n  num_hidden_layers: 2\n  num_attention_heads: 4\n"
-      << "  num_key_value_heads: 2\n  max_position_embeddings: 128\n"
-      << "  lora_attn_modules: [q_proj, v_proj]\n  apply_lora_to_mlp: true\n  lora_rank: 4\n"
-      << "  lora_alpha: 8\n";
+    s << tiny_model_yaml(128) << tiny_dpo_lora_yaml();
   else
-    s << "  init: checkpoint\ncheckpointer:\n  checkpoint_dir: " << checkpoint.string()
+    s << "model:\n  init: checkpoint\ncheckpointer:\n  checkpoint_dir: " << checkpoint.string()
       << "\n  checkpoint_files: [model.safetensors]\nref_checkpointer:\n  checkpoint_dir: "
       << checkpoint.string() << "\n  checkpoint_files: [model.safetensors]\n";
   s << "tokenizer:\n  _component_: byte\n  max_seq_len: 64\n"
@@ -60,31 +56,6 @@ std::string yaml(const fs::path& pairs, const fs::path& checkpoint) {
     << "loss:\n  _component_: DPOLoss\n  beta: 0.1\nclip_grad_norm: 1.0\ncompile: false\n"
     << "num_threads: 1\nlog_every_n_steps: 1\nlog_peak_memory_stats: false\n";
   return s.str();
-}
-
-// A random fp32 checkpoint of the small model (full DPO's policy and reference).
-fs::path write_checkpoint(const fs::path& dir) {
-  fs::create_directories(dir / "arch");
-  write_text(dir / "arch" / "config.json", nlohmann::json({{"architectures", {"LlamaForCausalLM"}},
-                                                           {"model_type", "llama"},
-                                                           {"vocab_size", 259},
-                                                           {"hidden_size", 32},
-                                                           {"intermediate_size", 64},
-                                                           {"num_hidden_layers", 2},
-                                                           {"num_attention_heads", 4},
-                                                           {"num_key_value_heads", 2},
-                                                           {"max_position_embeddings", 128},
-                                                           {"rms_norm_eps", 1e-5},
-                                                           {"rope_theta", 10000.0},
-                                                           {"tie_word_embeddings", false}})
-                                               .dump());
-  const fs::path out = dir / "ckpt";
-  const CliRun r = run_shell(shell_quote(binary_path()) + " init-checkpoint --config " +
-                                 shell_quote((dir / "arch" / "config.json").string()) +
-                                 " --output " + shell_quote(out.string()) + " --seed 3",
-                             dir / "s_init");
-  EXPECT_EQ(r.code, 0) << r.out << r.err;
-  return out;
 }
 
 // Every logged DPO metric of the 2-rank run is the one-process value over the same pairs
@@ -114,7 +85,7 @@ void check_equivalence(const std::string& single, const std::string& distributed
                        const fs::path& tmp, const fs::path& checkpoint, int pairs, int accum,
                        int stage, const Overrides& extra = {}) {
   const fs::path config = tmp / (distributed + ".yaml");
-  write_text(config, yaml(write_pairs(tmp), checkpoint));
+  write_text(config, dist_dpo_yaml(write_uneven_pairs(tmp), checkpoint));
   auto overrides = [&](const fs::path& out, int batch) {
     Overrides o{{"output_dir", out.string()},
                 {"batch_size", std::to_string(batch)},
@@ -150,7 +121,7 @@ TEST(DistDpo, LoraDpoTwoRanksMatchOneProcessAndRerunsBitwise) {
 TEST(DistDpo, FullDpoZero2WithAccumulationTwoRanksMatchOneProcessAndRerunsBitwise) {
   FT_REQUIRE_MPIRUN();
   const TempDir tmp;
-  const fs::path ckpt = write_checkpoint(tmp.path());
+  const fs::path ckpt = write_tiny_checkpoint(tmp.path());
   // Two micro-batches per step: the global pair count spans them and the ranks.
   check_equivalence("full_dpo_single_device", "full_dpo_distributed", tmp.path(), ckpt, 4, 2, 2);
 }
@@ -167,7 +138,7 @@ TEST(DistDpo, LoraAndFullDpoZero3TwoRanksMatchOneProcess) {
                     3);
   check_equivalence("lora_dpo_single_device", "lora_dpo_distributed", tmp.path() / "lora_pre", {},
                     4, 1, 3, {{"precompute_ref_log_probs", "true"}});
-  const fs::path ckpt = write_checkpoint(tmp.path());
+  const fs::path ckpt = write_tiny_checkpoint(tmp.path());
   check_equivalence("full_dpo_single_device", "full_dpo_distributed", tmp.path() / "full", ckpt, 4,
                     1, 3);
 }
@@ -179,9 +150,9 @@ TEST(DistDpo, LoraAndFullDpoZero3TwoRanksMatchOneProcess) {
 TEST(DistDpo, FullDpoZero3ShardsTheReferenceCopy) {
   FT_REQUIRE_MPIRUN();
   const TempDir tmp;
-  const fs::path ckpt = write_checkpoint(tmp.path());
+  const fs::path ckpt = write_tiny_checkpoint(tmp.path());
   const fs::path config = tmp.path() / "full.yaml";
-  write_text(config, yaml(write_pairs(tmp.path()), ckpt));
+  write_text(config, dist_dpo_yaml(write_uneven_pairs(tmp.path()), ckpt));
   std::map<std::string, fs::path> out;
   for (const char* precompute : {"false", "true"})
     for (int stage : {2, 3}) {
@@ -245,7 +216,7 @@ TEST(DistDpo, PrecomputedReferenceIsSharedOverRanksBitwiseTheOneProcessTable) {
   FT_REQUIRE_MPIRUN();
   const TempDir tmp;
   const fs::path config = tmp.path() / "precompute.yaml";
-  write_text(config, yaml(write_pairs(tmp.path()), {}));
+  write_text(config, dist_dpo_yaml(write_uneven_pairs(tmp.path()), {}));
   auto overrides = [&](const std::string& name, int batch) {
     return Overrides{{"output_dir", (tmp.path() / name).string()},
                      {"batch_size", std::to_string(batch)},

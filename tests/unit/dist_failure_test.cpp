@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <thread>
 
 #include "fusetune/recipes/training_checkpoint.h"
 #include "mpi_runs.h"

@@ -31,7 +31,7 @@ namespace fs = std::filesystem;
 namespace {
 
 // Packed rows of 64 tokens: every batch has the planned shape (2 x 64 per rank).
-std::string yaml(const fs::path& data) {
+std::string plan_yaml(const fs::path& data) {
   std::ostringstream s;
   s << "model:\n  init: random\n  model_type: llama\n  vocab_size: 259\n  hidden_size: 128\n"
     << "  intermediate_size: 352\n  num_hidden_layers: 3\n  num_attention_heads: 4\n"
@@ -54,11 +54,6 @@ void write_corpus(const fs::path& p) {
   write_file_atomic(p, text);
 }
 
-Config prepared(const std::string& recipe, const fs::path& config,
-                const std::vector<std::string>& overrides) {
-  return prepared_config(recipe, config.string(), overrides);
-}
-
 std::vector<std::string> as_overrides(const Overrides& o) {
   std::vector<std::string> v;
   for (const auto& [k, val] : o) v.push_back(k + "=" + val);
@@ -77,7 +72,7 @@ Peaks check_run(const std::string& recipe, const fs::path& tmp, Overrides o,
   const fs::path config = tmp / "cfg.yaml";
   const fs::path out = tmp / (recipe + "_" + label);
   o["output_dir"] = out.string();
-  const Config cfg = prepared(recipe, config, as_overrides(o));
+  const Config cfg = prepared_config(recipe, config.string(), as_overrides(o));
   const PlannedStep s = plan_step(cfg, recipe, model_architecture(cfg));
   const RankPeak want = plan_rank_peak(s, plan_step_mode(s, s.configured_mode), 2, 0, stage);
   const std::string cmd = mpirun_command(2, recipe, config.string(), o);
@@ -133,7 +128,7 @@ TEST(DistPlan, FullFineTuningRankZeroPeakMatchesThePlanAtEveryStage) {
   FT_REQUIRE_MPIRUN();
   const TempDir tmp;
   write_corpus(tmp / "rows.jsonl");
-  write_file_atomic(tmp / "cfg.yaml", yaml(tmp / "rows.jsonl"));
+  write_file_atomic(tmp / "cfg.yaml", plan_yaml(tmp / "rows.jsonl"));
   // Two micro-batches: ZeRO-2 then keeps only the owned gradients' accumulation buffers.
   const std::vector<Peaks> accumulating =
       check_stages("full_finetune_distributed", tmp.path(), {{"gradient_accumulation_steps", "2"}});
@@ -142,8 +137,8 @@ TEST(DistPlan, FullFineTuningRankZeroPeakMatchesThePlanAtEveryStage) {
   // (about half the gradients here): below stage 1 by at least a quarter of all of them.
   EXPECT_LT(accumulating[1].measured, accumulating[0].measured);
   EXPECT_LT(accumulating[2].measured, accumulating[1].measured);
-  const Config cfg = prepared("full_finetune_distributed", tmp / "cfg.yaml",
-                              {"output_dir=" + (tmp / "o").string()});
+  const Config cfg = prepared_config("full_finetune_distributed", (tmp / "cfg.yaml").string(),
+                                     {"output_dir=" + (tmp / "o").string()});
   const PlannedStep s = plan_step(cfg, "full_finetune_distributed", model_architecture(cfg));
   const int64_t all_gradients = int64_t(sizeof(float)) * count_step_parameters(s).trainable;
   Peaks one[3];
@@ -160,7 +155,7 @@ TEST(DistPlan, LoraRankZeroPeakMatchesThePlanAtEveryStage) {
   FT_REQUIRE_MPIRUN();
   const TempDir tmp;
   write_corpus(tmp / "rows.jsonl");
-  write_file_atomic(tmp / "cfg.yaml", yaml(tmp / "rows.jsonl"));
+  write_file_atomic(tmp / "cfg.yaml", plan_yaml(tmp / "rows.jsonl"));
   check_stages("lora_finetune_distributed", tmp.path(),
                {{"model.lora_attn_modules", "[q_proj,v_proj]"},
                 {"model.apply_lora_to_mlp", "true"},
@@ -170,7 +165,7 @@ TEST(DistPlan, LoraRankZeroPeakMatchesThePlanAtEveryStage) {
 TEST(DistPlan, PlanPrintsEveryStageAndRefusesSingleDeviceRecipes) {
   const TempDir tmp;
   write_corpus(tmp / "rows.jsonl");
-  write_file_atomic(tmp / "cfg.yaml", yaml(tmp / "rows.jsonl"));
+  write_file_atomic(tmp / "cfg.yaml", plan_yaml(tmp / "rows.jsonl"));
   const std::string config = (tmp / "cfg.yaml").string();
   ::testing::internal::CaptureStdout();
   const int rc = cli::cmd_plan({"full_finetune_distributed", "--config", config, "--nproc_per_node",
@@ -201,15 +196,17 @@ TEST(DistPlan, PlanPrintsEveryStageAndRefusesSingleDeviceRecipes) {
 TEST(DistPlan, Zero3PlanShardsTheParametersAndKeepsGatheredOnesWithoutReshard) {
   const TempDir tmp;
   write_corpus(tmp / "rows.jsonl");
-  write_file_atomic(tmp / "cfg.yaml", yaml(tmp / "rows.jsonl"));
+  write_file_atomic(tmp / "cfg.yaml", plan_yaml(tmp / "rows.jsonl"));
   for (const char* mode : {"false", "true"}) {
     const std::vector<std::string> base = {"output_dir=" + (tmp / "o").string(),
                                            std::string("compile=") + mode};
     std::vector<std::string> keep = base;
     keep.push_back("fsdp_reshard_after_forward=false");
     keep.push_back("zero_stage=3");
-    const Config cfg = prepared("full_finetune_distributed", tmp / "cfg.yaml", base);
-    const Config kept_cfg = prepared("full_finetune_distributed", tmp / "cfg.yaml", keep);
+    const Config cfg =
+        prepared_config("full_finetune_distributed", (tmp / "cfg.yaml").string(), base);
+    const Config kept_cfg =
+        prepared_config("full_finetune_distributed", (tmp / "cfg.yaml").string(), keep);
     const PlannedStep s = plan_step(cfg, "full_finetune_distributed", model_architecture(cfg));
     const PlannedStep k =
         plan_step(kept_cfg, "full_finetune_distributed", model_architecture(kept_cfg));
@@ -238,7 +235,7 @@ TEST(DistPlan, Zero3WithAnNF4BasePlansTheShardedPackedBase) {
   FT_REQUIRE_MPIRUN();
   const TempDir tmp;
   write_corpus(tmp / "rows.jsonl");
-  write_file_atomic(tmp / "cfg.yaml", yaml(tmp / "rows.jsonl"));
+  write_file_atomic(tmp / "cfg.yaml", plan_yaml(tmp / "rows.jsonl"));
   Overrides o = {{"model.lora_attn_modules", "[q_proj,v_proj]"},
                  {"model.apply_lora_to_mlp", "true"},
                  {"model.quantize_base", "true"}};

@@ -36,19 +36,6 @@ std::vector<double> tail(const std::vector<double>& v, size_t from) {
   return std::vector<double>(v.begin() + long(from), v.end());
 }
 
-// Each logged step's gather_new_buffers (ZeRO-3, rank 0), in step order.
-std::vector<int64_t> new_gather_buffers(const fs::path& output_dir) {
-  std::vector<int64_t> v;
-  std::istringstream in(read_text(output_dir / "logs" / "metrics.jsonl"));
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    const nlohmann::json j = nlohmann::json::parse(line);
-    if (j.contains("loss")) v.push_back(j.at("gather_new_buffers").get<int64_t>());
-  }
-  return v;
-}
-
 }  // namespace
 
 TEST(DistTraining, FullTwoRanksMatchOneProcessRerunBitwiseZero123AndResumeAcrossRankCounts) {
@@ -120,7 +107,7 @@ TEST(DistTraining, FullTwoRanksMatchOneProcessRerunBitwiseZero123AndResumeAcross
     EXPECT_EQ(read_text(z3 / f), read_text(two / f)) << f;
   // The gathered parameters land in reused buffers: the first step allocates them, the next
   // ones (until the checkpoint at step 5 frees the idle ones) none.
-  const std::vector<int64_t> fresh = new_gather_buffers(z3);
+  const std::vector<double> fresh = logged_values(z3, "gather_new_buffers");
   ASSERT_GE(fresh.size(), 5u);
   EXPECT_GT(fresh[0], 0);
   for (size_t i = 1; i < 5; ++i) EXPECT_EQ(fresh[i], 0) << "step " << i + 1;

@@ -1,6 +1,8 @@
 // Every op's VJP against central finite differences in float64.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "fusetune/graph/builder.h"
 #include "fusetune/graph/verifier.h"
 #include "fusetune/util/error.h"
@@ -20,7 +22,7 @@ struct OpCase {
   uint64_t seed = 1;
 
   Value param(const std::string& name, Shape s, double lo = -1, double hi = 1) {
-    params[name] = random_tensor(s, seed++, lo, hi);
+    params[name] = random_tensor(s, DType::F64, seed++, lo, hi);
     return g.param(name, s, true);
   }
   Value ids(const std::string& name, Shape s, std::vector<int32_t> v) {
@@ -30,7 +32,7 @@ struct OpCase {
     return g.input(name, s, DType::I32);
   }
   void check(Value y, double tol = 1e-6) {
-    Value r = g.constant(random_tensor(g.shape(y), 999), "R");
+    Value r = g.constant(random_tensor(g.shape(y), DType::F64, 999), "R");
     Value loss = b.sum(b.mul(y, r));
     g.mark_output("loss", loss);
     verify_graph(g);
@@ -89,7 +91,7 @@ TEST(Vjp, RMSNormInputAndWeight) {
 TEST(Vjp, RopeWithPositions) {
   OpCase c;
   Value x = c.param("x", {2, 3, 2, 6});
-  Tensor cos = random_tensor({5, 3}, 7), sin = random_tensor({5, 3}, 8);
+  Tensor cos = random_tensor({5, 3}, DType::F64, 7), sin = random_tensor({5, 3}, DType::F64, 8);
   // A real rotation: cos^2 + sin^2 = 1.
   for (int64_t i = 0; i < cos.numel(); ++i) {
     double ang = cos.data<double>()[i] * 3;

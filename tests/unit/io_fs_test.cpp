@@ -1,4 +1,5 @@
 // util/fs: whole-file reads, atomic file writes, atomic directory publication.
+#include "files.h"
 #include "fusetune/util/fs.h"
 
 #include <sys/wait.h>
@@ -14,17 +15,11 @@
 #include "test_support.h"
 
 namespace fs = std::filesystem;
+using fusetune::testing::sorted_entries;
 using fusetune::testing::TempDir;
 
 namespace fusetune {
 namespace {
-
-std::vector<std::string> entries(const fs::path& dir) {
-  std::vector<std::string> out;
-  for (const auto& e : fs::directory_iterator(dir)) out.push_back(e.path().filename().string());
-  std::sort(out.begin(), out.end());
-  return out;
-}
 
 TEST(IoFs, ReadFileReturnsBytesAndNamesMissingPath) {
   TempDir tmp;
@@ -44,7 +39,7 @@ TEST(IoFs, WriteFileAtomicReplacesAndLeavesNoTemp) {
   write_file_atomic(tmp / "f.txt", "old");
   write_file_atomic(tmp / "f.txt", "new contents");
   EXPECT_EQ(read_file(tmp / "f.txt"), "new contents");
-  EXPECT_EQ(entries(tmp.path()), std::vector<std::string>{"f.txt"});
+  EXPECT_EQ(sorted_entries(tmp.path()), std::vector<std::string>{"f.txt"});
 }
 
 TEST(IoFs, WriteFileAtomicFailureKeepsTargetAndRemovesTemp) {
@@ -54,7 +49,7 @@ TEST(IoFs, WriteFileAtomicFailureKeepsTargetAndRemovesTemp) {
   write_file_atomic(tmp / "target" / "inner" / "keep.txt", "keep");
   EXPECT_THROW(write_file_atomic(tmp / "target", "data"), Error);
   EXPECT_EQ(read_file(tmp / "target" / "inner" / "keep.txt"), "keep");
-  EXPECT_EQ(entries(tmp.path()), std::vector<std::string>{"target"});
+  EXPECT_EQ(sorted_entries(tmp.path()), std::vector<std::string>{"target"});
   // A missing parent directory fails cleanly too.
   EXPECT_THROW(write_file_atomic(tmp / "no" / "such" / "f.txt", "x"), Error);
 }
@@ -70,7 +65,7 @@ TEST(IoFs, AtomicDirectoryPublishesOnCommitOnly) {
     d.commit();
   }
   EXPECT_EQ(read_file(final_dir / "a.txt"), "A1");
-  EXPECT_EQ(entries(tmp.path()), std::vector<std::string>{"ckpt"});
+  EXPECT_EQ(sorted_entries(tmp.path()), std::vector<std::string>{"ckpt"});
 
   // Replace: the old contents are gone entirely, not merged.
   {
@@ -79,8 +74,8 @@ TEST(IoFs, AtomicDirectoryPublishesOnCommitOnly) {
     EXPECT_EQ(read_file(final_dir / "a.txt"), "A1");  // old still complete until commit
     d.commit();
   }
-  EXPECT_EQ(entries(final_dir), std::vector<std::string>{"b.txt"});
-  EXPECT_EQ(entries(tmp.path()), std::vector<std::string>{"ckpt"});
+  EXPECT_EQ(sorted_entries(final_dir), std::vector<std::string>{"b.txt"});
+  EXPECT_EQ(sorted_entries(tmp.path()), std::vector<std::string>{"ckpt"});
 }
 
 TEST(IoFs, AtomicDirectoryFallbackWithoutRenameExchange) {
@@ -91,8 +86,8 @@ TEST(IoFs, AtomicDirectoryFallbackWithoutRenameExchange) {
     AtomicDirectory d(final_dir);
     write_file_atomic(d.path() / (std::string(v) + ".txt"), v);
     d.commit();
-    EXPECT_EQ(entries(final_dir), std::vector<std::string>{std::string(v) + ".txt"});
-    EXPECT_EQ(entries(tmp.path()), std::vector<std::string>{"ckpt"});  // old removed
+    EXPECT_EQ(sorted_entries(final_dir), std::vector<std::string>{std::string(v) + ".txt"});
+    EXPECT_EQ(sorted_entries(tmp.path()), std::vector<std::string>{"ckpt"});  // old removed
   }
   detail::set_rename_exchange_enabled(true);
 }
@@ -112,7 +107,7 @@ TEST(IoFs, AtomicDirectoryWithoutCommitRemovesTempAndKeepsOld) {
   } catch (const Error&) {
   }
   EXPECT_EQ(read_file(final_dir / "a.txt"), "old");
-  EXPECT_EQ(entries(tmp / "out"), std::vector<std::string>{"ckpt"});
+  EXPECT_EQ(sorted_entries(tmp / "out"), std::vector<std::string>{"ckpt"});
 }
 
 TEST(IoFs, AtomicDirectoryCrashBeforeCommitLeavesNoFinalDirectory) {
@@ -130,7 +125,7 @@ TEST(IoFs, AtomicDirectoryCrashBeforeCommitLeavesNoFinalDirectory) {
   int status = 0;
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
   EXPECT_FALSE(fs::exists(final_dir));
-  auto left = entries(tmp.path());
+  auto left = sorted_entries(tmp.path());
   ASSERT_EQ(left.size(), 1u);
   EXPECT_EQ(left[0].rfind("ckpt.tmp-", 0), 0u) << left[0];  // only an obviously partial dir
 }
@@ -163,7 +158,7 @@ TEST(IoFs, NextSaveRemovesStagingOfKilledProcessesOnly) {
   // Gone: the killed process's staging of ckpt and of state.json. Kept: a live process's
   // staging (this one), the .old- copy (it may be the only copy), other names.
   EXPECT_EQ(
-      entries(tmp.path()),
+      sorted_entries(tmp.path()),
       (std::vector<std::string>{"ckpt", "ckpt.old-" + dead + "-1", "ckpt.tmp-" + self + "-99",
                                 "ckpt.tmp-notapid", "other.tmp-" + dead + "-0", "state.json"}));
 }
@@ -175,7 +170,7 @@ TEST(IoFs, AtomicDirectoryTrailingSlashAndBadNames) {
     d.commit();
   }
   EXPECT_TRUE(fs::is_directory(tmp / "ckpt"));
-  EXPECT_EQ(entries(tmp.path()), std::vector<std::string>{"ckpt"});
+  EXPECT_EQ(sorted_entries(tmp.path()), std::vector<std::string>{"ckpt"});
   EXPECT_THROW(AtomicDirectory(fs::path("/")), Error);
   EXPECT_THROW(AtomicDirectory(fs::path("")), Error);
 }

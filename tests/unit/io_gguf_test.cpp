@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "checks.h"
 #include "cli_runner.h"
 #include "fusetune/io/gguf_export.h"
 #include "fusetune/io/gguf_writer.h"
@@ -21,6 +22,7 @@
 
 using namespace fusetune;
 using namespace fusetune::gguf;
+using fusetune::testing::contains;
 using fusetune::testing::read_gguf;
 using nlohmann::json;
 
@@ -442,6 +444,53 @@ TEST(IoGguf, QuantizeCommandWritesTheWeightsTheGgufDequantizesTo) {
   // Norms are untouched.
   const HFCheckpoint orig = load_hf_checkpoint(dir / "ck");
   EXPECT_EQ(tensor_values(q, "model.norm.weight"), tensor_values(orig, "model.norm.weight"));
+}
+
+// llama.cpp's SentencePiece tokenizer turns a character no piece covers into byte tokens: the
+// piece <0x0A> for a newline, else a "\n" piece, else it aborts (std::out_of_range). A
+// vocabulary with neither is still exported, with a warning that names what is missing.
+TEST(IoGguf, ExportWarnsWhenLlamaCppCannotTokenizeANewline) {
+  fusetune::testing::TempDir dir;
+  auto warnings_of = [&](const json& tokenizer, const std::string& name) {
+    write_checkpoint(dir / name, small_config(false), tokenizer);
+    return export_gguf(dir / name, dir / (name + ".gguf"), FileType::F32).warnings;
+  };
+  // spm_tokenizer_json(): byte tokens <0x00> and <0x01> only, no "\n" piece.
+  std::vector<std::string> w = warnings_of(spm_tokenizer_json(), "two_bytes");
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_TRUE(contains(w[0], "has 2 of the 256 byte tokens but not <0x0A> and no \"\\n\" piece"))
+      << w[0];
+  EXPECT_TRUE(contains(w[0], "llama.cpp aborts as soon as it tokenizes text with a newline"))
+      << w[0];
+  EXPECT_TRUE(contains(w[0], (dir / "two_bytes").string())) << w[0];
+
+  // No byte token at all (the two replaced by letters).
+  json none = spm_tokenizer_json();
+  json& vocab = none["model"]["vocab"];
+  vocab.erase("<0x00>");
+  vocab.erase("<0x01>");
+  vocab["c"] = 3;
+  vocab["d"] = 4;
+  w = warnings_of(none, "no_bytes");
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_TRUE(contains(w[0], "has no byte tokens (<0x00> ... <0xFF>) and no \"\\n\" piece"))
+      << w[0];
+  // `fusetune export` writes the file and prints the warning on stderr.
+  auto r = fusetune::testing::run_fusetune("export --format gguf --output " +
+                                           (dir / "cli.gguf").string() + " " +
+                                           (dir / "no_bytes").string());
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "fusetune: warning: " + w[0] + "\n")) << r.out;
+  EXPECT_TRUE(std::filesystem::exists(dir / "cli.gguf"));
+
+  // Either piece is enough: no warning.
+  json with_newline = none;
+  with_newline["model"]["vocab"]["\n"] = 10;
+  EXPECT_TRUE(warnings_of(with_newline, "newline_piece").empty());
+  json with_byte = none;
+  with_byte["model"]["vocab"].erase("d");
+  with_byte["model"]["vocab"]["<0x0A>"] = 4;
+  EXPECT_TRUE(warnings_of(with_byte, "newline_byte").empty());
 }
 
 TEST(IoGguf, ClearErrors) {

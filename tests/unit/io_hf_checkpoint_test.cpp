@@ -1,5 +1,6 @@
 // io/hf_checkpoint: expected parameter names, load/save round trips (dtypes, shards), every
 // inconsistency between config.json, index and files, and atomic publication on failure.
+#include "files.h"
 #include "fusetune/io/hf_checkpoint.h"
 
 #include <sys/resource.h>
@@ -18,6 +19,7 @@
 #include "test_support.h"
 
 namespace fs = std::filesystem;
+using fusetune::testing::sorted_entries;
 using fusetune::testing::TempDir;
 using nlohmann::json;
 
@@ -71,13 +73,6 @@ void write_config(const fs::path& dir, const ModelConfig& c) {
   write_file_atomic(dir / "config.json", model_config_to_json(c).dump(2));
 }
 
-std::vector<std::string> entries(const fs::path& dir) {
-  std::vector<std::string> out;
-  for (const auto& e : fs::directory_iterator(dir)) out.push_back(e.path().filename().string());
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
 void expect_same_values(const HFCheckpoint& ck, const NamedTensors& want, double tol = 0) {
   ASSERT_EQ(ck.tensors.size(), want.size());
   for (const auto& [name, t] : want) {
@@ -91,8 +86,8 @@ void expect_same_values(const HFCheckpoint& ck, const NamedTensors& want, double
 }
 
 // Expects loading `dir` to fail with a one-line message containing every needle.
-void expect_load_error(const fs::path& dir, std::initializer_list<std::string> needles,
-                       const std::vector<std::string>& files = {}) {
+void expect_checkpoint_error(const fs::path& dir, std::initializer_list<std::string> needles,
+                             const std::vector<std::string>& files = {}) {
   try {
     load_hf_checkpoint(dir, files);
     ADD_FAILURE() << "expected an error loading " << dir;
@@ -134,7 +129,8 @@ TEST(IoHfCheckpoint, SaveLoadRoundTripF32) {
   ModelConfig c = tiny_config("qwen2");
   NamedTensors t = make_tensors(c);
   save_hf_checkpoint(tmp / "ck", c, t);
-  EXPECT_EQ(entries(tmp / "ck"), (std::vector<std::string>{"config.json", "model.safetensors"}));
+  EXPECT_EQ(sorted_entries(tmp / "ck"),
+            (std::vector<std::string>{"config.json", "model.safetensors"}));
   HFCheckpoint ck = load_hf_checkpoint(tmp / "ck");
   expect_same_values(ck, t);
   EXPECT_TRUE(ck.config.attention_bias);
@@ -186,7 +182,7 @@ TEST(IoHfCheckpoint, ShardedSaveAndLoad) {
   ModelConfig c = tiny_config();
   NamedTensors t = make_tensors(c);
   save_hf_checkpoint(tmp / "ck", c, t, with_shard_limit(1024));
-  auto files = entries(tmp / "ck");
+  auto files = sorted_entries(tmp / "ck");
   ASSERT_GT(files.size(), 3u);
   const size_t n_shards = files.size() - 2;  // minus config.json and the index
   char last[64];
@@ -227,7 +223,7 @@ TEST(IoHfCheckpoint, IndexInconsistencies) {
   json bad = good;
   bad["weight_map"]["model.norm.weight"] = "model-00099-of-00099.safetensors";
   write_file_atomic(idx, bad.dump());
-  expect_load_error(tmp / "ck", {"model-00099-of-00099.safetensors", "does not exist"});
+  expect_checkpoint_error(tmp / "ck", {"model-00099-of-00099.safetensors", "does not exist"});
 
   bad = good;
   const std::string first = good["weight_map"]["model.embed_tokens.weight"];
@@ -235,17 +231,17 @@ TEST(IoHfCheckpoint, IndexInconsistencies) {
   ASSERT_NE(first, other);
   bad["weight_map"]["lm_head.weight"] = first;  // claims the wrong shard
   write_file_atomic(idx, bad.dump());
-  expect_load_error(tmp / "ck", {"'lm_head.weight'", first, "no such tensor"});
+  expect_checkpoint_error(tmp / "ck", {"'lm_head.weight'", first, "no such tensor"});
 
   bad = good;
   bad["weight_map"]["model.norm.weight"] = "../evil.safetensors";
   write_file_atomic(idx, bad.dump());
-  expect_load_error(tmp / "ck", {"not a plain file name"});
+  expect_checkpoint_error(tmp / "ck", {"not a plain file name"});
 
   write_file_atomic(idx, "{\"weight_map\": 3}");
-  expect_load_error(tmp / "ck", {"weight_map"});
+  expect_checkpoint_error(tmp / "ck", {"weight_map"});
   write_file_atomic(idx, "{not json");
-  expect_load_error(tmp / "ck", {"model.safetensors.index.json", "not valid JSON"});
+  expect_checkpoint_error(tmp / "ck", {"model.safetensors.index.json", "not valid JSON"});
 }
 
 TEST(IoHfCheckpoint, WrongShapeMissingAndUnexpectedTensors) {
@@ -260,40 +256,41 @@ TEST(IoHfCheckpoint, WrongShapeMissingAndUnexpectedTensors) {
     if (name == "model.layers.0.self_attn.k_proj.weight")
       tensor = Tensor::zeros({8, 8}, DType::F32);
   save_safetensors(dir / "model.safetensors", wrong);
-  expect_load_error(dir, {"tensor 'model.layers.0.self_attn.k_proj.weight' in",
-                          "model.safetensors has shape [8, 8] but config.json implies [4, 8]"});
+  expect_checkpoint_error(dir,
+                          {"tensor 'model.layers.0.self_attn.k_proj.weight' in",
+                           "model.safetensors has shape [8, 8] but config.json implies [4, 8]"});
 
   NamedTensors missing(t.begin(), t.end() - 1);  // no lm_head
   fs::remove(dir / "model.safetensors");
   save_safetensors(dir / "model.safetensors", missing);
-  expect_load_error(dir, {"missing tensor 'lm_head.weight'", "[16, 8]"});
+  expect_checkpoint_error(dir, {"missing tensor 'lm_head.weight'", "[16, 8]"});
 
   NamedTensors extra = t;
   extra.push_back({"model.layers.2.mlp.up_proj.weight", Tensor::zeros({12, 8}, DType::F32)});
   fs::remove(dir / "model.safetensors");
   save_safetensors(dir / "model.safetensors", extra);
-  expect_load_error(
+  expect_checkpoint_error(
       dir, {"unexpected tensor 'model.layers.2.mlp.up_proj.weight'", "num_hidden_layers = 2"});
 
   NamedTensors bias = t;
   bias.push_back({"model.layers.0.self_attn.q_proj.bias", Tensor::zeros({8}, DType::F32)});
   fs::remove(dir / "model.safetensors");
   save_safetensors(dir / "model.safetensors", bias);
-  expect_load_error(dir, {"unexpected tensor 'model.layers.0.self_attn.q_proj.bias'"});
+  expect_checkpoint_error(dir, {"unexpected tensor 'model.layers.0.self_attn.q_proj.bias'"});
 
   NamedTensors ints = t;
   ints[1].second = Tensor::zeros({8}, DType::I32);
   fs::remove(dir / "model.safetensors");
   save_safetensors(dir / "model.safetensors", ints);
-  expect_load_error(dir, {"has dtype I32"});
+  expect_checkpoint_error(dir, {"has dtype I32"});
 
   // The same tensor in two explicit files.
   fs::remove(dir / "model.safetensors");
   save_safetensors(dir / "a.safetensors", t);
   save_safetensors(dir / "b.safetensors", {t[0]});
-  expect_load_error(dir, {"'model.embed_tokens.weight' is in both"},
-                    {"a.safetensors", "b.safetensors"});
-  expect_load_error(dir, {"nope.safetensors", "does not exist"}, {"nope.safetensors"});
+  expect_checkpoint_error(dir, {"'model.embed_tokens.weight' is in both"},
+                          {"a.safetensors", "b.safetensors"});
+  expect_checkpoint_error(dir, {"nope.safetensors", "does not exist"}, {"nope.safetensors"});
 }
 
 TEST(IoHfCheckpoint, TiedModelDropsStoredLmHeadAndIgnoresInvFreq) {
@@ -313,17 +310,17 @@ TEST(IoHfCheckpoint, TiedModelDropsStoredLmHeadAndIgnoresInvFreq) {
 
 TEST(IoHfCheckpoint, MissingFilesAndDirectories) {
   TempDir tmp;
-  expect_load_error(tmp / "nope", {"does not exist"});
+  expect_checkpoint_error(tmp / "nope", {"does not exist"});
   fs::create_directories(tmp / "empty");
-  expect_load_error(tmp / "empty", {"no config.json"});
+  expect_checkpoint_error(tmp / "empty", {"no config.json"});
   write_config(tmp / "noweights", tiny_config());
   write_file_atomic(tmp / "noweights" / "pytorch_model.bin", "pickle");
-  expect_load_error(tmp / "noweights", {"neither model.safetensors", "never loads pickle"});
+  expect_checkpoint_error(tmp / "noweights", {"neither model.safetensors", "never loads pickle"});
   // A truncated weights file fails at open, naming the file.
   save_hf_checkpoint(tmp / "ck", tiny_config(), make_tensors(tiny_config()));
   std::string bytes = read_file(tmp / "ck" / "model.safetensors");
   write_file_atomic(tmp / "ck" / "model.safetensors", bytes.substr(0, bytes.size() / 2));
-  expect_load_error(tmp / "ck", {"model.safetensors", "truncated"});
+  expect_checkpoint_error(tmp / "ck", {"model.safetensors", "truncated"});
 }
 
 TEST(IoHfCheckpoint, SaveValidatesTensorsAndCopiesSideFiles) {
@@ -342,8 +339,9 @@ TEST(IoHfCheckpoint, SaveValidatesTensorsAndCopiesSideFiles) {
   write_file_atomic(tmp / "src" / "generation_config.json", "{}");
   write_file_atomic(tmp / "src" / "unrelated.txt", "no");
   save_hf_checkpoint(tmp / "a", c, t, with_copy_from(tmp / "src"));
-  EXPECT_EQ(entries(tmp / "a"), (std::vector<std::string>{"config.json", "generation_config.json",
-                                                          "model.safetensors", "tokenizer.json"}));
+  EXPECT_EQ(sorted_entries(tmp / "a"),
+            (std::vector<std::string>{"config.json", "generation_config.json", "model.safetensors",
+                                      "tokenizer.json"}));
   EXPECT_EQ(read_file(tmp / "a" / "tokenizer.json"), "{\"model\": {}}");
 
   // Never replace a directory that is not a checkpoint.
@@ -360,9 +358,10 @@ TEST(IoHfCheckpoint, SaveReplacesOldCheckpointWholly) {
   save_hf_checkpoint(tmp / "ck", c, t, with_shard_limit(1024));  // sharded
   NamedTensors t2 = make_tensors(c, true);
   save_hf_checkpoint(tmp / "ck", c, t2);  // single file: old shards and index must be gone
-  EXPECT_EQ(entries(tmp / "ck"), (std::vector<std::string>{"config.json", "model.safetensors"}));
+  EXPECT_EQ(sorted_entries(tmp / "ck"),
+            (std::vector<std::string>{"config.json", "model.safetensors"}));
   expect_same_values(load_hf_checkpoint(tmp / "ck"), t2);
-  EXPECT_EQ(entries(tmp.path()), std::vector<std::string>{"ck"});
+  EXPECT_EQ(sorted_entries(tmp.path()), std::vector<std::string>{"ck"});
 
   // Save over the directory the tensors are still mapped from (load, edit, save in place).
   HFCheckpoint ck = load_hf_checkpoint(tmp / "ck");
@@ -407,8 +406,9 @@ TEST(IoHfCheckpoint, FailedShardWriteKeepsPreviousCheckpoint) {
   std::signal(SIGXFSZ, old_handler);
   EXPECT_NE(msg.find("cannot write"), std::string::npos) << msg;
 
-  EXPECT_EQ(entries(tmp.path()), std::vector<std::string>{"ck"});
-  EXPECT_EQ(entries(tmp / "ck"), (std::vector<std::string>{"config.json", "model.safetensors"}));
+  EXPECT_EQ(sorted_entries(tmp.path()), std::vector<std::string>{"ck"});
+  EXPECT_EQ(sorted_entries(tmp / "ck"),
+            (std::vector<std::string>{"config.json", "model.safetensors"}));
   EXPECT_EQ(read_file(tmp / "ck" / "model.safetensors"), old_bytes);
   expect_same_values(load_hf_checkpoint(tmp / "ck"), old_t);
 
@@ -416,11 +416,11 @@ TEST(IoHfCheckpoint, FailedShardWriteKeepsPreviousCheckpoint) {
   // nothing appears under the final name.
   fs::create_directories(tmp / "src" / "tokenizer.json");
   EXPECT_THROW(save_hf_checkpoint(tmp / "fresh", c, new_t, with_copy_from(tmp / "src")), Error);
-  EXPECT_EQ(entries(tmp.path()), (std::vector<std::string>{"ck", "src"}));
+  EXPECT_EQ(sorted_entries(tmp.path()), (std::vector<std::string>{"ck", "src"}));
   // And replacing an existing checkpoint with the same late failure keeps the old one.
   EXPECT_THROW(save_hf_checkpoint(tmp / "ck", c, new_t, with_copy_from(tmp / "src")), Error);
   EXPECT_EQ(read_file(tmp / "ck" / "model.safetensors"), old_bytes);
-  EXPECT_EQ(entries(tmp.path()), (std::vector<std::string>{"ck", "src"}));
+  EXPECT_EQ(sorted_entries(tmp.path()), (std::vector<std::string>{"ck", "src"}));
 }
 
 }  // namespace

@@ -18,11 +18,11 @@ using namespace fusetune::testing;
 namespace {
 
 // Sizes below and above the OpenMP threshold (kParallelMin = 32768 elements).
-const int64_t kSizes[] = {1, 7, 1000, 70001};
+const int64_t kSwigluSizes[] = {1, 7, 1000, 70001};
 
 template <class T>
 void swiglu_matches_unfused(double rtol) {
-  for (int64_t n : kSizes) {
+  for (int64_t n : kSwigluSizes) {
     const auto g = random_vec<T>(n, 1, -12.0, 12.0);
     const auto u = random_vec<T>(n, 2, -3.0, 3.0);
     const auto dy = random_vec<T>(n, 3, -2.0, 2.0);

@@ -29,11 +29,11 @@ namespace {
 
 // ---- the fused kernel against a direct double computation ---------------------------------
 
-struct Problem {
+struct LogProbProblem {
   int64_t N = 11, D = 5, V = 9;
   std::vector<double> h, W;
   std::vector<int32_t> labels;
-  explicit Problem(uint64_t seed) {
+  explicit LogProbProblem(uint64_t seed) {
     std::mt19937_64 rng(seed);
     std::uniform_real_distribution<double> u(-1, 1);
     for (int64_t i = 0; i < N * D; ++i) h.push_back(u(rng));
@@ -63,7 +63,7 @@ struct Problem {
 };
 
 TEST(FusedLinearLogProbs, ForwardMatchesTheDefinitionOverSeveralChunks) {
-  Problem p(1);
+  LogProbProblem p(1);
   for (int64_t chunk : {1, 3, 4, 100}) {
     std::vector<double> logp(p.N), lse(p.N), zsum(p.N);
     kernels::LogProbHead<double> head{p.W.data(), nullptr, p.V, p.D};
@@ -85,7 +85,7 @@ TEST(FusedLinearLogProbs, ForwardMatchesTheDefinitionOverSeveralChunks) {
 }
 
 TEST(FusedLinearLogProbs, BackwardMatchesFiniteDifferencesOverSeveralChunks) {
-  Problem p(2);
+  LogProbProblem p(2);
   std::vector<double> g(p.N);
   for (int64_t i = 0; i < p.N; ++i) g[i] = 0.3 + 0.1 * double(i % 5) - (i % 2 ? 0.7 : 0.0);
   for (int64_t chunk : {2, 5}) {
@@ -125,7 +125,7 @@ TEST(FusedLinearLogProbs, BackwardMatchesFiniteDifferencesOverSeveralChunks) {
 }
 
 TEST(FusedLinearLogProbs, NF4HeadEqualsItsDequantizedDenseHead) {
-  Problem p(3);
+  LogProbProblem p(3);
   p.D = 64;  // whole NF4 blocks per row
   p.W.clear();
   p.h.clear();
@@ -161,7 +161,7 @@ TEST(FusedLinearLogProbs, NF4HeadEqualsItsDequantizedDenseHead) {
 }
 
 TEST(FusedLinearLogProbs, RejectsALabelOutsideTheVocabulary) {
-  Problem p(5);
+  LogProbProblem p(5);
   p.labels[3] = int32_t(p.V);
   std::vector<double> logp(p.N), lse(p.N), zsum(p.N);
   kernels::LogProbHead<double> head{p.W.data(), nullptr, p.V, p.D};

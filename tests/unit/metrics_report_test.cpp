@@ -14,6 +14,9 @@
 
 #include <gtest/gtest.h>
 
+#include "checks.h"
+#include "cli_runner.h"
+#include "files.h"
 #include "fusetune/metrics/report.h"
 #include "fusetune/metrics/report_runs.h"
 #include "fusetune/metrics/step_logger.h"
@@ -23,23 +26,16 @@
 #include "test_support.h"
 
 using namespace fusetune;
+using fusetune::testing::CliResult;
+using fusetune::testing::error_of;
+using fusetune::testing::read_text;
+using fusetune::testing::run_fusetune;
 using fusetune::testing::TempDir;
 using fusetune::testing::write_synthetic_run;
+using fusetune::testing::write_text;
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string read(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void write(const fs::path& p, const std::string& text) {
-  fs::create_directories(p.parent_path());
-  std::ofstream(p, std::ios::binary) << text;
-}
 
 size_t count(const std::string& s, const std::string& part) {
   size_t n = 0;
@@ -65,32 +61,6 @@ std::map<std::string, std::map<int, size_t>> plotted_points(const std::string& h
     }
   }
   return out;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
-struct Result {
-  int code;
-  std::string out;
-};
-
-Result fusetune_cli(const std::string& args, const fs::path& cwd) {
-  const std::string cmd = "cd '" + cwd.string() + "' && " +
-                          std::string(::fusetune::testing::binary_path()) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return {-1, "popen failed"};
-  std::string out;
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }
 
 }  // namespace
@@ -220,20 +190,20 @@ TEST(MetricsReport, ClearErrors) {
   EXPECT_NE(e.find((tmp / "empty" / "logs" / "metrics.jsonl").string()), std::string::npos) << e;
 
   const fs::path bad = tmp / "bad" / "logs" / "metrics.jsonl";
-  write(bad, "{\"step\": 1, \"loss\": 2.0}\n\n{\"step\": 2, \"loss\": 1.\n");
+  write_text(bad, "{\"step\": 1, \"loss\": 2.0}\n\n{\"step\": 2, \"loss\": 1.\n");
   e = error_of([&] { read_run(tmp / "bad"); });
   EXPECT_NE(e.find(bad.string() + ":3: not valid JSON"), std::string::npos) << e;
 
-  write(bad, "{\"step\": 1, \"loss\": 2.0}\n[1, 2]\n");
+  write_text(bad, "{\"step\": 1, \"loss\": 2.0}\n[1, 2]\n");
   e = error_of([&] { read_run(tmp / "bad"); });
   EXPECT_NE(e.find(bad.string() + ":2: expected a JSON object, got array"), std::string::npos) << e;
 
-  write(bad, "{\"loss\": 2.0}\n");
+  write_text(bad, "{\"loss\": 2.0}\n");
   e = error_of([&] { read_run(tmp / "bad"); });
   EXPECT_NE(e.find(bad.string() + ":1: expected an integer \"step\""), std::string::npos) << e;
 
   // Null and non-finite values are gaps, not errors (the logger writes null for nan).
-  write(bad, "{\"step\": 1, \"loss\": null, \"lr\": 0.1}\n{\"step\": 2, \"loss\": 1.5}\n");
+  write_text(bad, "{\"step\": 1, \"loss\": null, \"lr\": 0.1}\n{\"step\": 2, \"loss\": 1.5}\n");
   const RunRecord r = read_run(tmp / "bad");
   EXPECT_EQ(r.series.at("loss").size(), 1u);
   EXPECT_EQ(r.series.at("lr").size(), 1u);
@@ -265,31 +235,31 @@ TEST(MetricsReport, CommandWritesThePage) {
   TempDir tmp;
   write_synthetic_run(tmp / "r1", 4, true, 2, "false");
   write_synthetic_run(tmp / "r2", 4, true, 2, "true");
-  Result r = fusetune_cli("report r1 r2 -o out/cmp.html", tmp.path());
+  CliResult r = run_fusetune("report r1 r2 -o out/cmp.html", tmp.path());
   EXPECT_NE(r.code, 0);  // out/ does not exist
   EXPECT_NE(r.out.find("cannot write the report to 'out/cmp.html': directory 'out' does not exist"),
             std::string::npos)
       << r.out;
   fs::create_directories(tmp / "out");
-  r = fusetune_cli("report r1 r2 -o out/cmp.html", tmp.path());
+  r = run_fusetune("report r1 r2 -o out/cmp.html", tmp.path());
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("wrote out/cmp.html: 2 runs, 5 charts, 36 points"), std::string::npos)
       << r.out;
-  EXPECT_EQ(plotted_points(read(tmp / "out" / "cmp.html")).at("val_loss").at(1), 2u);
+  EXPECT_EQ(plotted_points(read_text(tmp / "out" / "cmp.html")).at("val_loss").at(1), 2u);
 
-  r = fusetune_cli("report r1", tmp.path());  // default: report.html here
+  r = run_fusetune("report r1", tmp.path());  // default: report.html here
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(fs::exists(tmp / "report.html"));
 
-  r = fusetune_cli("report", tmp.path());
+  r = run_fusetune("report", tmp.path());
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.out.find("missing RUN_DIR"), std::string::npos) << r.out;
-  r = fusetune_cli("report r1 missing", tmp.path());
+  r = run_fusetune("report r1 missing", tmp.path());
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.out.find("run directory 'missing' does not exist"), std::string::npos) << r.out;
-  r = fusetune_cli("report --help", tmp.path());
+  r = run_fusetune("report --help", tmp.path());
   EXPECT_EQ(r.code, 0);
   EXPECT_NE(r.out.find("usage: fusetune report RUN_DIR... [-o FILE]"), std::string::npos);
-  r = fusetune_cli("--help", tmp.path());
+  r = run_fusetune("--help", tmp.path());
   EXPECT_NE(r.out.find("report"), std::string::npos);
 }

@@ -21,6 +21,7 @@
 #include "fusetune/recipes/recipe_setup.h"
 #include "fusetune/runtime/memory.h"
 #include "fusetune/util/error.h"
+#include "tensor_checks.h"
 #include "test_support.h"
 #include "tiny_models.h"
 
@@ -47,11 +48,6 @@ std::vector<ParamInfo> params_of(const ModelConfig& c) {
   std::vector<ParamInfo> out;
   for (const auto& [name, shape] : expected_parameters(c)) out.push_back({name, shape, true});
   return out;
-}
-
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.dtype() == b.dtype() && a.shape() == b.shape() &&
-         std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
 }
 
 int64_t total_bytes(const TensorMap& m) {

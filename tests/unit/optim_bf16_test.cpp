@@ -14,6 +14,7 @@
 
 #include <gtest/gtest.h>
 
+#include "checks.h"
 #include "fusetune/config/recipe_schemas.h"
 #include "fusetune/config/schema.h"
 #include "fusetune/optim/adamw.h"
@@ -23,8 +24,11 @@
 #include "fusetune/optim/stochastic_rounding.h"
 #include "fusetune/recipes/recipe_setup.h"
 #include "fusetune/util/error.h"
+#include "tensor_checks.h"
 
 using namespace fusetune;
+using fusetune::testing::error_of;
+using fusetune::testing::same_bits;
 
 namespace {
 
@@ -42,24 +46,10 @@ Tensor f32_tensor(const std::vector<double>& v) {
 
 double at(const Tensor& t, int64_t i) { return element_as_double(t, i); }
 
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.dtype() == b.dtype() && a.numel() == b.numel() &&
-         std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
-}
-
 StateMap to_map(const NamedTensors& named) {
   StateMap m;
   for (const auto& [k, t] : named) m[k] = t.clone();
   return m;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 // ---- stochastic rounding ---------------------------------------------------------------------
@@ -187,23 +177,23 @@ TEST(OptimBf16, RoundToNearestLosesSmallUpdatesWhereStochasticRoundingDoesNot) {
 
 // ---- AdamW on bf16 parameters ----------------------------------------------------------------
 
-const std::vector<double> kP0 = {0.5, -1.25, 2.0, 0.0, -0.09375, 0.8125};
-const std::vector<std::vector<double>> kGrads = {{0.3, -0.2, 0.0, 1.5, -0.01, 0.125},
-                                                 {-0.1, -0.4, 0.25, 1.0, 0.02, 0.5},
-                                                 {0.05, 0.625, -0.3, -2.0, 0.0, -0.25},
-                                                 {0.2, 0.1, 0.1, 0.5, -0.03, 1.0}};
-const std::vector<double> kLrs = {0.1, 0.05, 0.02, 0.01};
+const std::vector<double> kBf16P0 = {0.5, -1.25, 2.0, 0.0, -0.09375, 0.8125};
+const std::vector<std::vector<double>> kBf16Grads = {{0.3, -0.2, 0.0, 1.5, -0.01, 0.125},
+                                                     {-0.1, -0.4, 0.25, 1.0, 0.02, 0.5},
+                                                     {0.05, 0.625, -0.3, -2.0, 0.0, -0.25},
+                                                     {0.2, 0.1, 0.1, 0.5, -0.03, 1.0}};
+const std::vector<double> kBf16Lrs = {0.1, 0.05, 0.02, 0.01};
 
 // The textbook AdamW (decoupled decay, bias-corrected moments) in double, written independently
 // of the implementation; the gradients are rounded to bf16 as the BF16 runs see them.
-std::vector<double> reference_adamw(const AdamWOptions& o, int steps) {
-  std::vector<double> p = kP0, m(p.size(), 0.0), v(p.size(), 0.0);
+std::vector<double> reference_adamw_bf16_grads(const AdamWOptions& o, int steps) {
+  std::vector<double> p = kBf16P0, m(p.size(), 0.0), v(p.size(), 0.0);
   for (int k = 0; k < steps; ++k) {
-    const double lr = kLrs[size_t(k)];
+    const double lr = kBf16Lrs[size_t(k)];
     const int t = k + 1;
     const double bc1 = 1 - std::pow(o.beta1, t), bc2 = 1 - std::pow(o.beta2, t);
     for (size_t i = 0; i < p.size(); ++i) {
-      const double g = bf16_to_f32(f32_to_bf16(float(kGrads[size_t(k)][i])));
+      const double g = bf16_to_f32(f32_to_bf16(float(kBf16Grads[size_t(k)][i])));
       p[i] -= lr * o.weight_decay * p[i];
       m[i] = o.beta1 * m[i] + (1 - o.beta1) * g;
       v[i] = o.beta2 * v[i] + (1 - o.beta2) * g * g;
@@ -215,15 +205,15 @@ std::vector<double> reference_adamw(const AdamWOptions& o, int steps) {
 
 template <class Opt>
 Tensor run_steps(Opt& opt, DType dtype, int steps) {
-  Tensor p = dtype == DType::BF16 ? bf16_tensor(kP0) : f32_tensor(kP0);
+  Tensor p = dtype == DType::BF16 ? bf16_tensor(kBf16P0) : f32_tensor(kBf16P0);
   Tensor g = Tensor::zeros(p.shape(), dtype);
   std::vector<ParamRef> params = {{"layers.0.w", &p, &g}};
   for (int k = 0; k < steps; ++k) {
     // Both dtypes see the same (bf16-representable) gradients, as the reference does.
-    Tensor src = bf16_tensor(kGrads[size_t(k)]);
+    Tensor src = bf16_tensor(kBf16Grads[size_t(k)]);
     if (dtype == DType::F32) src = src.to(DType::F32);
     std::memcpy(g.raw(), src.raw(), g.nbytes());
-    opt.step(params, kLrs[size_t(k)]);
+    opt.step(params, kBf16Lrs[size_t(k)]);
   }
   return p;
 }
@@ -233,7 +223,7 @@ TEST(OptimBf16, AdamWOnBf16ParametersFollowsTheReferenceWithinBf16Precision) {
   o.weight_decay = 0.1;
   o.seed = 5;
   const int steps = 4;
-  const std::vector<double> ref = reference_adamw(o, steps);
+  const std::vector<double> ref = reference_adamw_bf16_grads(o, steps);
   for (const DType state : {DType::F32, DType::BF16}) {
     AdamWOptions os = o;
     os.state_dtype = state;
@@ -268,15 +258,16 @@ TEST(OptimBf16, Fp32AdamWIsUnchangedByTheBf16Code) {
     o.beta1 = beta1;
     AdamW opt(o);
     const Tensor p = run_steps(opt, DType::F32, 2);
-    std::vector<float> pr(kP0.begin(), kP0.end()), m(kP0.size(), 0), v(kP0.size(), 0);
+    std::vector<float> pr(kBf16P0.begin(), kBf16P0.end()), m(kBf16P0.size(), 0),
+        v(kBf16P0.size(), 0);
     for (int k = 0; k < 2; ++k) {
       const auto co = [&] {
         const double bc1 = 1 - std::pow(o.beta1, k + 1), bc2 = 1 - std::pow(o.beta2, k + 1);
-        return std::vector<double>{1 - kLrs[size_t(k)] * o.weight_decay, kLrs[size_t(k)] / bc1,
-                                   std::sqrt(bc2)};
+        return std::vector<double>{1 - kBf16Lrs[size_t(k)] * o.weight_decay,
+                                   kBf16Lrs[size_t(k)] / bc1, std::sqrt(bc2)};
       }();
       for (size_t i = 0; i < pr.size(); ++i) {
-        const float g = bf16_to_f32(f32_to_bf16(float(kGrads[size_t(k)][i])));  // as run_steps
+        const float g = bf16_to_f32(f32_to_bf16(float(kBf16Grads[size_t(k)][i])));  // as run_steps
         const float pi = pr[i] * float(co[0]);
         const float w = float(1 - o.beta1);
         const float mi = w < 0.5f ? m[i] + w * (g - m[i]) : g - (g - m[i]) * (1.0f - w);

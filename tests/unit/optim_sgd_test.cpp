@@ -10,22 +10,22 @@ using namespace fusetune;
 
 namespace {
 
-const std::vector<double> kP0 = {0.5, -1.25, 2.0, 0.0};
-const std::vector<std::vector<double>> kGrads = {
+const std::vector<double> kSgdP0 = {0.5, -1.25, 2.0, 0.0};
+const std::vector<std::vector<double>> kSgdGrads = {
     {0.3, -0.2, 0.0, 1.5}, {-0.1, -0.4, 0.25, 1.0}, {0.05, 0.6, -0.3, -2.0}};
-const std::vector<double> kLrs = {0.1, 0.05, 0.02};
+const std::vector<double> kSgdLrs = {0.1, 0.05, 0.02};
 
 // torch.optim.SGD's documented algorithm, in double.
 std::vector<double> reference_sgd(const SGDOptions& o, int steps) {
-  std::vector<double> p = kP0, buf(p.size(), 0.0);
+  std::vector<double> p = kSgdP0, buf(p.size(), 0.0);
   for (int k = 0; k < steps; ++k) {
     for (size_t i = 0; i < p.size(); ++i) {
-      double g = kGrads[k][i] + o.weight_decay * p[i];
+      double g = kSgdGrads[k][i] + o.weight_decay * p[i];
       if (o.momentum != 0) {
         buf[i] = k == 0 ? g : o.momentum * buf[i] + (1 - o.dampening) * g;
         g = o.nesterov ? g + o.momentum * buf[i] : buf[i];
       }
-      p[i] -= kLrs[k] * g;
+      p[i] -= kSgdLrs[k] * g;
     }
   }
   return p;
@@ -33,14 +33,14 @@ std::vector<double> reference_sgd(const SGDOptions& o, int steps) {
 
 template <class T>
 std::vector<double> run_sgd(const SGDOptions& o, int steps, int64_t* state_bytes = nullptr) {
-  const int64_t n = int64_t(kP0.size());
+  const int64_t n = int64_t(kSgdP0.size());
   Tensor p = Tensor::empty({n}, dtype_of<T>()), g = Tensor::empty({n}, dtype_of<T>());
-  for (int64_t i = 0; i < n; ++i) p.data<T>()[i] = T(kP0[i]);
+  for (int64_t i = 0; i < n; ++i) p.data<T>()[i] = T(kSgdP0[i]);
   std::vector<ParamRef> params = {{"w", &p, &g}};
   SGD opt(o);
   for (int k = 0; k < steps; ++k) {
-    for (int64_t i = 0; i < n; ++i) g.data<T>()[i] = T(kGrads[k][i]);
-    opt.step(params, kLrs[k]);
+    for (int64_t i = 0; i < n; ++i) g.data<T>()[i] = T(kSgdGrads[k][i]);
+    opt.step(params, kSgdLrs[k]);
   }
   if (state_bytes) *state_bytes = opt.state_bytes();
   std::vector<double> out;
@@ -91,7 +91,7 @@ TEST(OptimSGD, NoStateWithoutMomentum) {
   SGDOptions o;
   o.momentum = 0.9;
   run_sgd<float>(o, 2, &bytes);
-  EXPECT_EQ(bytes, int64_t(kP0.size() * 4));
+  EXPECT_EQ(bytes, int64_t(kSgdP0.size() * 4));
 }
 
 TEST(OptimSGD, RejectsInvalidOptions) {

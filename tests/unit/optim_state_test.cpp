@@ -11,21 +11,24 @@
 #include "fusetune/optim/adamw.h"
 #include "fusetune/optim/sgd.h"
 #include "fusetune/util/error.h"
+#include "tensor_checks.h"
 
 using namespace fusetune;
+using fusetune::testing::same_bits;
 
 namespace {
 
 // Two parameters and their gradients; the gradient is a function of the value and the step,
 // so a resumed run only matches if values and state were both restored exactly.
-struct Model {
+struct StateModel {
   Tensor a = Tensor::empty({3, 4}, DType::F32), ga = Tensor::empty({3, 4}, DType::F32);
   Tensor b = Tensor::empty({5}, DType::F32), gb = Tensor::empty({5}, DType::F32);
-  Model() {
+  StateModel() {
     for (int64_t i = 0; i < a.numel(); ++i) a.data<float>()[i] = 0.1f * float(i) - 0.5f;
     for (int64_t i = 0; i < b.numel(); ++i) b.data<float>()[i] = 1.0f - 0.3f * float(i);
   }
-  Model(const Model& o) : a(o.a.clone()), ga(o.ga.clone()), b(o.b.clone()), gb(o.gb.clone()) {}
+  StateModel(const StateModel& o)
+      : a(o.a.clone()), ga(o.ga.clone()), b(o.b.clone()), gb(o.gb.clone()) {}
   std::vector<ParamRef> params() { return {{"layer.a", &a, &ga}, {"layer.b", &b, &gb}}; }
   void compute_grads(int step) {
     for (int64_t i = 0; i < a.numel(); ++i)
@@ -34,10 +37,6 @@ struct Model {
       gb.data<float>()[i] = std::cos(b.data<float>()[i]) * float(step % 3 - 1);
   }
 };
-
-bool same_bits(const Tensor& x, const Tensor& y) {
-  return x.nbytes() == y.nbytes() && std::memcmp(x.raw(), y.raw(), x.nbytes()) == 0;
-}
 
 // Copies saved state into a map, as writing it to a file and reading it back would.
 StateMap through_file(const NamedTensors& saved) {
@@ -51,7 +50,7 @@ double lr_for(int step) { return 0.05 / (1 + step); }
 template <class Opt, class Options>
 void check_resume_is_bitwise(const Options& options, size_t expected_entries) {
   const int total = 7, split = 3;
-  Model full;
+  StateModel full;
   Opt uninterrupted(options);
   for (int k = 0; k < total; ++k) {
     full.compute_grads(k);
@@ -59,7 +58,7 @@ void check_resume_is_bitwise(const Options& options, size_t expected_entries) {
     uninterrupted.step(p, lr_for(k));
   }
 
-  Model first;
+  StateModel first;
   auto resumed_state = std::make_unique<Opt>(options);
   for (int k = 0; k < split; ++k) {
     first.compute_grads(k);
@@ -72,7 +71,7 @@ void check_resume_is_bitwise(const Options& options, size_t expected_entries) {
   StateMap file = through_file(saved);
   resumed_state.reset();  // the first process is gone
 
-  Model second(first);
+  StateModel second(first);
   Opt resumed(options);
   auto p2 = second.params();
   resumed.load_state(file, p2);
@@ -102,7 +101,7 @@ TEST(OptimState, SGDResumeIsBitwiseIdentical) {
 }
 
 TEST(OptimState, AdamWSavedNamesAndSteps) {
-  Model m;
+  StateModel m;
   AdamW opt;
   NamedTensors none;
   opt.save_state(none);
@@ -125,7 +124,7 @@ TEST(OptimState, AdamWSavedNamesAndSteps) {
 }
 
 TEST(OptimState, EmptyStateMeansFreshStart) {
-  Model m;
+  StateModel m;
   auto p = m.params();
   AdamW opt;
   m.compute_grads(0);
@@ -136,7 +135,7 @@ TEST(OptimState, EmptyStateMeansFreshStart) {
 }
 
 TEST(OptimState, StepStoredAsFloatIsAccepted) {
-  Model m;
+  StateModel m;
   auto p = m.params();
   AdamW opt;
   m.compute_grads(0);
@@ -167,7 +166,7 @@ std::string load_error(Optimizer& opt, const StateMap& state, const std::vector<
 }  // namespace
 
 TEST(OptimState, BadStateIsRejectedAndLeavesStateUnchanged) {
-  Model m;
+  StateModel m;
   auto p = m.params();
   AdamW opt;
   m.compute_grads(0);
@@ -216,7 +215,7 @@ TEST(OptimState, BadStateIsRejectedAndLeavesStateUnchanged) {
 }
 
 TEST(OptimState, StateFromAnotherOptimizerIsRejected) {
-  Model m;
+  StateModel m;
   auto p = m.params();
   m.compute_grads(0);
   SGDOptions so;

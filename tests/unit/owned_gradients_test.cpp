@@ -5,27 +5,20 @@
 // one the order lacks is an error naming it.
 #include <gtest/gtest.h>
 
+#include "checks.h"
 #include "fusetune/dist/owned_gradients.h"
 #include "fusetune/util/error.h"
 
 using namespace fusetune;
 using namespace fusetune::dist;
+using fusetune::testing::error_of;
 
 namespace {
 
-Tensor filled(int64_t n, float v) {
+Tensor ramp(int64_t n, float v) {
   Tensor t = Tensor::empty({n}, DType::F32);
   for (int64_t i = 0; i < n; ++i) t.data<float>()[i] = v + float(i);
   return t;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 }  // namespace
@@ -44,12 +37,12 @@ TEST(OwnedGradients, ReducesInTheAgreedOrderHoldingGradientsHandedOverBeforeThei
       kept.push_back(name);
       first.push_back(sum.data<float>()[0]);
     };
-    owned.hand_over("b", filled(3, 20), keep, "test");  // before its turn: held
+    owned.hand_over("b", ramp(3, 20), keep, "test");  // before its turn: held
     EXPECT_TRUE(kept.empty());
-    owned.hand_over("frozen", filled(5, 99), keep, "test");  // not trained: ignored
-    owned.hand_over("c", filled(4, 30), keep, "test");
+    owned.hand_over("frozen", ramp(5, 99), keep, "test");  // not trained: ignored
+    owned.hand_over("c", ramp(4, 30), keep, "test");
     EXPECT_EQ(kept, std::vector<std::string>({"c"}));
-    owned.hand_over("a", filled(2, 10), keep, "test");  // a, then the held b
+    owned.hand_over("a", ramp(2, 10), keep, "test");  // a, then the held b
     EXPECT_EQ(kept, std::vector<std::string>({"c", "a", "b"}));
     EXPECT_EQ(first, std::vector<float>({30, 10, 20}));
     owned.end_of_backward();
@@ -62,24 +55,24 @@ TEST(OwnedGradients, AMissingDoubledOrUnorderedGradientIsAnErrorNamingIt) {
   {
     OwnedGradients owned(*comm, {"a", "b"}, {2, 2});
     owned.set_order({"a", "b"});
-    owned.hand_over("a", filled(2, 1), drop, "test");
+    owned.hand_over("a", ramp(2, 1), drop, "test");
     EXPECT_NE(error_of([&] { owned.end_of_backward(); }).find("gradient of 'b'"),
               std::string::npos);
   }
   {
     OwnedGradients owned(*comm, {"a", "b"}, {2, 2});
     owned.set_order({"a", "b"});
-    owned.hand_over("b", filled(2, 1), drop, "test");
+    owned.hand_over("b", ramp(2, 1), drop, "test");
     EXPECT_NE(error_of([&] {
-                owned.hand_over("b", filled(2, 1), drop, "test");
+                owned.hand_over("b", ramp(2, 1), drop, "test");
               }).find("gradient of 'b' twice"),
               std::string::npos);
   }
   {
     OwnedGradients owned(*comm, {"a", "b"}, {2, 2});
     owned.set_order({"a"});  // rank 0's backward produces no gradient of b
-    owned.hand_over("b", filled(2, 1), drop, "test");
-    owned.hand_over("a", filled(2, 1), drop, "test");
+    owned.hand_over("b", ramp(2, 1), drop, "test");
+    owned.hand_over("a", ramp(2, 1), drop, "test");
     EXPECT_NE(error_of([&] { owned.end_of_backward(); })
                   .find("gradient of 'b' that rank 0's "
                         "does not"),

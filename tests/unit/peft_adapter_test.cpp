@@ -14,6 +14,7 @@
 #include "fusetune/peft/adapter.h"
 #include "fusetune/util/error.h"
 #include "fusetune/util/fs.h"
+#include "tensor_checks.h"
 #include "test_support.h"
 #include "tiny_models.h"
 
@@ -53,14 +54,6 @@ Tensor logits(const ModelConfig& cfg, const LlamaOptions& o, const TensorMap& pa
   in["tokens"] = ids_tensor(b.tokens, {2, 7});
   in["positions"] = ids_tensor(b.positions, {2, 7});
   return EagerExecutor(g).run(in, params)[0];
-}
-
-double max_rel_diff(const Tensor& a, const Tensor& b) {
-  double w = 0, s = 0;
-  for (int64_t i = 0; i < a.numel(); ++i) s = std::max(s, std::abs(double(a.data<float>()[i])));
-  for (int64_t i = 0; i < a.numel(); ++i)
-    w = std::max(w, std::abs(double(a.data<float>()[i] - b.data<float>()[i])));
-  return w / s;
 }
 
 TensorMap base_only(const TensorMap& p) {

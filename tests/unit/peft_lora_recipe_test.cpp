@@ -14,6 +14,7 @@
 #include "fusetune/io/safetensors.h"
 #include "fusetune/util/error.h"
 #include "fusetune/util/fs.h"
+#include "metrics_log.h"
 #include "test_support.h"
 
 using namespace fusetune;
@@ -50,15 +51,6 @@ std::string lora_yaml(const fs::path& out) {
   return s.str();
 }
 
-std::vector<double> logged_losses(const fs::path& out) {
-  std::vector<double> l;
-  std::istringstream in(read_file(out / "logs" / "metrics.jsonl"));
-  std::string line;
-  while (std::getline(in, line))
-    if (!line.empty()) l.push_back(nlohmann::json::parse(line).at("loss").get<double>());
-  return l;
-}
-
 int run_recipe(const fs::path& config, std::vector<std::string> overrides) {
   std::vector<std::string> args = {"lora_finetune_single_device", "--config", config.string()};
   args.insert(args.end(), overrides.begin(), overrides.end());
@@ -93,7 +85,7 @@ TEST(LoraRecipe, LoraDoraQloraLowerTheLossAndSavePeftAdapters) {
     const fs::path out = tmp / "run";
     write_file_atomic(tmp / "cfg.yaml", lora_yaml(out));
     ASSERT_EQ(run_recipe(tmp / "cfg.yaml", c.overrides), 0) << c.name;
-    auto losses = logged_losses(out);
+    auto losses = logged_values(out, "loss");
     ASSERT_EQ(losses.size(), 12u) << c.name;
     EXPECT_LT(mean(losses, 9, 12), mean(losses, 0, 3) - 0.1) << c.name;
     const fs::path ep = out / "epoch_0";
@@ -122,14 +114,14 @@ TEST(LoraRecipe, ResumesFromTheAdapterCheckpoint) {
   ASSERT_EQ(run_recipe(tmp / "cfg.yaml", {"epochs=2", "max_steps_per_epoch=6",
                                           "output_dir=" + (tmp / "full").string()}),
             0);
-  auto full = logged_losses(tmp / "full");
+  auto full = logged_values(tmp / "full", "loss");
   ASSERT_EQ(full.size(), 12u);
   // Interrupted after epoch 0, then resumed.
   ASSERT_EQ(run_recipe(tmp / "cfg.yaml", {"epochs=1", "max_steps_per_epoch=6"}), 0);
   ASSERT_EQ(run_recipe(tmp / "cfg.yaml",
                        {"epochs=2", "max_steps_per_epoch=6", "resume_from_checkpoint=true"}),
             0);
-  auto resumed = logged_losses(out);
+  auto resumed = logged_values(out, "loss");
   ASSERT_EQ(resumed.size(), 12u);
   for (size_t i = 6; i < 12; ++i)
     EXPECT_NEAR(resumed[i], full[i], 1e-5 * std::abs(full[i])) << "step " << i + 1;
@@ -162,7 +154,7 @@ TEST(LoraRecipe, QloraWithNf4EmbeddingAndHeadTrainsMergesAndResumes) {
                             "enable_activation_checkpointing=true", "output_dir=" + out.string()}),
                 0)
           << mode;
-      auto losses = logged_losses(out);
+      auto losses = logged_values(out, "loss");
       ASSERT_EQ(losses.size(), 12u) << mode;
       EXPECT_LT(mean(losses, 9, 12), mean(losses, 0, 3) - 0.1) << "tied " << tied << " " << mode;
       const fs::path ep = out / "epoch_0";
@@ -194,13 +186,13 @@ TEST(LoraRecipe, QloraWithNf4EmbeddingAndHeadTrainsMergesAndResumes) {
     ASSERT_EQ(run_recipe(tmp / "cfg.yaml", with({"epochs=2", "max_steps_per_epoch=6",
                                                  "output_dir=" + (tmp / "full").string()})),
               0);
-    auto full = logged_losses(tmp / "full");
+    auto full = logged_values(tmp / "full", "loss");
     ASSERT_EQ(full.size(), 12u);
     ASSERT_EQ(run_recipe(tmp / "cfg.yaml", with({"epochs=1", "max_steps_per_epoch=6"})), 0);
     ASSERT_EQ(run_recipe(tmp / "cfg.yaml", with({"epochs=2", "max_steps_per_epoch=6",
                                                  "resume_from_checkpoint=true"})),
               0);
-    auto resumed = logged_losses(tmp / "run");
+    auto resumed = logged_values(tmp / "run", "loss");
     ASSERT_EQ(resumed.size(), 12u);
     for (size_t i = 6; i < 12; ++i)
       EXPECT_NEAR(resumed[i], full[i], 1e-5 * std::abs(full[i]))
@@ -248,12 +240,10 @@ TEST(LoraRecipe, PlanPredictsTheMeasuredPeakOfLoraAndQloraRuns) {
         }
       ASSERT_GT(predicted_mib, 0.0) << plan;
       ASSERT_EQ(run_recipe(tmp / "cfg.yaml", o), 0);
-      std::istringstream in(
-          read_file(tmp / ("run" + std::to_string(runs)) / "logs" / "metrics.jsonl"));
-      double measured = 0;
-      for (std::string line; std::getline(in, line);)
-        if (!line.empty())
-          measured = nlohmann::json::parse(line).at("peak_memory_alloc_bytes").get<double>();
+      const std::vector<double> peaks =
+          logged_values(tmp / ("run" + std::to_string(runs)), "peak_memory_alloc_bytes");
+      ASSERT_FALSE(peaks.empty());
+      const double measured = peaks.back();
       EXPECT_NEAR(predicted_mib * 1048576.0 / measured, 1.0, 0.10) << quantize << " " << mode;
     }
 }

@@ -15,6 +15,7 @@
 #include "fusetune/util/error.h"
 #include "gradcheck.h"
 #include "peft_support.h"
+#include "tensor_checks.h"
 #include "tiny_models.h"
 
 using namespace fusetune;
@@ -47,20 +48,6 @@ std::vector<Tensor> run_logits(const ModelConfig& cfg, const LlamaOptions& o,
   in["positions"] = ids_tensor(b.positions, {2, 6});
   EagerExecutor ex(g);
   return ex.run(in, params);
-}
-
-double max_abs_diff(const Tensor& a, const Tensor& b) {
-  double w = 0;
-  for (int64_t i = 0; i < a.numel(); ++i)
-    w = std::max(w, std::abs(element_as_double(a, i) - element_as_double(b, i)));
-  return w;
-}
-
-double max_rel_diff(const Tensor& a, const Tensor& b) {
-  double scale = 0;
-  for (int64_t i = 0; i < a.numel(); ++i)
-    scale = std::max(scale, std::abs(element_as_double(a, i)));
-  return max_abs_diff(a, b) / std::max(scale, 1e-12);
 }
 
 // Forward graph with loss (gradcheck.h appends the backward).

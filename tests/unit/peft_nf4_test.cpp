@@ -140,7 +140,7 @@ TEST(NF4, TiledMatmulsMatchTheDequantizedDenseGemm) {
     peft::NF4Weight q = peft::quantize_nf4(w);
     Tensor wd = peft::dequantize_nf4(q, DType::F64);
     const int64_t N = 5;
-    Tensor x = random_tensor({N, K}, 1), dy = random_tensor({N, O}, 2);
+    Tensor x = random_tensor({N, K}, DType::F64, 1), dy = random_tensor({N, O}, DType::F64, 2);
     Tensor y = Tensor::empty({N, O}, DType::F64), ref = Tensor::empty({N, O}, DType::F64);
     kernels::nf4_matmul(q.view(), x.data<double>(), N, y.data<double>());
     kernels::gemm<double>(false, true, N, O, K, 1.0, x.data<double>(), K, wd.data<double>(), K, 0.0,

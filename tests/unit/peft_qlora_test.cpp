@@ -32,7 +32,7 @@ using namespace fusetune::testing;
 
 namespace {
 
-Tensor normal_matrix(int64_t r, int64_t c, uint64_t seed, double std = 0.5) {
+Tensor normal_matrix_f64(int64_t r, int64_t c, uint64_t seed, double std = 0.5) {
   Tensor t = Tensor::empty({r, c}, DType::F64);
   std::mt19937_64 rng(seed);
   std::normal_distribution<double> n(0.0, std);
@@ -95,9 +95,9 @@ void check_fused_nf4_against_dense(double tol) {
     int64_t N, D, V, chunk;
   };
   for (const Case& k : {Case{37, 96, 300, 8}, Case{10, 4096, 150, 4}}) {
-    peft::NF4Weight q = peft::quantize_nf4(normal_matrix(k.V, k.D, uint64_t(k.V)));
+    peft::NF4Weight q = peft::quantize_nf4(normal_matrix_f64(k.V, k.D, uint64_t(k.V)));
     Tensor wd = peft::dequantize_nf4(q, dtype_of<T>());
-    Tensor h = random_tensor({k.N, k.D}, 5).to(dtype_of<T>());
+    Tensor h = random_tensor({k.N, k.D}, DType::F64, 5).to(dtype_of<T>());
     const std::vector<int32_t> labels = labels_with_ignored(k.N, k.V, 9);
     const T scale = T(1.0 / 7.0);
     Tensor dh = Tensor::empty({k.N, k.D}, dtype_of<T>());
@@ -132,8 +132,8 @@ TEST(QloraHead, FusedNf4CrossEntropyMatchesTheDenseKernelOnDequantizedWeights) {
 
 TEST(QloraHead, FusedNf4HiddenGradientMatchesFiniteDifferencesInFloat64) {
   const int64_t N = 9, D = 96, V = 70;
-  peft::NF4Weight q = peft::quantize_nf4(normal_matrix(V, D, 2));
-  Tensor h = random_tensor({N, D}, 3);
+  peft::NF4Weight q = peft::quantize_nf4(normal_matrix_f64(V, D, 2));
+  Tensor h = random_tensor({N, D}, DType::F64, 3);
   const std::vector<int32_t> labels = labels_with_ignored(N, V, 4);
   Tensor dh = Tensor::empty({N, D}, DType::F64), scratch = Tensor::empty({N, D}, DType::F64);
   auto loss_at = [&](Tensor& x, Tensor& grad) {
@@ -162,7 +162,7 @@ TEST(QloraHead, FusedNf4HiddenGradientMatchesFiniteDifferencesInFloat64) {
 // (unfused NF4MatMul + NF4MatMulBackward) and, in float64, with finite differences.
 TEST(QloraHead, CompiledGraphHiddenGradientMatchesEagerAndFiniteDifferences) {
   const int64_t N = 12, D = 80, V = 90;
-  peft::NF4Weight q = peft::quantize_nf4(normal_matrix(V, D, 8));
+  peft::NF4Weight q = peft::quantize_nf4(normal_matrix_f64(V, D, 8));
   const std::vector<int32_t> labels = labels_with_ignored(N, V, 5);
   for (DType dt : {DType::F64, DType::F32}) {
     Graph g(dt);
@@ -177,7 +177,7 @@ TEST(QloraHead, CompiledGraphHiddenGradientMatchesEagerAndFiniteDifferences) {
     g.mark_output("loss", loss);
     append_backward(g, loss);
     TensorMap params, inputs;
-    params["h"] = random_tensor({N, D}, 11).to(dt);
+    params["h"] = random_tensor({N, D}, DType::F64, 11).to(dt);
     inputs["labels"] = ids_tensor(labels, {N});
     inputs["loss_scale"] = scalar_tensor(0.125, dt);
     PassOptions po;
@@ -217,7 +217,7 @@ TEST(QloraHead, CompiledGraphHiddenGradientMatchesEagerAndFiniteDifferences) {
 
 TEST(QloraEmbedding, StorageRoundTripAndGatherEqualTheDequantizedTable) {
   for (auto [V, D] : {std::pair<int64_t, int64_t>{50, 96}, {13, 16}, {7, 5}}) {
-    Tensor table = normal_matrix(V, D, uint64_t(V * D)).to(DType::F32);
+    Tensor table = normal_matrix_f64(V, D, uint64_t(V * D)).to(DType::F32);
     peft::NF4Weight q = peft::quantize_nf4(table);
     EXPECT_LT(double(q.nbytes()), 0.2 * double(table.nbytes()) + 64);
     Tensor full = peft::dequantize_nf4(q, DType::F32);

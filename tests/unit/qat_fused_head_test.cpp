@@ -39,14 +39,14 @@ std::vector<double> uniform(size_t n, uint64_t seed, double range) {
 
 // Loss, dh and dW of scale * sum over labelled rows of (logsumexp(h_i Wq^T) - (h_i Wq^T)_y),
 // written from the definition: softmax(z) - onehot(y) is dz.
-struct Reference {
+struct HeadReference {
   double loss = 0;
   std::vector<double> dh, dW;
 };
-Reference reference(const std::vector<double>& h, const std::vector<double>& Wq,
-                    const std::vector<int32_t>& labels, double scale, int64_t N, int64_t D,
-                    int64_t V) {
-  Reference r;
+HeadReference head_reference(const std::vector<double>& h, const std::vector<double>& Wq,
+                             const std::vector<int32_t>& labels, double scale, int64_t N, int64_t D,
+                             int64_t V) {
+  HeadReference r;
   r.dh.assign(size_t(N * D), 0.0);
   r.dW.assign(size_t(V * D), 0.0);
   std::vector<double> z(static_cast<size_t>(V));
@@ -75,7 +75,7 @@ Reference reference(const std::vector<double>& h, const std::vector<double>& Wq,
 }
 
 template <class T>
-double max_rel(const std::vector<T>& a, const std::vector<double>& b) {
+double max_rel_to_reference(const std::vector<T>& a, const std::vector<double>& b) {
   double worst = 0, scale = 1e-30;
   for (double x : b) scale = std::max(scale, std::abs(x));
   for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(double(a[i]) - b[i]));
@@ -109,26 +109,26 @@ TEST(FakeQuantFusedHeadKernel, EqualsTheDefinitionOnTheWholeFakeQuantizedWeight)
     // float64: fq(W) whole, then the definition.
     std::vector<double> Wq(W.size());
     k::fake_quantize_rows<double>(spec, W.data(), Wq.data(), V, D);
-    const Reference ref = reference(h, Wq, labels, scale, N, D, V);
+    const HeadReference ref = head_reference(h, Wq, labels, scale, N, D, V);
     std::vector<double> dh(h.size()), dW(W.size());
     const double loss = k::fused_fake_quant_linear_cross_entropy<double>(
         spec, h.data(), W.data(), labels.data(), scale, N, D, V, chunk, dh.data(), dW.data());
     EXPECT_NEAR(loss, ref.loss, 1e-12 * std::abs(ref.loss));
-    EXPECT_LE(max_rel(dh, ref.dh), 1e-12);
-    EXPECT_LE(max_rel(dW, ref.dW), 1e-12);
+    EXPECT_LE(max_rel_to_reference(dh, ref.dh), 1e-12);
+    EXPECT_LE(max_rel_to_reference(dW, ref.dW), 1e-12);
     // fp32: the same to float rounding (fq rounds on fp32 values: compare with the fp32
     // weight fake-quantized whole).
     std::vector<float> hf(h.begin(), h.end()), Wf(W.begin(), W.end()), Wqf(W.size());
     k::fake_quantize_rows<float>(spec, Wf.data(), Wqf.data(), V, D);
-    const Reference reff =
-        reference(h, std::vector<double>(Wqf.begin(), Wqf.end()), labels, scale, N, D, V);
+    const HeadReference reff =
+        head_reference(h, std::vector<double>(Wqf.begin(), Wqf.end()), labels, scale, N, D, V);
     std::vector<float> dhf(h.size()), dWf(W.size());
     const double lossf = k::fused_fake_quant_linear_cross_entropy<float>(
         spec, hf.data(), Wf.data(), labels.data(), float(scale), N, D, V, chunk, dhf.data(),
         dWf.data());
     EXPECT_NEAR(lossf, reff.loss, 1e-5 * std::abs(reff.loss));
-    EXPECT_LE(max_rel(dhf, reff.dh), 1e-5);
-    EXPECT_LE(max_rel(dWf, reff.dW), 1e-5);
+    EXPECT_LE(max_rel_to_reference(dhf, reff.dh), 1e-5);
+    EXPECT_LE(max_rel_to_reference(dWf, reff.dW), 1e-5);
     // bf16 storage: each tile widened, then fake-quantized: the fp32 kernel on the widened W.
     std::vector<uint16_t> Wb(W.size());
     std::vector<float> Ww(W.size());
@@ -181,9 +181,9 @@ TEST(FakeQuantFusedHeadKernel, GradientsMatchFloat64FiniteDifferences) {
     for (size_t i = 0; i < Wq.size(); i += 7) {
       const double v0 = Wq[i];
       Wq[i] = v0 + eps;
-      const double lp = reference(h, Wq, labels, scale, N, D, V).loss;
+      const double lp = head_reference(h, Wq, labels, scale, N, D, V).loss;
       Wq[i] = v0 - eps;
-      const double lm = reference(h, Wq, labels, scale, N, D, V).loss;
+      const double lm = head_reference(h, Wq, labels, scale, N, D, V).loss;
       Wq[i] = v0;
       const double fd = (lp - lm) / (2 * eps);
       EXPECT_NEAR(dW[i], fd, 1e-7 * (1 + std::abs(fd))) << "dW " << i;

@@ -302,8 +302,9 @@ TEST(FakeQuantSte, GradientsAreTheChainRuleThroughTheQuantizedValuesInFloat64) {
         q, qat_model_config(false), LinearSite{"model.layers.0.mlp.up_proj", O, K, true, "w"});
     SteGraph s = ste_graph(q, N, O, K);
     append_backward(s.g, s.loss);
-    TensorMap params{{"x", random_tensor({N, K}, 1)}, {"w", random_tensor({O, K}, 2)}};
-    const TensorMap inputs = with_enable({{"R", random_tensor({N, O}, 3)}}, 1);
+    TensorMap params{{"x", random_tensor({N, K}, DType::F64, 1)},
+                     {"w", random_tensor({O, K}, DType::F64, 2)}};
+    const TensorMap inputs = with_enable({{"R", random_tensor({N, O}, DType::F64, 3)}}, 1);
     auto out = EagerExecutor(s.g).run(inputs, params);
     // The surrogate: L(xq, wq) = sum(R * xq wq^T) with xq, wq the fake-quantized values, its
     // derivatives by central differences, then masked where the scheme masks.
@@ -491,7 +492,7 @@ TEST(QatModel, GgufEmbeddingFakeQuantizesTheGatheredRowsAsTheWholeTableThenGathe
       }
     EXPECT_EQ(fake_quantized, 1);
 
-    const Tensor table = random_tensor({V, D}, DType::F32, 7, 0.5);
+    const Tensor table = random_tensor({V, D}, DType::F32, 7, -0.5, 0.5);
     Tensor id = Tensor::empty({B, T}, DType::I32);
     const int32_t rows[B * T] = {3, 0, 36, 3, 17, 5, 5, 5, 22, 1, 36, 9};  // repeats
     std::copy(rows, rows + B * T, id.data<int32_t>());
@@ -639,18 +640,6 @@ std::vector<LoggedStep> demo_run(const std::string& recipe, const TempDir& dir,
   return logged_steps(out);
 }
 
-std::vector<double> val_losses(const rr_fs::path& output_dir) {
-  std::vector<double> v;
-  std::istringstream in(read_text(output_dir / "logs" / "metrics.jsonl"));
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    const nlohmann::json j = nlohmann::json::parse(line);
-    if (j.contains("val_loss")) v.push_back(j.at("val_loss").get<double>());
-  }
-  return v;
-}
-
 }  // namespace
 
 TEST(QatRecipe, FakeQuantAfterNStepsSwitchesOnAtThatStepAndValidationIsQuantized) {
@@ -678,7 +667,8 @@ TEST(QatRecipe, FakeQuantAfterNStepsSwitchesOnAtThatStepAndValidationIsQuantized
   EXPECT_LT(on.back().loss, on.front().loss);
   // After step 1 both hold the same weights, yet the QAT run validates the fake-quantized
   // model: a different loss, close to the float one.
-  const auto plain_val = val_losses(dir / "plain"), delayed_val = val_losses(dir / "delayed");
+  const auto plain_val = logged_values(dir / "plain", "val_loss"),
+             delayed_val = logged_values(dir / "delayed", "val_loss");
   ASSERT_GE(plain_val.size(), 1u);
   ASSERT_GE(delayed_val.size(), 1u);
   EXPECT_NE(delayed_val[0], plain_val[0]);

@@ -5,13 +5,23 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
+#include <set>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "checks.h"
 #include "fusetune/cli/command.h"
+#include "fusetune/config/components.h"
+#include "fusetune/config/config.h"
+#include "fusetune/config/recipe_schemas.h"
+#include "fusetune/config/schema.h"
+#include "fusetune/recipes/dpo_step.h"
 #include "fusetune/util/fs.h"
+#include "metrics_log.h"
 #include "test_support.h"
+#include "tiny_llama.h"
 
 using namespace fusetune;
 using namespace fusetune::testing;
@@ -22,11 +32,7 @@ namespace {
 std::string dpo_yaml(const fs::path& out, const fs::path& data) {
   std::ostringstream s;
   s << "output_dir: " << out.string() << "\n"
-    << "model:\n  init: random\n  model_type: llama\n  vocab_size: 259\n  hidden_size: 32\n"
-    << "  intermediate_size: 64\n  num_hidden_layers: 2\n  num_attention_heads: 4\n"
-    << "  num_key_value_heads: 2\n  max_position_embeddings: 128\n"
-    << "  lora_attn_modules: [q_proj, v_proj]\n  apply_lora_to_mlp: true\n  lora_rank: 4\n"
-    << "  lora_alpha: 8\n"
+    << tiny_model_yaml(128) << tiny_dpo_lora_yaml()
     << "tokenizer:\n  _component_: byte\n  max_seq_len: 64\n"
     << "dataset:\n  _component_: preference\n  source: " << data.string() << "\n"
     << "seed: 1\nshuffle: true\nbatch_size: 2\nepochs: 2\n"
@@ -45,14 +51,6 @@ void write_pairs(const fs::path& p, int n) {
   write_file_atomic(p, rows.dump());
 }
 
-std::vector<double> losses(const fs::path& out) {
-  std::vector<double> l;
-  std::istringstream in(read_file(out / "logs" / "metrics.jsonl"));
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty()) l.push_back(nlohmann::json::parse(line).at("loss").get<double>());
-  return l;
-}
-
 }  // namespace
 
 TEST(DpoRecipe, QloraDpoStartsAtLog2AndCompileModesAgree) {
@@ -67,7 +65,7 @@ TEST(DpoRecipe, QloraDpoStartsAtLog2AndCompileModesAgree) {
                             std::string("compile=") + mode, "model.quantize_base=true",
                             "output_dir=" + out.string()}),
               0);
-    by_mode[m++] = losses(out);
+    by_mode[m++] = logged_values(out, "loss");
     EXPECT_TRUE(fs::exists(out / "epoch_1" / "adapter_model.safetensors"));
   }
   ASSERT_EQ(by_mode[0].size(), 8u);
@@ -93,7 +91,7 @@ TEST(DpoRecipe, Bf16DpoStartsAtLog2AndFollowsFp32) {
         cli::cmd_run({"lora_dpo_single_device", "--config", (tmp / "cfg.yaml").string(),
                       "compile=true", std::string("dtype=") + dtype, "output_dir=" + out.string()}),
         0);
-    by_dtype[k++] = losses(out);
+    by_dtype[k++] = logged_values(out, "loss");
   }
   ASSERT_EQ(by_dtype[1].size(), 8u);
   EXPECT_NEAR(by_dtype[1][0], std::log(2.0), 1e-6);
@@ -143,11 +141,187 @@ TEST(DpoRecipe, ValidationLossIsLog2WhileThePolicyIsTheReference) {
            "run_val_every_n_steps=2", "dataset_val._component_=preference",
            "dataset_val.source=" + (tmp / "pairs.json").string(), "dataset_val.split=train[4:]"}),
       0);
-  std::vector<double> val;
-  std::istringstream in(read_file(tmp / "run" / "logs" / "metrics.jsonl"));
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty() && nlohmann::json::parse(line).contains("val_loss"))
-      val.push_back(nlohmann::json::parse(line).at("val_loss").get<double>());
+  const std::vector<double> val = logged_values(tmp / "run", "val_loss");
   ASSERT_EQ(val.size(), 4u);  // 8 steps (2 epochs of 4), every 2
   for (double v : val) EXPECT_NEAR(v, std::log(2.0), 1e-6);
+}
+
+// ---- preference losses: the config mapping and the recipes' first step ----------------------
+
+// Every name the config accepts under `loss._component_` (each component's name and aliases,
+// read from the table itself) maps to the loss this test expects, with that loss's keys read
+// into the right fields and the schema's defaults when absent. A name added to the table
+// without a row here fails, as does one removed.
+TEST(PreferenceLossConfig, EveryLossNameAndAliasMapsToItsLoss) {
+  using K = PreferenceLossKind;
+  const std::map<std::string, K> expected = {
+      {"DPOLoss", K::DPO},
+      {"torchtune.rlhf.loss.DPOLoss", K::DPO},
+      {"torchtune.modules.rlhf.loss.DPOLoss", K::DPO},
+      {"sigmoid", K::DPO},  // TRL's loss_type for DPO (summed log-probs)
+      {"RSOLoss", K::RSO},
+      {"torchtune.rlhf.loss.RSOLoss", K::RSO},
+      {"torchtune.modules.rlhf.loss.RSOLoss", K::RSO},
+      {"hinge", K::RSO},  // TRL's hinge: relu(1 - beta d), RSOLoss's gamma
+      {"IPOLoss", K::IPO},
+      {"torchtune.rlhf.loss.IPOLoss", K::IPO},
+      {"torchtune.modules.rlhf.loss.IPOLoss", K::IPO},
+      {"SimPOLoss", K::SimPO},
+      {"torchtune.rlhf.loss.SimPOLoss", K::SimPO},
+      {"torchtune.modules.rlhf.loss.SimPOLoss", K::SimPO},
+      {"simpo", K::SimPO}};  // TRL's CPO trainer with loss_type simpo
+  const std::set<std::string> cross_entropy = {
+      "cross_entropy", "torchtune.modules.loss.CEWithChunkedOutputLoss",
+      "torchtune.modules.loss.LinearCrossEntropyLoss", "torch.nn.CrossEntropyLoss"};
+  const ComponentTable* table = component_table("loss");
+  ASSERT_NE(table, nullptr);
+  std::set<std::string> accepted;
+  for (const Component& c : table->components) {
+    std::vector<std::string> names = c.aliases;
+    names.insert(names.begin(), c.name);
+    for (const std::string& name : names) {
+      SCOPED_TRACE(name);
+      accepted.insert(name);
+      const Config bare = Config::from_string("loss:\n  _component_: " + name + "\n", "t.yaml");
+      if (cross_entropy.count(name)) {
+        EXPECT_TRUE(contains(error_of([&] { preference_loss_from(bare); }),
+                             "config key 'loss._component_' is cross_entropy: the DPO recipes "
+                             "train with DPOLoss, RSOLoss, IPOLoss or SimPOLoss"));
+        continue;
+      }
+      const auto want = expected.find(name);
+      ASSERT_NE(want, expected.end()) << "a loss name the config accepts that this test lacks";
+      const PreferenceLoss l = preference_loss_from(bare);
+      EXPECT_EQ(l.kind, want->second);
+      EXPECT_EQ(std::string(l.name()), c.name);  // the canonical name, whatever was written
+      // The loss's fields, by config key; every key the component accepts is one of them.
+      auto field = [](PreferenceLoss& x, const std::string& key) -> double* {
+        if (key == "beta") return &x.beta;
+        if (key == "label_smoothing") return &x.label_smoothing;
+        if (key == "gamma") return &x.gamma;
+        if (key == "tau") return &x.tau;
+        return nullptr;
+      };
+      PreferenceLoss absent = l;
+      std::string set_all = "loss:\n  _component_: " + name + "\n";
+      std::map<std::string, double> given;
+      double v = 0.11;
+      for (const Field& f : c.fields) {
+        ASSERT_NE(field(absent, f.name), nullptr) << "key " << f.name;
+        // Absent: the schema's default.
+        ASSERT_FALSE(f.default_yaml.empty()) << "key " << f.name;
+        EXPECT_DOUBLE_EQ(*field(absent, f.name), std::stod(f.default_yaml)) << "key " << f.name;
+        given[f.name] = v;
+        set_all += "  " + f.name + ": " + std::to_string(v) + "\n";
+        v += 0.07;
+      }
+      EXPECT_FALSE(given.empty());
+      PreferenceLoss read = preference_loss_from(Config::from_string(set_all, "t.yaml"));
+      for (const auto& [key, value] : given)
+        EXPECT_DOUBLE_EQ(*field(read, key), value) << "key " << key;
+    }
+  }
+  for (const auto& [name, kind] : expected) EXPECT_TRUE(accepted.count(name)) << name;
+  EXPECT_EQ(accepted.size(), expected.size() + cross_entropy.size());
+  // TRL's `ipo` divides each sequence's log-probs by its length; torchtune's IPOLoss (the one
+  // here) sums them, so `ipo` is no alias of it.
+  EXPECT_FALSE(accepted.count("ipo"));
+  const std::string ipo_error = error_of(
+      [] { preference_loss_from(Config::from_string("loss:\n  _component_: ipo\n", "t.yaml")); });
+  EXPECT_TRUE(contains(ipo_error,
+                       "unknown loss._component_ 'ipo': TRL's loss_type ipo is IPO on each "
+                       "answer's log-probs averaged over its tokens, while IPOLoss (torchtune's) "
+                       "sums them: another loss, not an alias of IPOLoss"))
+      << ipo_error;
+  EXPECT_FALSE(contains(ipo_error, "did you mean")) << ipo_error;  // not simpo
+  const std::string invalid = error_of([] {
+    validate(
+        Config::from_string(
+            "loss: {_component_: ipo}\n" + tiny_model_yaml(64) + tiny_dpo_lora_yaml(), "t.yaml"),
+        lora_dpo_schema());
+  });
+  EXPECT_TRUE(contains(invalid, "unknown loss._component_ 'ipo': TRL's loss_type ipo")) << invalid;
+  EXPECT_FALSE(contains(invalid, "did you mean")) << invalid;
+}
+
+namespace {
+
+// One optimizer step of `recipe` on `pairs_per_step` pairs with `loss` (a YAML map), its
+// metrics line; `name` names the run under `tmp`. full_dpo_single_device trains a checkpoint of the
+// same tiny model against a frozen copy of it; lora_dpo_single_device the random model's adapters.
+nlohmann::json first_step(const TempDir& tmp, const std::string& name, const std::string& recipe,
+                          const std::string& loss, int pairs_per_step) {
+  const fs::path out = tmp / name;
+  write_pairs(tmp / "pairs.json", 4);
+  write_file_atomic(tmp / "cfg.yaml", dpo_yaml(out, tmp / "pairs.json"));
+  std::vector<std::string> args = {recipe,
+                                   "--config",
+                                   (tmp / "cfg.yaml").string(),
+                                   "~loss",
+                                   "loss=" + loss,
+                                   "epochs=1",
+                                   "max_steps_per_epoch=1",
+                                   "batch_size=" + std::to_string(pairs_per_step)};
+  if (recipe == "full_dpo_single_device") {
+    const fs::path ck =
+        fs::exists(tmp / "ck" / "ckpt") ? tmp / "ck" / "ckpt" : write_tiny_checkpoint(tmp / "ck");
+    const std::string files =
+        "{checkpoint_dir: " + ck.string() + ", checkpoint_files: [model.safetensors]}";
+    for (const std::string& a : {std::string("~model"), std::string("model={init: checkpoint}"),
+                                 "checkpointer=" + files, "ref_checkpointer=" + files})
+      args.push_back(a);
+  }
+  EXPECT_EQ(cli::cmd_run(args), 0);
+  const std::vector<nlohmann::json> lines = metrics_lines(out);
+  EXPECT_EQ(lines.size(), 1u);
+  return lines.empty() ? nlohmann::json::object() : lines[0];
+}
+
+}  // namespace
+
+// At step 1 the policy is the reference (LoRA's B is zero; full DPO's policy and reference
+// load one checkpoint), so with d = (pc - pr) - (rc - rr) = 0 each reference-based loss has a
+// closed form, and every reward (a multiple of the policy/reference log-ratio) is 0:
+//   RSO (Liu et al. 2023, hinge):  relu(1 - gamma d)        = 1
+//   IPO (Azar et al. 2023):        (d - 1 / (2 tau))^2      = 1 / (4 tau^2) = 4 at tau 0.25
+// (DPO's -log sigmoid(beta d) = log 2 is checked above.)
+TEST(DpoRecipe, RsoAndIpoFirstStepLossesAreTheirClosedFormsInBothRecipes) {
+  for (const std::string recipe : {"lora_dpo_single_device", "full_dpo_single_device"}) {
+    SCOPED_TRACE(recipe);
+    TempDir tmp;
+    const nlohmann::json rso =
+        first_step(tmp, "rso", recipe, "{_component_: RSOLoss, gamma: 0.3}", 2);
+    EXPECT_NEAR(rso.value("loss", 0.0), 1.0, 1e-6);
+    const nlohmann::json ipo =
+        first_step(tmp, "ipo", recipe, "{_component_: IPOLoss, tau: 0.25}", 2);
+    EXPECT_NEAR(ipo.value("loss", 0.0), 1.0 / (4 * 0.25 * 0.25), 1e-5);
+    for (const nlohmann::json* j : {&rso, &ipo})
+      for (const char* key : {"rewards/chosen", "rewards/rejected", "rewards/margins"})
+        EXPECT_NEAR(j->value(key, 1.0), 0.0, 1e-6) << key;
+  }
+}
+
+// SimPO (Meng et al. 2024) has no reference: with m the mean log-prob of a response's tokens,
+// the loss of a pair is -log sigmoid(beta (m_c - m_r) - gamma) = log(1 + exp(gamma - margin)),
+// margin = beta (m_c - m_r) (logged as rewards/margins; rewards/chosen = beta m_c). With one
+// pair per step the step's loss is that pair's. log_probs/{chosen,rejected} are the means m
+// (torchtune's recipe and TRL log what the loss uses), so log_probs/chosen = rewards/chosen /
+// beta; a random model's m is near -log 259 per token, far from the sums.
+TEST(DpoRecipe, SimpoFirstStepLossIsItsClosedFormAndLogsMeanLogProbs) {
+  const double beta = 2.0, gamma = 0.5;  // SimPOLoss's defaults
+  for (const std::string recipe : {"lora_dpo_single_device", "full_dpo_single_device"}) {
+    SCOPED_TRACE(recipe);
+    TempDir tmp;
+    const nlohmann::json j = first_step(tmp, "simpo", recipe, "{_component_: SimPOLoss}", 1);
+    const double margin = j.value("rewards/margins", 0.0);
+    EXPECT_NEAR(j.value("loss", 0.0), std::log1p(std::exp(gamma - margin)), 1e-5);
+    EXPECT_NEAR(j.value("rewards/margins", 0.0),
+                j.value("rewards/chosen", 0.0) - j.value("rewards/rejected", 0.0), 1e-5);
+    for (const char* side : {"chosen", "rejected"}) {
+      const double mean = j.value(std::string("log_probs/") + side, 0.0);
+      EXPECT_NEAR(mean, j.value(std::string("rewards/") + side, 0.0) / beta, 1e-5) << side;
+      EXPECT_LT(mean, -0.5 * std::log(259.0)) << side;
+      EXPECT_GT(mean, -2.0 * std::log(259.0)) << side;
+    }
+  }
 }

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "checks.h"
 #include "cli_runner.h"
 #include "fusetune/config/config.h"
 #include "fusetune/recipes/recipe_inference.h"
@@ -19,10 +20,7 @@ namespace fs = std::filesystem;
 using fusetune::Config;
 using fusetune::infer_recipe;
 using fusetune::tune_run_recipe;
-
-bool has(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
+using fusetune::testing::contains;
 
 Config empty_config() { return Config::from_string("output_dir: /o\n", "t.yaml"); }
 
@@ -97,11 +95,12 @@ TEST(RecipeInference, TorchtuneRecipesFusetuneLacksAreNamed) {
   EXPECT_EQ(missing_torchtune_recipe("lora_finetune_single_device"), "");
   EXPECT_EQ(missing_torchtune_recipe("no_such_thing"), "");
   std::string m = missing_torchtune_recipe("dev/generate_v2_distributed");
-  EXPECT_TRUE(has(m,
-                  "recipe 'dev/generate_v2_distributed' is one of torchtune's recipes; fusetune "
-                  "has no such recipe yet"))
+  EXPECT_TRUE(
+      contains(m,
+               "recipe 'dev/generate_v2_distributed' is one of torchtune's recipes; fusetune "
+               "has no such recipe yet"))
       << m;
-  EXPECT_TRUE(has(m, "the closest is generate")) << m;
+  EXPECT_TRUE(contains(m, "the closest is generate")) << m;
   // The data-parallel recipes fusetune has are not missing.
   EXPECT_EQ(missing_torchtune_recipe("full_finetune_distributed"), "");
   EXPECT_EQ(missing_torchtune_recipe("lora_finetune_distributed.py"), "");
@@ -110,21 +109,21 @@ TEST(RecipeInference, TorchtuneRecipesFusetuneLacksAreNamed) {
   EXPECT_EQ(missing_torchtune_recipe("qat_lora_finetune_distributed"), "");
   EXPECT_EQ(missing_torchtune_recipe("qat_distributed.py"), "");
   EXPECT_EQ(missing_torchtune_recipe("qat_single_device"), "");  // fusetune has it
-  EXPECT_TRUE(has(missing_torchtune_recipe("eleuther_eval"), "closest is eval"));
+  EXPECT_TRUE(contains(missing_torchtune_recipe("eleuther_eval"), "closest is eval"));
   for (const char* none :
        {"ppo_full_finetune_single_device", "knowledge_distillation_single_device", "quantize"}) {
     m = missing_torchtune_recipe(none);
-    EXPECT_TRUE(has(m, std::string("recipe '") + none + "'")) << m;
-    EXPECT_TRUE(has(m, "nor a single-device recipe close to it")) << m;
+    EXPECT_TRUE(contains(m, std::string("recipe '") + none + "'")) << m;
+    EXPECT_TRUE(contains(m, "nor a single-device recipe close to it")) << m;
   }
   // An unknown *_distributed recipe still counts as a missing torchtune one.
-  EXPECT_TRUE(has(missing_torchtune_recipe("foo_distributed"), "no such recipe yet"));
+  EXPECT_TRUE(contains(missing_torchtune_recipe("foo_distributed"), "no such recipe yet"));
   // `fusetune run` with such a name says so too.
   try {
     fusetune::find_recipe("dev/generate_v2_distributed");
     ADD_FAILURE() << "no error";
   } catch (const fusetune::Error& e) {
-    EXPECT_TRUE(has(e.what(), "fusetune has no such recipe yet")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "fusetune has no such recipe yet")) << e.what();
   }
   const fusetune::RecipeChoice c{"knowledge_distillation_distributed",
                                  "from the config's `tune run` line"};
@@ -132,9 +131,9 @@ TEST(RecipeInference, TorchtuneRecipesFusetuneLacksAreNamed) {
     fusetune::chosen_recipe(c);
     ADD_FAILURE() << "no error";
   } catch (const fusetune::Error& e) {
-    EXPECT_TRUE(has(e.what(),
-                    "recipe 'knowledge_distillation_distributed' (from the config's "
-                    "`tune run` line)"))
+    EXPECT_TRUE(contains(e.what(),
+                         "recipe 'knowledge_distillation_distributed' (from the config's "
+                         "`tune run` line)"))
         << e.what();
   }
 }
@@ -157,7 +156,7 @@ TEST(RecipeInferenceCli, ValidateFindsAndPrintsTheRecipe) {
             "recipe full_finetune_single_device (from the config's `tune run` line)\n"
             "Config is well-formed!\n");
   r = run_fusetune("validate " + cfg.string() + " --recipe full_finetune_single_device");
-  EXPECT_TRUE(has(r.out, "recipe full_finetune_single_device (given on the command line)"))
+  EXPECT_TRUE(contains(r.out, "recipe full_finetune_single_device (given on the command line)"))
       << r.out;
 
   const fs::path dist = dir / "dist.yaml";
@@ -166,9 +165,9 @@ TEST(RecipeInferenceCli, ValidateFindsAndPrintsTheRecipe) {
                          "output_dir: /tmp/o\n";
   r = run_fusetune("validate " + dist.string());
   EXPECT_EQ(r.code, 1);
-  EXPECT_TRUE(has(r.out,
-                  "recipe 'knowledge_distillation_distributed' (from the config's `tune run` "
-                  "line) is one of torchtune's recipes; fusetune has no such recipe yet"))
+  EXPECT_TRUE(contains(r.out,
+                       "recipe 'knowledge_distillation_distributed' (from the config's `tune run` "
+                       "line) is one of torchtune's recipes; fusetune has no such recipe yet"))
       << r.out;
 
   // A Hub dataset builder without a local source.
@@ -181,31 +180,60 @@ TEST(RecipeInferenceCli, ValidateFindsAndPrintsTheRecipe) {
                         "optimizer: {_component_: torch.optim.AdamW, lr: 1e-4}\n";
   r = run_fusetune("validate " + hub.string());
   EXPECT_EQ(r.code, 1);
-  EXPECT_TRUE(has(r.out, "Hugging Face Hub dataset yahma/alpaca-cleaned")) << r.out;
-  EXPECT_TRUE(has(r.out, "dataset.source=/path/to/local/copy.json")) << r.out;
+  EXPECT_TRUE(contains(r.out, "Hugging Face Hub dataset yahma/alpaca-cleaned")) << r.out;
+  EXPECT_TRUE(contains(r.out, "dataset.source=/path/to/local/copy.json")) << r.out;
   std::ofstream(dir / "a.json") << "[]";
   r = run_fusetune("validate " + hub.string() + " dataset.source=" + (dir / "a.json").string());
   EXPECT_EQ(r.code, 0) << r.out;
 }
 
+// The recipe line is a line of its own: the validation's warnings, its errors and the verdict
+// each start on the next line (stdout and stderr together, as a terminal shows them).
+TEST(RecipeInferenceCli, ValidatePrintsTheRecipeOnALineOfItsOwn) {
+  fusetune::testing::TempDir dir;
+  const fs::path cfg = dir / "tt.yaml";
+  std::ofstream(cfg) << "#   tune run full_finetune_single_device --config my/cfg\n"
+                        "output_dir: /tmp/o\nmodel: {init: random, vocab_size: 259, hidden_size: "
+                        "8, intermediate_size: 16, num_hidden_layers: 1, num_attention_heads: 2}\n"
+                        "tokenizer: {_component_: byte}\n"
+                        "dataset: {_component_: text_completion, source: t.txt}\n"
+                        "optimizer: {_component_: torch.optim.AdamW, lr: 1e-4}\n";
+  const std::string recipe_line =
+      "recipe full_finetune_single_device (from the config's `tune run` line)\n";
+  auto r = run_fusetune("validate " + cfg.string() +
+                        " loss._component_=torchtune.modules.loss.CEWithChunkedOutputLoss"
+                        " loss.num_output_chunks=8");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out, recipe_line +
+                       "fusetune: warning: config key 'loss.num_output_chunks' is ignored: "
+                       "fusetune chooses the chunking of the fused loss itself\n"
+                       "Config is well-formed!\n");
+  r = run_fusetune("validate " + cfg.string() + " optimizer.lrr=1");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_EQ(r.out, recipe_line + "fusetune: error: " + cfg.string() +
+                       ": 1 problem in the config for recipe full_finetune_single_device:\n"
+                       "  - unknown config key 'optimizer.lrr' (did you mean 'optimizer.lr'?) "
+                       "(override 'optimizer.lrr=1')\n");
+}
+
 TEST(RecipeInferenceCli, PlanTakesTheConfigAlone) {
   auto r = run_fusetune("plan --config demo/tiny_full");
   EXPECT_EQ(r.code, 0) << r.out;
-  EXPECT_TRUE(has(r.out,
-                  "recipe full_finetune_single_device (from the config's `# recipe:` "
-                  "line)\nrecipe full_finetune_single_device: "))
+  EXPECT_TRUE(contains(r.out,
+                       "recipe full_finetune_single_device (from the config's `# recipe:` "
+                       "line)\nrecipe full_finetune_single_device: "))
       << r.out;
   r = run_fusetune("plan full_finetune_single_device --config demo/tiny_full");
   EXPECT_EQ(r.code, 0) << r.out;
-  EXPECT_TRUE(has(r.out, "(given on the command line)")) << r.out;
+  EXPECT_TRUE(contains(r.out, "(given on the command line)")) << r.out;
   r = run_fusetune("plan --recipe full_finetune_single_device --config demo/tiny_full");
   EXPECT_EQ(r.code, 0) << r.out;
   r = run_fusetune("plan --config demo/tiny_generation");
   EXPECT_EQ(r.code, 1);
-  EXPECT_TRUE(has(r.out, "plan predicts a training step")) << r.out;
+  EXPECT_TRUE(contains(r.out, "plan predicts a training step")) << r.out;
   r = run_fusetune("plan demo/tiny_full");
   EXPECT_EQ(r.code, 1);
-  EXPECT_TRUE(has(r.out, "missing --config")) << r.out;
+  EXPECT_TRUE(contains(r.out, "missing --config")) << r.out;
 }
 
 TEST(RecipeInferenceCli, CpCopiesTorchtuneConfigsFromTheAssetsFolder) {
@@ -228,32 +256,33 @@ TEST(RecipeInferenceCli, CpCopiesTorchtuneConfigsFromTheAssetsFolder) {
   EXPECT_EQ(r.code, 0) << r.out;
   std::ifstream in(out / "a.yaml");
   EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), dist);
-  EXPECT_TRUE(has(r.out, "torchtune's config fam/7B_lora")) << r.out;
-  EXPECT_TRUE(has(r.out, "recipe 'knowledge_distillation_distributed'")) << r.out;
-  EXPECT_TRUE(has(r.out, "fusetune has no such recipe yet")) << r.out;
-  EXPECT_TRUE(has(r.out,
-                  "Its dataset reads the Hugging Face Hub dataset yahma/alpaca-cleaned: "
-                  "download it and set dataset.source=/path/to/local/copy.json"))
+  EXPECT_TRUE(contains(r.out, "torchtune's config fam/7B_lora")) << r.out;
+  EXPECT_TRUE(contains(r.out, "recipe 'knowledge_distillation_distributed'")) << r.out;
+  EXPECT_TRUE(contains(r.out, "fusetune has no such recipe yet")) << r.out;
+  EXPECT_TRUE(contains(r.out,
+                       "Its dataset reads the Hugging Face Hub dataset yahma/alpaca-cleaned: "
+                       "download it and set dataset.source=/path/to/local/copy.json"))
       << r.out;
   r = run_fusetune("cp fam/7B_lora_single_device " + out.string(), out.string());
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(fs::exists(out / "7B_lora_single_device.yaml"));
-  EXPECT_TRUE(has(r.out, "Run it with: fusetune run lora_finetune_single_device")) << r.out;
+  EXPECT_TRUE(contains(r.out, "Run it with: fusetune run lora_finetune_single_device")) << r.out;
   r = run_fusetune("cp fam/7B_lra " + (out / "b.yaml").string(), out.string());
   EXPECT_EQ(r.code, 1);
-  EXPECT_TRUE(has(r.out, "did you mean 'fam/7B_lora'?")) << r.out;
+  EXPECT_TRUE(contains(r.out, "did you mean 'fam/7B_lora'?")) << r.out;
   // ls counts them (and lists them with --verbose).
   r = run_fusetune("ls --verbose", out.string());
   EXPECT_EQ(r.code, 0) << r.out;
-  EXPECT_TRUE(has(r.out, "2 of torchtune's configs in " + (assets / "torchtune_configs").string()))
+  EXPECT_TRUE(
+      contains(r.out, "2 of torchtune's configs in " + (assets / "torchtune_configs").string()))
       << r.out;
-  EXPECT_TRUE(has(r.out, "knowledge_distillation_distributed (not in fusetune yet)")) << r.out;
+  EXPECT_TRUE(contains(r.out, "knowledge_distillation_distributed (not in fusetune yet)")) << r.out;
   // A built-in config of the same name wins.
   fs::create_directories(assets / "torchtune_configs/demo");
   std::ofstream(assets / "torchtune_configs/demo/tiny_full.yaml") << "not: this\n";
   r = run_fusetune("cp demo/tiny_full " + (out / "c.yaml").string(), out.string());
   EXPECT_EQ(r.code, 0) << r.out;
-  EXPECT_FALSE(has(r.out, "torchtune's config")) << r.out;
+  EXPECT_FALSE(contains(r.out, "torchtune's config")) << r.out;
   if (old)
     setenv("FUSETUNE_ASSETS", saved.c_str(), 1);
   else
@@ -261,7 +290,7 @@ TEST(RecipeInferenceCli, CpCopiesTorchtuneConfigsFromTheAssetsFolder) {
   // Without any folder the message says where they are looked for.
   r = run_fusetune("cp fam/7B_lora " + (out / "d.yaml").string(), out.string());
   if (!fs::exists(out / "../shared/assets/torchtune_configs")) {
-    EXPECT_TRUE(has(r.out, "neither exists here")) << r.out;
+    EXPECT_TRUE(contains(r.out, "neither exists here")) << r.out;
   }
 }
 

@@ -8,13 +8,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include "files.h"
 #include "fusetune/cli/command.h"
 #include "fusetune/config/recipe_schemas.h"
 #include "fusetune/config/schema.h"
 #include "fusetune/recipes/training_checkpoint.h"
 #include "fusetune/util/error.h"
 #include "fusetune/util/fs.h"
+#include "metrics_log.h"
 #include "test_support.h"
+#include "tiny_llama.h"
 
 using namespace fusetune;
 using namespace fusetune::testing;
@@ -36,13 +39,6 @@ void fake_checkpoint(const fs::path& dir, int64_t global_step) {
   write_file_atomic(dir / "config.json", "{}");
 }
 
-std::vector<std::string> listing(const fs::path& dir) {
-  std::vector<std::string> v;
-  for (const auto& e : fs::directory_iterator(dir)) v.push_back(e.path().filename().string());
-  std::sort(v.begin(), v.end());
-  return v;
-}
-
 using Names = std::vector<std::string>;
 
 }  // namespace
@@ -61,14 +57,14 @@ TEST(KeepLastN, RemovesOlderCheckpointsBeyondN) {
   fs::create_directories(out / "logs");
   const auto removed = prune_checkpoints(out, out / "epoch_0", 2);
   ASSERT_EQ(removed.size(), 2u);
-  EXPECT_EQ(listing(out),
+  EXPECT_EQ(sorted_entries(out),
             (Names{"epoch_0", "epoch_0.tmp-1-2", "logs", "step_1", "step_3", "step_6"}));
   EXPECT_EQ(latest_resumable_checkpoint(out)->filename(), "epoch_0");
   // Idempotent.
   EXPECT_TRUE(prune_checkpoints(out, out / "epoch_0", 2).empty());
   // N = 1 keeps only the new one.
   EXPECT_EQ(prune_checkpoints(out, out / "epoch_0", 1).size(), 1u);
-  EXPECT_EQ(listing(out), (Names{"epoch_0", "epoch_0.tmp-1-2", "logs", "step_1", "step_3"}));
+  EXPECT_EQ(sorted_entries(out), (Names{"epoch_0", "epoch_0.tmp-1-2", "logs", "step_1", "step_3"}));
 }
 
 TEST(KeepLastN, NothingIsRemovedUntilTheNewCheckpointIsComplete) {
@@ -83,7 +79,7 @@ TEST(KeepLastN, NothingIsRemovedUntilTheNewCheckpointIsComplete) {
   fs::create_directories(out / "step_6");
   write_file_atomic(out / "step_6" / "config.json", "{}");
   EXPECT_TRUE(prune_checkpoints(out, out / "step_6", 1).empty());
-  EXPECT_EQ(listing(out), (Names{"step_2", "step_4", "step_6", "step_6.tmp-1-1"}));
+  EXPECT_EQ(sorted_entries(out), (Names{"step_2", "step_4", "step_6", "step_6.tmp-1-1"}));
 }
 
 TEST(KeepLastN, NeverRemovesTheNewOneNorWhatAResumeWouldPick) {
@@ -97,7 +93,7 @@ TEST(KeepLastN, NeverRemovesTheNewOneNorWhatAResumeWouldPick) {
   const auto removed = prune_checkpoints(out, out / "step_4", 1);
   ASSERT_EQ(removed.size(), 1u);
   EXPECT_EQ(removed[0].filename(), "step_2");
-  EXPECT_EQ(listing(out), (Names{"step_4", "step_90"}));
+  EXPECT_EQ(sorted_entries(out), (Names{"step_4", "step_90"}));
 }
 
 TEST(KeepLastN, RejectsNBelowOne) {
@@ -121,10 +117,7 @@ namespace {
 std::string tiny_yaml(const fs::path& out, const std::string& extra) {
   std::ostringstream s;
   s << "output_dir: " << out.string() << "\n"
-    << "model:\n  init: random\n  model_type: llama\n  vocab_size: 259\n  hidden_size: 32\n"
-    << "  intermediate_size: 64\n  num_hidden_layers: 2\n  num_attention_heads: 4\n"
-    << "  num_key_value_heads: 2\n  max_position_embeddings: 64\n"
-    << "tokenizer:\n  _component_: byte\n  max_seq_len: 32\n"
+    << tiny_model_yaml(64) << "tokenizer:\n  _component_: byte\n  max_seq_len: 32\n"
     << "dataset:\n  _component_: text_completion\n  source: " << source_dir()
     << "/configs/demo/demo_corpus.txt\n  packed: true\n"
     << "seed: 5\nshuffle: true\nbatch_size: 2\nepochs: 1\nmax_steps_per_epoch: 7\n"
@@ -148,15 +141,7 @@ std::string log_text(const fs::path& out) {
   return all;
 }
 
-std::vector<double> losses(const fs::path& out) {
-  std::vector<double> l;
-  std::istringstream in(read_file(out / "logs" / "metrics.jsonl"));
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty()) l.push_back(nlohmann::json::parse(line).at("loss").get<double>());
-  return l;
-}
-
-size_t count(const std::string& text, const std::string& what) {
+size_t occurrences(const std::string& text, const std::string& what) {
   size_t n = 0;
   for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
   return n;
@@ -170,9 +155,9 @@ TEST(KeepLastN, RunKeepsTheLastTwoAndResumes) {
   ASSERT_EQ(cli::cmd_run({"full_finetune_single_device", "--config", (tmp / "cfg.yaml").string()}),
             0);
   // step_2, step_4, step_6, epoch_0 were written, each complete before the older went.
-  EXPECT_EQ(listing(tmp / "out"), (Names{"epoch_0", "logs", "step_6"}));
+  EXPECT_EQ(sorted_entries(tmp / "out"), (Names{"epoch_0", "logs", "step_6"}));
   const std::string log = log_text(tmp / "out");
-  EXPECT_EQ(count(log, "Removed checkpoint"), 2u) << log;
+  EXPECT_EQ(occurrences(log, "Removed checkpoint"), 2u) << log;
   // Removal is logged after the new one's "Saved".
   EXPECT_LT(log.find("Saved checkpoint to " + (tmp / "out" / "step_6").string()),
             log.find("Removed checkpoint " + (tmp / "out" / "step_2").string()));
@@ -181,7 +166,7 @@ TEST(KeepLastN, RunKeepsTheLastTwoAndResumes) {
   ASSERT_EQ(cli::cmd_run({"full_finetune_single_device", "--config", (tmp / "cfg.yaml").string(),
                           "epochs=2", "resume_from_checkpoint=true"}),
             0);
-  EXPECT_EQ(listing(tmp / "out"), (Names{"epoch_1", "logs", "step_12"}));
+  EXPECT_EQ(sorted_entries(tmp / "out"), (Names{"epoch_1", "logs", "step_12"}));
 }
 
 TEST(KeepLastN, AFailedNewCheckpointRemovesNothing) {
@@ -207,9 +192,9 @@ TEST(LowCpuRam, AcceptedWithALogLineAndChangesNothing) {
             0);
   ASSERT_EQ(cli::cmd_run({"full_finetune_single_device", "--config", (tmp / "b.yaml").string()}),
             0);
-  EXPECT_EQ(losses(tmp / "a"), losses(tmp / "b"));
-  EXPECT_EQ(count(log_text(tmp / "b"), "low_cpu_ram: true changes nothing"), 1u);
-  EXPECT_EQ(count(log_text(tmp / "a"), "low_cpu_ram"), 0u);
+  EXPECT_EQ(logged_values(tmp / "a", "loss"), logged_values(tmp / "b", "loss"));
+  EXPECT_EQ(occurrences(log_text(tmp / "b"), "low_cpu_ram: true changes nothing"), 1u);
+  EXPECT_EQ(occurrences(log_text(tmp / "a"), "low_cpu_ram"), 0u);
 }
 
 TEST(AdamW8bitConfig, PagedRunsWithOneWarningAndResumes) {
@@ -220,8 +205,8 @@ TEST(AdamW8bitConfig, PagedRunsWithOneWarningAndResumes) {
       "optimizer._component_=bitsandbytes.optim.PagedAdamW8bit", "optimizer.min_8bit_size=1024"};
   ASSERT_EQ(cli::cmd_run(base), 0);
   const std::string log = log_text(tmp / "out");
-  EXPECT_EQ(count(log, "paging (CUDA unified memory"), 1u) << log;
-  const std::vector<double> whole = losses(tmp / "out");
+  EXPECT_EQ(occurrences(log, "paging (CUDA unified memory"), 1u) << log;
+  const std::vector<double> whole = logged_values(tmp / "out", "loss");
   ASSERT_EQ(whole.size(), 7u);
   // The saved state is the 8-bit state: codes and absmax, no fp32 moments for the matrices.
   const std::string state = read_file(tmp / "out" / "step_4" / "recipe_state.safetensors");
@@ -236,7 +221,7 @@ TEST(AdamW8bitConfig, PagedRunsWithOneWarningAndResumes) {
   args.push_back("output_dir=" + (tmp / "resumed").string());
   args.push_back("resume_from_checkpoint=true");
   ASSERT_EQ(cli::cmd_run(args), 0);
-  const std::vector<double> resumed = losses(tmp / "resumed");
+  const std::vector<double> resumed = logged_values(tmp / "resumed", "loss");
   ASSERT_EQ(resumed.size(), 3u);
   for (size_t i = 0; i < 3; ++i) EXPECT_EQ(resumed[i], whole[4 + i]) << "step " << 5 + i;
 }

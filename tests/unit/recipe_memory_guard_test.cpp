@@ -16,6 +16,7 @@
 #include "fusetune/cli/command.h"
 #include "fusetune/io/hf_checkpoint.h"
 #include "fusetune/util/fs.h"
+#include "metrics_log.h"
 #include "test_support.h"
 
 using namespace fusetune;
@@ -24,7 +25,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string yaml(const fs::path& out, const fs::path& data) {
+std::string guard_yaml(const fs::path& out, const fs::path& data) {
   std::ostringstream s;
   s << "output_dir: " << out.string() << "\n"
     << "model:\n  init: random\n  model_type: llama\n  vocab_size: 259\n  hidden_size: 128\n"
@@ -76,7 +77,7 @@ double plan_peak_mib(const std::vector<std::string>& args) {
 TEST(MemoryAcrossShapes, CompiledUnpackedRunPeaksAtThePlanForItsLargestShape) {
   TempDir tmp;
   write_rows(tmp / "rows.jsonl");
-  write_file_atomic(tmp / "cfg.yaml", yaml(tmp / "run", tmp / "rows.jsonl"));
+  write_file_atomic(tmp / "cfg.yaml", guard_yaml(tmp / "run", tmp / "rows.jsonl"));
   for (const char* mode : {"compile=true", "compile=model"}) {
     const fs::path out = tmp / (std::string("run_") + mode);
     const std::vector<std::string> args = {"full_finetune_single_device", "--config",
@@ -86,13 +87,9 @@ TEST(MemoryAcrossShapes, CompiledUnpackedRunPeaksAtThePlanForItsLargestShape) {
     // which the 480-byte rows reach.
     const double planned = plan_peak_mib(args);
     ASSERT_EQ(cli::cmd_run(args), 0);
-    std::istringstream in(read_file(out / "logs" / "metrics.jsonl"));
-    double peak = 0;
-    std::set<int64_t> steps;
-    for (std::string line; std::getline(in, line);)
-      if (!line.empty())
-        peak =
-            std::max(peak, nlohmann::json::parse(line).at("peak_memory_alloc_bytes").get<double>());
+    const std::vector<double> peaks = logged_values(out, "peak_memory_alloc_bytes");
+    ASSERT_FALSE(peaks.empty());
+    const double peak = *std::max_element(peaks.begin(), peaks.end());
     std::printf("%s: measured peak %.1f MiB, planned %.1f MiB\n", mode, peak / 1048576.0, planned);
     EXPECT_NEAR(peak / 1048576.0 / planned, 1.0, 0.10)
         << mode << ": measured " << peak / 1048576.0 << " MiB, planned " << planned << " MiB";
@@ -102,7 +99,7 @@ TEST(MemoryAcrossShapes, CompiledUnpackedRunPeaksAtThePlanForItsLargestShape) {
 TEST(NonFiniteGuard, ADivergedStepIsNotAppliedAndNamesItsSamplesAndCheckpoint) {
   TempDir tmp;
   write_rows(tmp / "rows.jsonl");
-  write_file_atomic(tmp / "cfg.yaml", yaml(tmp / "run", tmp / "rows.jsonl"));
+  write_file_atomic(tmp / "cfg.yaml", guard_yaml(tmp / "run", tmp / "rows.jsonl"));
   // lr 1e30: step 1 throws the weights to ~1e30, step 2's loss is not finite.
   const std::vector<std::string> args = {"full_finetune_single_device", "--config",
                                          (tmp / "cfg.yaml").string(),   "optimizer.lr=1e30",

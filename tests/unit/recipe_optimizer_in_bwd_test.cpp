@@ -18,6 +18,7 @@ namespace fs = std::filesystem;
 using fusetune::testing::CliRun;
 using fusetune::testing::demo_overrides;
 using fusetune::testing::logged_steps;
+using fusetune::testing::logged_values;
 using fusetune::testing::LoggedStep;
 using fusetune::testing::Overrides;
 using fusetune::testing::read_text;
@@ -39,19 +40,6 @@ std::string command(bool lora, const fs::path& out, Overrides extra) {
                      "demo/tiny_full", demo_overrides(out, extra));
 }
 
-std::vector<int64_t> logged_peaks(const fs::path& out) {
-  std::vector<int64_t> v;
-  std::istringstream in(read_text(out / "logs" / "metrics.jsonl"));
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    const nlohmann::json j = nlohmann::json::parse(line);
-    if (j.contains("peak_memory_alloc_bytes") && j["peak_memory_alloc_bytes"].is_number())
-      v.push_back(j["peak_memory_alloc_bytes"].get<int64_t>());
-  }
-  return v;
-}
-
 }  // namespace
 
 TEST(RecipeOptimizerInBwd, SameLossesAsTheOrdinaryStepInEveryModeAndALowerPeak) {
@@ -60,7 +48,7 @@ TEST(RecipeOptimizerInBwd, SameLossesAsTheOrdinaryStepInEveryModeAndALowerPeak) 
       const std::string what = std::string(lora ? "lora" : "full") + " compile=" + mode;
       TempDir tmp;
       std::vector<LoggedStep> steps[2];
-      std::vector<int64_t> peaks[2];
+      std::vector<double> peaks[2];
       for (int in_bwd = 0; in_bwd < 2; ++in_bwd) {
         const fs::path out = tmp / ("out" + std::to_string(in_bwd));
         CliRun r = run_shell(command(lora, out,
@@ -70,7 +58,7 @@ TEST(RecipeOptimizerInBwd, SameLossesAsTheOrdinaryStepInEveryModeAndALowerPeak) 
                              tmp / ("io" + std::to_string(in_bwd)));
         ASSERT_EQ(r.code, 0) << what << "\n" << r.err;
         steps[in_bwd] = logged_steps(out);
-        peaks[in_bwd] = logged_peaks(out);
+        peaks[in_bwd] = logged_values(out, "peak_memory_alloc_bytes");
         if (in_bwd) {
           EXPECT_NE(r.out.find("optimizer_in_bwd: each parameter is updated"), std::string::npos)
               << r.out;

@@ -39,7 +39,7 @@ struct FakeAvailableMemory {
   ~FakeAvailableMemory() { ::unsetenv(kAvailableMemoryEnv); }
 };
 
-std::string lora_yaml(const fs::path& out, const fs::path& data) {
+std::string plan_fit_lora_yaml(const fs::path& out, const fs::path& data) {
   std::ostringstream s;
   s << "output_dir: " << out.string() << "\n"
     << "model:\n  init: random\n  model_type: llama\n  vocab_size: 259\n  hidden_size: 64\n"
@@ -54,11 +54,6 @@ std::string lora_yaml(const fs::path& out, const fs::path& data) {
     << "optimizer:\n  _component_: AdamW\n  lr: 1e-3\n"
     << "compile: false\ndtype: fp32\nnum_threads: 1\nlog_every_n_steps: 1\n";
   return s.str();
-}
-
-Config prepared(const std::string& recipe, const std::string& config,
-                const std::vector<std::string>& overrides) {
-  return prepared_config(recipe, config, overrides);
 }
 
 int64_t peak_of(const Config& cfg, const std::string& recipe) {
@@ -126,9 +121,9 @@ TEST(SystemMemory, ParsesMemAvailableAndHonoursTheOverride) {
 TEST(PlanFit, VerdictPerModeAndSettingsThatFitWhenTheConfigDoesNot) {
   TempDir tmp;
   write_file_atomic(tmp / "data.txt", "hello\n");
-  write_file_atomic(tmp / "cfg.yaml", lora_yaml(tmp / "run", tmp / "data.txt"));
+  write_file_atomic(tmp / "cfg.yaml", plan_fit_lora_yaml(tmp / "run", tmp / "data.txt"));
   const std::string recipe = "lora_finetune_single_device";
-  const Config cfg = prepared(recipe, (tmp / "cfg.yaml").string(), {});
+  const Config cfg = prepared_config(recipe, (tmp / "cfg.yaml").string(), {});
   const int64_t peak = peak_of(cfg, recipe);
   const std::vector<std::string> args = {recipe, "--config", (tmp / "cfg.yaml").string()};
   {
@@ -138,9 +133,9 @@ TEST(PlanFit, VerdictPerModeAndSettingsThatFitWhenTheConfigDoesNot) {
     EXPECT_EQ(configured_verdict(out), "yes") << out;
   }
   // Between the best single change and the config's own peak: something fits, not the config.
-  const int64_t ckpt = peak_of(
-      prepared(recipe, (tmp / "cfg.yaml").string(), {"enable_activation_checkpointing=true"}),
-      recipe);
+  const int64_t ckpt = peak_of(prepared_config(recipe, (tmp / "cfg.yaml").string(),
+                                               {"enable_activation_checkpointing=true"}),
+                               recipe);
   ASSERT_LT(ckpt, peak);
   const int64_t available = (ckpt + peak) / 2;
   FakeAvailableMemory fake(available);
@@ -154,7 +149,8 @@ TEST(PlanFit, VerdictPerModeAndSettingsThatFitWhenTheConfigDoesNot) {
   ASSERT_FALSE(advice.fitting.empty());
   for (const FitCandidate& c : advice.fitting) {
     SCOPED_TRACE(c.overrides.front());
-    const int64_t p = peak_of(prepared(recipe, (tmp / "cfg.yaml").string(), c.overrides), recipe);
+    const int64_t p =
+        peak_of(prepared_config(recipe, (tmp / "cfg.yaml").string(), c.overrides), recipe);
     EXPECT_EQ(p, c.peak);
     EXPECT_LE(p, available);
     EXPECT_NE(out.find(c.overrides.front()), std::string::npos) << out;
@@ -164,16 +160,16 @@ TEST(PlanFit, VerdictPerModeAndSettingsThatFitWhenTheConfigDoesNot) {
 TEST(PlanFit, CombinesSettingsOrNamesTheClosestWhenNoSingleChangeFits) {
   TempDir tmp;
   write_file_atomic(tmp / "data.txt", "hello\n");
-  write_file_atomic(tmp / "cfg.yaml", lora_yaml(tmp / "run", tmp / "data.txt"));
+  write_file_atomic(tmp / "cfg.yaml", plan_fit_lora_yaml(tmp / "run", tmp / "data.txt"));
   const std::string recipe = "lora_finetune_single_device";
-  const Config cfg = prepared(recipe, (tmp / "cfg.yaml").string(), {});
+  const Config cfg = prepared_config(recipe, (tmp / "cfg.yaml").string(), {});
   const ModelConfig model = model_architecture(cfg);
   // Everything together: compile, checkpointing, QLoRA, batch 1, the shortest sequence.
-  const int64_t floor =
-      peak_of(prepared(recipe, (tmp / "cfg.yaml").string(),
-                       {"compile=true", "enable_activation_checkpointing=true",
-                        "model.quantize_base=true", "batch_size=1", "tokenizer.max_seq_len=64"}),
-              recipe);
+  const int64_t floor = peak_of(
+      prepared_config(recipe, (tmp / "cfg.yaml").string(),
+                      {"compile=true", "enable_activation_checkpointing=true",
+                       "model.quantize_base=true", "batch_size=1", "tokenizer.max_seq_len=64"}),
+      recipe);
   const FitAdvice some = find_fitting_settings(cfg, recipe, model, floor);
   ASSERT_EQ(some.fitting.size(), 1u);
   EXPECT_LE(some.fitting[0].peak, floor);
@@ -188,7 +184,7 @@ TEST(PlanFit, CombinesSettingsOrNamesTheClosestWhenNoSingleChangeFits) {
 TEST(PlanFit, RunStopsBeforeLoadingUnlessMemoryCheckIsOff) {
   TempDir tmp;
   write_file_atomic(tmp / "data.txt", std::string(2000, 'a') + "\n");
-  write_file_atomic(tmp / "cfg.yaml", lora_yaml(tmp / "run", tmp / "data.txt"));
+  write_file_atomic(tmp / "cfg.yaml", plan_fit_lora_yaml(tmp / "run", tmp / "data.txt"));
   const std::string config = (tmp / "cfg.yaml").string();
   FakeAvailableMemory fake(64 << 10);  // 64 KiB: the step needs more
   // A missing dataset would fail after the model is loaded: the check comes first.
@@ -216,12 +212,12 @@ TEST(PlanFit, RunStopsBeforeLoadingUnlessMemoryCheckIsOff) {
 TEST(ParameterCount, NF4WeightsCountByTheirLogicalSize) {
   TempDir tmp;
   write_file_atomic(tmp / "data.txt", std::string(2000, 'a') + "\n");
-  write_file_atomic(tmp / "cfg.yaml", lora_yaml(tmp / "run", tmp / "data.txt"));
+  write_file_atomic(tmp / "cfg.yaml", plan_fit_lora_yaml(tmp / "run", tmp / "data.txt"));
   const std::string recipe = "lora_finetune_single_device";
   const std::string config = (tmp / "cfg.yaml").string();
   // The plan: LoRA and QLoRA count the same parameters and the same trainable ones.
-  const Config lora = prepared(recipe, config, {});
-  const Config qlora = prepared(recipe, config, {"model.quantize_base=true"});
+  const Config lora = prepared_config(recipe, config, {});
+  const Config qlora = prepared_config(recipe, config, {"model.quantize_base=true"});
   const peft::ParameterCount a =
       count_step_parameters(plan_step(lora, recipe, model_architecture(lora)));
   const PlannedStep qs = plan_step(qlora, recipe, model_architecture(qlora));
@@ -268,7 +264,7 @@ TEST(BuiltinConfigs, The8BAnd3BConfigsMirrorTorchtuneAndPlan) {
   const std::string recipe = "lora_finetune_single_device";
   std::vector<std::string> o = k8BShape;
   o.insert(o.end(), {"batch_size=1", "tokenizer.max_seq_len=512"});
-  const Config cfg = prepared(recipe, "llama3_1/8B_qlora_single_device", o);
+  const Config cfg = prepared_config(recipe, "llama3_1/8B_qlora_single_device", o);
   EXPECT_EQ(plan_dtype(cfg), DType::F32);
   const PlannedStep s = plan_step(cfg, recipe, model_architecture(cfg));
   const peft::ParameterCount n = count_step_parameters(s);
@@ -286,11 +282,13 @@ TEST(PlanDtype, Bf16IsPlannedInBf16) {
                                 "model.hidden_size=64",        "model.intermediate_size=128",
                                 "model.num_hidden_layers=1",   "model.num_attention_heads=4",
                                 "model.num_key_value_heads=2", "tokenizer.max_seq_len=64"};
-  const Config bf16 = prepared("lora_finetune_single_device", "llama3_2/1B_qlora_single_device", o);
+  const Config bf16 =
+      prepared_config("lora_finetune_single_device", "llama3_2/1B_qlora_single_device", o);
   EXPECT_EQ(plan_dtype(bf16), DType::BF16);
   // The unquantized parameters (norms, adapters) take half the bytes of an fp32 plan.
   o.push_back("dtype=fp32");
-  const Config fp32 = prepared("lora_finetune_single_device", "llama3_2/1B_qlora_single_device", o);
+  const Config fp32 =
+      prepared_config("lora_finetune_single_device", "llama3_2/1B_qlora_single_device", o);
   const std::string recipe = "lora_finetune_single_device";
   const ModePlan b =
       plan_step_mode(plan_step(bf16, recipe, model_architecture(bf16)), CompileMode::Full);

@@ -11,7 +11,9 @@
 
 #include "fusetune/cli/command.h"
 #include "fusetune/util/fs.h"
+#include "metrics_log.h"
 #include "test_support.h"
+#include "tiny_llama.h"
 
 using namespace fusetune;
 using namespace fusetune::testing;
@@ -19,12 +21,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string yaml(const fs::path& out, bool lora) {
+std::string variants_yaml(const fs::path& out, bool lora) {
   std::ostringstream s;
-  s << "output_dir: " << out.string() << "\n"
-    << "model:\n  init: random\n  model_type: llama\n  vocab_size: 259\n  hidden_size: 32\n"
-    << "  intermediate_size: 64\n  num_hidden_layers: 2\n  num_attention_heads: 4\n"
-    << "  num_key_value_heads: 2\n  max_position_embeddings: 64\n";
+  s << "output_dir: " << out.string() << "\n" << tiny_model_yaml(64);
   if (lora)
     s << "  lora_attn_modules: [q_proj, v_proj, output_proj]\n  apply_lora_to_mlp: true\n"
       << "  lora_rank: 4\n  lora_alpha: 8\n  lora_dropout: 0.1\n";
@@ -39,26 +38,15 @@ std::string yaml(const fs::path& out, bool lora) {
   return s.str();
 }
 
-std::vector<std::pair<int64_t, double>> losses(const fs::path& out) {
-  std::vector<std::pair<int64_t, double>> l;
-  std::istringstream in(read_file(out / "logs" / "metrics.jsonl"));
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty()) {
-      auto j = nlohmann::json::parse(line);
-      l.push_back({j.at("step").get<int64_t>(), j.at("loss").get<double>()});
-    }
-  return l;
-}
-
 // Runs the whole thing, then resumes a copy of `from` (a step checkpoint) and compares.
 void check_resume(const std::string& recipe, bool lora, std::vector<std::string> extra,
                   const std::string& from) {
   TempDir tmp;
-  write_file_atomic(tmp / "cfg.yaml", yaml(tmp / "full", lora));
+  write_file_atomic(tmp / "cfg.yaml", variants_yaml(tmp / "full", lora));
   std::vector<std::string> args = {recipe, "--config", (tmp / "cfg.yaml").string()};
   args.insert(args.end(), extra.begin(), extra.end());
   ASSERT_EQ(cli::cmd_run(args), 0);
-  const auto whole = losses(tmp / "full");
+  const auto whole = logged_step_values(tmp / "full", "loss");
   ASSERT_EQ(whole.size(), 10u);
 
   fs::create_directories(tmp / "resumed");
@@ -66,7 +54,7 @@ void check_resume(const std::string& recipe, bool lora, std::vector<std::string>
   args.push_back("output_dir=" + (tmp / "resumed").string());
   args.push_back("resume_from_checkpoint=true");
   ASSERT_EQ(cli::cmd_run(args), 0);
-  const auto resumed = losses(tmp / "resumed");
+  const auto resumed = logged_step_values(tmp / "resumed", "loss");
   const int64_t start = std::stoll(from.substr(from.find('_') + 1));
   ASSERT_EQ(int64_t(resumed.size()), int64_t(whole.size()) - start);
   for (size_t i = 0; i < resumed.size(); ++i) {

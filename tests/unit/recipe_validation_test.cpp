@@ -29,18 +29,6 @@ const Overrides kVal = {
     {"dataset_val.split", "train[90%:]"},
     {"dataset_val.packed", "true"}};
 
-std::vector<std::pair<int64_t, double>> val_lines(const fs::path& out) {
-  std::vector<std::pair<int64_t, double>> v;
-  std::istringstream in(read_text(out / "logs" / "metrics.jsonl"));
-  for (std::string line; std::getline(in, line);) {
-    if (line.empty()) continue;
-    const auto j = nlohmann::json::parse(line);
-    if (j.contains("val_loss"))
-      v.push_back({j.at("step").get<int64_t>(), j.at("val_loss").get<double>()});
-  }
-  return v;
-}
-
 }  // namespace
 
 TEST(Validation, ValLossEveryNStepsIsTheCheckpointsLossOnTheValidationData) {
@@ -49,7 +37,7 @@ TEST(Validation, ValLossEveryNStepsIsTheCheckpointsLossOnTheValidationData) {
   o["run_val_every_n_steps"] = "2";
   CliRun run = run_shell(demo_command(tmp / "out", o), tmp / "io");
   ASSERT_EQ(run.code, 0) << run.err;
-  const auto v = val_lines(tmp / "out");
+  const auto v = logged_step_values(tmp / "out", "val_loss");
   ASSERT_EQ(v.size(), 3u);
   EXPECT_EQ(v[0].first, 2);
   EXPECT_EQ(v[2].first, 6);
@@ -96,7 +84,7 @@ TEST(Validation, WithoutACadenceItRunsAtTheEndOfEachEpoch) {
   o["max_steps_per_epoch"] = "3";
   CliRun run = run_shell(demo_command(tmp / "out", o), tmp / "io");
   ASSERT_EQ(run.code, 0) << run.err;
-  const auto v = val_lines(tmp / "out");
+  const auto v = logged_step_values(tmp / "out", "val_loss");
   ASSERT_EQ(v.size(), 2u);
   EXPECT_EQ(v[0].first, 3);
   EXPECT_EQ(v[1].first, 6);
@@ -120,7 +108,8 @@ TEST(Validation, BatchSizeValChangesTheBatchingNotTheLoss) {
   o["batch_size_val"] = "1";
   run = run_shell(demo_command(tmp / "b", o), tmp / "io_b");
   ASSERT_EQ(run.code, 0) << run.err;
-  const auto a = val_lines(tmp / "a"), b = val_lines(tmp / "b");
+  const auto a = logged_step_values(tmp / "a", "val_loss"),
+             b = logged_step_values(tmp / "b", "val_loss");
   ASSERT_EQ(a.size(), 1u);
   ASSERT_EQ(b.size(), 1u);
   EXPECT_NEAR(b[0].second, a[0].second, 1e-6 * a[0].second);

@@ -38,6 +38,7 @@ int cmd_export(const std::vector<std::string>& argv) {
   const gguf::FileType type =
       gguf::parse_file_type(a.option("type").empty() ? "f32" : a.option("type"));
   const auto r = gguf::export_gguf(a.positional[0], output, type);
+  print_warnings(r.warnings);
   int counts[5] = {0, 0, 0, 0, 0};  // F32, F16, Q8_0, Q4_0, Q6_K
   for (const auto& [name, t] : r.tensors)
     ++counts[t == gguf::TensorType::F32    ? 0

@@ -42,6 +42,7 @@ int cmd_quantize(const std::vector<std::string>& argv) {
   const std::string dir = a.positional[0];
   if (output.ends_with(".gguf")) {
     const auto r = gguf::export_gguf(dir, output, type);
+    print_warnings(r.warnings);
     std::printf("wrote %s: %zu tensors, %s of tensor data\n", output.c_str(), r.tensors.size(),
                 format_bytes(double(r.bytes)).c_str());
     return 0;

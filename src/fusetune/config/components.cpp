@@ -267,7 +267,9 @@ std::vector<ComponentTable> build_tables() {
                        .values({"-100"})
                        .doc("label id that is not trained on (always -100)")}),
         // Preference losses (losses/preference.h): the DPO recipes only. torchtune's names,
-        // and TRL's loss_type names, are aliases.
+        // and the TRL loss_type names that compute the same loss (sigmoid, hinge, simpo), are
+        // aliases. TRL's `ipo` is not IPOLoss: TRL divides each sequence's log-probs by its
+        // length for ipo, torchtune's IPOLoss sums them.
         Component("DPOLoss",
                   {"torchtune.rlhf.loss.DPOLoss", "torchtune.modules.rlhf.loss.DPOLoss", "sigmoid"},
                   "direct preference optimization against a reference model",
@@ -281,8 +283,7 @@ std::vector<ComponentTable> build_tables() {
                   {"torchtune.rlhf.loss.RSOLoss", "torchtune.modules.rlhf.loss.RSOLoss", "hinge"},
                   "hinge loss on the reward margin (statistical rejection sampling)",
                   {Field::Float("gamma").def("0.1").min(0).doc("scale of the margin")}),
-        Component("IPOLoss",
-                  {"torchtune.rlhf.loss.IPOLoss", "torchtune.modules.rlhf.loss.IPOLoss", "ipo"},
+        Component("IPOLoss", {"torchtune.rlhf.loss.IPOLoss", "torchtune.modules.rlhf.loss.IPOLoss"},
                   "identity preference optimization: squared distance to a target margin",
                   {Field::Float("tau").def("0.1").min(0).doc("regularization: margin 1/(2 tau)")}),
         Component(
@@ -552,6 +553,13 @@ const ComponentTable* component_table(const std::string& section) {
   for (const auto& t : component_tables())
     if (t.section == section) return &t;
   return nullptr;
+}
+
+std::string not_an_alias(const std::string& section, const std::string& value) {
+  if (section == "loss" && value == "ipo")
+    return "TRL's loss_type ipo is IPO on each answer's log-probs averaged over its tokens, "
+           "while IPOLoss (torchtune's) sums them: another loss, not an alias of IPOLoss";
+  return "";
 }
 
 Field component_section(const std::string& section, std::vector<Field> common) {

@@ -30,6 +30,11 @@ struct ComponentTable {
 const ComponentTable* component_table(const std::string& section);
 const std::vector<ComponentTable>& component_tables();
 
+// Why `value` is refused for `section`'s _component_ although another tool uses the name for
+// something close to a component here ("" for any other name): TRL's loss_type `ipo` is not
+// IPOLoss.
+std::string not_an_alias(const std::string& section, const std::string& value);
+
 // A schema Field for `section` built from its table (common keys + one set per component).
 Field component_section(const std::string& section, std::vector<Field> common = {});
 

@@ -300,7 +300,11 @@ class Validator {
 
   std::string unknown_component(const Field& spec, const std::string& ckey, const std::string& v) {
     std::string msg = "unknown " + ckey + " '" + v + "'";
-    std::string near = component_suggestion(spec.components, v);
+    const std::vector<std::string> parts = yaml::split_key(ckey);
+    const std::string why =
+        parts.size() >= 2 ? not_an_alias(parts[parts.size() - 2], v) : std::string();
+    std::string near = why.empty() ? component_suggestion(spec.components, v) : "";
+    if (!why.empty()) msg += ": " + why;
     if (!near.empty()) msg += " (did you mean '" + near + "'?)";
     return msg + "; valid: " + component_names(spec);
   }
@@ -469,7 +473,9 @@ std::string canonical_component(const Config& cfg, const std::string& key) {
   for (const auto& c : table->components)
     if (c.matches(value)) return c.name;
   std::string msg = "unknown " + cfg.full_key(ckey) + " '" + value + "'";
-  std::string near = component_suggestion(table->components, value);
+  const std::string why = not_an_alias(parts.back(), value);
+  std::string near = why.empty() ? component_suggestion(table->components, value) : "";
+  if (!why.empty()) msg += ": " + why;
   if (!near.empty()) msg += " (did you mean '" + near + "'?)";
   throw Error(msg + " (" + cfg.where(ckey) + ")");
 }

@@ -215,9 +215,12 @@ ExportResult export_gguf(const fs::path& dir, const fs::path& output, FileType t
     w.add_string(arch + ".rope.scaling.type", "linear");
     w.add_f32(arch + ".rope.scaling.factor", float(c.rope_scaling.factor));
   }
-  add_tokenizer_metadata(w, read_gguf_tokenizer(dir, c.vocab_size, c.bos_token_id, c.eos_token_id));
+  const GGUFTokenizer tokenizer =
+      read_gguf_tokenizer(dir, c.vocab_size, c.bos_token_id, c.eos_token_id);
+  add_tokenizer_metadata(w, tokenizer);
 
   ExportResult result;
+  result.warnings = tokenizer.warnings;
   auto add = [&](TensorEntry e) {
     result.tensors.push_back({e.name, e.type});
     int64_t n = 1;

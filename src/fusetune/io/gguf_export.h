@@ -55,6 +55,7 @@ std::string gguf_architecture(const ModelConfig& c);
 struct ExportResult {
   std::vector<std::pair<std::string, TensorType>> tensors;  // in file order
   uint64_t bytes = 0;
+  std::vector<std::string> warnings;  // what llama.cpp will not do with the file (tokenizer)
 };
 
 // Writes `checkpoint_dir` (config.json, weights, tokenizer files) to `output` as GGUF.

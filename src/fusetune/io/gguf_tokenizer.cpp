@@ -155,6 +155,30 @@ GGUFTokenizer from_bpe_json(const json& j, const fs::path& file) {
   return t;
 }
 
+// llama.cpp's SentencePiece tokenizer (llm_tokenizer_spm) turns text no piece covers into
+// byte tokens, byte by byte: the piece "<0xNN>", else the piece that is the byte itself, else
+// it throws std::out_of_range (token_to_id.at) and the program aborts. A vocabulary with
+// neither for '\n' therefore cannot tokenize any text with a newline.
+void warn_missing_newline(GGUFTokenizer& t, const fs::path& dir) {
+  static const std::regex byte_piece("<0x[0-9A-Fa-f]{2}>");
+  int byte_tokens = 0;
+  bool newline_byte = false, newline_piece = false;
+  for (const std::string& piece : t.tokens) {
+    if (std::regex_match(piece, byte_piece)) {
+      ++byte_tokens;
+      newline_byte = newline_byte || piece == "<0x0A>" || piece == "<0x0a>";
+    }
+    newline_piece = newline_piece || piece == "\n";
+  }
+  if (newline_byte || newline_piece) return;
+  const std::string bytes =
+      byte_tokens == 0 ? "no byte tokens (<0x00> ... <0xFF>)"
+                       : std::to_string(byte_tokens) + " of the 256 byte tokens but not <0x0A>";
+  t.warnings.push_back("the SentencePiece vocabulary in '" + dir.string() + "' has " + bytes +
+                       " and no \"\\n\" piece: llama.cpp aborts as soon as it tokenizes text "
+                       "with a newline (or any other character no piece covers)");
+}
+
 }  // namespace
 
 GGUFTokenizer read_gguf_tokenizer(const fs::path& dir, int64_t vocab_size, int64_t bos_id,
@@ -244,6 +268,7 @@ GGUFTokenizer read_gguf_tokenizer(const fs::path& dir, int64_t vocab_size, int64
     t.add_bos = cfg["add_bos_token"].get<bool>();
   if (cfg.contains("add_eos_token") && cfg["add_eos_token"].is_boolean())
     t.add_eos = cfg["add_eos_token"].get<bool>();
+  if (t.model == "llama") warn_missing_newline(t, dir);
   return t;
 }
 

@@ -37,13 +37,19 @@ struct GGUFTokenizer {
   // SentencePiece's default); otherwise llama.cpp's default for the pre-tokenizer applies
   // (e.g. llama-bpe adds BOS).
   std::optional<bool> add_bos, add_eos;
+  // What llama.cpp will not do with these tokens (e.g. a SentencePiece vocabulary it cannot
+  // tokenize a newline with); the file is still written.
+  std::vector<std::string> warnings;
 };
 
 class Writer;
 
 // Reads the tokenizer files in `dir` (tokenizer.model, else tokenizer.json; plus
 // tokenizer_config.json). bos/eos default to the config.json ids given. Throws
-// fusetune::Error naming the file for a tokenizer llama.cpp cannot express.
+// fusetune::Error naming the file for a tokenizer llama.cpp cannot express, and warns (in
+// `warnings`) about one it loads but cannot use on all text: a SentencePiece vocabulary with
+// neither the byte token <0x0A> nor a "\n" piece, on which llama.cpp's tokenizer aborts as
+// soon as the text holds a newline (its byte fallback finds no token for it).
 GGUFTokenizer read_gguf_tokenizer(const std::filesystem::path& dir, int64_t vocab_size,
                                   int64_t bos_id, int64_t eos_id);
 

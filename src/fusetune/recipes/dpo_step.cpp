@@ -13,7 +13,8 @@
 namespace fusetune {
 namespace {
 
-double sum(const float* x, int64_t n) {
+template <typename T>
+double sum(const T* x, int64_t n) {
   double s = 0;
   for (int64_t i = 0; i < n; ++i) s += double(x[i]);
   return s;
@@ -65,8 +66,15 @@ class DpoStep final : public TrainingStep {
     // fp32 in an fp32 step, and in a bf16 one (sequence-level values stay fp32, graph.h).
     const float* cr = f32_data(out.at("report:chosen_rewards"));
     const float* rr = f32_data(out.at("report:rejected_rewards"));
-    const float* lp = f32_data(out.at("report:policy_logps"));
+    const float* lp_sum = f32_data(out.at("report:policy_logps"));
     const float* ls = f32_data(out.at("report:logit_sums"));
+    // The logged log-probs are what the loss compares: per sequence the sum, or under SimPO
+    // (length-normalized) the mean over the response tokens, as torchtune's recipe and TRL log.
+    const float* inv_len = in.at("inv_response_len").data<float>();
+    std::vector<double> lp(static_cast<size_t>(rows));
+    for (int64_t i = 0; i < rows; ++i)
+      lp[size_t(i)] =
+          o_.loss.length_normalized() ? double(lp_sum[i]) * double(inv_len[i]) : double(lp_sum[i]);
     double acc = 0, margin = 0;
     for (int64_t i = 0; i < B; ++i) {
       acc += cr[i] > rr[i] ? 1.0 : 0.0;
@@ -81,8 +89,8 @@ class DpoStep final : public TrainingStep {
                  {"rewards/rejected", sum(rr, B), pairs},
                  {"rewards/accuracies", acc, pairs},
                  {"rewards/margins", margin, pairs},
-                 {"log_probs/chosen", sum(lp, B), pairs},
-                 {"log_probs/rejected", sum(lp + B, B), pairs},
+                 {"log_probs/chosen", sum(lp.data(), B), pairs},
+                 {"log_probs/rejected", sum(lp.data() + B, B), pairs},
                  {"logits/chosen", sum(ls, B), V * double(tokens[0])},
                  {"logits/rejected", sum(ls + B, B), V * double(tokens[1])}};
     return r;

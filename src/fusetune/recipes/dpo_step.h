@@ -9,7 +9,8 @@
 // Under compile: true both graphs fuse the head with log_softmax and the label gather
 // (compile/fuse_linear_log_probs), so no [tokens x vocab] tensor exists in either pass.
 // Metrics, as torchtune logs them: rewards/{chosen,rejected,accuracies,margins},
-// log_probs/{chosen,rejected} (summed per sequence, averaged over pairs) and
+// log_probs/{chosen,rejected} (summed per sequence, or under SimPO the per-token mean the
+// loss uses, as torchtune's recipe and TRL log it; averaged over pairs) and
 // logits/{chosen,rejected} (mean logit over the response tokens and the vocabulary, as TRL);
 // each as a sum and a count, so the logged value is over the step's pairs on all ranks.
 #include <functional>

@@ -1,0 +1,30 @@
+#pragma once
+// The tiny random-init Llama the recipe tests train (byte tokenizer): its config text, and a
+// Hugging Face checkpoint of it for the recipes that start from one.
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+namespace fusetune::testing {
+
+// "model:" and its keys: init random, llama, vocabulary 259 (the byte tokenizer's), hidden 32,
+// intermediate 64, 2 layers, 4 heads, 2 KV heads, `max_positions` positions. More model keys
+// (LoRA's) may follow it, indented by two spaces.
+std::string tiny_model_yaml(int64_t max_positions);
+
+// LoRA keys for the model section (indented): rank 4, alpha 8 on q_proj and v_proj and the MLP,
+// as the DPO recipe tests train.
+std::string tiny_dpo_lora_yaml();
+
+// A whole config the schema tests validate: output_dir /tmp/out, the model above but hidden 64
+// and intermediate 176 (no model_type or positions), then `tokenizer` (a section, "" for
+// none), a text_completion dataset (data/corpus.txt) and AdamW at lr 1e-3. One key a line,
+// in that order (error messages name lines).
+std::string tiny_config_yaml(const std::string& tokenizer);
+
+// The same model (128 positions, untied head) as a random fp32 checkpoint, written by
+// `fusetune init-checkpoint --seed 3` to dir/ckpt (dir/arch holds its config.json); returns
+// dir/ckpt. A failure is a test failure.
+std::filesystem::path write_tiny_checkpoint(const std::filesystem::path& dir);
+
+}  // namespace fusetune::testing
