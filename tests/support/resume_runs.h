@@ -12,6 +12,7 @@
 #include "mpi_runs.h"
 #include "recipe_runs.h"
 #include "test_support.h"
+#include "tiny_llama.h"
 
 namespace fusetune::testing {
 
@@ -46,31 +47,8 @@ inline const char* kTinyLlamaYaml =
     "  num_hidden_layers: 2\n  num_attention_heads: 4\n  num_key_value_heads: 2\n"
     "  max_position_embeddings: 128\n";
 
-// A random checkpoint of that model (`fusetune init-checkpoint`), for recipes that start from
-// one (full DPO's policy and reference); empty on failure (reported).
-inline std::filesystem::path write_tiny_checkpoint(const std::filesystem::path& dir) {
-  std::filesystem::create_directories(dir);
-  write_text(dir / "config.json", nlohmann::json({{"architectures", {"LlamaForCausalLM"}},
-                                                  {"model_type", "llama"},
-                                                  {"vocab_size", 259},
-                                                  {"hidden_size", 64},
-                                                  {"intermediate_size", 128},
-                                                  {"num_hidden_layers", 2},
-                                                  {"num_attention_heads", 4},
-                                                  {"num_key_value_heads", 2},
-                                                  {"max_position_embeddings", 128},
-                                                  {"rms_norm_eps", 1e-5},
-                                                  {"rope_theta", 10000.0},
-                                                  {"tie_word_embeddings", false}})
-                                      .dump());
-  const std::filesystem::path out = dir / "ckpt";
-  const CliRun r = run_shell(shell_quote(binary_path()) + " init-checkpoint --config " +
-                                 shell_quote((dir / "config.json").string()) + " --output " +
-                                 shell_quote(out.string()) + " --seed 3",
-                             dir / "io");
-  EXPECT_EQ(r.code, 0) << r.out << r.err;
-  return r.code == 0 ? out : std::filesystem::path();
-}
+// A random checkpoint of that model (width 64), for recipes that start from one (full DPO's
+// policy and reference): write_tiny_checkpoint(dir, 64, 128) (tiny_llama.h).
 
 // A config of the tiny model: random weights (or `checkpoint`'s, as policy and reference),
 // the byte tokenizer, AdamW with warmup and clipping, one thread, every step logged, no

@@ -30,13 +30,14 @@ std::string tiny_config_yaml(const std::string& tokenizer) {
          "optimizer:\n  _component_: AdamW\n  lr: 1e-3\n";
 }
 
-std::filesystem::path write_tiny_checkpoint(const std::filesystem::path& dir) {
+std::filesystem::path write_tiny_checkpoint(const std::filesystem::path& dir,
+                                            int64_t hidden_size, int64_t intermediate_size) {
   std::filesystem::create_directories(dir / "arch");
   write_text(dir / "arch" / "config.json", nlohmann::json({{"architectures", {"LlamaForCausalLM"}},
                                                            {"model_type", "llama"},
                                                            {"vocab_size", 259},
-                                                           {"hidden_size", 32},
-                                                           {"intermediate_size", 64},
+                                                           {"hidden_size", hidden_size},
+                                                           {"intermediate_size", intermediate_size},
                                                            {"num_hidden_layers", 2},
                                                            {"num_attention_heads", 4},
                                                            {"num_key_value_heads", 2},

@@ -22,9 +22,12 @@ std::string tiny_dpo_lora_yaml();
 // in that order (error messages name lines).
 std::string tiny_config_yaml(const std::string& tokenizer);
 
-// The same model (128 positions, untied head) as a random fp32 checkpoint, written by
+// A tiny Llama (2 layers, 4 heads, 2 kv heads, byte vocabulary 259, 128 positions, untied
+// head; by default width 32 and intermediate 64) as a random fp32 checkpoint, written by
 // `fusetune init-checkpoint --seed 3` to dir/ckpt (dir/arch holds its config.json); returns
 // dir/ckpt. A failure is a test failure.
-std::filesystem::path write_tiny_checkpoint(const std::filesystem::path& dir);
+std::filesystem::path write_tiny_checkpoint(const std::filesystem::path& dir,
+                                            int64_t hidden_size = 32,
+                                            int64_t intermediate_size = 64);
 
 }  // namespace fusetune::testing

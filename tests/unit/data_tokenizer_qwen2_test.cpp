@@ -1,5 +1,5 @@
 // Qwen2 / Qwen2.5 from vocab.json + merges.txt (torchtune's qwen2_tokenizer /
-// qwen2_5_tokenizer) on small_qwen2 hand-made files: parsing and its errors, NFC, special tokens
+// qwen2_5_tokenizer) on small hand-made files: parsing and its errors, NFC, special tokens
 // and their defaults, special_tokens_path, the bos/eos/pad/unk_token keys, decode.
 #include <fstream>
 

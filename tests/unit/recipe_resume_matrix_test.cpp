@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "metrics_log.h"
 #include "resume_runs.h"
 
 using namespace fusetune::testing;
@@ -120,10 +121,7 @@ const char* const kCompared[] = {
 // Each logged training step's compared values, by step.
 std::map<int64_t, nlohmann::json> logged(const fs::path& out) {
   std::map<int64_t, nlohmann::json> steps;
-  std::istringstream in(read_text(out / "logs" / "metrics.jsonl"));
-  for (std::string line; std::getline(in, line);) {
-    if (line.empty()) continue;
-    const nlohmann::json j = nlohmann::json::parse(line);
+  for (const nlohmann::json& j : metrics_lines(out)) {
     if (!j.contains("loss")) continue;
     nlohmann::json kept;
     for (const char* k : kCompared)
@@ -145,7 +143,7 @@ TEST_P(ResumeMatrix, ResumedRunIsBitwiseTheUninterruptedOne) {
                               : write_tiny_pairs(tmp.path());
   fs::path checkpoint;
   if (c.model == Model::FromCheckpoint) {
-    checkpoint = write_tiny_checkpoint(tmp / "init");
+    checkpoint = write_tiny_checkpoint(tmp / "init", 64, 128);
     ASSERT_FALSE(checkpoint.empty());
   }
   const fs::path config = tmp / "config.yaml";
