@@ -32,7 +32,7 @@ struct StringHash {
       h = mix(h ^ w);
     }
     uint64_t tail = 0;
-    std::memcpy(&tail, p, n);
+    if (n > 0) std::memcpy(&tail, p, n);  // an empty view's data() may be null (UB for memcpy)
     return size_t(mix(h ^ tail));
   }
   static uint64_t mix(uint64_t x) {

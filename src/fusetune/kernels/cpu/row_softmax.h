@@ -14,6 +14,12 @@ inline T row_max(const T* x, int64_t cols) {
   T m = -std::numeric_limits<T>::infinity();
 #pragma omp simd reduction(max : m)
   for (int64_t j = 0; j < cols; ++j) m = x[j] > m ? x[j] : m;
+  // clang starts an OpenMP max reduction's lanes at lowest() (GCC: -inf), so a fully masked
+  // row (all -inf) reduces to lowest(), not -inf: recount that rare row without the pragma.
+  if (m == std::numeric_limits<T>::lowest()) {
+    m = -std::numeric_limits<T>::infinity();
+    for (int64_t j = 0; j < cols; ++j) m = x[j] > m ? x[j] : m;
+  }
   return m;
 }
 
