@@ -17,6 +17,7 @@
 #include "fusetune/losses/preference.h"
 #include "fusetune/models/parameters.h"
 #include "fusetune/models/training_graph.h"
+#include "fusetune/recipes/dpo_step.h"
 #include "fusetune/recipes/training_step.h"
 #include "fusetune/runtime/shared_arena.h"
 #include "tiny_models.h"
@@ -48,25 +49,6 @@ void expect_bitwise(const TensorMap& got, const TensorMap& want, const std::stri
     EXPECT_EQ(std::memcmp(g.raw(), w.raw(), w.nbytes()), 0)
         << where << ": " << name << " differs from the run on a private arena";
   }
-}
-
-// The DPO inputs a preference batch adds (as DpoStep computes them): the response mask and 1 /
-// the response length of each row.
-void add_response_inputs(const Batch& b, TensorMap& in) {
-  const int64_t rows = b.batch_size, T = b.seq_len;
-  Tensor mask = Tensor::empty({rows * T}, DType::F32), inv = Tensor::empty({rows}, DType::F32);
-  for (int64_t r = 0; r < rows; ++r) {
-    int64_t n = 0;
-    for (int64_t t = 0; t < T; ++t) {
-      const bool on = b.labels[size_t(r * T + t)] != kIgnoreIndex;
-      mask.data<float>()[r * T + t] = on ? 1.0f : 0.0f;
-      n += on;
-    }
-    ASSERT_GT(n, 0);
-    inv.data<float>()[r] = float(1.0 / double(n));
-  }
-  in["response_mask"] = mask;
-  in["inv_response_len"] = inv;
 }
 
 // One batch per shape: a shape that comes back runs on the same tokens.

@@ -137,21 +137,7 @@ class DpoStep final : public TrainingStep {
   // The batch's tensors plus the response mask and 1 / response length of each row.
   static TensorMap inputs(const Batch& b) {
     TensorMap in = batch_inputs(b);
-    const int64_t rows = b.batch_size, T = b.seq_len;
-    Tensor mask = Tensor::empty({rows * T}, DType::F32);
-    Tensor inv = Tensor::empty({rows}, DType::F32);
-    for (int64_t r = 0; r < rows; ++r) {
-      int64_t n = 0;
-      for (int64_t t = 0; t < T; ++t) {
-        const bool on = b.labels[size_t(r * T + t)] != kIgnoreIndex;
-        mask.data<float>()[r * T + t] = on ? 1.0f : 0.0f;
-        n += on;
-      }
-      FT_CHECK(n > 0, "a preference row has no response token to score");
-      inv.data<float>()[r] = float(1.0 / double(n));
-    }
-    in["response_mask"] = mask;
-    in["inv_response_len"] = inv;
+    add_response_inputs(b, in);
     return in;
   }
 
@@ -303,6 +289,24 @@ PreferenceLoss preference_loss_from(const Config& cfg) {
   FT_CHECK(l.kind != PreferenceLossKind::IPO || l.tau > 0, "config key 'loss.tau' must be > 0");
   FT_CHECK(l.kind != PreferenceLossKind::SimPO || l.beta > 0, "config key 'loss.beta' must be > 0");
   return l;
+}
+
+void add_response_inputs(const Batch& b, TensorMap& in) {
+  const int64_t rows = b.batch_size, T = b.seq_len;
+  Tensor mask = Tensor::empty({rows * T}, DType::F32);
+  Tensor inv = Tensor::empty({rows}, DType::F32);
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t n = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      const bool on = b.labels[size_t(r * T + t)] != kIgnoreIndex;
+      mask.data<float>()[r * T + t] = on ? 1.0f : 0.0f;
+      n += on;
+    }
+    FT_CHECK(n > 0, "a preference row has no response token to score");
+    inv.data<float>()[r] = float(1.0 / double(n));
+  }
+  in["response_mask"] = mask;
+  in["inv_response_len"] = inv;
 }
 
 }  // namespace fusetune

@@ -49,6 +49,11 @@ struct DpoStepOptions {
 
 std::unique_ptr<TrainingStep> make_dpo_step(DpoStepOptions opts);
 
+// Adds what a DPO step graph reads beside the batch's tensors: `response_mask` (1 on each
+// row's response tokens) and `inv_response_len` (1 / their count per row). A row without a
+// response token is an error.
+void add_response_inputs(const Batch& b, TensorMap& in);
+
 // The loss component the config names under `loss` (DPOLoss, RSOLoss, IPOLoss, SimPOLoss and
 // their aliases), with its keys.
 PreferenceLoss preference_loss_from(const Config& cfg);
