@@ -13,20 +13,13 @@
 #include <cstring>
 #include <string>
 
+#include "checks.h"
 #include "recipe_runs.h"
 #include "test_support.h"
 
 using namespace fusetune::testing;
 
-namespace {
-
-size_t count(const std::string& s, const std::string& part) {
-  size_t n = 0;
-  for (size_t at = s.find(part); at != std::string::npos; at = s.find(part, at + 1)) ++n;
-  return n;
-}
-
-}  // namespace
+namespace {}  // namespace
 
 TEST(CliProgressBar, DrawnOnAPseudoTerminalNotOnAPipe) {
   if (std::system("script --version >/dev/null 2>&1") != 0)
@@ -56,6 +49,6 @@ TEST(CliProgressBar, DrawnOnAPseudoTerminalNotOnAPipe) {
   // redraw starting with a carriage return, the last one at 6/6.
   EXPECT_NE(tty.out.find("\r1|1|Loss: "), std::string::npos) << tty.out;
   EXPECT_NE(tty.out.find("| 6/6 ["), std::string::npos) << tty.out;
-  EXPECT_GE(count(tty.out, "|Loss: "), 6u) << tty.out;
+  EXPECT_GE(occurrences(tty.out, "|Loss: "), 6u) << tty.out;
   EXPECT_EQ(logged_steps(tmp / "tty").size(), logged_steps(tmp / "piped").size());
 }

@@ -28,6 +28,7 @@
 using namespace fusetune;
 using fusetune::testing::CliResult;
 using fusetune::testing::error_of;
+using fusetune::testing::occurrences;
 using fusetune::testing::read_text;
 using fusetune::testing::run_fusetune;
 using fusetune::testing::TempDir;
@@ -36,12 +37,6 @@ using fusetune::testing::write_text;
 namespace fs = std::filesystem;
 
 namespace {
-
-size_t count(const std::string& s, const std::string& part) {
-  size_t n = 0;
-  for (size_t at = s.find(part); at != std::string::npos; at = s.find(part, at + part.size())) ++n;
-  return n;
-}
 
 // The page's charts: metric -> run -> number of <circle class="pt"> in that run's group.
 std::map<std::string, std::map<int, size_t>> plotted_points(const std::string& html) {
@@ -57,7 +52,7 @@ std::map<std::string, std::map<int, size_t>> plotted_points(const std::string& h
     for (size_t g = svg.find(group_tag); g != std::string::npos; g = svg.find(group_tag, g + 1)) {
       const int run = std::stoi(svg.substr(g + group_tag.size()));
       const std::string group = svg.substr(g, svg.find("</g>", g) - g);
-      runs[run] = count(group, "<circle class=\"pt\"");
+      runs[run] = occurrences(group, "<circle class=\"pt\"");
     }
   }
   return out;
@@ -125,7 +120,7 @@ TEST(MetricsReport, OnePointPerLoggedValuePerChartAndRun) {
   EXPECT_EQ(pts.at("peak_memory_alloc_bytes"), (Counts{{0, 10}, {1, 8}, {2, 0}}));
   EXPECT_EQ(rep.charts, 5u);
   EXPECT_EQ(rep.points, 24u + 4 + 24 + 24 + 18);
-  EXPECT_EQ(count(rep.html, "<circle class=\"pt\""), rep.points);
+  EXPECT_EQ(occurrences(rep.html, "<circle class=\"pt\""), rep.points);
   // The counts are in the markup too, for anyone reading the page's source.
   EXPECT_NE(rep.html.find("data-metric=\"loss\" data-points=\"24\""), std::string::npos);
   EXPECT_NE(rep.html.find("data-run=\"2\" data-points=\"6\""), std::string::npos);
@@ -162,8 +157,8 @@ TEST(MetricsReport, SelfContained) {
   // No URL of any scheme, nothing loaded from elsewhere.
   for (const char* ref : {"://", "src=", "href=", "url(", "@import", "<link", "<img", "<iframe"})
     EXPECT_EQ(html.find(ref), std::string::npos) << ref;
-  EXPECT_EQ(count(html, "<svg"), count(html, "</svg>"));
-  EXPECT_EQ(count(html, "<g "), count(html, "</g>"));
+  EXPECT_EQ(occurrences(html, "<svg"), occurrences(html, "</svg>"));
+  EXPECT_EQ(occurrences(html, "<g "), occurrences(html, "</g>"));
 }
 
 TEST(MetricsReport, EscapesNamesAndHeaders) {

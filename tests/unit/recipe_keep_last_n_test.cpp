@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "checks.h"
 #include "files.h"
 #include "fusetune/cli/command.h"
 #include "fusetune/config/recipe_schemas.h"
@@ -139,12 +140,6 @@ std::string log_text(const fs::path& out) {
   for (const auto& e : fs::directory_iterator(out / "logs"))
     if (e.path().filename().string().rfind("log_", 0) == 0) all += read_file(e.path());
   return all;
-}
-
-size_t occurrences(const std::string& text, const std::string& what) {
-  size_t n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
 }
 
 }  // namespace
