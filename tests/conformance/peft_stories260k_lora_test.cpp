@@ -5,6 +5,7 @@
 
 #include <sstream>
 
+#include "engine_lookups.h"
 #include "fusetune/cli/command.h"
 #include "fusetune/config/config.h"
 #include "fusetune/io/hf_checkpoint.h"
@@ -78,13 +79,6 @@ double eval_loss(const Config& cfg, const ModelConfig& model, const TensorMap& p
   return nll / tokens;
 }
 
-TensorMap load_params(const fs::path& dir) {
-  HFCheckpoint ck = load_hf_checkpoint(dir);
-  TensorMap p;
-  for (auto& [n, t] : ck.tensors) p[n] = t;
-  return p;
-}
-
 }  // namespace
 
 TEST(Stories260KLora, FineTuneLowersHeldOutLoss) {
@@ -100,8 +94,9 @@ TEST(Stories260KLora, FineTuneLowersHeldOutLoss) {
 
   const Config eval = Config::from_string(yaml(assets, out, "train[90%:]"), "eval.yaml");
   HFCheckpoint base = load_hf_checkpoint(assets / "stories260K");
-  const double before = eval_loss(eval, base.config, load_params(assets / "stories260K"), 6);
-  const double after = eval_loss(eval, base.config, load_params(out / "epoch_0"), 6);
+  const double before =
+      eval_loss(eval, base.config, load_checkpoint_params(assets / "stories260K"), 6);
+  const double after = eval_loss(eval, base.config, load_checkpoint_params(out / "epoch_0"), 6);
   std::printf("held-out loss (train[90%%:], 6 batches): base %.4f -> LoRA merged %.4f\n", before,
               after);
   EXPECT_LT(after, before - 0.05);

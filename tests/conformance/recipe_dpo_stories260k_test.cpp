@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine_lookups.h"
 #include "fusetune/cli/command.h"
 #include "fusetune/config/config.h"
 #include "fusetune/io/hf_checkpoint.h"
@@ -63,13 +64,6 @@ std::vector<Logged> logged(const fs::path& out) {
     v.push_back({j.at("loss").get<double>(), j.at("rewards/accuracies").get<double>(),
                  j.at("rewards/margins").get<double>()});
   return v;
-}
-
-TensorMap load_params(const fs::path& dir) {
-  HFCheckpoint ck = load_hf_checkpoint(dir);
-  TensorMap p;
-  for (auto& [n, t] : ck.tensors) p[n] = t;
-  return p;
 }
 
 // DPO rewards (beta = 0.1) of `policy` against `ref` on the config's pairs: accuracy and mean
@@ -134,9 +128,9 @@ void train_and_check(const std::string& recipe, const std::string& loss) {
 
   // Held-out pairs: reported, not asserted (40 pairs of a 260K-parameter model).
   const Config held = Config::from_string(yaml(assets, out, recipe, "train[200:260]", loss), "h");
-  const TensorMap base = load_params(assets / "stories260K");
+  const TensorMap base = load_checkpoint_params(assets / "stories260K");
   const auto before = preference_eval(held, base, base);
-  const auto after = preference_eval(held, load_params(out / "epoch_7"), base);
+  const auto after = preference_eval(held, load_checkpoint_params(out / "epoch_7"), base);
   std::printf("%s %s: held-out pairs train[200:260]: accuracy %.3f -> %.3f, margin %.3f -> %.3f\n",
               recipe.c_str(), loss.c_str(), before.first, after.first, before.second, after.second);
 }

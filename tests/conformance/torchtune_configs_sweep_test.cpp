@@ -30,6 +30,7 @@
 
 #include "checks.h"
 #include "cli_runner.h"
+#include "engine_lookups.h"
 #include "files.h"
 #include "fusetune/config/config.h"
 #include "fusetune/io/hf_checkpoint.h"
@@ -45,14 +46,9 @@ using fusetune::Config;
 using json = nlohmann::json;
 
 using fusetune::testing::contains;
+using fusetune::testing::is_registered_recipe;
 using fusetune::testing::read_text;
 using fusetune::testing::write_text;
-
-bool registered(const std::string& name) {
-  for (const auto& r : fusetune::recipes())
-    if (r.name == name) return true;
-  return false;
-}
 
 struct Family {
   std::string key;        // cache key: one checkpoint per key
@@ -289,7 +285,7 @@ class Sweep {
     const fs::path path = configs_dir_ / (config + ".yaml");
     const Config cfg = Config::from_string(read_text(path), path.string());
     const auto start = std::chrono::steady_clock::now();
-    if (!registered(recipe)) {
+    if (!is_registered_recipe(recipe)) {
       // As `fusetune validate` and `fusetune run` say it.
       auto v = fusetune::testing::run_fusetune("validate " + quote(path.string()));
       auto r =

@@ -12,6 +12,7 @@
 
 #include "checks.h"
 #include "cli_runner.h"
+#include "engine_lookups.h"
 #include "files.h"
 #include "fusetune/config/builtin_configs.h"
 #include "fusetune/config/config.h"
@@ -29,6 +30,7 @@ namespace {
 namespace fs = std::filesystem;
 using fusetune::Config;
 using fusetune::testing::contains;
+using fusetune::testing::is_registered_recipe;
 using fusetune::testing::read_text;
 
 struct TorchtuneConfig {
@@ -49,12 +51,6 @@ std::vector<TorchtuneConfig> torchtune_configs() {
   return out;
 }
 
-bool registered(const std::string& name) {
-  for (const auto& r : fusetune::recipes())
-    if (r.name == name) return true;
-  return false;
-}
-
 TEST(TorchtuneConfigs, EveryConfigNamesItsRecipe) {
   FT_REQUIRE_ASSET("torchtune_configs/llama3_2/1B_lora_single_device.yaml");
   const auto configs = torchtune_configs();
@@ -66,7 +62,7 @@ TEST(TorchtuneConfigs, EveryConfigNamesItsRecipe) {
     const fusetune::RecipeChoice r = fusetune::infer_recipe("", c.text, cfg, c.path.string());
     EXPECT_EQ(r.reason, "from the config's `tune run` line") << c.name;
     ++by_recipe[r.name];
-    if (registered(r.name)) {
+    if (is_registered_recipe(r.name)) {
       ++supported;
       EXPECT_NO_THROW(fusetune::chosen_recipe(r)) << c.name;
       // The model builder alone (step 4) agrees for the fine-tuning recipes.
@@ -101,7 +97,7 @@ TEST(TorchtuneConfigs, EveryConfigNamesItsRecipe) {
   EXPECT_EQ(supported, 79);
   std::string summary;
   for (const auto& [name, n] : by_recipe)
-    summary += "  " + name + (registered(name) ? "" : " (not in fusetune)") + ": " +
+    summary += "  " + name + (is_registered_recipe(name) ? "" : " (not in fusetune)") + ": " +
                std::to_string(n) + "\n";
   std::printf("torchtune configs by recipe:\n%s", summary.c_str());
 }

@@ -11,7 +11,7 @@ namespace {
 
 using testing::FakeTokenizer;
 using testing::Piece;
-using T = FakeTokenizer;
+using Fake = FakeTokenizer;
 
 // Expected layout: segments that are either all targets (true) or all masked (false).
 Sample expect(std::initializer_list<std::pair<Piece, bool>> segs) {
@@ -38,94 +38,118 @@ void expect_same(const Sample& got, const Sample& want) {
 }
 
 TEST(DataChatFormat, Llama3Layout) {
-  T tok;
+  Fake tok;
   auto f = make_chat_format("llama3", tok);
-  Sample want = expect(
-      {{T::kBegin, false}, {T::kStartHeader, false}, {"system", false},    {T::kEndHeader, false},
-       {"\n\n", false},    {"Be brief.", false},     {T::kEot, false},     {T::kStartHeader, false},
-       {"user", false},    {T::kEndHeader, false},   {"\n\n", false},      {"Hi", false},
-       {T::kEot, false},   {T::kStartHeader, false}, {"assistant", false}, {T::kEndHeader, false},
-       {"\n\n", false},    {"Hello!", true},         {T::kEot, true},      {T::kStartHeader, false},
-       {"user", false},    {T::kEndHeader, false},   {"\n\n", false},      {"Bye", false},
-       {T::kEot, false},   {T::kStartHeader, false}, {"assistant", false}, {T::kEndHeader, false},
-       {"\n\n", false},    {"Ciao", true},           {T::kEot, true}});
+  Sample want = expect({{Fake::kBegin, false}, {Fake::kStartHeader, false},
+                        {"system", false},     {Fake::kEndHeader, false},
+                        {"\n\n", false},       {"Be brief.", false},
+                        {Fake::kEot, false},   {Fake::kStartHeader, false},
+                        {"user", false},       {Fake::kEndHeader, false},
+                        {"\n\n", false},       {"Hi", false},
+                        {Fake::kEot, false},   {Fake::kStartHeader, false},
+                        {"assistant", false},  {Fake::kEndHeader, false},
+                        {"\n\n", false},       {"Hello!", true},
+                        {Fake::kEot, true},    {Fake::kStartHeader, false},
+                        {"user", false},       {Fake::kEndHeader, false},
+                        {"\n\n", false},       {"Bye", false},
+                        {Fake::kEot, false},   {Fake::kStartHeader, false},
+                        {"assistant", false},  {Fake::kEndHeader, false},
+                        {"\n\n", false},       {"Ciao", true},
+                        {Fake::kEot, true}});
   expect_same(f->render(conversation()), want);
 }
 
 TEST(DataChatFormat, ChatMLLayout) {
-  T tok;
+  Fake tok;
   auto f = make_chat_format("chatml", tok);
-  Sample want = expect(
-      {{T::kImStart, false}, {"system\n", false},    {"Be brief.", false}, {T::kImEnd, false},
-       {"\n", false},        {T::kImStart, false},   {"user\n", false},    {"Hi", false},
-       {T::kImEnd, false},   {"\n", false},          {T::kImStart, false}, {"assistant\n", false},
-       {" Hello! ", true},   {T::kImEnd, true},      {"\n", false},        {T::kImStart, false},
-       {"user\n", false},    {"Bye", false},         {T::kImEnd, false},   {"\n", false},
-       {T::kImStart, false}, {"assistant\n", false}, {"Ciao", true},       {T::kImEnd, true},
-       {"\n", false}});
+  Sample want = expect({{Fake::kImStart, false},
+                        {"system\n", false},
+                        {"Be brief.", false},
+                        {Fake::kImEnd, false},
+                        {"\n", false},
+                        {Fake::kImStart, false},
+                        {"user\n", false},
+                        {"Hi", false},
+                        {Fake::kImEnd, false},
+                        {"\n", false},
+                        {Fake::kImStart, false},
+                        {"assistant\n", false},
+                        {" Hello! ", true},
+                        {Fake::kImEnd, true},
+                        {"\n", false},
+                        {Fake::kImStart, false},
+                        {"user\n", false},
+                        {"Bye", false},
+                        {Fake::kImEnd, false},
+                        {"\n", false},
+                        {Fake::kImStart, false},
+                        {"assistant\n", false},
+                        {"Ciao", true},
+                        {Fake::kImEnd, true},
+                        {"\n", false}});
   expect_same(f->render(conversation()), want);
 }
 
 TEST(DataChatFormat, Llama2Layout) {
-  T tok;
+  Fake tok;
   auto f = make_chat_format("llama2", tok);
-  Sample want = expect({{T::kBos, false},
+  Sample want = expect({{Fake::kBos, false},
                         {"[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST]", false},
                         {" Hello! ", true},
-                        {T::kEos, true},
-                        {T::kBos, false},
+                        {Fake::kEos, true},
+                        {Fake::kBos, false},
                         {"[INST] Bye [/INST]", false},
                         {" Ciao ", true},
-                        {T::kEos, true}});
+                        {Fake::kEos, true}});
   expect_same(f->render(conversation()), want);
 }
 
 TEST(DataChatFormat, MistralLayout) {
-  T tok;
+  Fake tok;
   auto f = make_chat_format("mistral", tok);
-  Sample want = expect({{T::kBos, false},
+  Sample want = expect({{Fake::kBos, false},
                         {"[INST] Be brief.\n\nHi [/INST]", false},
                         {" Hello! ", true},
-                        {T::kEos, true},
+                        {Fake::kEos, true},
                         {"[INST] Bye [/INST]", false},
                         {"Ciao", true},
-                        {T::kEos, true}});
+                        {Fake::kEos, true}});
   expect_same(f->render(conversation()), want);
 }
 
 TEST(DataChatFormat, PlainLayout) {
-  T tok;
+  Fake tok;
   auto f = make_chat_format("plain", tok);
   std::vector<Message> m = {{Role::kUser, "Q: 2+2?\n", false}, {Role::kAssistant, "4", true}};
   expect_same(f->render(m),
-              expect({{T::kBos, false}, {"Q: 2+2?\n", false}, {"4", true}, {T::kEos, true}}));
+              expect({{Fake::kBos, false}, {"Q: 2+2?\n", false}, {"4", true}, {Fake::kEos, true}}));
   // A tokenizer without BOS (Qwen-like) gets none.
-  T no_bos(true, true, /*has_bos=*/false);
+  Fake no_bos(true, true, /*has_bos=*/false);
   expect_same(make_chat_format("alpaca", no_bos)->render(m),
-              expect({{"Q: 2+2?\n", false}, {"4", true}, {T::kEos, true}}));
+              expect({{"Q: 2+2?\n", false}, {"4", true}, {Fake::kEos, true}}));
 }
 
 TEST(DataChatFormat, TrainOnInputUnmasksUserContentButNotHeaders) {
-  T tok;
+  Fake tok;
   std::vector<Message> m = {{Role::kUser, "Hi", true}, {Role::kAssistant, "Yo", true}};
-  Sample want = expect({{T::kBegin, false},
-                        {T::kStartHeader, false},
+  Sample want = expect({{Fake::kBegin, false},
+                        {Fake::kStartHeader, false},
                         {"user", false},
-                        {T::kEndHeader, false},
+                        {Fake::kEndHeader, false},
                         {"\n\n", false},
                         {"Hi", true},
-                        {T::kEot, true},
-                        {T::kStartHeader, false},
+                        {Fake::kEot, true},
+                        {Fake::kStartHeader, false},
                         {"assistant", false},
-                        {T::kEndHeader, false},
+                        {Fake::kEndHeader, false},
                         {"\n\n", false},
                         {"Yo", true},
-                        {T::kEot, true}});
+                        {Fake::kEot, true}});
   expect_same(make_chat_format("llama3", tok)->render(m), want);
 }
 
 TEST(DataChatFormat, Llama2RequiresAlternation) {
-  T tok;
+  Fake tok;
   std::vector<Message> m = {{Role::kUser, "a", false}, {Role::kUser, "b", false}};
   EXPECT_THROW(make_chat_format("llama2", tok)->render(m), Error);
 }
@@ -143,7 +167,7 @@ TEST(DataChatFormat, MissingSpecialTokenIsNamed) {
 }
 
 TEST(DataChatFormat, UnknownNameSuggests) {
-  T tok;
+  Fake tok;
   try {
     make_chat_format("lama3", tok);
     FAIL();
@@ -153,9 +177,9 @@ TEST(DataChatFormat, UnknownNameSuggests) {
 }
 
 TEST(DataChatFormat, ResolveByTemplateFamilyThenTokenizer) {
-  T both;
-  T chatml_only(/*llama3=*/false, /*chatml=*/true);
-  T none(false, false);
+  Fake both;
+  Fake chatml_only(/*llama3=*/false, /*chatml=*/true);
+  Fake none(false, false);
   ByteTokenizer bytes;
   EXPECT_EQ(resolve_chat_format("llama2", "llama3", both), "llama2");  // explicit wins
   EXPECT_EQ(resolve_chat_format("auto", "llama3_1", none), "llama3");
@@ -177,25 +201,25 @@ namespace {
 
 // A generation prompt: the conversation, then what opens the assistant's answer.
 TEST(DataChatFormat, GenerationPromptsOpenTheAnswer) {
-  T tok;
+  Fake tok;
   const std::vector<Message> ask{{Role::kSystem, "Be brief.", false}, {Role::kUser, "Hi", false}};
   auto llama3 = make_chat_format("llama3", tok);
   Sample want = llama3->render(ask);
-  for (int32_t id : expect({{T::kStartHeader, false},
+  for (int32_t id : expect({{Fake::kStartHeader, false},
                             {"assistant", false},
-                            {T::kEndHeader, false},
+                            {Fake::kEndHeader, false},
                             {"\n\n", false}})
                         .tokens)
     want.tokens.push_back(id);
   EXPECT_EQ(llama3->render_prompt(ask).tokens, want.tokens);
-  EXPECT_EQ(llama3->end_of_turn_tokens(), expect({{T::kEot, false}}).tokens);
+  EXPECT_EQ(llama3->end_of_turn_tokens(), expect({{Fake::kEot, false}}).tokens);
 
   auto chatml = make_chat_format("chatml", tok);
   want = chatml->render(ask);
-  for (int32_t id : expect({{T::kImStart, false}, {"assistant\n", false}}).tokens)
+  for (int32_t id : expect({{Fake::kImStart, false}, {"assistant\n", false}}).tokens)
     want.tokens.push_back(id);
   EXPECT_EQ(chatml->render_prompt(ask).tokens, want.tokens);
-  EXPECT_EQ(chatml->end_of_turn_tokens(), expect({{T::kImEnd, false}}).tokens);
+  EXPECT_EQ(chatml->end_of_turn_tokens(), expect({{Fake::kImEnd, false}}).tokens);
 
   // [INST] formats end the prompt at [/INST]; plain adds nothing.
   auto llama2 = make_chat_format("llama2", tok);

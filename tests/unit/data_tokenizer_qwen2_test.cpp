@@ -36,7 +36,7 @@ std::pair<std::string, std::string> files() {
   }
   return {vocab.dump(), m};
 }
-constexpr int32_t kHello = 259, kE_acute = 261;
+constexpr int32_t kHelloId = 259, kEAcuteId = 261;
 
 std::unique_ptr<HfTokenizer> small_qwen2(Qwen2Options o = {},
                                          const std::vector<SpecialToken>& sp = {}) {
@@ -46,11 +46,11 @@ std::unique_ptr<HfTokenizer> small_qwen2(Qwen2Options o = {},
 
 TEST(DataTokenizerQwen2, MergesTxtAndVocabJson) {
   auto tok = small_qwen2();
-  EXPECT_EQ(tok->encode("hello", false, false), (std::vector<int32_t>{kHello}));
+  EXPECT_EQ(tok->encode("hello", false, false), (std::vector<int32_t>{kHelloId}));
   // Qwen's pattern splits digits one by one.
   EXPECT_EQ(tok->encode("12", false, false), (std::vector<int32_t>{'1', '2'}));
   // NFC first: e + U+0301 is é (C3 A9, byte-level "Ã©").
-  EXPECT_EQ(tok->encode("e\xCC\x81", false, false), (std::vector<int32_t>{kE_acute}));
+  EXPECT_EQ(tok->encode("e\xCC\x81", false, false), (std::vector<int32_t>{kEAcuteId}));
   EXPECT_EQ(tok->decode(tok->encode("hello world\n", false, false), false), "hello world\n");
 }
 
@@ -92,9 +92,9 @@ TEST(DataTokenizerQwen2, SpecialTokensAndDefaultsAsTorchtune) {
   EXPECT_TRUE(tok->default_add_eos());
   EXPECT_EQ(tok->vocab_size(), 151665);
   EXPECT_EQ(tok->encode("<|im_start|>hello<|im_end|>", true, true),
-            (std::vector<int32_t>{151644, kHello, 151645, 151645}));
-  EXPECT_EQ(tok->decode({151644, kHello, 151645}, true), "hello");
-  EXPECT_EQ(tok->decode({151644, kHello, 151645}, false), "<|im_start|>hello<|im_end|>");
+            (std::vector<int32_t>{151644, kHelloId, 151645, 151645}));
+  EXPECT_EQ(tok->decode({151644, kHelloId, 151645}, true), "hello");
+  EXPECT_EQ(tok->decode({151644, kHelloId, 151645}, false), "<|im_start|>hello<|im_end|>");
 
   Qwen2Options q2;
   q2.qwen2_5 = false;
@@ -132,17 +132,17 @@ TEST(DataTokenizerQwen2, LoadedByTypeWithMergesFileAndSpecialTokensPath) {
   s.path = dir / "vocab.json";
   s.merges_file = dir / "merges.txt";
   auto tok = load_tokenizer(s);
-  EXPECT_EQ(tok->encode("hello<|im_end|>", false, false), (std::vector<int32_t>{kHello, 151645}));
+  EXPECT_EQ(tok->encode("hello<|im_end|>", false, false), (std::vector<int32_t>{kHelloId, 151645}));
   s.special_tokens_path = dir / "special.json";
   tok = load_tokenizer(s);
   EXPECT_EQ(tok->encode("hello<think><|im_end|>", false, false),
-            (std::vector<int32_t>{kHello, 402, 401}));
+            (std::vector<int32_t>{kHelloId, 402, 401}));
   EXPECT_FALSE(tok->token_to_id("<|im_start|>"));
   // auto: vocab.json with merges.txt beside it; a directory holding both.
   EXPECT_EQ(load_tokenizer("auto", dir / "vocab.json")->encode("hello", false, false),
-            (std::vector<int32_t>{kHello}));
+            (std::vector<int32_t>{kHelloId}));
   EXPECT_EQ(load_tokenizer("qwen2", dir.path())->encode("hello", false, false),
-            (std::vector<int32_t>{kHello}));
+            (std::vector<int32_t>{kHelloId}));
   // Without merges_file.
   TokenizerSpec nm;
   nm.type = "qwen2_5";

@@ -136,12 +136,12 @@ TEST(IoGguf, WriterLayoutReadBack) {
   w.add_f32s("tokenizer.ggml.scores", {0.0f, -1.5f});
   w.add_i32s("tokenizer.ggml.token_type", {1, -3});
   const std::vector<float> vals = {1, 2, 3};
-  w.add_tensor({"a", {3}, TensorType::F32, [&] {
+  w.add_tensor({"a", {3}, gguf::TensorType::F32, [&] {
                   std::vector<uint8_t> b(12);
                   std::memcpy(b.data(), vals.data(), 12);
                   return b;
                 }});
-  w.add_tensor({"b", {2, 32}, TensorType::Q8_0, [] { return std::vector<uint8_t>(68, 7); }});
+  w.add_tensor({"b", {2, 32}, gguf::TensorType::Q8_0, [] { return std::vector<uint8_t>(68, 7); }});
   w.write(dir / "x.gguf");
   const auto f = read_gguf(dir / "x.gguf");
   EXPECT_EQ(f.version, 3u);
@@ -172,10 +172,10 @@ TEST(IoGguf, WriterLayoutReadBack) {
 TEST(IoGguf, WriterRejectsBadInputAndLeavesNoFile) {
   fusetune::testing::TempDir dir;
   Writer w;
-  EXPECT_THROW(w.add_tensor({"q", {2, 40}, TensorType::Q4_0, nullptr}), Error);
+  EXPECT_THROW(w.add_tensor({"q", {2, 40}, gguf::TensorType::Q4_0, nullptr}), Error);
   w.add_u32("k", 1);
   EXPECT_THROW(w.add_u32("k", 2), Error);
-  w.add_tensor({"t", {4}, TensorType::F32, [] { return std::vector<uint8_t>(3); }});
+  w.add_tensor({"t", {4}, gguf::TensorType::F32, [] { return std::vector<uint8_t>(3); }});
   try {
     w.write(dir / "y.gguf");
     FAIL() << "expected an error";
@@ -204,20 +204,23 @@ TEST(IoGguf, TensorNamesAsLlamaCpp) {
 
 TEST(IoGguf, TensorTypesFollowLlamaCppDefaults) {
   const std::vector<int64_t> mat = {64, 64}, odd = {64, 172}, vec = {64};
-  EXPECT_EQ(tensor_type_for(FileType::Q4_0, "model.norm.weight", vec, false), TensorType::F32);
-  EXPECT_EQ(tensor_type_for(FileType::F16, "model.norm.weight", vec, false), TensorType::F32);
-  EXPECT_EQ(tensor_type_for(FileType::F16, "lm_head.weight", mat, false), TensorType::F16);
-  EXPECT_EQ(tensor_type_for(FileType::Q8_0, "lm_head.weight", mat, false), TensorType::Q8_0);
+  EXPECT_EQ(tensor_type_for(FileType::Q4_0, "model.norm.weight", vec, false),
+            gguf::TensorType::F32);
+  EXPECT_EQ(tensor_type_for(FileType::F16, "model.norm.weight", vec, false), gguf::TensorType::F32);
+  EXPECT_EQ(tensor_type_for(FileType::F16, "lm_head.weight", mat, false), gguf::TensorType::F16);
+  EXPECT_EQ(tensor_type_for(FileType::Q8_0, "lm_head.weight", mat, false), gguf::TensorType::Q8_0);
   EXPECT_EQ(tensor_type_for(FileType::Q8_0, "model.embed_tokens.weight", mat, false),
-            TensorType::Q8_0);
-  EXPECT_EQ(tensor_type_for(FileType::Q8_0, "x.down_proj.weight", odd, false), TensorType::F16);
-  EXPECT_EQ(tensor_type_for(FileType::Q4_0, "x.q_proj.weight", mat, false), TensorType::Q4_0);
-  EXPECT_EQ(tensor_type_for(FileType::Q4_0, "x.down_proj.weight", odd, false), TensorType::F16);
-  EXPECT_EQ(tensor_type_for(FileType::Q4_0, "lm_head.weight", mat, false), TensorType::Q8_0);
+            gguf::TensorType::Q8_0);
+  EXPECT_EQ(tensor_type_for(FileType::Q8_0, "x.down_proj.weight", odd, false),
+            gguf::TensorType::F16);
+  EXPECT_EQ(tensor_type_for(FileType::Q4_0, "x.q_proj.weight", mat, false), gguf::TensorType::Q4_0);
+  EXPECT_EQ(tensor_type_for(FileType::Q4_0, "x.down_proj.weight", odd, false),
+            gguf::TensorType::F16);
+  EXPECT_EQ(tensor_type_for(FileType::Q4_0, "lm_head.weight", mat, false), gguf::TensorType::Q8_0);
   EXPECT_EQ(tensor_type_for(FileType::Q4_0, "model.embed_tokens.weight", mat, false),
-            TensorType::Q4_0);
+            gguf::TensorType::Q4_0);
   EXPECT_EQ(tensor_type_for(FileType::Q4_0, "model.embed_tokens.weight", mat, true),
-            TensorType::Q8_0);  // tied: the embedding is the head
+            gguf::TensorType::Q8_0);  // tied: the embedding is the head
   EXPECT_THROW(parse_file_type("q4_k"), Error);
 }
 
@@ -347,15 +350,15 @@ TEST(IoGguf, TiedEmbeddingHasNoOutputTensorAndIsTheQ8_0Head) {
 // whole Q8_0 blocks only (288); a Q8_0 file keeps a Q8_0 head.
 TEST(IoGguf, Q4_0HeadIsQ6_KWhenRowsAreMultiplesOf256) {
   const std::vector<int64_t> m256{40, 256}, m288{40, 288}, m512{40, 512};
-  EXPECT_EQ(tensor_type_for(FileType::Q4_0, "lm_head.weight", m256, false), TensorType::Q6_K);
-  EXPECT_EQ(tensor_type_for(FileType::Q4_0, "lm_head.weight", m512, false), TensorType::Q6_K);
-  EXPECT_EQ(tensor_type_for(FileType::Q4_0, "lm_head.weight", m288, false), TensorType::Q8_0);
+  EXPECT_EQ(tensor_type_for(FileType::Q4_0, "lm_head.weight", m256, false), gguf::TensorType::Q6_K);
+  EXPECT_EQ(tensor_type_for(FileType::Q4_0, "lm_head.weight", m512, false), gguf::TensorType::Q6_K);
+  EXPECT_EQ(tensor_type_for(FileType::Q4_0, "lm_head.weight", m288, false), gguf::TensorType::Q8_0);
   EXPECT_EQ(tensor_type_for(FileType::Q4_0, "model.embed_tokens.weight", m256, false),
-            TensorType::Q4_0);
+            gguf::TensorType::Q4_0);
   EXPECT_EQ(tensor_type_for(FileType::Q4_0, "model.embed_tokens.weight", m256, true),
-            TensorType::Q6_K);
-  EXPECT_EQ(tensor_type_for(FileType::Q8_0, "lm_head.weight", m256, false), TensorType::Q8_0);
-  EXPECT_EQ(type_bytes(TensorType::Q6_K, 40 * 256), 40u * 210u);
+            gguf::TensorType::Q6_K);
+  EXPECT_EQ(tensor_type_for(FileType::Q8_0, "lm_head.weight", m256, false), gguf::TensorType::Q8_0);
+  EXPECT_EQ(type_bytes(gguf::TensorType::Q6_K, 40 * 256), 40u * 210u);
 
   for (bool tied : {false, true}) {
     SCOPED_TRACE(tied ? "tied" : "untied");
@@ -384,7 +387,7 @@ TEST(IoGguf, Q4_0HeadIsQ6_KWhenRowsAreMultiplesOf256) {
                                          [&](const auto& e) { return e.first == head; }) -
                             r.tensors.begin());
     ASSERT_LT(i, r.tensors.size());
-    EXPECT_EQ(r.tensors[i].second, TensorType::Q6_K);
+    EXPECT_EQ(r.tensors[i].second, gguf::TensorType::Q6_K);
     // The tensor after the head starts where the head's 40 * 210 bytes (padded to 32) end.
     for (size_t t = 0; t + 1 < f.tensors.size(); ++t)
       if (f.tensors[t].name == head) {

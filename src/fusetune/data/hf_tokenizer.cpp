@@ -12,6 +12,7 @@
 #include "fusetune/data/hf_normalizer.h"
 #include "fusetune/data/hf_pretokenizer.h"
 #include "fusetune/data/utf8.h"
+#include "fusetune/util/fs.h"
 #include "fusetune/util/strings.h"
 
 namespace fusetune {
@@ -19,15 +20,14 @@ namespace fusetune {
 using hf_json::Json;
 using hf_json::Where;
 
-namespace {
+// The ids a template item adds: a post-processor's prefix and suffix around the text
+// (outside the anonymous namespace: HfTokenizer::Impl holds one).
+struct PostTemplate {
+  std::vector<int32_t> prefix, suffix;
+  bool present = false;  // the post-processor adds special tokens at all
+};
 
-std::string read_file(const std::filesystem::path& p, const std::string& what) {
-  std::ifstream in(p, std::ios::binary);
-  FT_CHECK(in, what + " not found or not readable at " + p.string());
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+namespace {
 
 Json parse_json(std::string_view text, const std::string& file) {
   try {
@@ -37,13 +37,7 @@ Json parse_json(std::string_view text, const std::string& file) {
   }
 }
 
-// The ids a template item adds: a post-processor's prefix and suffix around the text.
-struct Template {
-  std::vector<int32_t> prefix, suffix;
-  bool present = false;  // the post-processor adds special tokens at all
-};
-
-void read_post_processor(const Json& j, const Where& w, Template& t) {
+void read_post_processor(const Json& j, const Where& w, PostTemplate& t) {
   if (j.is_null()) return;
   const std::string type = hf_json::require_string(j, "type", w);
   if (type == "ByteLevel") return;  // only trims offsets, which we do not produce
@@ -56,7 +50,7 @@ void read_post_processor(const Json& j, const Where& w, Template& t) {
   if (type == "TemplateProcessing") {
     const Json& single = hf_json::require_array(j, "single", w);
     const Json& specials = hf_json::require(j, "special_tokens", w);
-    Template local;
+    PostTemplate local;
     bool seen_a = false;
     for (size_t i = 0; i < single.size(); ++i) {
       Where wi = (w / "single").at(i);
@@ -130,7 +124,7 @@ struct HfTokenizer::Impl {
   std::unordered_map<int32_t, size_t> added_by_id;  // id -> index into added
   StringMap<int32_t> added_by_content;
   AddedTokenMatcher raw_matcher, normalized_matcher;
-  Template post;
+  PostTemplate post;
   int32_t bos = -1, eos = -1, pad = -1;
   std::optional<bool> cfg_add_bos, cfg_add_eos;
   int64_t vocab_size = 0;
@@ -152,7 +146,7 @@ HfTokenizer::HfTokenizer() : impl_(std::make_unique<Impl>()) {}
 HfTokenizer::~HfTokenizer() = default;
 
 std::unique_ptr<HfTokenizer> HfTokenizer::from_file(const std::filesystem::path& path) {
-  const std::string json = read_file(path, "tokenizer.json");
+  const std::string json = read_input_file(path, "tokenizer.json");
   std::string config;
   std::filesystem::path dir = path.parent_path();
   if (dir.empty()) dir = ".";
@@ -160,14 +154,14 @@ std::unique_ptr<HfTokenizer> HfTokenizer::from_file(const std::filesystem::path&
   const std::filesystem::path map_path = dir / "special_tokens_map.json";
   Json cfg = Json::object();
   if (std::filesystem::exists(cfg_path)) {
-    cfg = parse_json(read_file(cfg_path, "tokenizer_config.json"),
+    cfg = parse_json(read_input_file(cfg_path, "tokenizer_config.json"),
                      "tokenizer_config.json at " + cfg_path.string());
     FT_CHECK(cfg.is_object(),
              "tokenizer_config.json at " + cfg_path.string() + " must be an object");
   }
   // special_tokens_map.json fills in the tokens tokenizer_config.json does not name.
   if (std::filesystem::exists(map_path)) {
-    Json map = parse_json(read_file(map_path, "special_tokens_map.json"),
+    Json map = parse_json(read_input_file(map_path, "special_tokens_map.json"),
                           "special_tokens_map.json at " + map_path.string());
     if (map.is_object())
       for (const char* key : {"bos_token", "eos_token", "pad_token", "unk_token"})

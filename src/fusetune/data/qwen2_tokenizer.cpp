@@ -7,6 +7,7 @@
 
 #include "fusetune/data/byte_level.h"
 #include "fusetune/util/error.h"
+#include "fusetune/util/fs.h"
 
 namespace fusetune {
 
@@ -79,14 +80,6 @@ std::vector<std::pair<std::string, std::string>> parse_merges_txt(
 
 namespace {
 
-std::string read_text(const std::filesystem::path& p, const std::string& what) {
-  std::ifstream in(p, std::ios::binary);
-  FT_CHECK(in, what + " not found or not readable at " + p.string());
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 std::unique_ptr<HfTokenizer> build(StringMap<int32_t> vocab,
                                    const std::vector<std::pair<std::string, std::string>>& merges,
                                    const std::vector<size_t>& merge_lines,
@@ -153,9 +146,9 @@ std::unique_ptr<HfTokenizer> load_qwen2_tokenizer(const std::filesystem::path& v
                                                   const Qwen2Options& o) {
   const std::string vname = "vocab.json at " + vocab_json.string();
   const std::string mname = "merges.txt at " + merges_txt.string();
-  StringMap<int32_t> vocab = parse_vocab_json(read_text(vocab_json, "vocab.json"), vname);
+  StringMap<int32_t> vocab = parse_vocab_json(read_input_file(vocab_json, "vocab.json"), vname);
   std::vector<size_t> lines;
-  auto merges = parse_merges_txt(read_text(merges_txt, "merges_file"), mname, &lines);
+  auto merges = parse_merges_txt(read_input_file(merges_txt, "merges_file"), mname, &lines);
   std::vector<SpecialToken> specials;
   std::string specials_name;
   if (!o.special_tokens_path.empty()) {

@@ -11,6 +11,7 @@
 #include "fusetune/data/bpe.h"
 #include "fusetune/data/byte_level.h"
 #include "fusetune/util/error.h"
+#include "fusetune/util/fs.h"
 
 namespace fusetune {
 
@@ -74,14 +75,6 @@ std::string shown(std::string_view line) {
   for (char& c : s)
     if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7F) c = '?';
   return "'" + s + (line.size() > 60 ? "...'" : "'");
-}
-
-std::string read_text(const std::filesystem::path& p, const std::string& what) {
-  std::ifstream in(p, std::ios::binary);
-  FT_CHECK(in, what + " not found or not readable at " + p.string());
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 }  // namespace
@@ -234,7 +227,7 @@ std::unique_ptr<HfTokenizer> llama3_tiktoken_from_text(std::string_view model_te
 std::unique_ptr<HfTokenizer> load_llama3_tiktoken(
     const std::filesystem::path& model, const std::filesystem::path& special_tokens_path) {
   const std::string name = "tiktoken tokenizer.model at " + model.string();
-  const std::string text = read_text(model, "tiktoken tokenizer.model");
+  const std::string text = read_input_file(model, "tiktoken tokenizer.model");
   if (special_tokens_path.empty())
     return llama3_from(text, llama3_special_tokens(), name, "the Llama 3 special tokens");
   return llama3_from(text, read_special_tokens_file(special_tokens_path), name,

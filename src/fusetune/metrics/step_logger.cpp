@@ -9,20 +9,13 @@
 #include <nlohmann/json.hpp>
 
 #include "fusetune/metrics/format.h"
+#include "fusetune/util/clock.h"
 #include "fusetune/util/error.h"
 #include "fusetune/util/strings.h"
 
 namespace fusetune {
 namespace fs = std::filesystem;
 namespace {
-
-double unix_now_s() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-double steady_now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 nlohmann::ordered_json number_or_null(double v) {
   return std::isfinite(v) ? nlohmann::ordered_json(v) : nlohmann::ordered_json(nullptr);

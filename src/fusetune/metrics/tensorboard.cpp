@@ -6,15 +6,12 @@
 #include <chrono>
 #include <cstring>
 
+#include "fusetune/util/clock.h"
 #include "fusetune/util/crc32c.h"
 #include "fusetune/util/error.h"
 
 namespace fusetune {
 namespace {
-
-double unix_now_s() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 // The protobuf wire format, for the handful of field kinds an Event uses.
 void varint(std::string& out, uint64_t v) {

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "fusetune/optim/adamw_math.h"
+#include "fusetune/optim/parallel_min.h"
 #include "fusetune/optim/stochastic_rounding.h"
 #include "fusetune/util/error.h"
 
@@ -10,7 +11,6 @@ namespace fusetune {
 namespace {
 
 // Below this many elements a parallel region costs more than it saves.
-constexpr int64_t kParallelMin = 1 << 15;
 
 // T: the compute type (float, or double for F64 parameters); P, M: how the parameter (and its
 // gradient) and the moments are stored (T itself, or uint16_t for bf16). With P = M = T this
@@ -19,7 +19,7 @@ template <class T, class P, class M>
 void adamw_update(P* p, const P* g, M* m, M* v, int64_t n, const adamw_math::Coefficients& c,
                   const bf16::Stream& r) {
   const adamw_math::Update<T> update(c);
-#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+#pragma omp parallel for schedule(static) if (n >= kOptimizerParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     T pi = bf16::load(p[i]), mi = bf16::load(m[i]), vi = bf16::load(v[i]);
     update(pi, bf16::load(g[i]), mi, vi);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "fusetune/optim/adamw_math.h"
+#include "fusetune/optim/parallel_min.h"
 #include "fusetune/optim/stochastic_rounding.h"
 #include "fusetune/util/error.h"
 
@@ -115,15 +116,11 @@ void dequantize_blockwise(const uint8_t* codes, const float* absmax, int64_t n, 
 
 namespace {
 
-constexpr int64_t kParallelMin = 1 << 15;
-
-using adamw_math::Coefficients;
-
 // One block of an 8-bit parameter: dequantize, AdamW's update (adamw_math::Update, which
 // adamw.cpp runs too), requantize with the block's new absmax.
 template <class T>
 void update_block(T* p, const T* g, uint8_t* c1, uint8_t* c2, float* absmax1, float* absmax2,
-                  int64_t n, const Coefficients& c, T* m, T* v) {
+                  int64_t n, const adamw_math::Coefficients& c, T* m, T* v) {
   const q8::CodeBook& book1 = q8::code_book(true);
   const q8::CodeBook& book2 = q8::code_book(false);
   const float* map1 = book1.map.data();
@@ -151,9 +148,9 @@ void update_block(T* p, const T* g, uint8_t* c1, uint8_t* c2, float* absmax1, fl
 
 template <class T>
 void update_8bit(T* p, const T* g, uint8_t* c1, uint8_t* c2, float* absmax1, float* absmax2,
-                 int64_t n, const Coefficients& c) {
+                 int64_t n, const adamw_math::Coefficients& c) {
   const int64_t blocks = (n + q8::kBlock - 1) / q8::kBlock;
-#pragma omp parallel if (n >= kParallelMin)
+#pragma omp parallel if (n >= kOptimizerParallelMin)
   {
     std::vector<T> m(static_cast<size_t>(q8::kBlock)), v(static_cast<size_t>(q8::kBlock));
 #pragma omp for schedule(static)
@@ -168,9 +165,10 @@ void update_8bit(T* p, const T* g, uint8_t* c1, uint8_t* c2, float* absmax1, flo
 // BF16 parameters: each block is widened to fp32, updated as an F32 parameter's block, and
 // written back with stochastic rounding (the moments stay 8-bit).
 void update_8bit_bf16(uint16_t* p, const uint16_t* g, uint8_t* c1, uint8_t* c2, float* absmax1,
-                      float* absmax2, int64_t n, const Coefficients& c, const bf16::Stream& round) {
+                      float* absmax2, int64_t n, const adamw_math::Coefficients& c,
+                      const bf16::Stream& round) {
   const int64_t blocks = (n + q8::kBlock - 1) / q8::kBlock;
-#pragma omp parallel if (n >= kParallelMin)
+#pragma omp parallel if (n >= kOptimizerParallelMin)
   {
     const size_t len_max = static_cast<size_t>(q8::kBlock);
     std::vector<float> m(len_max), v(len_max), pf(len_max), gf(len_max);
@@ -239,7 +237,7 @@ void AdamW8bit::step(const std::vector<ParamRef>& params, double lr) {
       s.absmax2 = Tensor::zeros({num_blocks(n)}, DType::F32);
     }
     s.step += 1;
-    const Coefficients c = adamw_math::coefficients(options_.adamw, lr, s.step);
+    const adamw_math::Coefficients c = adamw_math::coefficients(options_.adamw, lr, s.step);
     uint8_t* c1 = bytes(s.codes1);
     uint8_t* c2 = bytes(s.codes2);
     float* a1 = s.absmax1.data<float>();

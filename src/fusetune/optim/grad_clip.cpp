@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "fusetune/optim/parallel_min.h"
 #include "fusetune/optim/stochastic_rounding.h"
 #include "fusetune/util/error.h"
 
@@ -12,13 +13,12 @@ namespace {
 
 // Block size of the deterministic reduction: independent of the thread count.
 constexpr int64_t kBlock = 8192;
-constexpr int64_t kParallelMin = 1 << 15;
 
 template <class T>
 double sum_squares(const T* g, int64_t n) {
   const int64_t blocks = (n + kBlock - 1) / kBlock;
   std::vector<double> partial(size_t(blocks), 0.0);
-#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+#pragma omp parallel for schedule(static) if (n >= kOptimizerParallelMin)
   for (int64_t b = 0; b < blocks; ++b) {
     const int64_t begin = b * kBlock, end = std::min(n, (b + 1) * kBlock);
     // Eight independent accumulators: a fixed order the compiler can vectorize.
@@ -43,14 +43,14 @@ double sum_squares(const T* g, int64_t n) {
 
 template <class T>
 void scale_in_place(T* g, T s, int64_t n) {
-#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+#pragma omp parallel for schedule(static) if (n >= kOptimizerParallelMin)
   for (int64_t i = 0; i < n; ++i) g[i] = g[i] * s;
 }
 
 // BF16 gradients: the product in fp32, rounded to nearest (a one-off scaling, not an
 // accumulation: the half-ulp error does not build up, so no stochastic rounding is needed).
 void scale_in_place(uint16_t* g, float s, int64_t n) {
-#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+#pragma omp parallel for schedule(static) if (n >= kOptimizerParallelMin)
   for (int64_t i = 0; i < n; ++i) g[i] = bf16::round_nearest(bf16::to_f32(g[i]) * s);
 }
 

@@ -2,13 +2,12 @@
 
 #include <cmath>
 
+#include "fusetune/optim/parallel_min.h"
 #include "fusetune/optim/stochastic_rounding.h"
 #include "fusetune/util/error.h"
 
 namespace fusetune {
 namespace {
-
-constexpr int64_t kParallelMin = 1 << 15;
 
 struct Coefficients {
   double lr, momentum, dampening, weight_decay;
@@ -26,7 +25,7 @@ void sgd_update(P* p, const P* g, B* buf, bool first, int64_t n, const Coefficie
   const T mom = T(c.momentum);
   const T keep = T(1 - c.dampening);
   const T neg_lr = T(-c.lr);
-#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+#pragma omp parallel for schedule(static) if (n >= kOptimizerParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     const T pi = bf16::load(p[i]);
     T d = bf16::load(g[i]);

@@ -10,6 +10,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <system_error>
 #include <vector>
 
@@ -69,6 +71,14 @@ void remove_dead_temps(const fs::path& target) {
   for (fs::directory_iterator it(parent, ec), end; !ec && it != end; it.increment(ec))
     if (is_dead_process_temp(it->path().filename().string(), base)) dead.push_back(it->path());
   for (const fs::path& p : dead) fs::remove_all(p, ec);  // best effort
+}
+
+std::string read_input_file(const fs::path& path, std::string_view what) {
+  std::ifstream in(path, std::ios::binary);
+  FT_CHECK(in, std::string(what) + " not found or not readable at " + path.string());
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
 }
 
 std::string read_file(const fs::path& path) {

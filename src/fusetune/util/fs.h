@@ -12,6 +12,10 @@ namespace fusetune {
 // The whole file as bytes. Throws fusetune::Error naming the path when it cannot be read.
 std::string read_file(const std::filesystem::path& path);
 
+// The whole file as bytes, for inputs a user names in a config: the error says which input it
+// is ("<what> not found or not readable at <path>").
+std::string read_input_file(const std::filesystem::path& path, std::string_view what);
+
 // Writes `bytes` to a temp file beside `path`, fsyncs it, renames it over `path` and fsyncs
 // the directory. On failure the temp file is removed and an existing `path` is left intact.
 // Temp files that a killed process left beside `path` are removed first.
