@@ -23,6 +23,24 @@ TEST(MetricsFormat, PythonFloatReprOfLearningRates) {
   EXPECT_EQ(python_float_repr(1e-4 * 0.5 * (1 + std::cos(M_PI * 0.3))), "7.938926261462366e-05");
 }
 
+// Step lines: a schedule's learning rate to 4 significant digits, as a person reads it.
+TEST(MetricsFormat, RoundedReprOfLearningRates) {
+  EXPECT_EQ(python_float_repr_rounded(0.0024000000000000002, 4), "0.0024");
+  EXPECT_EQ(python_float_repr_rounded(0.0028144600200657953, 4), "0.002814");
+  EXPECT_EQ(python_float_repr_rounded(1.1827948028283354e-05, 4), "1.183e-05");
+  EXPECT_EQ(python_float_repr_rounded(2e-5 * 0.9996954135095479, 4), "1.999e-05");
+  EXPECT_EQ(python_float_repr_rounded(2e-5 * 0.1, 4), "2e-06");
+  EXPECT_EQ(python_float_repr_rounded(3.6e-05, 4), "3.6e-05");
+  EXPECT_EQ(python_float_repr_rounded(9.99996e-05, 4), "0.0001");
+  EXPECT_EQ(python_float_repr_rounded(0.003, 4), "0.003");
+  EXPECT_EQ(python_float_repr_rounded(1.0, 4), "1.0");
+  EXPECT_EQ(python_float_repr_rounded(12345.678, 4), "12350.0");
+  EXPECT_EQ(python_float_repr_rounded(-0.0024000000000000002, 4), "-0.0024");
+  EXPECT_EQ(python_float_repr_rounded(0.0, 4), "0.0");
+  EXPECT_EQ(python_float_repr_rounded(std::nan(""), 4), "nan");
+  EXPECT_EQ(python_float_repr_rounded(std::numeric_limits<double>::infinity(), 4), "inf");
+}
+
 TEST(MetricsFormat, PythonFloatReprGeneralCases) {
   EXPECT_EQ(python_float_repr(0.0), "0.0");
   EXPECT_EQ(python_float_repr(-0.0), "-0.0");

@@ -72,6 +72,23 @@ TEST(MetricsStepLogger, StepLineIsTorchtunes) {
   EXPECT_EQ(format_step_line(m), "Step 12 | loss:nan lr:0.0001 tokens_per_second_per_gpu:1044.78");
 }
 
+// A schedule's learning rate reads as a person writes it (4 significant digits); metrics.jsonl
+// keeps every digit.
+TEST(MetricsStepLogger, StepLineRoundsTheLearningRate) {
+  StepMetrics m = example_step();
+  m.lr = 0.0024000000000000002;
+  EXPECT_EQ(format_step_line(m),
+            "Step 12 | loss:1.9746 lr:0.0024 tokens_per_second_per_gpu:1044.78 "
+            "peak_memory_alloc:0.41");
+  m.lr = 1.1827948028283354e-05;
+  EXPECT_NE(format_step_line(m).find(" lr:1.183e-05 "), std::string::npos) << format_step_line(m);
+  m.lr = 0;
+  EXPECT_NE(format_step_line(m).find(" lr:0.0 "), std::string::npos) << format_step_line(m);
+  m.lr = 0.0028144600200657953;
+  const auto j = nlohmann::json::parse(format_metrics_json(m, 0, 0));
+  EXPECT_EQ(j["lr"].get<double>(), 0.0028144600200657953);
+}
+
 TEST(MetricsStepLogger, HeaderBlock) {
   RunHeader h;
   h.recipe = "lora_finetune_single_device";

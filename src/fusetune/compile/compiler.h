@@ -1,5 +1,5 @@
 #pragma once
-// The three ways to run the joint graph (DESIGN.md §1):
+// The three ways to run the joint graph (docs/design.md §4):
 //   compile: false        -> eager executor
 //   compile: model        -> passes on the model region; the loss region stays eager
 //   compile: true         -> passes on the whole joint graph (alias: model+loss)

@@ -1,5 +1,5 @@
 #pragma once
-// Attention fusion (DESIGN.md §3 "Attention"). Finds the eager attention of models/llama.cpp
+// Attention fusion (docs/design.md §3). Finds the eager attention of models/llama.cpp
 //   q [B,T,H,hd], k, v [B,T,KV,hd] -> Transpose(1,2) (+ RepeatHeads for k, v)
 //   -> MatMul(q, k^T) -> Scale -> CausalMask [-> doc_ids] -> Softmax -> MatMul(p, v)
 //   -> Transpose(1,2)

@@ -1,5 +1,5 @@
 #pragma once
-// The heart of `compile: true` (DESIGN.md §3): finds
+// The heart of `compile: true` (docs/design.md §3): finds
 //   logits = h W^T -> log_softmax -> nll -> * scale        and its backward
 //   NllBackward -> LogSoftmaxBackward -> (dlogits W, dlogits^T h)
 // and replaces all of it by one FusedLinearCrossEntropy node that yields the loss, dh and dW

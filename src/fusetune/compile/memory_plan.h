@@ -1,5 +1,5 @@
 #pragma once
-// Memory planning (DESIGN.md §3): liveness over the scheduled nodes, then every intermediate
+// Memory planning (docs/design.md §5): liveness over the scheduled nodes, then every intermediate
 // buffer gets an offset in one arena, placed greedily by size so buffers whose lifetimes
 // overlap never share bytes. Leaves, graph outputs and views are not placed: leaves are bound
 // by the caller, outputs outlive the step, views alias their source (whose lifetime they

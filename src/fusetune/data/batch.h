@@ -1,7 +1,7 @@
 #pragma once
 // One micro-batch as the model sees it, all [batch_size x seq_len] row-major.
 // Labels are already shifted by the data layer (labels[i] = tokens[i+1], -100 = ignore), so
-// neither the recipe nor the loss ever slices logits (DESIGN.md §3).
+// neither the recipe nor the loss ever slices logits (docs/design.md §1).
 #include <cstdint>
 #include <vector>
 

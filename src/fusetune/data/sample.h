@@ -1,7 +1,7 @@
 #pragma once
 // One tokenized example, and the single place where labels are shifted.
 //
-// Convention (DESIGN.md §3): datasets produce *unshifted* per-token targets, as Hugging Face
+// Convention (docs/design.md §1): datasets produce *unshifted* per-token targets, as Hugging Face
 // does: labels[i] is tokens[i] when token i is trained on, kIgnoreIndex (-100) when it is
 // not (prompt tokens with train_on_input: false, headers, padding). The collator turns them
 // into what the model sees, labels[i] = target of position i = next token, with

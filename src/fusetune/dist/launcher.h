@@ -1,7 +1,7 @@
 #pragma once
 // `fusetune run --nproc_per_node N RECIPE ...` (torchtune's spelling): the command starts
 // itself again as N ranks through mpirun, on this host. Many hosts: call mpirun (with a
-// hostfile) or srun directly; see README.
+// hostfile) or srun directly (docs/distributed.md).
 #include <string>
 #include <vector>
 

@@ -1,5 +1,5 @@
 #pragma once
-// Generation with a KV cache (DESIGN.md §7, "Decode"). A batch of prompts is left-padded to a
+// Generation with a KV cache (docs/design.md §9). A batch of prompts is left-padded to a
 // common length P; one prefill run of the step graph (models/decode_graph.h) with T = P fills the
 // cache and gives the first token's logits, then each decode run feeds one token per row at
 // the next cache slot. Both graphs go through compile_graph like a training step (compile:

@@ -38,6 +38,13 @@ std::string python_float_repr(double x) {
   return out + digits.substr(0, size_t(decpt)) + "." + digits.substr(size_t(decpt));
 }
 
+std::string python_float_repr_rounded(double x, int digits) {
+  if (!std::isfinite(x) || x == 0) return python_float_repr(x);
+  char buf[64];  // "%.Ne" rounds correctly; the double nearest it has at most `digits` digits
+  std::snprintf(buf, sizeof buf, "%.*e", digits - 1, x);
+  return python_float_repr(std::strtod(buf, nullptr));
+}
+
 std::string format_fixed(double x, int decimals) {
   char buf[512];  // %.Nf of 1e308 needs ~310 characters
   std::snprintf(buf, sizeof buf, "%.*f", decimals, x);

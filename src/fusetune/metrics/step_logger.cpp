@@ -25,7 +25,7 @@ nlohmann::ordered_json number_or_null(double v) {
 
 std::string format_step_line(const StepMetrics& m) {
   std::string line = "Step " + std::to_string(m.step) + " | loss:" + format_fixed(m.loss, 4) +
-                     " lr:" + python_float_repr(m.lr) +
+                     " lr:" + python_float_repr_rounded(m.lr, 4) +
                      " tokens_per_second_per_gpu:" + format_fixed(m.tokens_per_second_per_gpu, 2);
   if (m.peak_memory_alloc_bytes)
     line += " peak_memory_alloc:" + format_gib(double(*m.peak_memory_alloc_bytes));

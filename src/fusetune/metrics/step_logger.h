@@ -30,7 +30,7 @@ struct StepMetrics {
   int64_t step = 0;   // global optimizer step, as torchtune counts it (1 after the first step)
   int64_t epoch = 1;  // 1-based, as the progress bar shows it
   double loss = 0;    // printed with 4 decimals
-  double lr = 0;      // printed as Python's repr: 2e-05, 3.6e-05, 0.0001
+  double lr = 0;      // printed to 4 significant digits: 2e-05, 3.6e-05, 0.0024, 0.002814
   double tokens_per_second_per_gpu = 0;            // 2 decimals
   std::optional<int64_t> peak_memory_alloc_bytes;  // printed in GiB, 2 decimals, when set
   std::optional<double> grad_norm;                 // 4 decimals, when set (clip_grad_norm)

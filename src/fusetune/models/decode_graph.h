@@ -1,5 +1,5 @@
 #pragma once
-// The graph of one generation step (DESIGN.md §7, "Decode"): T new tokens per row run through the
+// The graph of one generation step (docs/design.md §9): T new tokens per row run through the
 // model against the KV cache, which the step extends in place (Op::KVCacheAttention); the head
 // reads only each row's last position. The prefill is this graph with T = the prompt length, each
 // decode step the same graph with T = 1, so both compile like the training step.

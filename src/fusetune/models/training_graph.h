@@ -1,5 +1,5 @@
 #pragma once
-// The joint training step as one graph: model forward + loss + backward (DESIGN.md §1, §7).
+// The joint training step as one graph: model forward + loss + backward (docs/design.md §1, §7).
 // Inputs (bound by name each step): "tokens", "labels", "positions" [B, T] I32, "doc_ids"
 // [B, T] I32 when packed, "loss_scale" [] (1 / the loss units of the optimizer step), and any
 // inputs the loss adds. Outputs, by name: "loss", then "grad:<param>" for every trainable

@@ -552,7 +552,7 @@ int run_training(const Config& cfg, const TrainJob& job) {
       if (streaming) streamer->finish();
       if (job.comm && world > 1) {
         // Ranks: the step's loss, metric sums and counts, and gradients summed over the ranks;
-        // clipping and the update then see the global gradient (DESIGN.md §7: accumulate ->
+        // clipping and the update then see the global gradient (docs/design.md §7: accumulate ->
         // reduce -> clip).
         std::vector<double> scalars = {loss};
         for (const StepMetric& mv : metrics) {

@@ -1,5 +1,5 @@
 #pragma once
-// The training step as a unit (DESIGN.md §7). The loop (train_loop.h) is the same for every
+// The training step as a unit (docs/design.md §7). The loop (train_loop.h) is the same for every
 // recipe: micro-batches -> step -> accumulate gradients -> clip -> optimizer -> log the named
 // metrics -> checkpoint. A recipe supplies its step: what one micro-batch computes, by name.
 #include <functional>

@@ -3,8 +3,8 @@
 // in fp32. By default a node's bf16 inputs are widened into fp32 scratch, the fp32 kernel runs,
 // and its bf16 outputs are rounded (to nearest even) from fp32 scratch; fp32 values (scalars,
 // statistics: graph.h keeps_f32_in_bf16_graph) pass through untouched. The ops that read a
-// weight never widen it whole (DESIGN: "convert in GEMM tiles, never a whole fp32 copy of a
-// weight"):
+// weight never widen it whole (docs/design.md §6: "convert in GEMM tiles, never a whole fp32
+// copy of a weight"):
 //   - MatMul widens its weight operand a tile of rows at a time (kernels/cpu/bf16.h), and a
 //     weight gradient (dW = dy^T x, the trans_a products) is produced a tile of rows at a time;
 //   - Embedding copies bf16 rows straight into its bf16 output, and its backward sums each

@@ -1,5 +1,5 @@
 #pragma once
-// Causal attention without the [T, T] scores (DESIGN.md §3 "Attention"): queries and keys are
+// Causal attention without the [T, T] scores (docs/design.md §3): queries and keys are
 // processed in tiles with an online softmax (FlashAttention-2, Dao 2023), so at most one
 // [kBlockQ, kBlockK] tile of scores per thread exists. GQA reads the shared K/V head in place
 // (query head h uses kv head h / (H / KV)); nothing is transposed or repeated.

@@ -1,5 +1,5 @@
 #pragma once
-// Fused LM head + cross-entropy (DESIGN.md §3): loss and both gradients in one pass over the
+// Fused LM head + cross-entropy (docs/design.md §3): loss and both gradients in one pass over the
 // tokens, in chunks of `chunk_rows`, so only a [chunk_rows, V] scratch of logits ever exists.
 //   z = h_c W^T;  loss += logsumexp(z) - z[label];  dz = (softmax(z) - onehot(label)) * scale
 //   dh_c = dz W;  dW += dz^T h_c

@@ -1,5 +1,5 @@
 #pragma once
-// Fused LM head + log_softmax + label gather (DESIGN.md §7), for the preference losses: per
+// Fused LM head + log_softmax + label gather (docs/design.md §3), for the preference losses: per
 // token, the log-probability of its label, without a [N, V] tensor. Tokens are processed in
 // chunks of `chunk_rows`, so only a [chunk_rows, V] block of logits ever exists.
 //   forward:  z = h_c W^T;  lse = logsumexp(z);  logp = z[y] - lse;  zsum = sum_j z_j
