@@ -16,10 +16,10 @@
 #include <string>
 
 #include "fusetune/compile/fuse_attention.h"
+#include "fusetune/core/memory.h"
 #include "fusetune/graph/autodiff.h"
 #include "fusetune/graph/builder.h"
 #include "fusetune/runtime/eager_executor.h"
-#include "fusetune/runtime/memory.h"
 #include "fusetune/runtime/op_profile.h"
 #include "fusetune/util/error.h"
 

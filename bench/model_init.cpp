@@ -2,7 +2,7 @@
 // produces it (models/parameters.h): into bf16 / fp32, or with QLoRA's base quantized to NF4
 // as it is generated (peft::NF4BaseSink). With --checkpoint DIR, loading that checkpoint the
 // way load_model does (io/hf_checkpoint.h, load_hf_checkpoint_owned) instead. Prints seconds,
-// GB/s of final storage, the counted peak (runtime/memory.h) and the process peak RSS.
+// GB/s of final storage, the counted peak (core/memory.h) and the process peak RSS.
 // Nothing is written to disk.
 #include <sys/resource.h>
 
@@ -10,11 +10,11 @@
 #include <cstdio>
 
 #include "bench_args.h"
+#include "fusetune/core/memory.h"
 #include "fusetune/io/hf_checkpoint.h"
 #include "fusetune/io/hf_config.h"
 #include "fusetune/models/parameters.h"
 #include "fusetune/peft/nf4_weight.h"
-#include "fusetune/runtime/memory.h"
 
 using namespace fusetune;
 

@@ -15,12 +15,12 @@
 
 #include "fusetune/compile/compiler.h"
 #include "fusetune/compile/memory_plan.h"
+#include "fusetune/core/memory.h"
 #include "fusetune/data/batch.h"
 #include "fusetune/models/parameters.h"
 #include "fusetune/models/training_graph.h"
 #include "fusetune/optim/adamw.h"
 #include "fusetune/optim/adamw8bit.h"
-#include "fusetune/runtime/memory.h"
 #include "fusetune/util/error.h"
 
 namespace fusetune::bench {

@@ -18,7 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "fusetune/data/hf_tokenizer.h"
+#include "fusetune/tokenizers/hf_tokenizer.h"
 #include "fusetune/util/error.h"
 
 namespace fs = std::filesystem;

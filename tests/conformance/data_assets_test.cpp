@@ -5,10 +5,10 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "fusetune/data/byte_tokenizer.h"
 #include "fusetune/data/dataset_factory.h"
 #include "fusetune/data/datasets/preference.h"
 #include "fusetune/data/loader.h"
+#include "fusetune/tokenizers/byte_tokenizer.h"
 #include "test_support.h"
 
 namespace fusetune {

@@ -23,15 +23,15 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
-#include "fusetune/data/hf_tokenizer.h"
-#include "fusetune/data/sentencepiece_tokenizer.h"
-#include "fusetune/data/unicode_normalize.h"
 #include "fusetune/io/gguf_export.h"
 #include "fusetune/io/hf_checkpoint.h"
 #include "fusetune/kernels/cpu/ggml_quant.h"
 #include "fusetune/models/training_graph.h"
 #include "fusetune/quant/qat.h"
 #include "fusetune/runtime/eager_executor.h"
+#include "fusetune/tokenizers/hf_tokenizer.h"
+#include "fusetune/tokenizers/sentencepiece_tokenizer.h"
+#include "fusetune/tokenizers/unicode_normalize.h"
 #include "test_support.h"
 
 using namespace fusetune;

@@ -11,11 +11,11 @@
 
 #include "fusetune/compile/memory_estimate.h"
 #include "fusetune/config/config.h"
+#include "fusetune/core/memory.h"
 #include "fusetune/io/hf_checkpoint.h"
 #include "fusetune/optim/adamw.h"
 #include "fusetune/optim/adamw8bit.h"
 #include "fusetune/recipes/recipe_setup.h"
-#include "fusetune/runtime/memory.h"
 #include "stories260k_curve.h"
 
 namespace fs = std::filesystem;

@@ -3,8 +3,8 @@
 // Qwen3, GPT-2 and stories260K tokenizer.json files; plus decode checks.
 #include <gtest/gtest.h>
 
-#include "fusetune/data/hf_tokenizer.h"
-#include "fusetune/data/unicode_normalize.h"
+#include "fusetune/tokenizers/hf_tokenizer.h"
+#include "fusetune/tokenizers/unicode_normalize.h"
 #include "tokenizer_reference.h"
 
 namespace fusetune {

@@ -5,8 +5,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "fusetune/data/hf_tokenizer.h"
-#include "fusetune/data/load_tokenizer.h"
+#include "fusetune/tokenizers/hf_tokenizer.h"
+#include "fusetune/tokenizers/load_tokenizer.h"
 #include "tokenizer_reference.h"
 
 namespace fusetune {

@@ -15,7 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "fusetune/data/hf_tokenizer.h"
+#include "fusetune/tokenizers/hf_tokenizer.h"
 #include "tokenizer_reference.h"
 
 namespace fusetune {

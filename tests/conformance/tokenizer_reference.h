@@ -13,7 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "fusetune/data/hf_tokenizer.h"
+#include "fusetune/tokenizers/hf_tokenizer.h"
 #include "test_support.h"
 
 namespace fusetune::testing {

@@ -2,8 +2,8 @@
 // and decode(encode(s)) == s over the tokenizer corpus.
 #include <gtest/gtest.h>
 
-#include "fusetune/data/load_tokenizer.h"
-#include "fusetune/data/sentencepiece_tokenizer.h"
+#include "fusetune/tokenizers/load_tokenizer.h"
+#include "fusetune/tokenizers/sentencepiece_tokenizer.h"
 #include "tokenizer_reference.h"
 
 namespace fusetune {

@@ -12,14 +12,16 @@
 
 #include "fusetune/data/dataset_factory.h"
 #include "fusetune/data/datasets/preference.h"
-#include "fusetune/data/load_tokenizer.h"
+#include "fusetune/tokenizers/load_tokenizer.h"
 #include "fusetune/util/error.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace fusetune;
   static const std::unique_ptr<Tokenizer> tok = load_tokenizer("byte", {});
-  static const std::string path = "/tmp/fusetune_jsonl_fuzz_" + std::to_string(::getpid()) + ".jsonl";
-  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(data), std::streamsize(size));
+  static const std::string path =
+      "/tmp/fusetune_jsonl_fuzz_" + std::to_string(::getpid()) + ".jsonl";
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(data), std::streamsize(size));
   for (const char* kind : {"text_completion", "alpaca", "instruct", "chat", "preference"})
     for (const char* bad : {"skip", "error"}) {
       DatasetOptions o;

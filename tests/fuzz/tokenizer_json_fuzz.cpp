@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "fusetune/data/hf_tokenizer.h"
+#include "fusetune/tokenizers/hf_tokenizer.h"
 #include "fusetune/util/error.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -2,8 +2,8 @@
 // Helpers the PEFT tests share.
 #include <random>
 
+#include "fusetune/core/tensor.h"
 #include "fusetune/peft/lora.h"
-#include "fusetune/runtime/tensor.h"
 
 namespace fusetune::testing {
 

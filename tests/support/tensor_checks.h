@@ -2,7 +2,7 @@
 // Tensor comparisons and seeded random tensors the tests share.
 #include <cstdint>
 
-#include "fusetune/runtime/tensor.h"
+#include "fusetune/core/tensor.h"
 
 namespace fusetune::testing {
 

@@ -7,11 +7,11 @@
 #include "fusetune/compile/compiler.h"
 #include "fusetune/compile/memory_estimate.h"
 #include "fusetune/compile/memory_plan.h"
+#include "fusetune/core/memory.h"
 #include "fusetune/models/parameters.h"
 #include "fusetune/models/training_graph.h"
 #include "fusetune/optim/adamw.h"
 #include "fusetune/runtime/bf16_node_kernels.h"
-#include "fusetune/runtime/memory.h"
 #include "fusetune/runtime/plan_executor.h"
 #include "tiny_models.h"
 

@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "data_test_util.h"
-#include "fusetune/data/byte_tokenizer.h"
+#include "fusetune/tokenizers/byte_tokenizer.h"
 #include "fusetune/util/error.h"
 
 namespace fusetune {

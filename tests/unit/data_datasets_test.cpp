@@ -3,10 +3,10 @@
 
 #include "checks.h"
 #include "data_test_util.h"
-#include "fusetune/data/byte_tokenizer.h"
 #include "fusetune/data/collate.h"
 #include "fusetune/data/dataset_factory.h"
 #include "fusetune/data/datasets/instruct.h"
+#include "fusetune/tokenizers/byte_tokenizer.h"
 #include "fusetune/util/error.h"
 #include "test_support.h"
 

@@ -2,9 +2,9 @@
 // uses it: byte tokenizer, text completion, packed.
 #include <gtest/gtest.h>
 
-#include "fusetune/data/byte_tokenizer.h"
 #include "fusetune/data/dataset_factory.h"
 #include "fusetune/data/loader.h"
+#include "fusetune/tokenizers/byte_tokenizer.h"
 #include "test_paths.h"
 
 namespace fusetune {

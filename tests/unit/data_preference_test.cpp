@@ -3,8 +3,8 @@
 #include <gtest/gtest.h>
 
 #include "data_test_util.h"
-#include "fusetune/data/byte_tokenizer.h"
 #include "fusetune/data/loader.h"
+#include "fusetune/tokenizers/byte_tokenizer.h"
 #include "fusetune/util/error.h"
 #include "test_support.h"
 

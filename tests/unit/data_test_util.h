@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "fusetune/data/batch.h"
-#include "fusetune/data/tokenizer.h"
+#include "fusetune/tokenizers/tokenizer.h"
 
 namespace fusetune::testing {
 

@@ -6,9 +6,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "fusetune/data/byte_level.h"
-#include "fusetune/data/hf_tokenizer.h"
-#include "fusetune/data/utf8.h"
+#include "fusetune/tokenizers/byte_level.h"
+#include "fusetune/tokenizers/hf_tokenizer.h"
+#include "fusetune/tokenizers/utf8.h"
 
 namespace fusetune {
 namespace {

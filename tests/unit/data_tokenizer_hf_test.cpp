@@ -7,8 +7,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "fusetune/data/byte_level.h"
-#include "fusetune/data/hf_tokenizer.h"
+#include "fusetune/tokenizers/byte_level.h"
+#include "fusetune/tokenizers/hf_tokenizer.h"
 #include "fusetune/util/error.h"
 #include "test_support.h"
 

@@ -3,10 +3,10 @@
 #include <gtest/gtest.h>
 
 #include "checks.h"
-#include "fusetune/data/byte_tokenizer.h"
-#include "fusetune/data/hf_tokenizer.h"
-#include "fusetune/data/load_tokenizer.h"
-#include "fusetune/data/sentencepiece_tokenizer.h"
+#include "fusetune/tokenizers/byte_tokenizer.h"
+#include "fusetune/tokenizers/hf_tokenizer.h"
+#include "fusetune/tokenizers/load_tokenizer.h"
+#include "fusetune/tokenizers/sentencepiece_tokenizer.h"
 #include "fusetune/util/error.h"
 #include "test_support.h"
 

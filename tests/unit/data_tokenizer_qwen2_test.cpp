@@ -7,9 +7,9 @@
 #include <nlohmann/json.hpp>
 
 #include "checks.h"
-#include "fusetune/data/byte_level.h"
-#include "fusetune/data/load_tokenizer.h"
-#include "fusetune/data/qwen2_tokenizer.h"
+#include "fusetune/tokenizers/byte_level.h"
+#include "fusetune/tokenizers/load_tokenizer.h"
+#include "fusetune/tokenizers/qwen2_tokenizer.h"
 #include "fusetune/util/error.h"
 #include "test_support.h"
 

@@ -1,6 +1,6 @@
 #include <gtest/gtest.h>
 
-#include "fusetune/data/regex.h"
+#include "fusetune/tokenizers/regex.h"
 #include "fusetune/util/error.h"
 
 namespace fusetune {

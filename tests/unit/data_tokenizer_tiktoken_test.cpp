@@ -8,8 +8,8 @@
 #include <gtest/gtest.h>
 
 #include "checks.h"
-#include "fusetune/data/load_tokenizer.h"
-#include "fusetune/data/tiktoken_tokenizer.h"
+#include "fusetune/tokenizers/load_tokenizer.h"
+#include "fusetune/tokenizers/tiktoken_tokenizer.h"
 #include "fusetune/util/error.h"
 #include "test_support.h"
 

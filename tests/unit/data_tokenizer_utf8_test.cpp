@@ -1,8 +1,8 @@
 #include <gtest/gtest.h>
 
-#include "fusetune/data/byte_level.h"
-#include "fusetune/data/unicode_normalize.h"
-#include "fusetune/data/utf8.h"
+#include "fusetune/tokenizers/byte_level.h"
+#include "fusetune/tokenizers/unicode_normalize.h"
+#include "fusetune/tokenizers/utf8.h"
 
 namespace fusetune {
 namespace {

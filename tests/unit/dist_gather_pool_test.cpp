@@ -1,9 +1,9 @@
-// ZeRO-3's pool of gather buffers (dist/gather_pool.h): a dropped tensor's buffer serves the
+// ZeRO-3's pool of gather buffers (distributed/gather_pool.h): a dropped tensor's buffer serves the
 // next take of the same byte size, stays counted while idle, and trim() frees it.
 #include <gtest/gtest.h>
 
-#include "fusetune/dist/gather_pool.h"
-#include "fusetune/runtime/memory.h"
+#include "fusetune/core/memory.h"
+#include "fusetune/distributed/gather_pool.h"
 
 using namespace fusetune;
 using fusetune::dist::GatherPool;

@@ -13,7 +13,7 @@
 #include <cstdio>
 #include <numeric>
 
-#include "fusetune/dist/sharded_optimizer.h"
+#include "fusetune/distributed/sharded_optimizer.h"
 #include "fusetune/io/safetensors.h"
 #include "resume_runs.h"
 

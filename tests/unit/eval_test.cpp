@@ -7,12 +7,12 @@
 #include <fstream>
 
 #include "fusetune/compile/compiler.h"
-#include "fusetune/data/byte_tokenizer.h"
 #include "fusetune/data/multiple_choice.h"
 #include "fusetune/models/parameters.h"
 #include "fusetune/models/training_graph.h"
 #include "fusetune/recipes/evaluate.h"
 #include "fusetune/runtime/eager_executor.h"
+#include "fusetune/tokenizers/byte_tokenizer.h"
 #include "fusetune/util/error.h"
 #include "test_support.h"
 #include "tiny_models.h"

@@ -4,9 +4,9 @@
 // handed over out of layout order, and what a step without all its gradients says.
 #include <gtest/gtest.h>
 
-#include "fusetune/dist/grad_stream.h"
-#include "fusetune/runtime/dtype.h"
-#include "fusetune/runtime/memory.h"
+#include "fusetune/core/dtype.h"
+#include "fusetune/core/memory.h"
+#include "fusetune/distributed/grad_stream.h"
 #include "fusetune/util/error.h"
 
 using namespace fusetune;

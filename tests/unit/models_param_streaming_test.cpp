@@ -14,12 +14,12 @@
 
 #include "cli_runner.h"
 #include "fusetune/config/config.h"
+#include "fusetune/core/memory.h"
 #include "fusetune/io/hf_checkpoint.h"
 #include "fusetune/io/hf_config.h"
 #include "fusetune/models/parameters.h"
 #include "fusetune/peft/nf4_weight.h"
 #include "fusetune/recipes/recipe_setup.h"
-#include "fusetune/runtime/memory.h"
 #include "fusetune/util/error.h"
 #include "tensor_checks.h"
 #include "test_support.h"

@@ -10,10 +10,10 @@
 #include <gtest/gtest.h>
 
 #include "fusetune/compile/memory_estimate.h"
+#include "fusetune/core/memory.h"
 #include "fusetune/kernels/cpu/nf4.h"
 #include "fusetune/optim/adamw.h"
 #include "fusetune/optim/adamw8bit.h"
-#include "fusetune/runtime/memory.h"
 #include "fusetune/util/error.h"
 
 using namespace fusetune;

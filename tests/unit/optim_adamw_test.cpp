@@ -6,8 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include "fusetune/core/memory.h"
 #include "fusetune/optim/adamw.h"
-#include "fusetune/runtime/memory.h"
 #include "fusetune/util/error.h"
 
 using namespace fusetune;

@@ -89,7 +89,7 @@ TEST(OptimBf16, StochasticRoundingIsUnbiased) {
     EXPECT_EQ(bf16::to_f32(s.round(INFINITY, i, b)), INFINITY);
     EXPECT_TRUE(std::isnan(bf16::to_f32(s.round(NAN, i, b))));
   }
-  // round_nearest is runtime/dtype.h's conversion.
+  // round_nearest is core/dtype.h's conversion.
   std::mt19937 gen(1);
   std::uniform_real_distribution<float> u(-10, 10);
   for (int i = 0; i < 10000; ++i) {

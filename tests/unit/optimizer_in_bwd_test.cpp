@@ -10,11 +10,11 @@
 #include "fusetune/compile/compiler.h"
 #include "fusetune/compile/memory_estimate.h"
 #include "fusetune/compile/memory_plan.h"
+#include "fusetune/core/memory.h"
 #include "fusetune/models/parameters.h"
 #include "fusetune/models/training_graph.h"
 #include "fusetune/optim/adamw.h"
 #include "fusetune/peft/lora.h"
-#include "fusetune/runtime/memory.h"
 #include "tiny_models.h"
 
 using namespace fusetune;

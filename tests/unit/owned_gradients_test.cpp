@@ -1,4 +1,4 @@
-// ZeRO-2's reduce during the backward (dist/owned_gradients.h), without MPI: one rank owns
+// ZeRO-2's reduce during the backward (distributed/owned_gradients.h), without MPI: one rank owns
 // every gradient and each sum is the value itself, so what matters is the order. Gradients are
 // reduced in the agreed order whatever order the backward hands them over in (an early one is
 // held until its turn); a backward that misses a gradient, hands one over twice or hands over
@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "checks.h"
-#include "fusetune/dist/owned_gradients.h"
+#include "fusetune/distributed/owned_gradients.h"
 #include "fusetune/util/error.h"
 
 using namespace fusetune;

@@ -9,13 +9,13 @@
 #include <random>
 
 #include "fusetune/compile/compiler.h"
+#include "fusetune/core/memory.h"
 #include "fusetune/kernels/cpu/kernels.h"
 #include "fusetune/kernels/cpu/nf4.h"
 #include "fusetune/models/parameters.h"
 #include "fusetune/models/training_graph.h"
 #include "fusetune/peft/lora.h"
 #include "fusetune/peft/nf4_weight.h"
-#include "fusetune/runtime/memory.h"
 #include "fusetune/util/error.h"
 #include "gradcheck.h"
 #include "tiny_models.h"

@@ -1,8 +1,8 @@
 #include <gtest/gtest.h>
 
-#include "fusetune/runtime/memory.h"
+#include "fusetune/core/memory.h"
+#include "fusetune/core/tensor.h"
 #include "fusetune/util/error.h"
-#include "fusetune/runtime/tensor.h"
 
 using namespace fusetune;
 

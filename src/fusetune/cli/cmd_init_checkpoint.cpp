@@ -9,10 +9,10 @@
 
 #include "fusetune/cli/args.h"
 #include "fusetune/cli/command.h"
+#include "fusetune/core/memory.h"
 #include "fusetune/io/hf_checkpoint.h"
 #include "fusetune/io/hf_config.h"
 #include "fusetune/models/parameters.h"
-#include "fusetune/runtime/memory.h"
 #include "fusetune/util/error.h"
 #include "fusetune/util/strings.h"
 

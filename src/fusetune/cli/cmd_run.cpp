@@ -6,8 +6,8 @@
 #include "fusetune/config/builtin_configs.h"
 #include "fusetune/config/schema.h"
 #include "fusetune/data/hub_datasets.h"
-#include "fusetune/dist/communicator.h"
-#include "fusetune/dist/launcher.h"
+#include "fusetune/distributed/communicator.h"
+#include "fusetune/distributed/launcher.h"
 #include "fusetune/recipes/registry.h"
 #include "fusetune/util/error.h"
 

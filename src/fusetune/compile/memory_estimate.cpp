@@ -14,17 +14,10 @@
 #include "fusetune/kernels/cpu/fused_linear_cross_entropy.h"
 #include "fusetune/kernels/cpu/fused_linear_log_probs.h"
 #include "fusetune/kernels/cpu/nf4.h"
-#include "fusetune/optim/adamw8bit.h"
 #include "fusetune/runtime/bf16_node_kernels.h"
 #include "fusetune/runtime/node_kernels.h"
 
 namespace fusetune {
-
-int64_t OptimizerStateSize::bytes(int64_t numel, int64_t nbytes) const {
-  if (min_8bit_numel > 0 && numel >= min_8bit_numel)
-    return AdamW8bit::state_bytes_for(numel, numel > 0 ? nbytes / numel : 0, min_8bit_numel);
-  return int64_t(double(nbytes) * per_param_byte);
-}
 
 GradientFreed all_gradients() {
   return [](const std::string&) { return true; };
@@ -78,7 +71,7 @@ MemoryBreakdown estimate_step_memory(const Graph& g, const MemoryPlan* plan,
   std::vector<std::vector<int>> freed_after(nodes.size());  // buffers whose last reader is node i
   for (size_t j = 0; j < nodes.size(); ++j)
     if (last[j] >= 0 && last[j] != INT_MAX) freed_after[size_t(last[j])].push_back(int(j));
-  // `peak` leaves the gathered buffers out: they come from a pool (dist/gather_pool.h) that
+  // `peak` leaves the gathered buffers out: they come from a pool (distributed/gather_pool.h) that
   // keeps, per byte size, the most buffers ever live at once, added once at the end.
   int64_t live = plan ? plan->arena_bytes : 0, peak = live;
   int64_t gathered_live = 0;

@@ -9,6 +9,7 @@
 
 #include "fusetune/compile/memory_plan.h"
 #include "fusetune/compile/pass.h"
+#include "fusetune/optim/state_size.h"
 
 namespace fusetune {
 
@@ -25,27 +26,16 @@ struct MemoryBreakdown {
   }
 };
 
-// The optimizer state a trainable parameter holds: `per_param_byte` bytes per byte of
-// parameter (AdamW: 2, SGD with momentum: 1, plain SGD: 0), or, with min_8bit_numel > 0
-// (8-bit AdamW, optim/adamw8bit.h), parameters of at least that many elements hold the 8-bit
-// state instead (two byte codes per element, two fp32 absmax per 2048-element block).
-struct OptimizerStateSize {
-  double per_param_byte = 0;
-  int64_t min_8bit_numel = 0;
-  OptimizerStateSize(double ratio = 0) : per_param_byte(ratio) {}  // NOLINT: from a ratio
-  int64_t bytes(int64_t numel, int64_t nbytes) const;
-};
-
 // `g` is the graph as it will run (after passes for compiled modes, with `plan` its memory
 // plan; plan == nullptr for eager). `freed_early`: the parameters whose gradient, when it can be
 // handed over early (early_update_outputs in memory_plan.h), is freed right after its node
 // instead of being held to the end of the step: every one with optimizer_in_bwd
 // (all_gradients()), those other ranks own with ZeRO-2's reduce during the backward
-// (dist/owned_gradients.h); `gradients` is then what is held at the peak.
-// `gathered` (ZeRO-3, dist/sharded_params.h): the Param leaves whose value is a copy gathered
-// from another rank when the leaf runs, held to its last use (views followed) like an
-// intermediate, in a buffer from dist/gather_pool.h: the pool ends up holding, per byte size,
-// the most such buffers live at once in the step, throughout. That is `gathered`, counted
+// (distributed/owned_gradients.h); `gradients` is then what is held at the peak.
+// `gathered` (ZeRO-3, distributed/sharded_params.h): the Param leaves whose value is a copy
+// gathered from another rank when the leaf runs, held to its last use (views followed) like an
+// intermediate, in a buffer from distributed/gather_pool.h: the pool ends up holding, per byte
+// size, the most such buffers live at once in the step, throughout. That is `gathered`, counted
 // instead of `parameters` (optimizer state still counts every trainable parameter: the caller
 // shards it).
 using GradientFreed = std::function<bool(const std::string& param)>;

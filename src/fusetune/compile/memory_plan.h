@@ -19,26 +19,18 @@
 // largest need up to kScratchSliceCap; a node needing more (a bf16 full fine-tune's LM-head
 // gradient, computed in fp32: 1 GiB at Llama 3.2 1B) allocates its own for its duration, as in
 // eager mode, so the slice adds at most the cap to the step's peak.
+//
+// The plan it returns (MemoryPlan) is declared in runtime/memory_plan.h, with the executor that
+// runs and owns it; this file is the pass that computes it.
 #include <cstdint>
 #include <vector>
 
 #include "fusetune/graph/graph.h"
+#include "fusetune/runtime/memory_plan.h"
 
 namespace fusetune {
 
 inline constexpr int64_t kScratchSliceCap = int64_t(64) << 20;
-
-struct MemoryPlan {
-  // offsets[node][output]: byte offset in the arena, or -1 when not placed.
-  std::vector<std::vector<int64_t>> offsets;
-  int64_t arena_bytes = 0;                        // the placed buffers, then the scratch slice
-  int64_t scratch_offset = 0, scratch_bytes = 0;  // a node needing more allocates its own
-  int64_t placed_bytes = 0;  // sum of placed buffer sizes (what eager would allocate overall)
-  int64_t buffers = 0;
-  // writes_over[node]: the node whose buffer this node's output 0 reuses in place, or -1.
-  std::vector<int> writes_over;
-  int64_t in_place = 0;  // number of nodes writing over an input
-};
 
 // `in_place` = false plans every buffer on its own (for comparison and tests).
 MemoryPlan plan_memory(const Graph& g, int dynamic_region = -1, bool in_place = true);

@@ -26,7 +26,7 @@
 
 #include "fusetune/data/message.h"
 #include "fusetune/data/sample.h"
-#include "fusetune/data/tokenizer.h"
+#include "fusetune/tokenizers/tokenizer.h"
 
 namespace fusetune {
 

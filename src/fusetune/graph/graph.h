@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "fusetune/core/tensor.h"
 #include "fusetune/graph/op.h"
-#include "fusetune/runtime/tensor.h"
 
 namespace fusetune {
 

@@ -10,10 +10,10 @@
 #include <utility>
 #include <vector>
 
+#include "fusetune/core/tensor.h"
 #include "fusetune/io/safetensors.h"
 #include "fusetune/models/model_config.h"
 #include "fusetune/models/param_sink.h"
-#include "fusetune/runtime/tensor.h"
 
 namespace fusetune {
 
@@ -23,7 +23,7 @@ std::vector<std::pair<std::string, Shape>> expected_parameters(const ModelConfig
 struct HFCheckpoint {
   ModelConfig config;
   // Tensors already in the target dtype borrow the mmap'd file (copy-on-write, not counted
-  // by runtime/memory.h); converted ones are counted copies. Each keeps its file mapped.
+  // by core/memory.h); converted ones are counted copies. Each keeps its file mapped.
   std::map<std::string, Tensor> tensors;
   std::map<std::string, std::string> source_file;  // tensor name -> file it came from
 };

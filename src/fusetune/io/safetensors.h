@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "fusetune/runtime/tensor.h"
+#include "fusetune/core/tensor.h"
 
 namespace fusetune {
 

@@ -7,7 +7,7 @@
 #include <functional>
 #include <string>
 
-#include "fusetune/runtime/tensor.h"
+#include "fusetune/core/tensor.h"
 
 namespace fusetune {
 

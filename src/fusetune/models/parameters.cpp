@@ -131,16 +131,16 @@ InitKind init_kind(const std::string& name) {
 
 // Elements per block: 16 KiB of F32, in L1 between being generated and being stored. Even,
 // so that each normal pair lies in one block.
-constexpr int64_t kBlock = int64_t(1) << 12;
+constexpr int64_t kInitBlock = int64_t(1) << 12;
 
-// Elements [first, first + m) of a parameter as F32 (m <= kBlock, first even): the pairs by a
+// Elements [first, first + m) of a parameter as F32 (m <= kInitBlock, first even): the pairs by a
 // loop that vectorizes, then interleaved and scaled.
 void init_block(InitKind kind, uint64_t key, float sd, int64_t first, int64_t m, float* out) {
   if (kind != InitKind::Normal) {
     std::fill(out, out + m, kind == InitKind::Ones ? 1.0f : 0.0f);
     return;
   }
-  float za[kBlock / 2], zb[kBlock / 2];
+  float za[kInitBlock / 2], zb[kInitBlock / 2];
   const int64_t pairs = (m + 1) / 2;
   const uint64_t j0 = uint64_t(first / 2);
 #pragma omp simd
@@ -158,11 +158,11 @@ void init_block(InitKind kind, uint64_t key, float sd, int64_t first, int64_t m,
 template <class Put>
 void fill(InitKind kind, uint64_t key, double std, int64_t first, int64_t n, Put put) {
   const float sd = float(std);
-  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  const int64_t blocks = (n + kInitBlock - 1) / kInitBlock;
 #pragma omp parallel for schedule(static) if (blocks > 1)
   for (int64_t blk = 0; blk < blocks; ++blk) {
-    const int64_t lo = blk * kBlock, m = std::min(n - lo, kBlock);
-    float v[kBlock];
+    const int64_t lo = blk * kInitBlock, m = std::min(n - lo, kInitBlock);
+    float v[kInitBlock];
     init_block(kind, key, sd, first + lo, m, v);
     put(lo, v, m);
   }

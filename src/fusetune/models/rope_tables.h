@@ -1,8 +1,8 @@
 #pragma once
 // RoPE cos/sin tables [positions, head_dim/2] for Hugging Face's rotate-half convention, with
 // Llama 3 frequency scaling (rope_scaling.rope_type == "llama3") and linear scaling.
+#include "fusetune/core/tensor.h"
 #include "fusetune/models/model_config.h"
-#include "fusetune/runtime/tensor.h"
 
 namespace fusetune {
 

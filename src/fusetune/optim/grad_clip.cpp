@@ -12,15 +12,15 @@ namespace fusetune {
 namespace {
 
 // Block size of the deterministic reduction: independent of the thread count.
-constexpr int64_t kBlock = 8192;
+constexpr int64_t kReduceBlock = 8192;
 
 template <class T>
 double sum_squares(const T* g, int64_t n) {
-  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  const int64_t blocks = (n + kReduceBlock - 1) / kReduceBlock;
   std::vector<double> partial(size_t(blocks), 0.0);
 #pragma omp parallel for schedule(static) if (n >= kOptimizerParallelMin)
   for (int64_t b = 0; b < blocks; ++b) {
-    const int64_t begin = b * kBlock, end = std::min(n, (b + 1) * kBlock);
+    const int64_t begin = b * kReduceBlock, end = std::min(n, (b + 1) * kReduceBlock);
     // Eight independent accumulators: a fixed order the compiler can vectorize.
     double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     int64_t i = begin;

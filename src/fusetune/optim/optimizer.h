@@ -2,7 +2,7 @@
 // The optimizer interface recipes program against. The learning rate is passed to every step
 // (recipes own the schedule, see lr_schedule.h); everything else is fixed at construction.
 // State is keyed by parameter name and allocated lazily on a parameter's first step, with
-// Tensor::zeros, so it shows up in memory accounting (runtime/memory.h).
+// Tensor::zeros, so it shows up in memory accounting (core/memory.h).
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -11,8 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include "fusetune/core/tensor.h"
 #include "fusetune/optim/param_ref.h"
-#include "fusetune/runtime/tensor.h"
 
 namespace fusetune {
 

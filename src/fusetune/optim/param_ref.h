@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "fusetune/runtime/tensor.h"
+#include "fusetune/core/tensor.h"
 
 namespace fusetune {
 

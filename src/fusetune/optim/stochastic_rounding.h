@@ -2,7 +2,7 @@
 // bf16 storage of trained values (parameters, optimizer moments): the bit conversions, and the
 // stochastic rounding (SR) the optimizers write bf16 values back with. It lives in optim/
 // because only the optimizer step (and gradient clipping) writes trained state back to bf16;
-// kernels and checkpoints convert with runtime/dtype.h's round-to-nearest.
+// kernels and checkpoints convert with core/dtype.h's round-to-nearest.
 //
 // Why stochastic: bf16 keeps 8 significant bits, so an update smaller than half an ulp (at 1.0:
 // 2^-8 / 2 = 0.00195) is lost entirely by round-to-nearest, on every step: a bf16 parameter
@@ -38,7 +38,7 @@ inline float to_f32(uint16_t v) {
   return f;
 }
 
-// Round to nearest even: the same as runtime/dtype.h's f32_to_bf16, inline for the hot loops.
+// Round to nearest even: the same as core/dtype.h's f32_to_bf16, inline for the hot loops.
 inline uint16_t round_nearest(float v) {
   uint32_t bits;
   std::memcpy(&bits, &v, 4);

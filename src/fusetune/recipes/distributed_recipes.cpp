@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <exception>
 
-#include "fusetune/dist/communicator.h"
+#include "fusetune/distributed/communicator.h"
 #include "fusetune/recipes/dpo_recipes.h"
 #include "fusetune/recipes/lora_finetune_single_device.h"
 #include "fusetune/recipes/qat_recipes.h"

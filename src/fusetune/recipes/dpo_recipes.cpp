@@ -6,7 +6,7 @@
 
 #include "fusetune/config/components.h"
 #include "fusetune/config/schema.h"
-#include "fusetune/dist/sharded_params.h"
+#include "fusetune/distributed/sharded_params.h"
 #include "fusetune/io/hf_checkpoint.h"
 #include "fusetune/recipes/dpo_step.h"
 #include "fusetune/recipes/lora_finetune_single_device.h"

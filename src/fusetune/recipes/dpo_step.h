@@ -22,7 +22,7 @@
 
 #include "fusetune/data/datasets/preference.h"
 #include "fusetune/data/loader.h"
-#include "fusetune/dist/communicator.h"
+#include "fusetune/distributed/communicator.h"
 #include "fusetune/losses/preference.h"
 #include "fusetune/recipes/sft_step.h"
 
@@ -34,8 +34,9 @@ struct DpoStepOptions {
   // The reference model: its params (full DPO: a frozen copy; LoRA: the policy's own, read
   // through hooks without the adapters) and hooks. Unused by SimPO.
   const TensorMap* ref_params = nullptr;
-  // ZeRO-3 full DPO: the frozen reference copy sharded as the policy is (dist/sharded_params.h),
-  // each tensor gathered from its owner at use; read instead of ref_params.
+  // ZeRO-3 full DPO: the frozen reference copy sharded as the policy is
+  // (distributed/sharded_params.h), each tensor gathered from its owner at use; read instead of
+  // ref_params.
   std::optional<ParamSource> ref_source;
   LlamaOptions ref_llama;
   // precompute_ref_log_probs: one reference pass over `pairs` before training; with ranks,

@@ -6,9 +6,9 @@
 
 #include "fusetune/compile/pass.h"
 #include "fusetune/config/config.h"
-#include "fusetune/data/tokenizer.h"
 #include "fusetune/models/llama.h"
 #include "fusetune/recipes/recipe_setup.h"
+#include "fusetune/tokenizers/tokenizer.h"
 
 namespace fusetune {
 

@@ -6,9 +6,9 @@
 #include <vector>
 
 #include "fusetune/compile/compiler.h"
-#include "fusetune/dist/grad_allreduce.h"
-#include "fusetune/dist/grad_stream.h"
-#include "fusetune/dist/sharded_optimizer.h"
+#include "fusetune/distributed/grad_allreduce.h"
+#include "fusetune/distributed/grad_stream.h"
+#include "fusetune/distributed/sharded_optimizer.h"
 #include "fusetune/models/parameters.h"
 #include "fusetune/recipes/distributed_recipes.h"
 #include "fusetune/recipes/zero3_rank_plan.h"
@@ -68,7 +68,7 @@ RankPeak plan_rank_peak(const PlannedStep& s, const ModePlan& p, int ranks, int 
                        ? 4 * dist::allreduce_buffer_elements(numels, dtypes, dist::kBucketElements)
                        : 0;
   // overlap_grad_allreduce: up to two buckets while the last backward hands over its gradients
-  // (dist/grad_stream.h), allocated as its first bucket fills; planned as held with all the
+  // (distributed/grad_stream.h), allocated as its first bucket fills; planned as held with all the
   // gradients, as the all-reduce after the backward (the first step's) is.
   if (ranks > 1 && zero_stage < 2 && s.overlap_grad_allreduce)
     bucket =

@@ -1,16 +1,16 @@
 #pragma once
 // `fusetune plan --nproc_per_node N`: what one data-parallel rank holds at its peak for each
 // ZeRO stage, from the single-process plan of its step (step_plan.h; batch_size is per rank)
-// and the way the distributed loop (train_loop.cpp, dist/) moves and frees gradients. A step
+// and the way the distributed loop (train_loop.cpp, distributed/) moves and frees gradients. A step
 // has three moments that can be its peak:
 //   backward   parameters + this rank's optimizer state + the step graph's peak (activations,
 //              the gradients computed so far, kernel workspace) + the gradient accumulation
 //              buffers while a later micro-batch runs (ZeRO-2: the owned gradients only);
 //   all-reduce (stages 0, 1) parameters + optimizer state + the compiled arena (it stays
-//              allocated) + every gradient + the bucket space (dist/grad_allreduce.h);
+//              allocated) + every gradient + the bucket space (distributed/grad_allreduce.h);
 //   update     parameters + optimizer state + arena + the gradients the optimizer sees (every
 //              one; ZeRO-2 the owned ones) + (stages 1, 2) the staging bucket of the parameter
-//              broadcast (dist/sharded_optimizer.h).
+//              broadcast (distributed/sharded_optimizer.h).
 // Full DPO adds the reference model's frozen copy of the parameters on every rank (stages
 // 0-2; stage 3 shards it).
 // ZeRO-2 with a step that hands its gradients over during the backward (streams_gradients):

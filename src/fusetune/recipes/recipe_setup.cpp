@@ -7,7 +7,6 @@
 #include "fusetune/config/components.h"
 #include "fusetune/config/schema.h"
 #include "fusetune/data/dataset_factory.h"
-#include "fusetune/data/load_tokenizer.h"
 #include "fusetune/io/hf_checkpoint.h"
 #include "fusetune/io/hf_config.h"
 #include "fusetune/models/parameters.h"
@@ -15,6 +14,7 @@
 #include "fusetune/optim/adamw.h"
 #include "fusetune/optim/adamw8bit.h"
 #include "fusetune/optim/sgd.h"
+#include "fusetune/tokenizers/load_tokenizer.h"
 #include "fusetune/util/error.h"
 
 extern "C" void openblas_set_num_threads(int);

@@ -11,12 +11,13 @@
 #include "fusetune/data/dataset.h"
 #include "fusetune/data/datasets/preference.h"
 #include "fusetune/data/loader.h"
-#include "fusetune/data/tokenizer.h"
 #include "fusetune/models/model_config.h"
 #include "fusetune/models/param_sink.h"
 #include "fusetune/optim/lr_schedule.h"
 #include "fusetune/optim/optimizer.h"
+#include "fusetune/optim/state_size.h"
 #include "fusetune/runtime/executor.h"
+#include "fusetune/tokenizers/tokenizer.h"
 
 namespace fusetune {
 

@@ -7,11 +7,12 @@
 
 #include "fusetune/compile/compiler.h"
 #include "fusetune/config/schema.h"
-#include "fusetune/dist/grad_allreduce.h"
-#include "fusetune/dist/grad_stream.h"
-#include "fusetune/dist/owned_gradients.h"
-#include "fusetune/dist/sharded_optimizer.h"
-#include "fusetune/dist/sharded_params.h"
+#include "fusetune/core/memory.h"
+#include "fusetune/distributed/grad_allreduce.h"
+#include "fusetune/distributed/grad_stream.h"
+#include "fusetune/distributed/owned_gradients.h"
+#include "fusetune/distributed/sharded_optimizer.h"
+#include "fusetune/distributed/sharded_params.h"
 #include "fusetune/kernels/cpu/gemm_peak.h"
 #include "fusetune/metrics/step_logger.h"
 #include "fusetune/optim/grad_clip.h"
@@ -20,7 +21,6 @@
 #include "fusetune/recipes/step_plan.h"
 #include "fusetune/recipes/test_only_faults.h"
 #include "fusetune/recipes/training_checkpoint.h"
-#include "fusetune/runtime/memory.h"
 #include "fusetune/util/error.h"
 #include "fusetune/util/strings.h"
 
@@ -378,7 +378,7 @@ int run_training(const Config& cfg, const TrainJob& job) {
   // overlap_grad_allreduce (ZeRO-0/1, more than one rank, a step that hands over its gradients
   // during the backward): the first step records the order the backward produces the gradients
   // in and sums them after the backward; from the second on, the last micro-batch's gradients
-  // are summed in buckets while its backward goes on (dist/grad_stream.h). The other
+  // are summed in buckets while its backward goes on (distributed/grad_stream.h). The other
   // micro-batches' gradients are held to the end of their run and accumulated as before.
   std::unique_ptr<dist::GradientStreamer> streamer;
   std::vector<std::string> arrival;  // the first backward's trainable gradients, in order
@@ -407,8 +407,8 @@ int run_training(const Config& cfg, const TrainJob& job) {
     }
   }
   // ZeRO-2, 3 with a step that hands its gradients over during the backward: each one is
-  // reduced into its owner right then (dist/owned_gradients.h), so no rank holds the gradients
-  // other ranks own, in the backward either.
+  // reduced into its owner right then (distributed/owned_gradients.h), so no rank holds the
+  // gradients other ranks own, in the backward either.
   bool zero2_streams = false;
   std::string reduce_what;  // the step, for a timeout message
   if (zero2 && world > 1)

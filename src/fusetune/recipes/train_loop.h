@@ -12,7 +12,7 @@
 
 #include "fusetune/config/config.h"
 #include "fusetune/data/datasets/preference.h"
-#include "fusetune/dist/communicator.h"
+#include "fusetune/distributed/communicator.h"
 #include "fusetune/models/llama.h"
 #include "fusetune/recipes/recipe_setup.h"
 #include "fusetune/recipes/sft_step.h"
@@ -51,7 +51,7 @@ struct TrainJob {
   // count, for the run header; called after `prepare`. Empty: none.
   std::function<int64_t()> params_stored_elsewhere;
   // ZeRO-3: makes the step graphs bind those tensors as frozen Params and returns them by
-  // those names, to be sharded with the parameters (dist/sharded_params.h); called after
+  // those names, to be sharded with the parameters (distributed/sharded_params.h); called after
   // `prepare`, before any step graph is built. Empty: nothing to shard beyond the parameters.
   std::function<std::map<std::string, Tensor*>()> shard_stored_elsewhere;
   // The parameters `save` reads (ZeRO-3 gathers only those to rank 0); empty: all of them.

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "fusetune/compile/compiler.h"
-#include "fusetune/dist/sharded_optimizer.h"
+#include "fusetune/distributed/sharded_optimizer.h"
 #include "fusetune/models/training_graph.h"
 #include "fusetune/recipes/distributed_recipes.h"
 #include "fusetune/util/error.h"
@@ -97,7 +97,7 @@ std::vector<RankPeak> plan_zero3_rank_peaks(const PlannedStep& s, CompileMode mo
       return params.at(name).owner != rank;
     };
     // A step that streams its gradients reduces each one as the backward hands it over
-    // (dist/owned_gradients.h): the first micro-batch holds the owned ones, a later one adds
+    // (distributed/owned_gradients.h): the first micro-batch holds the owned ones, a later one adds
     // each into its accumulation buffer at once.
     const bool streams = ranks > 1 && streams_gradients(s);
     const MemoryBreakdown m = estimate_step_memory(

@@ -1,9 +1,9 @@
 #pragma once
-// `fusetune plan --nproc_per_node N` at ZeRO-3 (dist/sharded_params.h): what each rank holds
+// `fusetune plan --nproc_per_node N` at ZeRO-3 (distributed/sharded_params.h): what each rank holds
 // at its peak. The step graph is planned as the run compiles it, with params_at_use
 // (compile/params_at_use.h; fsdp_reshard_after_forward as configured), and its allocations are
 // replayed (compile/memory_estimate.h) with each parameter another rank owns gathered at its
-// leaf and freed after its last use into a pool of reused buffers (dist/gather_pool.h: per
+// leaf and freed after its last use into a pool of reused buffers (distributed/gather_pool.h: per
 // byte size, the most live at once, held from then on), so the gathered bytes are exact. Rank r
 // holds throughout its own parameters (whole tensors by their stored bytes: trainable and
 // frozen ones each partitioned by element count in name order), the graph's constants and the

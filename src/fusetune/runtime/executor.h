@@ -5,8 +5,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "fusetune/core/tensor.h"
 #include "fusetune/graph/graph.h"
-#include "fusetune/runtime/tensor.h"
 
 namespace fusetune {
 
@@ -14,7 +14,7 @@ using TensorMap = std::unordered_map<std::string, Tensor>;
 
 // Where a graph's Op::Param leaves come from when their nodes run: a TensorMap by name (the
 // default, implicit from a map: nothing is copied), or a callback that produces the parameter
-// right then (ZeRO-3: gathered from the rank that owns it, dist/sharded_params.h). The
+// right then (ZeRO-3: gathered from the rank that owns it, distributed/sharded_params.h). The
 // executor drops its reference after the node's last reader either way, so a produced
 // parameter lives only around its uses.
 class ParamSource {

@@ -5,8 +5,8 @@
 // anything the plan left unplaced is allocated eagerly and freed at last use.
 #include <memory>
 
-#include "fusetune/compile/memory_plan.h"
 #include "fusetune/runtime/executor.h"
+#include "fusetune/runtime/memory_plan.h"
 #include "fusetune/runtime/shared_arena.h"
 
 namespace fusetune {

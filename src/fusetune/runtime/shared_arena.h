@@ -6,7 +6,7 @@
 // shape made the peak grow with every new padded length).
 #include <cstdint>
 
-#include "fusetune/runtime/tensor.h"
+#include "fusetune/core/tensor.h"
 
 namespace fusetune {
 

@@ -16,7 +16,7 @@
 #include "fusetune/data/collate.h"
 #include "fusetune/data/dataset.h"
 #include "fusetune/data/dataset_options.h"
-#include "fusetune/data/tokenizer.h"
+#include "fusetune/tokenizers/tokenizer.h"
 
 namespace fusetune {
 

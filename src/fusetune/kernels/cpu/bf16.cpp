@@ -6,10 +6,10 @@
 #include <string>
 #include <vector>
 
+#include "fusetune/core/tensor.h"
 #include "fusetune/kernels/cpu/kernels.h"
 #include "fusetune/kernels/cpu/nf4.h"
 #include "fusetune/kernels/cpu/parallel.h"
-#include "fusetune/runtime/tensor.h"
 #include "fusetune/util/error.h"
 
 namespace fusetune::kernels {

@@ -7,11 +7,11 @@
 #include <type_traits>
 #include <vector>
 
+#include "fusetune/core/dtype.h"
+#include "fusetune/core/tensor.h"
 #include "fusetune/kernels/cpu/bf16.h"
 #include "fusetune/kernels/cpu/ggml_quant.h"
 #include "fusetune/kernels/cpu/kernels.h"
-#include "fusetune/runtime/dtype.h"
-#include "fusetune/runtime/tensor.h"
 #include "fusetune/util/error.h"
 
 namespace fusetune::kernels {

@@ -29,7 +29,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "fusetune/runtime/tensor.h"
+#include "fusetune/core/tensor.h"
 
 namespace fusetune::kernels {
 

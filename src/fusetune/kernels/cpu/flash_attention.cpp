@@ -12,9 +12,9 @@
 #include <limits>
 #include <string>
 
+#include "fusetune/core/tensor.h"
 #include "fusetune/kernels/cpu/row_softmax.h"
 #include "fusetune/kernels/cpu/vexp.h"
-#include "fusetune/runtime/tensor.h"
 #include "fusetune/util/error.h"
 
 namespace fusetune::kernels {

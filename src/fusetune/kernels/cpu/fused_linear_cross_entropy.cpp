@@ -6,11 +6,11 @@
 #include <string>
 #include <vector>
 
+#include "fusetune/core/tensor.h"
 #include "fusetune/kernels/cpu/bf16.h"
 #include "fusetune/kernels/cpu/head_gemm.h"
 #include "fusetune/kernels/cpu/kernels.h"
 #include "fusetune/kernels/cpu/row_softmax.h"
-#include "fusetune/runtime/tensor.h"
 #include "fusetune/util/error.h"
 
 namespace fusetune::kernels {

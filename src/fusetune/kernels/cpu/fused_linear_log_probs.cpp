@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "fusetune/core/tensor.h"
 #include "fusetune/kernels/cpu/head_gemm.h"
 #include "fusetune/kernels/cpu/row_softmax.h"
-#include "fusetune/runtime/tensor.h"
 #include "fusetune/util/error.h"
 
 namespace fusetune::kernels {

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <string>
 
-#include "fusetune/runtime/dtype.h"
+#include "fusetune/core/dtype.h"
 #include "fusetune/util/error.h"
 
 namespace fusetune::ggml {
@@ -179,7 +179,7 @@ bool block_scales(const SubBlockSearch& r, Q6_KScales& out) {
 
 }  // namespace
 
-// The engine's IEEE half conversions (runtime/dtype.h) round to nearest even and map NaN to a
+// The engine's IEEE half conversions (core/dtype.h) round to nearest even and map NaN to a
 // quiet NaN, as ggml's software converter and x86's F16C do.
 uint16_t fp32_to_fp16(float f) { return f32_to_f16(f); }
 float fp16_to_fp32(uint16_t h) { return f16_to_f32(h); }

@@ -9,7 +9,7 @@
 // The scale is stored as IEEE fp16; dequantization uses the fp16 value, while quantization
 // divides by the fp32 d (as ggml does). Nibble j holds element j (low) and j + 16 (high).
 // Q8_0 (ggml quantize_row_q8_0_ref): d = amax / 127, q = roundf(x / d) (ties away from zero).
-// fp16 conversion: round to nearest even (runtime/dtype.h), as ggml's software converter and
+// fp16 conversion: round to nearest even (core/dtype.h), as ggml's software converter and
 // x86 F16C do.
 // Q6_K (ggml quantize_row_q6_K_ref): super-blocks of 256 = 16 sub-blocks of 16. Each sub-block
 // gets a scale from ggml's make_qx_quants search (nmax 32, weights x^2, 19 candidate inverse

@@ -9,11 +9,11 @@
 #include <string>
 #include <vector>
 
+#include "fusetune/core/dtype.h"
 #include "fusetune/kernels/cpu/bf16.h"
 #include "fusetune/kernels/cpu/fake_quant.h"
 #include "fusetune/kernels/cpu/kernels.h"
 #include "fusetune/kernels/cpu/nf4.h"
-#include "fusetune/runtime/dtype.h"
 #include "fusetune/util/error.h"
 
 namespace fusetune::kernels::detail {

@@ -5,9 +5,9 @@
 #include <type_traits>
 #include <vector>
 
+#include "fusetune/core/tensor.h"
 #include "fusetune/kernels/cpu/kernels.h"
 #include "fusetune/kernels/cpu/parallel.h"
-#include "fusetune/runtime/tensor.h"
 #include "fusetune/util/error.h"
 
 namespace fusetune::kernels {

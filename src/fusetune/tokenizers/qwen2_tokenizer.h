@@ -1,0 +1,62 @@
+#pragma once
+// Qwen2 / Qwen2.5 from the GPT-2-style pair torchtune's qwen2_tokenizer / qwen2_5_tokenizer
+// read: vocab.json ({token: id}) and merges.txt (one "left right" merge a line, best first,
+// an optional "#version:" first line). Byte-level BPE on HfTokenizer's pipeline: NFC, then
+// special tokens found in the text, then Qwen's pre-tokenizer regex (single digits), then the
+// merges (HfTokenizer::from_parts), as in torchtune's Qwen2Tokenizer and Qwen's
+// tokenizer.json.
+//
+// Special tokens as torchtune has them: Qwen2 <|endoftext|> 151643, <|im_start|> 151644,
+// <|im_end|> 151645; Qwen2.5 adds <|object_ref_start|> .. <|file_sep|> (151646..151664).
+// `special_tokens_path` replaces them with a tokenizer.json's added_tokens. Defaults as
+// torchtune's: no BOS, EOS <|im_end|>, PAD <|endoftext|>; encode's defaults add EOS.
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "fusetune/tokenizers/bpe.h"
+#include "fusetune/tokenizers/hf_tokenizer.h"
+#include "fusetune/tokenizers/special_tokens_file.h"
+
+namespace fusetune {
+
+// Qwen2's pre-tokenizer regex (torchtune's PRETOKENIZE_REGEX; Qwen2.5 and Qwen3 use it too).
+extern const char* const kQwen2Pattern;
+
+std::vector<SpecialToken> qwen2_special_tokens();
+std::vector<SpecialToken> qwen2_5_special_tokens();
+
+// vocab.json's text as token -> id. Errors name `name` and the token at fault.
+StringMap<int32_t> parse_vocab_json(std::string_view text, const std::string& name);
+// merges.txt's text. Blank lines and a first line starting "#version:" are skipped; any other
+// line must be two tokens separated by one space (errors name `name` and the line).
+// `line_numbers`, when given, receives each merge's 1-based line.
+std::vector<std::pair<std::string, std::string>> parse_merges_txt(
+    std::string_view text, const std::string& name, std::vector<size_t>* line_numbers = nullptr);
+
+struct Qwen2Options {
+  bool qwen2_5 = true;  // the built-in special tokens: Qwen2.5's, else Qwen2's
+  std::filesystem::path special_tokens_path;  // replaces them when set
+  // torchtune's bos_token / eos_token / pad_token / unk_token: nullopt = the default above,
+  // "" = none (YAML null); else a special token's text.
+  std::optional<std::string> bos_token, eos_token, pad_token, unk_token;
+};
+
+// Throws fusetune::Error naming the file and line/key at fault, a special token name that is
+// not among the special tokens, or a vocabulary without the 256 byte-level characters.
+std::unique_ptr<HfTokenizer> load_qwen2_tokenizer(const std::filesystem::path& vocab_json,
+                                                  const std::filesystem::path& merges_txt,
+                                                  const Qwen2Options& options = {});
+// The same from texts in memory; `specials` empty = the table options.qwen2_5 selects
+// (options.special_tokens_path is not read here).
+std::unique_ptr<HfTokenizer> qwen2_tokenizer_from_text(std::string_view vocab_json,
+                                                       std::string_view merges_txt,
+                                                       const std::vector<SpecialToken>& specials,
+                                                       const Qwen2Options& options,
+                                                       const std::string& name);
+
+}  // namespace fusetune
