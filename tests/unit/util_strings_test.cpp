@@ -16,3 +16,17 @@ TEST(Strings, ClosestMatchSuggestsNearKeysOnly) {
   EXPECT_EQ(closest_match("optimzer", keys), "optimizer");
   EXPECT_EQ(closest_match("completely_unrelated", keys), "");
 }
+
+TEST(Strings, ForEachLineNumbersLinesFromOneAndKeepsTheLastWithoutNewline) {
+  std::vector<std::pair<std::string, size_t>> seen;
+  for_each_line("a\n\nb\r\nc",
+                [&](std::string_view line, size_t n) { seen.emplace_back(std::string(line), n); });
+  const std::vector<std::pair<std::string, size_t>> want = {
+      {"a", 1}, {"", 2}, {"b\r", 3}, {"c", 4}};
+  EXPECT_EQ(seen, want);
+  seen.clear();
+  for_each_line("x\n",
+                [&](std::string_view line, size_t n) { seen.emplace_back(std::string(line), n); });
+  EXPECT_EQ(seen, (std::vector<std::pair<std::string, size_t>>{{"x", 1}}));
+  for_each_line("", [&](std::string_view, size_t) { ADD_FAILURE() << "no line in empty text"; });
+}

@@ -21,8 +21,9 @@ const char* const kExportHelp =
     "tokenizer.ggml.* (SentencePiece -> \"llama\", byte-level BPE -> \"gpt2\").\n"
     "\n"
     "  --type  f32 (default), f16, q8_0 or q4_0. Norms stay f32. q8_0 quantizes every matrix;\n"
-    "          q4_0 every matrix but the output head (or tied embedding), which is q8_0. A\n"
-    "          matrix whose rows are not a multiple of 32 is f16 in q8_0/q4_0 files.\n"
+    "          q4_0 every matrix but the output head (or tied embedding), which is q6_k as\n"
+    "          llama.cpp makes it (q8_0 when its rows are not a multiple of 256). A matrix\n"
+    "          whose rows are not a multiple of 32 is f16 in q8_0/q4_0 files.\n"
     "          The values are exactly those `fusetune quantize --type T` writes.\n";
 
 int cmd_export(const std::vector<std::string>& argv) {

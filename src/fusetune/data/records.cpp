@@ -69,14 +69,8 @@ std::vector<Record> read_json_records(const std::string& path) {
   }
 
   // JSON lines.
-  size_t line_no = 0, pos = 0;
-  while (pos < text.size()) {
-    size_t end = text.find('\n', pos);
-    if (end == std::string::npos) end = text.size();
-    std::string_view line(text.data() + pos, end - pos);
-    ++line_no;
-    pos = end + 1;
-    if (is_blank(line)) continue;
+  for_each_line(text, [&](std::string_view line, size_t line_no) {
+    if (is_blank(line)) return;
     Record r;
     r.where = path + " line " + std::to_string(line_no);
     try {
@@ -90,7 +84,7 @@ std::vector<Record> read_json_records(const std::string& path) {
       r.error = std::string("invalid JSON: ") + e.what();
     }
     rows.push_back(std::move(r));
-  }
+  });
   return rows;
 }
 

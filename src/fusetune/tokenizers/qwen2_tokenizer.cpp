@@ -8,6 +8,7 @@
 #include "fusetune/tokenizers/byte_level.h"
 #include "fusetune/util/error.h"
 #include "fusetune/util/fs.h"
+#include "fusetune/util/strings.h"
 
 namespace fusetune {
 
@@ -55,16 +56,10 @@ StringMap<int32_t> parse_vocab_json(std::string_view text, const std::string& na
 std::vector<std::pair<std::string, std::string>> parse_merges_txt(
     std::string_view text, const std::string& name, std::vector<size_t>* line_numbers) {
   std::vector<std::pair<std::string, std::string>> merges;
-  size_t pos = 0, line_no = 0;
-  while (pos < text.size()) {
-    size_t eol = text.find('\n', pos);
-    if (eol == std::string_view::npos) eol = text.size();
-    std::string_view line = text.substr(pos, eol - pos);
-    pos = eol + 1;
-    ++line_no;
+  for_each_line(text, [&](std::string_view line, size_t line_no) {
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    if (line.empty()) continue;
-    if (line_no == 1 && line.rfind("#version:", 0) == 0) continue;
+    if (line.empty()) return;
+    if (line_no == 1 && line.rfind("#version:", 0) == 0) return;
     const size_t sp = line.find(' ');
     FT_CHECK(sp != std::string_view::npos && sp > 0 && sp + 1 < line.size() &&
                  line.find(' ', sp + 1) == std::string_view::npos,
@@ -74,7 +69,7 @@ std::vector<std::pair<std::string, std::string>> parse_merges_txt(
                  std::string(line.substr(0, 80)) + "'");
     merges.emplace_back(std::string(line.substr(0, sp)), std::string(line.substr(sp + 1)));
     if (line_numbers) line_numbers->push_back(line_no);
-  }
+  });
   return merges;
 }
 

@@ -12,6 +12,7 @@
 #include "fusetune/tokenizers/byte_level.h"
 #include "fusetune/util/error.h"
 #include "fusetune/util/fs.h"
+#include "fusetune/util/strings.h"
 
 namespace fusetune {
 
@@ -83,16 +84,10 @@ std::vector<TiktokenEntry> parse_tiktoken(std::string_view text, const std::stri
   std::vector<TiktokenEntry> out;
   std::unordered_map<std::string, size_t> by_bytes;  // token -> line
   std::unordered_map<int32_t, size_t> by_rank;
-  size_t line_no = 0, pos = 0;
   std::string bytes;
-  while (pos < text.size()) {
-    size_t eol = text.find('\n', pos);
-    if (eol == std::string_view::npos) eol = text.size();
-    std::string_view line = text.substr(pos, eol - pos);
-    pos = eol + 1;
-    ++line_no;
+  for_each_line(text, [&](std::string_view line, size_t line_no) {
     std::vector<std::string_view> f = fields(line);
-    if (f.empty()) continue;
+    if (f.empty()) return;
     const std::string where = name + " line " + std::to_string(line_no);
     FT_CHECK(f.size() == 2, where + ": expected '<base64 token> <rank>', got " + shown(line) +
                                 (out.empty() ? " (is this a tiktoken file? a SentencePiece "
@@ -115,7 +110,7 @@ std::vector<TiktokenEntry> parse_tiktoken(std::string_view text, const std::stri
     FT_CHECK(new_rank, where + ": rank " + std::to_string(rank) + " repeats line " +
                            std::to_string(ir->second));
     out.push_back({bytes, int32_t(rank)});
-  }
+  });
   FT_CHECK(!out.empty(), name + " holds no tokens");
   return out;
 }

@@ -62,7 +62,8 @@ bool starts_with(std::string_view s, std::string_view prefix) {
 std::string trim(std::string_view s) {
   size_t b = 0, e = s.size();
   while (b < e && (s[b] == ' ' || s[b] == '\t' || s[b] == '\n' || s[b] == '\r')) ++b;
-  while (e > b && (s[e - 1] == ' ' || s[e - 1] == '\t' || s[e - 1] == '\n' || s[e - 1] == '\r')) --e;
+  while (e > b && (s[e - 1] == ' ' || s[e - 1] == '\t' || s[e - 1] == '\n' || s[e - 1] == '\r'))
+    --e;
   return std::string(s.substr(b, e - b));
 }
 
@@ -77,6 +78,17 @@ std::string format_bytes(double bytes) {
   if (bytes >= 1024.0 * 1024 * 1024) return format_gib(bytes) + " GiB";
   std::snprintf(buf, sizeof buf, "%.1f MiB", bytes / (1024.0 * 1024.0));
   return buf;
+}
+
+void for_each_line(std::string_view text,
+                   const std::function<void(std::string_view line, size_t line_no)>& f) {
+  size_t pos = 0, line_no = 0;
+  while (pos < text.size()) {
+    size_t eol = text.find('\n', pos);
+    if (eol == std::string_view::npos) eol = text.size();
+    f(text.substr(pos, eol - pos), ++line_no);
+    pos = eol + 1;
+  }
 }
 
 }  // namespace fusetune
