@@ -2,12 +2,12 @@
 
 #include <cmath>
 #include <cstdlib>
-#include <fstream>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "fusetune/util/error.h"
+#include "fusetune/util/fs.h"
 #include "fusetune/util/strings.h"
 
 namespace fusetune {
@@ -17,14 +17,6 @@ namespace {
 bool is_rule(const std::string& line) {
   const std::string t = trim(line);
   return t.size() >= 8 && t.find_first_not_of('-') == std::string::npos;
-}
-
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  FT_CHECK(in, "cannot read '" + p.string() + "'");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 // The log file of the latest session: log_<unix>.txt with the largest number (a resumed run
@@ -93,7 +85,7 @@ RunRecord read_run(const fs::path& dir) {
   run.name = named.filename().string();
   if (run.name.empty()) run.name = dir.string();
 
-  std::istringstream in(read_text(run.metrics_path));
+  std::istringstream in(read_file(run.metrics_path));
   int64_t line_no = 0;
   for (std::string line; std::getline(in, line);) {
     ++line_no;
@@ -119,7 +111,7 @@ RunRecord read_run(const fs::path& dir) {
   }
 
   run.log_path = latest_log_file(logs);
-  if (!run.log_path.empty()) run.header = parse_run_header(read_text(run.log_path));
+  if (!run.log_path.empty()) run.header = parse_run_header(read_file(run.log_path));
   return run;
 }
 
