@@ -23,7 +23,7 @@
 // 5e-2 apart (checked); a QAT head modelled as Q4_0 while the file's is Q8_0 misses by 2.3e-2.
 // Not visible at this bound: QAT leaving the Q4_0 layers' activations in float moves the mean
 // NLL by only 2e-4 (Q8_0 activation rounding is nearly unbiased noise).
-// tests/conformance/gguf_llama_cpp_stories260k_test.cpp measures that noise floor per
+// tests/conformance/gguf_llama_cpp_test.cpp measures that noise floor per
 // log-probability on the base model and finds llama.cpp at it.
 #include <gtest/gtest.h>
 

@@ -25,6 +25,15 @@ inline ModelConfig tiny_config(bool tied, bool qkv_bias, int64_t kv_heads = 2) {
   return c;
 }
 
+// The same as a Qwen3: q/k norms before RoPE, head_dim 6 apart from hidden_size / heads (4),
+// tied embeddings.
+inline ModelConfig tiny_qwen3_config() {
+  ModelConfig c = tiny_config(true, false);
+  c.model_type = "qwen3";
+  c.head_dim = 6;
+  return c;
+}
+
 // A random batch with shifted labels, some ignored; packed adds two documents per row.
 inline Batch random_batch(int64_t B, int64_t T, int64_t V, uint64_t seed, bool packed = false) {
   Batch b;

@@ -1,5 +1,6 @@
 // Every compile mode computes what eager computes: the loss and every gradient, over several
-// small configurations (GQA, tied/untied head, qkv bias, packed documents, ignored labels).
+// small configurations (GQA, tied/untied head, qkv bias, Qwen3's q/k norms, packed documents,
+// ignored labels).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -22,10 +23,11 @@ struct ModeCase {
   const char* name;
   bool tied, bias, packed;
   int64_t kv;
+  bool qwen3 = false;  // tiny_qwen3_config(): q/k norms, head_dim apart (tied, no bias)
 };
 
 void check_modes(const ModeCase& c, DType dt, double loss_tol, double grad_tol) {
-  ModelConfig cfg = tiny_config(c.tied, c.bias, c.kv);
+  ModelConfig cfg = c.qwen3 ? tiny_qwen3_config() : tiny_config(c.tied, c.bias, c.kv);
   cfg.vocab_size = 37;
   TrainingGraphOptions o;
   o.batch_size = 2;
@@ -59,6 +61,7 @@ const ModeCase kModeCases[] = {
     {"gqa_tied_bias", true, true, false, 2},
     {"mha_packed", false, false, true, 4},
     {"mqa_tied_packed", true, false, true, 1},
+    {"qwen3_qk_norm_packed", true, false, true, 2, true},
 };
 
 }  // namespace

@@ -1,5 +1,6 @@
 // The whole model's gradient (embedding, attention with GQA and RoPE, MLP, norms, tied or
-// untied head, qkv bias, cross-entropy with ignored labels) against finite differences.
+// untied head, qkv bias, Qwen3's q/k norms, cross-entropy with ignored labels) against finite
+// differences.
 #include <gtest/gtest.h>
 
 #include "fusetune/graph/builder.h"
@@ -44,6 +45,7 @@ void check_model(const ModelConfig& cfg, bool packed) {
 TEST(LlamaGradcheck, GqaUntiedNoBias) { check_model(tiny_config(false, false), false); }
 TEST(LlamaGradcheck, GqaTiedWithQkvBias) { check_model(tiny_config(true, true), false); }
 TEST(LlamaGradcheck, MultiHeadNoGqaPacked) { check_model(tiny_config(false, true, 4), true); }
+TEST(LlamaGradcheck, Qwen3QkNormsWithHeadDimApartPacked) { check_model(tiny_qwen3_config(), true); }
 
 TEST(LlamaTrainingGraph, OutputsLossThenOneGradPerTrainableParam) {
   ModelConfig cfg = tiny_config(true, false);

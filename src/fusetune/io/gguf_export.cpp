@@ -9,6 +9,7 @@
 #include "fusetune/io/gguf_tokenizer.h"
 #include "fusetune/io/hf_checkpoint.h"
 #include "fusetune/kernels/cpu/ggml_quant.h"
+#include "fusetune/models/model_family.h"
 #include "fusetune/util/error.h"
 
 namespace fusetune::gguf {
@@ -150,6 +151,7 @@ std::string gguf_tensor_name(const std::string& hf_name) {
       {"input_layernorm", "attn_norm"},    {"self_attn.q_proj", "attn_q"},
       {"self_attn.k_proj", "attn_k"},      {"self_attn.v_proj", "attn_v"},
       {"self_attn.o_proj", "attn_output"}, {"post_attention_layernorm", "ffn_norm"},
+      {"self_attn.q_norm", "attn_q_norm"}, {"self_attn.k_norm", "attn_k_norm"},
       {"mlp.gate_proj", "ffn_gate"},       {"mlp.up_proj", "ffn_up"},
       {"mlp.down_proj", "ffn_down"}};
   std::smatch m;
@@ -175,20 +177,21 @@ void permute_rope_rows(float* w, int64_t n_head, int64_t head_dim, int64_t cols)
 std::string gguf_architecture(const ModelConfig& c) {
   FT_CHECK(c.hidden_act == "silu", "config.json: hidden_act '" + c.hidden_act +
                                        "' has no GGUF llama architecture (silu only)");
-  FT_CHECK(!c.mlp_bias, "config.json: mlp_bias: true has no GGUF llama/qwen2 architecture");
-  if (c.model_type == "qwen2") return "qwen2";
-  FT_CHECK(c.model_type == "llama" || c.model_type == "mistral",
-           "config.json: model_type '" + c.model_type + "' cannot be exported to GGUF");
-  FT_CHECK(!c.attention_bias, "config.json: attention_bias: true (a " + c.model_type +
-                                  " with q/k/v biases) is not expressible as GGUF llama");
-  return "llama";
+  const ModelFamily& family = model_family(c.model_type, "config.json");
+  FT_CHECK(!c.mlp_bias, "config.json: mlp_bias: true has no GGUF " + std::string(family.gguf_arch) +
+                            " architecture");
+  // llama.cpp's llama architecture reads no q/k/v biases; qwen2's always has them.
+  FT_CHECK(!c.attention_bias || family.qkv_bias,
+           "config.json: attention_bias: true (a " + c.model_type +
+               " with q/k/v biases) is not expressible as GGUF " + std::string(family.gguf_arch));
+  return std::string(family.gguf_arch);
 }
 
 ExportResult export_gguf(const fs::path& dir, const fs::path& output, FileType type) {
   auto ck = std::make_shared<HFCheckpoint>(load_hf_checkpoint(dir, {}, DType::F32));
   const ModelConfig& c = ck->config;
   const std::string arch = gguf_architecture(c);
-  const bool permute = arch == "llama";
+  const bool permute = model_family(c.model_type).gguf_permutes_rope_rows;
 
   Writer w;
   w.add_string("general.architecture", arch);

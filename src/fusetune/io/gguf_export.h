@@ -5,8 +5,9 @@
 //
 // Architectures: model_type llama / mistral -> "llama" (q and k rows permuted from HF's
 // rotate-half RoPE to llama.cpp's interleaved pairs, as convert_hf_to_gguf.py's
-// LlamaModel.permute); qwen2 -> "qwen2" (NEOX RoPE, no permutation, q/k/v biases). Llama
-// with attention or MLP biases is refused.
+// LlamaModel.permute); qwen2 -> "qwen2" (NEOX RoPE, no permutation, q/k/v biases); qwen3 ->
+// "qwen3" (NEOX RoPE, q/k norms as attn_q_norm / attn_k_norm). Each family's name and RoPE
+// layout come from models/model_family.h. Llama with attention or MLP biases is refused.
 //
 // Types (what convert_hf_to_gguf.py --outtype and llama-quantize pick by default):
 //   - 1-D tensors (norms, biases) stay F32 whatever the type;

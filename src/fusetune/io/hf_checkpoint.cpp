@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fusetune/io/hf_config.h"
+#include "fusetune/models/model_family.h"
 #include "fusetune/util/error.h"
 #include "fusetune/util/fs.h"
 #include "fusetune/util/strings.h"
@@ -92,6 +93,10 @@ std::vector<std::pair<std::string, Shape>> expected_parameters(const ModelConfig
     if (c.attention_bias) out.push_back({p + "self_attn.k_proj.bias", {kv}});
     out.push_back({p + "self_attn.v_proj.weight", {kv, D}});
     if (c.attention_bias) out.push_back({p + "self_attn.v_proj.bias", {kv}});
+    if (model_family(c.model_type).qk_norm) {
+      out.push_back({p + "self_attn.q_norm.weight", {c.head_dim}});
+      out.push_back({p + "self_attn.k_norm.weight", {c.head_dim}});
+    }
     out.push_back({p + "self_attn.o_proj.weight", {D, q}});
     out.push_back({p + "post_attention_layernorm.weight", {D}});
     out.push_back({p + "mlp.gate_proj.weight", {F, D}});

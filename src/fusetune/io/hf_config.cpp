@@ -4,6 +4,7 @@
 #include <limits>
 #include <vector>
 
+#include "fusetune/models/model_family.h"
 #include "fusetune/util/error.h"
 #include "fusetune/util/fs.h"
 #include "fusetune/util/strings.h"
@@ -13,8 +14,6 @@ using nlohmann::json;
 
 namespace fusetune {
 namespace {
-
-const std::vector<std::string> kModelTypes = {"llama", "mistral", "qwen2"};
 
 // Reads typed keys from config.json; absent and null both mean "use the default".
 class Reader {
@@ -59,13 +58,6 @@ class Reader {
   const std::string& src_;
 };
 
-void check_model_type(const std::string& t, const std::string& src) {
-  if (t == "llama" || t == "mistral" || t == "qwen2") return;
-  const std::string hint = closest_match(t, kModelTypes);
-  throw Error(src + ": model_type '" + t + "' is not supported (supported: llama, mistral, qwen2" +
-              (hint.empty() ? "" : "; did you mean '" + hint + "'?") + ")");
-}
-
 RopeScaling parse_rope_scaling(const json& rs, const std::string& src) {
   RopeScaling out;
   if (rs.is_null()) return out;
@@ -107,7 +99,7 @@ void validate_model_config(const ModelConfig& c, const std::string& src) {
     FT_CHECK(v <= limit, src + ": '" + key + "' = " + std::to_string(v) +
                              " is implausibly large (limit " + std::to_string(limit) + ")");
   };
-  check_model_type(c.model_type, src);
+  const ModelFamily& family = model_family(c.model_type, src);
   positive("vocab_size", c.vocab_size);
   positive("hidden_size", c.hidden_size);
   positive("intermediate_size", c.intermediate_size);
@@ -131,13 +123,14 @@ void validate_model_config(const ModelConfig& c, const std::string& src) {
   FT_CHECK(!c.mlp_bias, src +
                             ": mlp_bias: true is not supported (no Llama-family "
                             "checkpoint uses MLP biases)");
-  // HF's llama/mistral `attention_bias` also puts a bias on o_proj; only Qwen2's q/k/v-only
-  // biases are modelled here.
-  // Qwen2's config.json has no attention_bias key (the biases are always there), so a qwen2
-  // config without them could not be saved and loaded back as the same model.
-  FT_CHECK(c.attention_bias || c.model_type != "qwen2",
-           src + ": model_type 'qwen2' always has q/k/v biases (attention_bias must be true)");
-  FT_CHECK(!c.attention_bias || c.model_type == "qwen2",
+  // HF's llama/mistral/qwen3 `attention_bias` also puts a bias on o_proj; only Qwen2's
+  // q/k/v-only biases are modelled here. Qwen2's config.json has no attention_bias key (the
+  // biases are always there), so a qwen2 config without them could not be saved and loaded
+  // back as the same model.
+  FT_CHECK(c.attention_bias || !family.qkv_bias,
+           src + ": model_type '" + c.model_type +
+               "' always has q/k/v biases (attention_bias must be true)");
+  FT_CHECK(!c.attention_bias || family.qkv_bias,
            src + ": attention_bias: true is not supported for model_type '" + c.model_type +
                "' (only qwen2's q/k/v biases are)");
   const auto& rs = c.rope_scaling;
@@ -163,10 +156,9 @@ ModelConfig parse_model_config(const json& j, const std::string& src) {
   Reader r(j, src);
   ModelConfig c;
   FT_CHECK(r.present("model_type"),
-           src + ": missing required key 'model_type' (supported: llama, mistral, qwen2)");
+           src + ": missing required key 'model_type' (supported: " + model_type_list() + ")");
   c.model_type = r.string("model_type", "");
-  check_model_type(c.model_type, src);
-  const bool qwen2 = c.model_type == "qwen2", mistral = c.model_type == "mistral";
+  const ModelFamily& family = model_family(c.model_type, src);
   c.vocab_size = r.integer("vocab_size", 0, true);
   c.hidden_size = r.integer("hidden_size", 0, true);
   c.intermediate_size = r.integer("intermediate_size", 0, true);
@@ -175,8 +167,8 @@ ModelConfig parse_model_config(const json& j, const std::string& src) {
   FT_CHECK(c.num_attention_heads > 0, src + ": 'num_attention_heads' must be positive, got " +
                                           std::to_string(c.num_attention_heads));
   c.num_key_value_heads = r.integer("num_key_value_heads", c.num_attention_heads);
-  if (r.present("head_dim")) {
-    c.head_dim = r.integer("head_dim", 0);
+  if (r.present("head_dim") || family.default_head_dim > 0) {
+    c.head_dim = r.integer("head_dim", family.default_head_dim);
   } else {
     FT_CHECK(c.hidden_size % c.num_attention_heads == 0,
              src + ": num_attention_heads (" + std::to_string(c.num_attention_heads) +
@@ -185,18 +177,17 @@ ModelConfig parse_model_config(const json& j, const std::string& src) {
     c.head_dim = c.hidden_size / c.num_attention_heads;
   }
   // transformers' per-architecture defaults.
-  c.max_position_embeddings = r.integer("max_position_embeddings", qwen2     ? 32768
-                                                                   : mistral ? 4096 * 32
-                                                                             : 2048);
+  c.max_position_embeddings =
+      r.integer("max_position_embeddings", family.default_max_position_embeddings);
   c.rms_norm_eps = r.number("rms_norm_eps", 1e-6);
   c.rope_theta = r.number("rope_theta", 10000.0);
   c.tie_word_embeddings = r.boolean("tie_word_embeddings", false);
   c.hidden_act = r.string("hidden_act", "silu");
   // Qwen2 always has q/k/v biases and its config has no attention_bias key.
-  c.attention_bias = qwen2 ? true : r.boolean("attention_bias", false);
+  c.attention_bias = family.qkv_bias ? true : r.boolean("attention_bias", false);
   c.mlp_bias = r.boolean("mlp_bias", false);
   if (j.contains("rope_scaling")) c.rope_scaling = parse_rope_scaling(j["rope_scaling"], src);
-  c.bos_token_id = r.integer("bos_token_id", qwen2 ? -1 : 1);
+  c.bos_token_id = r.integer("bos_token_id", family.default_bos_token_id);
   if (r.present("eos_token_id")) {
     const json& e = j["eos_token_id"];
     if (e.is_array()) {
@@ -206,13 +197,15 @@ ModelConfig parse_model_config(const json& j, const std::string& src) {
       c.eos_token_ids.push_back(r.as_int(e, "eos_token_id"));
     }
     c.eos_token_id = c.eos_token_ids.front();
-  } else if (!qwen2 && !j.contains("eos_token_id")) {
-    c.eos_token_id = 2;
-    c.eos_token_ids = {2};
+  } else if (family.default_eos_token_id >= 0 && !j.contains("eos_token_id")) {
+    c.eos_token_id = family.default_eos_token_id;
+    c.eos_token_ids = {family.default_eos_token_id};
   }
   // The window only matters past its length; stored so that the model can refuse longer
-  // sequences. Qwen2 applies it only with use_sliding_window.
-  if (mistral || (qwen2 && r.boolean("use_sliding_window", false)))
+  // sequences. Qwen2/3 apply it only with use_sliding_window.
+  if (family.sliding_window == SlidingWindowKey::Always ||
+      (family.sliding_window == SlidingWindowKey::WithUseSlidingWindow &&
+       r.boolean("use_sliding_window", false)))
     c.sliding_window = r.integer("sliding_window", 0);
   c.raw = j;
   validate_model_config(c, src);
@@ -221,12 +214,9 @@ ModelConfig parse_model_config(const json& j, const std::string& src) {
 
 json model_config_to_json(const ModelConfig& c) {
   json j = c.raw.is_object() ? c.raw : json::object();
-  if (!j.contains("architectures")) {
-    const char* arch = c.model_type == "qwen2"     ? "Qwen2ForCausalLM"
-                       : c.model_type == "mistral" ? "MistralForCausalLM"
-                                                   : "LlamaForCausalLM";
-    j["architectures"] = json::array({arch});
-  }
+  const ModelFamily& family = model_family(c.model_type);
+  if (!j.contains("architectures"))
+    j["architectures"] = json::array({std::string(family.hf_architecture)});
   j["model_type"] = c.model_type;
   j["vocab_size"] = c.vocab_size;
   j["hidden_size"] = c.hidden_size;
@@ -241,13 +231,11 @@ json model_config_to_json(const ModelConfig& c) {
   j["rope_theta"] = c.rope_theta;
   j["tie_word_embeddings"] = c.tie_word_embeddings;
   j["hidden_act"] = c.hidden_act;
-  if (c.model_type == "llama") {  // the only one of the three whose config has these keys
-    j["attention_bias"] = c.attention_bias;
-    j["mlp_bias"] = c.mlp_bias;
-  }
+  if (family.writes_attention_bias) j["attention_bias"] = c.attention_bias;
+  if (family.writes_mlp_bias) j["mlp_bias"] = c.mlp_bias;
   const auto& rs = c.rope_scaling;
   if (rs.rope_type.empty()) {
-    if (j.contains("rope_scaling") || c.model_type == "llama") j["rope_scaling"] = nullptr;
+    if (j.contains("rope_scaling") || family.writes_null_rope_scaling) j["rope_scaling"] = nullptr;
   } else {
     json o = j.contains("rope_scaling") && j["rope_scaling"].is_object() ? j["rope_scaling"]
                                                                          : json::object();

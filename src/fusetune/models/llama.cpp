@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "fusetune/models/model_family.h"
 #include "fusetune/models/rope_tables.h"
 #include "fusetune/util/error.h"
 
@@ -40,8 +41,15 @@ Value attention(Layer& L, Value x, const LlamaInputs& in, Value cos, Value sin, 
     if (c.attention_bias) y = b.add(y, L.param("self_attn." + name + ".bias", {heads * hd}));
     return b.reshape(y, {B, T, heads, hd});
   };
-  Value q = b.rope(proj("q_proj", H), cos, sin, in.positions);
-  Value k = b.rope(proj("k_proj", KV), cos, sin, in.positions);
+  // Qwen3: each head of q and k RMS-normalized over head_dim before RoPE.
+  const bool qk_norm = model_family(c.model_type).qk_norm;
+  auto head_norm = [&](Value y, const char* norm) {
+    return qk_norm ? b.rmsnorm(y, L.param(std::string("self_attn.") + norm + ".weight", {hd}),
+                               c.rms_norm_eps)
+                   : y;
+  };
+  Value q = b.rope(head_norm(proj("q_proj", H), "q_norm"), cos, sin, in.positions);
+  Value k = b.rope(head_norm(proj("k_proj", KV), "k_norm"), cos, sin, in.positions);
   Value v = proj("v_proj", KV);
   const double scale = 1.0 / std::sqrt(double(hd));
   if (in.cache_len > 0) {

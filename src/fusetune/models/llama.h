@@ -1,6 +1,7 @@
 #pragma once
-// The Llama family (Llama 2/3/3.x, Mistral, Qwen2), written once against the graph builder.
-// Parameter names are Hugging Face's, so checkpoints load and save without renaming.
+// The Llama family (Llama 2/3/3.x, Mistral, Qwen2, Qwen3), written once against the graph
+// builder; what differs between them is data (models/model_family.h). Parameter names are
+// Hugging Face's, so checkpoints load and save without renaming.
 #include <functional>
 #include <string>
 

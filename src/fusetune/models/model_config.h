@@ -1,6 +1,6 @@
 #pragma once
 // The architecture of a decoder-only Llama-family model, as read from a Hugging Face
-// config.json (model_type llama, mistral or qwen2). `raw` keeps the original JSON so a saved
+// config.json (model_type llama, mistral, qwen2 or qwen3: models/model_family.h). `raw` keeps the original JSON so a saved
 // checkpoint's config.json carries every field the user's tools expect, not only ours.
 #include <cstdint>
 #include <string>

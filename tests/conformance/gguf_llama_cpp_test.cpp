@@ -1,3 +1,6 @@
+// GGUF exports run by a real llama.cpp: stories260K (F32, F16, Q8_0, Q4_0), a hidden-256 model's
+// Q6_K head and a random Qwen3 (F32, at the end of the file).
+//
 // stories260K exported to GGUF (F32, F16, Q8_0, Q4_0) and run by a real llama.cpp (node-llama-cpp
 // 3.21.1's prebuilt CPU build, tools/llama-cpp-ref): its log-probabilities on a story agree
 // with fusetune's evaluation of the same weights (for F16/Q8_0/Q4_0: fusetune on
@@ -25,6 +28,7 @@
 
 #include "fusetune/io/gguf_export.h"
 #include "fusetune/io/hf_checkpoint.h"
+#include "fusetune/io/hf_config.h"
 #include "fusetune/kernels/cpu/ggml_quant.h"
 #include "fusetune/models/training_graph.h"
 #include "fusetune/quant/qat.h"
@@ -181,6 +185,15 @@ std::vector<std::vector<double>> reference_logprobs(const ModelConfig& c, const 
     for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] * r * W(n)[i];
     return y;
   };
+  // Qwen3's q/k norms: each head's slice RMS-normalized with the [hd] weight `n`.
+  auto head_rmsnorm = [&](std::vector<double>& v, int64_t heads, const std::string& n) {
+    for (int64_t h = 0; h < heads; ++h) {
+      double ss = 0;
+      for (int64_t i = 0; i < hd; ++i) ss += v[size_t(h * hd + i)] * v[size_t(h * hd + i)];
+      const double r = 1.0 / std::sqrt(ss / double(hd) + c.rms_norm_eps);
+      for (int64_t i = 0; i < hd; ++i) v[size_t(h * hd + i)] *= r * W(n)[i];
+    }
+  };
   auto rope = [&](std::vector<double>& v, int64_t heads, int64_t pos) {
     for (int64_t h = 0; h < heads; ++h)
       for (int64_t i = 0; i < hd / 2; ++i) {
@@ -208,6 +221,10 @@ std::vector<std::vector<double>> reference_logprobs(const ModelConfig& c, const 
       q[size_t(t)] = mm(p + "self_attn.q_proj.weight", x);
       k[size_t(t)] = mm(p + "self_attn.k_proj.weight", x);
       v[size_t(t)] = mm(p + "self_attn.v_proj.weight", x);
+      if (params.count(p + "self_attn.q_norm.weight")) {
+        head_rmsnorm(q[size_t(t)], H, p + "self_attn.q_norm.weight");
+        head_rmsnorm(k[size_t(t)], KV, p + "self_attn.k_norm.weight");
+      }
       rope(q[size_t(t)], H, t);
       rope(k[size_t(t)], KV, t);
     }
@@ -535,4 +552,82 @@ TEST(GgufLlamaCpp, Hidden256Q4_0HeadIsQ6_KAndFusetunePredictsLlamaCpp) {
     EXPECT_LT(d_qat.mean_abs, d_w8.mean_abs);
     EXPECT_LT(d_qat.mean_abs, 0.05);
   }
+}
+
+// Qwen3 (model_type qwen3: q/k norms before RoPE, head_dim 32 independent of hidden_size 64 / 4
+// heads, tied embeddings, NEOX RoPE without permutation) with random weights and Qwen3's own
+// tokenizer, exported as F32 GGUF (architecture qwen3): llama.cpp's log-probabilities agree
+// with fusetune's evaluation and with the independent double-precision forward written out
+// above (which applies the q/k norms itself), as the Llama F32 export does.
+TEST(GgufLlamaCpp, Qwen3F32LogitsAgreeWithFusetuneAndTheReference) {
+  FT_REQUIRE_ASSET("tokenizers/qwen3/tokenizer.json");
+  FT_REQUIRE_ASSET("datasets/tinystories_sample.txt");
+  if (auto why = llama_cpp_unavailable(); !why.empty()) FT_SKIP_UNLESS_REQUIRED(why);
+  fusetune::testing::TempDir tmp;
+  const fs::path src = fusetune::testing::assets_dir() / "tokenizers" / "qwen3";
+  auto tok = HfTokenizer::from_file(src / "tokenizer.json");
+  std::ifstream story_in(fusetune::testing::assets_dir() / "datasets" / "tinystories_sample.txt");
+  std::string story(std::istreambuf_iterator<char>(story_in), {});
+  story = story.substr(story.find("Once"), story.find("<|endoftext|>") - story.find("Once"));
+  while (!story.empty() && (story.back() == '\n' || story.back() == ' ')) story.pop_back();
+  const std::vector<int32_t> text_ids = tok->encode(story, false, false);
+  // 16 positions: each row compares all 151,936 log-probabilities (node's JSON of them is
+  // most of this test's time).
+  const std::vector<int32_t> ids(text_ids.begin(), text_ids.begin() + 16);
+
+  const ModelConfig c = parse_model_config(nlohmann::json{{"model_type", "qwen3"},
+                                                          {"vocab_size", 151936},
+                                                          {"hidden_size", 64},
+                                                          {"intermediate_size", 128},
+                                                          {"num_hidden_layers", 2},
+                                                          {"num_attention_heads", 4},
+                                                          {"num_key_value_heads", 2},
+                                                          {"head_dim", 32},
+                                                          {"rope_theta", 1000000.0},
+                                                          {"rms_norm_eps", 1e-6},
+                                                          {"tie_word_embeddings", true},
+                                                          {"eos_token_id", 151645}},
+                                           "qwen3 test config");
+  std::mt19937 rng(3);
+  NamedTensors ts;
+  TensorMap params;
+  for (const auto& [name, shape] : expected_parameters(c)) {
+    Tensor t = Tensor::empty(shape, DType::F32);
+    const bool norm = shape.size() == 1;
+    std::normal_distribution<float> n(norm ? 1.0f : 0.0f, norm ? 0.2f : 0.08f);
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = n(rng);
+    ts.push_back({name, t});
+    params[name] = t;
+  }
+  ASSERT_TRUE(params.count("model.layers.1.self_attn.k_norm.weight"));
+  const fs::path ck = tmp / "qwen3";
+  save_hf_checkpoint(ck, c, ts);
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) fs::copy_file(src / f, ck / f);
+  const fs::path file = tmp / "qwen3-f32.gguf";
+  const auto r = gguf::export_gguf(ck, file, gguf::FileType::F32);
+  int norms = 0;
+  for (const auto& [name, type] : r.tensors)
+    norms += name.find("attn_q_norm") != std::string::npos ||
+             name.find("attn_k_norm") != std::string::npos;
+  EXPECT_EQ(norms, 4);
+  const auto cpp = run_llama_cpp(file, ids, story, tmp.path());
+  ASSERT_EQ(cpp["logprobs"].size(), ids.size());
+  EXPECT_EQ(cpp["text_tokens"].get<std::vector<int32_t>>(), text_ids);
+
+  const auto lp = fusetune_logprobs(c, params, ids);
+  const auto ref = reference_logprobs(c, params, ids, gguf::FileType::F32, false);
+  std::vector<std::vector<double>> cpp_lp;
+  for (const auto& row : cpp["logprobs"]) cpp_lp.push_back(row.get<std::vector<double>>());
+  const Diff d = compare(lp, cpp["logprobs"]), d_ref = compare(ref, cpp["logprobs"]),
+             d_ft = compare(lp, nlohmann::json(ref));
+  const double nll_ft = mean_nll(lp, ids), nll_cpp = mean_nll(cpp_lp, ids);
+  std::printf(
+      "[gguf qwen3 f32] %zu tokens, |dlogp| llama.cpp vs fusetune max %.3g (rel %.3g) mean %.3g, "
+      "llama.cpp vs reference max %.3g, fusetune vs reference max %.3g; mean NLL llama.cpp %.6f, "
+      "fusetune %.6f\n",
+      ids.size(), d.max_abs, d.max_rel, d.mean_abs, d_ref.max_abs, d_ft.max_abs, nll_cpp, nll_ft);
+  EXPECT_LT(d.max_rel, 1e-4);
+  EXPECT_NEAR(nll_cpp, nll_ft, 1e-5);
+  EXPECT_LT(d_ft.max_rel, 1e-4);
+  EXPECT_GT(nll_ft, 1.0);  // the logits have a spread: a wrong norm would show
 }

@@ -1,0 +1,48 @@
+#include "fusetune/models/model_family.h"
+
+#include "fusetune/util/error.h"
+#include "fusetune/util/strings.h"
+
+namespace fusetune {
+
+const std::vector<ModelFamily>& model_families() {
+  using SW = SlidingWindowKey;
+  // clang-format off
+  static const std::vector<ModelFamily> families = {
+      // model_type  HF architecture        GGUF     max pos   bos  eos  head_dim
+      {"llama",   "LlamaForCausalLM",   "llama",  2048,     1,  2,  0,
+       /*qkv_bias=*/false, /*qk_norm=*/false, /*permute=*/true,  SW::Ignored,
+       /*writes attention_bias, mlp_bias, null rope_scaling=*/true,  true,  true},
+      {"mistral", "MistralForCausalLM", "llama",  4096 * 32, 1,  2,  0,
+       false, false, true,  SW::Always,
+       false, false, false},
+      {"qwen2",   "Qwen2ForCausalLM",   "qwen2",  32768,   -1, -1,  0,
+       true,  false, false, SW::WithUseSlidingWindow,
+       false, false, false},
+      {"qwen3",   "Qwen3ForCausalLM",   "qwen3",  32768,   -1, -1,  128,
+       false, true,  false, SW::WithUseSlidingWindow,
+       true,  false, true},
+  };
+  // clang-format on
+  return families;
+}
+
+std::string model_type_list() {
+  std::vector<std::string> names;
+  for (const ModelFamily& f : model_families()) names.emplace_back(f.model_type);
+  return join(names, ", ");
+}
+
+const ModelFamily& model_family(std::string_view model_type, const std::string& where) {
+  std::vector<std::string> names;
+  for (const ModelFamily& f : model_families()) {
+    if (f.model_type == model_type) return f;
+    names.emplace_back(f.model_type);
+  }
+  const std::string hint = closest_match(model_type, names);
+  throw Error((where.empty() ? "" : where + ": ") + "model_type '" + std::string(model_type) +
+              "' is not supported (supported: " + join(names, ", ") +
+              (hint.empty() ? "" : "; did you mean '" + hint + "'?") + ")");
+}
+
+}  // namespace fusetune

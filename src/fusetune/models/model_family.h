@@ -1,0 +1,53 @@
+#pragma once
+// What sets one Llama-family architecture apart from the others, as data: the Hugging Face
+// `model_type` a config.json names it by, transformers' defaults for the keys a config may
+// leave out, llama.cpp's name for it, and the options that the one decoder builder
+// (models/llama.cpp), the checkpoint reader and writer (io/) and the GGUF exporter consult.
+// A family whose blocks are a Llama's with such options is one row of the table in
+// model_family.cpp (docs/design.md §1).
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace fusetune {
+
+// When a config's `sliding_window` is stored (it is only ever stored, and refused past its
+// length): never, always (Mistral), or with `use_sliding_window: true` (Qwen2/3).
+enum class SlidingWindowKey { Ignored, Always, WithUseSlidingWindow };
+
+struct ModelFamily {
+  std::string_view model_type;       // config.json's `model_type`
+  std::string_view hf_architecture;  // the `architectures` entry written for a new model
+  std::string_view gguf_arch;        // llama.cpp's general.architecture
+  // transformers' defaults for keys a config.json may omit.
+  int64_t default_max_position_embeddings;
+  int64_t default_bos_token_id;  // -1: none
+  int64_t default_eos_token_id;  // -1: none
+  int64_t default_head_dim;      // 0: hidden_size / num_attention_heads
+  // q/k/v projections carry biases: always (Qwen2, whose config has no `attention_bias` key),
+  // or never (every other family; an `attention_bias: true` there is refused).
+  bool qkv_bias;
+  // An RMSNorm over each head of q and k (weights self_attn.q_norm / k_norm, [head_dim])
+  // before RoPE (Qwen3).
+  bool qk_norm;
+  // llama.cpp rotates this family's q/k in interleaved pairs, HF in halves: the exporter
+  // permutes q/k rows (llama, mistral). NEOX-style families (qwen2, qwen3) keep HF's layout.
+  bool gguf_permutes_rope_rows;
+  SlidingWindowKey sliding_window;
+  // The keys this family's config.json spells out even at their defaults, written for a new
+  // model: `attention_bias` and `mlp_bias`, and `rope_scaling: null`.
+  bool writes_attention_bias, writes_mlp_bias, writes_null_rope_scaling;
+};
+
+// Every family fusetune builds, in the order error messages list them.
+const std::vector<ModelFamily>& model_families();
+
+// The family of `model_type`; throws fusetune::Error naming `where`, the supported families
+// and the closest one.
+const ModelFamily& model_family(std::string_view model_type, const std::string& where = "");
+
+// "llama, mistral, qwen2, qwen3": for messages and schema docs.
+std::string model_type_list();
+
+}  // namespace fusetune

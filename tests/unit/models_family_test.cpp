@@ -1,0 +1,107 @@
+// models/model_family: each family's row is what config.json parsing, the parameter list, the
+// recipe schema and GGUF export act on. Qwen3: q/k norms, head_dim 128 by default, no biases.
+#include "fusetune/models/model_family.h"
+
+#include <algorithm>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "fusetune/config/recipe_schemas.h"
+#include "fusetune/io/hf_checkpoint.h"
+#include "fusetune/io/hf_config.h"
+#include "fusetune/util/error.h"
+
+using nlohmann::json;
+
+namespace fusetune {
+namespace {
+
+json minimal(const std::string& model_type) {
+  return json{{"model_type", model_type}, {"vocab_size", 100},      {"hidden_size", 64},
+              {"intermediate_size", 128}, {"num_hidden_layers", 1}, {"num_attention_heads", 4}};
+}
+
+std::string error_of(const json& j) {
+  try {
+    parse_model_config(j, "c.json");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(ModelFamilies, EveryFamilyParsesSavesAndParsesBackTheSame) {
+  for (const ModelFamily& f : model_families()) {
+    const std::string type(f.model_type);
+    SCOPED_TRACE(type);
+    const ModelConfig c = parse_model_config(minimal(type), "c.json");
+    EXPECT_EQ(&model_family(c.model_type), &f);
+    EXPECT_EQ(c.attention_bias, f.qkv_bias);
+    EXPECT_EQ(c.max_position_embeddings, f.default_max_position_embeddings);
+    EXPECT_EQ(c.bos_token_id, f.default_bos_token_id);
+    EXPECT_EQ(c.eos_token_id, f.default_eos_token_id);
+    EXPECT_EQ(c.head_dim, f.default_head_dim > 0 ? f.default_head_dim : 16);
+    ModelConfig fresh = c;
+    fresh.raw = json();  // a new model: everything from the family's row
+    const json written = model_config_to_json(fresh);
+    EXPECT_EQ(written["architectures"], json::array({std::string(f.hf_architecture)}));
+    EXPECT_EQ(written.contains("attention_bias"), f.writes_attention_bias);
+    EXPECT_EQ(written.contains("mlp_bias"), f.writes_mlp_bias);
+    EXPECT_EQ(written.contains("rope_scaling"), f.writes_null_rope_scaling);
+    const ModelConfig back = parse_model_config(written, "written.json");
+    EXPECT_EQ(back.head_dim, c.head_dim);
+    EXPECT_EQ(back.attention_bias, c.attention_bias);
+    EXPECT_EQ(expected_parameters(back), expected_parameters(c));
+  }
+}
+
+TEST(ModelFamilies, UnknownTypeNamesEveryFamilyAndTheClosest) {
+  const std::string msg = error_of(minimal("qwen4"));
+  EXPECT_NE(msg.find("c.json: model_type 'qwen4' is not supported"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(model_type_list()), std::string::npos) << msg;
+  EXPECT_NE(msg.find("did you mean 'qwen"), std::string::npos) << msg;
+}
+
+// The recipe schema's `model.model_type` (config/ cannot include models/) lists the families.
+TEST(ModelFamilies, TheRecipeSchemaListsEveryFamily) {
+  const Field model = model_field(false);
+  const auto it = std::find_if(model.fields.begin(), model.fields.end(),
+                               [](const Field& f) { return f.name == "model_type"; });
+  ASSERT_NE(it, model.fields.end());
+  std::vector<std::string> families;
+  for (const ModelFamily& f : model_families()) families.emplace_back(f.model_type);
+  EXPECT_EQ(it->allowed, families);
+}
+
+TEST(ModelFamilies, Qwen3HasQkNormsHeadDim128AndNoBiases) {
+  const ModelConfig c = parse_model_config(minimal("qwen3"), "c.json");
+  EXPECT_EQ(c.head_dim, 128);  // transformers' Qwen3Config default, not hidden_size / heads
+  EXPECT_FALSE(c.attention_bias);
+  EXPECT_EQ(c.sliding_window, 0);
+  const auto params = expected_parameters(c);
+  auto shape_of = [&](const std::string& name) {
+    for (const auto& [n, s] : params)
+      if (n == name) return s;
+    return Shape{};
+  };
+  EXPECT_EQ(shape_of("model.layers.0.self_attn.q_norm.weight"), (Shape{128}));
+  EXPECT_EQ(shape_of("model.layers.0.self_attn.k_norm.weight"), (Shape{128}));
+  EXPECT_EQ(shape_of("model.layers.0.self_attn.q_proj.weight"), (Shape{4 * 128, 64}));
+  EXPECT_EQ(shape_of("model.layers.0.self_attn.q_proj.bias"), Shape{});
+  // Only Qwen2's q/k/v biases are modelled; Qwen3's attention_bias also covers o_proj.
+  json j = minimal("qwen3");
+  j["attention_bias"] = true;
+  EXPECT_NE(error_of(j).find("attention_bias: true is not supported for model_type 'qwen3'"),
+            std::string::npos);
+  j = minimal("qwen3");
+  j["use_sliding_window"] = true;
+  j["sliding_window"] = 4096;
+  EXPECT_EQ(parse_model_config(j, "c.json").sliding_window, 4096);
+  // Other families keep hidden_size / heads and have no q/k norms.
+  const auto llama = expected_parameters(parse_model_config(minimal("llama"), "c.json"));
+  for (const auto& [n, s] : llama) EXPECT_EQ(n.find("q_norm"), std::string::npos) << n;
+}
+
+}  // namespace
+}  // namespace fusetune
