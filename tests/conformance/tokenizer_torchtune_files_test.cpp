@@ -4,8 +4,8 @@
 //   - Llama 3's tiktoken original/tokenizer.model (torchtune's llama3_tokenizer) against
 //     tokenizers/llama3/tokenizer.json;
 //   - a vocab.json + merges.txt pair written here from tokenizers/qwen3/tokenizer.json
-//     (torchtune's qwen2_5_tokenizer; Qwen3 shares Qwen2's NFC + pre-tokenizer regex) against
-//     that tokenizer.json.
+//     (torchtune's qwen2_5_tokenizer and qwen3_tokenizer; Qwen3 shares Qwen2's NFC +
+//     pre-tokenizer regex) against that tokenizer.json.
 // HfTokenizer itself is checked against Hugging Face's tokenizers on the same corpus
 // (tokenizer_hf_conformance_test.cpp). Also: decode round trips, and every torchtune config
 // in the assets has a tokenizer section fusetune accepts.
@@ -117,28 +117,33 @@ TEST(TorchtuneTokenizerFiles, Llama3TiktokenEqualsTokenizerJson) {
   EXPECT_EQ(tik_default->pad_id(), 128004);
 }
 
+// Qwen3's tokenizer.json as the vocab.json + merges.txt pair a Hugging Face Qwen directory
+// holds (torchtune's qwen*_tokenizer reads those), written into `dir`.
+nlohmann::json write_qwen3_vocab_and_merges(const testing::TempDir& dir) {
+  nlohmann::json j;
+  {
+    std::ifstream in(testing::assets_dir() / kQwen3Json);
+    j = nlohmann::json::parse(in);
+  }
+  std::ofstream(dir / "vocab.json") << j["model"]["vocab"].dump();
+  std::ofstream m(dir / "merges.txt");
+  m << "#version: 0.2\n";
+  for (const auto& e : j["model"]["merges"])
+    m << (e.is_string() ? e.get<std::string>()
+                        : e[0].get<std::string>() + " " + e[1].get<std::string>())
+      << "\n";
+  return j;
+}
+
 TEST(TorchtuneTokenizerFiles, Qwen2VocabAndMergesEqualTokenizerJson) {
   FT_REQUIRE_ASSET(kQwen3Json);
   const auto json_path = testing::assets_dir() / kQwen3Json;
-  nlohmann::json j;
-  {
-    std::ifstream in(json_path);
-    j = nlohmann::json::parse(in);
-  }
+  testing::TempDir dir;
+  const nlohmann::json j = write_qwen3_vocab_and_merges(dir);
   // Qwen3's tokenizer.json has Qwen2's normalizer and pre-tokenizer regex.
   EXPECT_EQ(j["normalizer"]["type"], "NFC");
   EXPECT_EQ(j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"].get<std::string>(),
             kQwen2Pattern);
-  testing::TempDir dir;
-  {
-    std::ofstream(dir / "vocab.json") << j["model"]["vocab"].dump();
-    std::ofstream m(dir / "merges.txt");
-    m << "#version: 0.2\n";
-    for (const auto& e : j["model"]["merges"])
-      m << (e.is_string() ? e.get<std::string>()
-                          : e[0].get<std::string>() + " " + e[1].get<std::string>())
-        << "\n";
-  }
   auto ref = testing::shared_hf_tokenizer(json_path);
 
   TokenizerSpec spec;
@@ -160,6 +165,34 @@ TEST(TorchtuneTokenizerFiles, Qwen2VocabAndMergesEqualTokenizerJson) {
   const auto tt_specials = qwen2_5_special_tokens();
   compare(*with_table, *ref, true, "qwen_vocab_merges_qwen2_5_specials",
           [&](const std::string& s) { return has_disputed_special(s, hf_specials, tt_specials); });
+}
+
+// torchtune's qwen3_tokenizer: the same files with Qwen3's own special-token table, which is
+// tokenizer.json's added_tokens exactly: 0 differences over the corpus, <think> included.
+TEST(TorchtuneTokenizerFiles, Qwen3VocabAndMergesWithQwen3TableEqualTokenizerJson) {
+  FT_REQUIRE_ASSET(kQwen3Json);
+  const auto json_path = testing::assets_dir() / kQwen3Json;
+  testing::TempDir dir;
+  write_qwen3_vocab_and_merges(dir);
+  const auto hf_specials = read_special_tokens_file(json_path);
+  const auto table = qwen3_special_tokens();
+  ASSERT_EQ(table.size(), hf_specials.size());
+  for (size_t i = 0; i < table.size(); ++i) {
+    EXPECT_EQ(table[i].content, hf_specials[i].content);
+    EXPECT_EQ(table[i].id, hf_specials[i].id);
+  }
+  TokenizerSpec spec;
+  spec.type = "qwen3";
+  spec.path = dir / "vocab.json";
+  spec.merges_file = dir / "merges.txt";
+  auto qwen3 = load_tokenizer(spec);
+  auto ref = testing::shared_hf_tokenizer(json_path);
+  EXPECT_EQ(qwen3->vocab_size(), ref->vocab_size());
+  EXPECT_EQ(qwen3->eos_id(), 151645);  // <|im_end|>, as torchtune
+  EXPECT_EQ(qwen3->encode("<think>\nhmm</think>", false, false),
+            ref->encode("<think>\nhmm</think>", false, false));
+  EXPECT_EQ(qwen3->encode("<think>", false, false), (std::vector<int32_t>{151667}));
+  compare(*qwen3, *ref, true, "qwen3_vocab_merges_qwen3_specials", nullptr);
 }
 
 TEST(TorchtuneTokenizerFiles, PastedLlama3SectionLoadsTheTiktokenFile) {

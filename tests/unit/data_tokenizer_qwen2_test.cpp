@@ -97,7 +97,7 @@ TEST(DataTokenizerQwen2, SpecialTokensAndDefaultsAsTorchtune) {
   EXPECT_EQ(tok->decode({151644, kHelloId, 151645}, false), "<|im_start|>hello<|im_end|>");
 
   Qwen2Options q2;
-  q2.qwen2_5 = false;
+  q2.version = QwenVersion::Qwen2;
   auto t2 = small_qwen2(q2);
   EXPECT_EQ(t2->token_to_id("<|im_end|>"), 151645);
   EXPECT_FALSE(t2->token_to_id("<tool_call>"));

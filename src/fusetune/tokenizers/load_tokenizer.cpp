@@ -81,7 +81,9 @@ std::unique_ptr<Tokenizer> load_llama3(const TokenizerSpec& s) {
 }
 
 std::unique_ptr<Tokenizer> load_qwen(const TokenizerSpec& s) {
-  const bool q25 = s.type == "qwen2_5";
+  const QwenVersion version = s.type == "qwen2"   ? QwenVersion::Qwen2
+                              : s.type == "qwen3" ? QwenVersion::Qwen3
+                                                  : QwenVersion::Qwen2_5;
   fs::path vocab = s.path, merges = s.merges_file;
   if (fs::is_directory(vocab)) {
     if (merges.empty() && fs::is_regular_file(vocab / "tokenizer.json") &&
@@ -98,9 +100,12 @@ std::unique_ptr<Tokenizer> load_qwen(const TokenizerSpec& s) {
   FT_CHECK(!merges.empty(), "tokenizer type '" + s.type + "' with path '" + vocab.string() +
                                 "' needs merges_file (the merges.txt beside vocab.json), as "
                                 "torchtune's " +
-                                (q25 ? "qwen2_5_tokenizer" : "qwen2_tokenizer") + " does");
+                                (version == QwenVersion::Qwen2   ? "qwen2_tokenizer"
+                                 : version == QwenVersion::Qwen3 ? "qwen3_tokenizer"
+                                                                 : "qwen2_5_tokenizer") +
+                                " does");
   Qwen2Options o;
-  o.qwen2_5 = q25;
+  o.version = version;
   o.special_tokens_path = s.special_tokens_path;
   o.bos_token = s.bos_token;
   o.eos_token = s.eos_token;
@@ -122,8 +127,8 @@ std::unique_ptr<Tokenizer> load_model_file(const TokenizerSpec& s, const fs::pat
 }  // namespace
 
 const std::vector<std::string>& tokenizer_types() {
-  static const std::vector<std::string> kTypes = {"auto",  "byte",    "hf",           "llama3",
-                                                  "qwen2", "qwen2_5", "sentencepiece"};
+  static const std::vector<std::string> kTypes = {"auto",  "byte",    "hf",    "llama3",
+                                                  "qwen2", "qwen2_5", "qwen3", "sentencepiece"};
   return kTypes;
 }
 
@@ -152,7 +157,7 @@ std::unique_ptr<Tokenizer> load_tokenizer(const TokenizerSpec& s) {
     return SentencePieceTokenizer::from_file(p);
   }
   if (type == "llama3") return load_llama3(s);
-  if (type == "qwen2" || type == "qwen2_5") return load_qwen(s);
+  if (type == "qwen2" || type == "qwen2_5" || type == "qwen3") return load_qwen(s);
   if (type == "auto") {
     if (fs::is_directory(path)) {
       if (fs::is_regular_file(path / "tokenizer.json")) return hf_file(s, path / "tokenizer.json");

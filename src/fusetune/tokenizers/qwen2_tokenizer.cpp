@@ -34,6 +34,32 @@ std::vector<SpecialToken> qwen2_5_special_tokens() {
   return t;
 }
 
+std::vector<SpecialToken> qwen3_special_tokens() {
+  std::vector<SpecialToken> t = qwen2_5_special_tokens();
+  int32_t id = 151665;
+  for (const char* m : {"<tool_response>", "</tool_response>", "<think>", "</think>"})
+    t.push_back({m, id++});
+  return t;
+}
+
+std::vector<SpecialToken> qwen_special_tokens(QwenVersion version) {
+  switch (version) {
+    case QwenVersion::Qwen2:
+      return qwen2_special_tokens();
+    case QwenVersion::Qwen2_5:
+      return qwen2_5_special_tokens();
+    case QwenVersion::Qwen3:
+      return qwen3_special_tokens();
+  }
+  return {};
+}
+
+namespace {
+const char* version_name(QwenVersion v) {
+  return v == QwenVersion::Qwen2 ? "Qwen2" : v == QwenVersion::Qwen2_5 ? "Qwen2.5" : "Qwen3";
+}
+}  // namespace
+
 StringMap<int32_t> parse_vocab_json(std::string_view text, const std::string& name) {
   Json j;
   try {
@@ -128,8 +154,7 @@ std::unique_ptr<HfTokenizer> qwen2_tokenizer_from_text(std::string_view vocab_js
                                                        const Qwen2Options& options,
                                                        const std::string& name) {
   const std::vector<SpecialToken> table =
-      !specials.empty() ? specials
-                        : (options.qwen2_5 ? qwen2_5_special_tokens() : qwen2_special_tokens());
+      !specials.empty() ? specials : qwen_special_tokens(options.version);
   std::vector<size_t> lines;
   auto merges = parse_merges_txt(merges_txt, name + " (merges.txt)", &lines);
   return build(parse_vocab_json(vocab_json, name + " (vocab.json)"), merges, lines,
@@ -150,8 +175,8 @@ std::unique_ptr<HfTokenizer> load_qwen2_tokenizer(const std::filesystem::path& v
     specials = read_special_tokens_file(o.special_tokens_path);
     specials_name = "the added_tokens of special_tokens_path " + o.special_tokens_path.string();
   } else {
-    specials = o.qwen2_5 ? qwen2_5_special_tokens() : qwen2_special_tokens();
-    specials_name = o.qwen2_5 ? "Qwen2.5's special tokens" : "Qwen2's special tokens";
+    specials = qwen_special_tokens(o.version);
+    specials_name = std::string(version_name(o.version)) + "'s special tokens";
   }
   return build(std::move(vocab), merges, lines, mname, specials, o, vname + " + " + mname,
                specials_name);

@@ -27,8 +27,13 @@ namespace fusetune {
 // Qwen2's pre-tokenizer regex (torchtune's PRETOKENIZE_REGEX; Qwen2.5 and Qwen3 use it too).
 extern const char* const kQwen2Pattern;
 
+// The special tokens each generation adds on top of the same BPE, as torchtune has them.
+enum class QwenVersion { Qwen2, Qwen2_5, Qwen3 };
 std::vector<SpecialToken> qwen2_special_tokens();
 std::vector<SpecialToken> qwen2_5_special_tokens();
+// Qwen2.5's and <tool_response> 151665, </tool_response> 151666, <think> 151667, </think> 151668.
+std::vector<SpecialToken> qwen3_special_tokens();
+std::vector<SpecialToken> qwen_special_tokens(QwenVersion version);
 
 // vocab.json's text as token -> id. Errors name `name` and the token at fault.
 StringMap<int32_t> parse_vocab_json(std::string_view text, const std::string& name);
@@ -39,8 +44,8 @@ std::vector<std::pair<std::string, std::string>> parse_merges_txt(
     std::string_view text, const std::string& name, std::vector<size_t>* line_numbers = nullptr);
 
 struct Qwen2Options {
-  bool qwen2_5 = true;  // the built-in special tokens: Qwen2.5's, else Qwen2's
-  std::filesystem::path special_tokens_path;  // replaces them when set
+  QwenVersion version = QwenVersion::Qwen2_5;  // whose built-in special tokens
+  std::filesystem::path special_tokens_path;   // replaces them when set
   // torchtune's bos_token / eos_token / pad_token / unk_token: nullopt = the default above,
   // "" = none (YAML null); else a special token's text.
   std::optional<std::string> bos_token, eos_token, pad_token, unk_token;
@@ -51,7 +56,7 @@ struct Qwen2Options {
 std::unique_ptr<HfTokenizer> load_qwen2_tokenizer(const std::filesystem::path& vocab_json,
                                                   const std::filesystem::path& merges_txt,
                                                   const Qwen2Options& options = {});
-// The same from texts in memory; `specials` empty = the table options.qwen2_5 selects
+// The same from texts in memory; `specials` empty = the table options.version selects
 // (options.special_tokens_path is not read here).
 std::unique_ptr<HfTokenizer> qwen2_tokenizer_from_text(std::string_view vocab_json,
                                                        std::string_view merges_txt,
