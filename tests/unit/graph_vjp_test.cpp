@@ -1,9 +1,14 @@
-// Every op's VJP against central finite differences in float64.
+// Every op's VJP against central finite differences in float64, and the op table
+// (graph/op_desc.h, docs/design.md §1): every op has a complete description, and every VJP
+// passes the finite-difference check on the instance its description gives.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <set>
+#include <string>
 
 #include "fusetune/graph/builder.h"
+#include "fusetune/graph/op_desc.h"
 #include "fusetune/graph/verifier.h"
 #include "fusetune/util/error.h"
 #include "gradcheck.h"
@@ -179,5 +184,91 @@ TEST(Graph, ShapeErrorsNameTheOp) {
     FAIL() << "expected a shape error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("matmul"), std::string::npos) << e.what();
+  }
+}
+
+namespace {
+
+// Every op of the op table (graph/op_desc.h, docs/design.md §1).
+std::vector<Op> all_ops() {
+  std::vector<Op> ops;
+  for (int i = 0; i < int(Op::kCount); ++i) ops.push_back(Op(i));
+  return ops;
+}
+
+bool is_leaf(Op op) {
+  return op == Op::Input || op == Op::Param || op == Op::Constant || op == Op::Fill;
+}
+
+}  // namespace
+
+TEST(OpTable, EveryOpHasANameAShapeRuleAndAKernel) {
+  std::set<std::string> names;
+  for (Op op : all_ops()) {
+    const OpDesc& d = op_desc(op);
+    ASSERT_EQ(d.op, op) << "op " << int(op) << " is described by another op's entry";
+    ASSERT_NE(d.name, nullptr) << "op " << int(op);
+    SCOPED_TRACE(d.name);
+    EXPECT_TRUE(names.insert(d.name).second) << "two ops are named " << d.name;
+    EXPECT_STREQ(op_name(op), d.name);
+    EXPECT_LE(d.min_inputs, d.max_inputs);
+    EXPECT_EQ(d.shape == nullptr, is_leaf(op)) << "every op but a leaf has a shape rule";
+    const bool kernel = d.kernel.f32 != nullptr && d.kernel.f64 != nullptr;
+    EXPECT_NE(kernel, d.kernel.why_none != nullptr) << "a kernel, or why the op runs none";
+  }
+}
+
+TEST(OpTable, EveryOpHasAVjpOrSaysWhyNot) {
+  for (Op op : all_ops()) {
+    const OpDesc& d = op_desc(op);
+    SCOPED_TRACE(d.name);
+    EXPECT_NE(d.vjp != nullptr, d.no_vjp != nullptr) << "a VJP rule, or why the op has none";
+    if (d.vjp)
+      EXPECT_NE(d.gradcheck != nullptr, d.no_gradcheck != nullptr)
+          << "a differentiable op needs a finite-difference check (OpDesc::gradcheck) or why not";
+    else
+      EXPECT_EQ(d.gradcheck, nullptr) << "a finite-difference check of a VJP the op lacks";
+  }
+}
+
+// loss = sum(y * R) for a fixed random R, so every element of the op's output matters.
+TEST(OpTable, EveryVjpMatchesFiniteDifferencesInFloat64) {
+  int checked = 0;
+  for (Op op : all_ops()) {
+    const OpDesc& d = op_desc(op);
+    if (!d.gradcheck) continue;
+    SCOPED_TRACE(d.name);
+    Graph g(DType::F64);
+    GradcheckCase t(g);
+    const Value y = d.gradcheck(t);
+    bool uses_op = false;
+    for (const Node& n : g.nodes()) uses_op |= n.op == op;
+    EXPECT_TRUE(uses_op) << "the finite-difference instance does not use the op";
+    ASSERT_FALSE(t.params.empty()) << "nothing to differentiate";
+    TensorMap params, inputs;
+    uint64_t seed = 1;
+    for (const GradcheckCase::Param& p : t.params)
+      params[p.name] = random_tensor(p.shape, DType::F64, seed++, p.lo, p.hi);
+    for (const auto& [name, tensor] : t.inputs) inputs[name] = tensor;
+    const Value r = g.constant(random_tensor(g.shape(y), DType::F64, 999), "R");
+    const Value loss = g.add1(Op::SumAll, {g.add1(Op::Mul, {y, r})});
+    g.mark_output("loss", loss);
+    verify_graph(g);
+    check_gradients(g, loss, params, inputs, 12, t.tol);
+    verify_graph(g);
+    ++checked;
+  }
+  EXPECT_GE(checked, 27);  // the forward ops a model, loss or adapter differentiates
+}
+
+TEST(OpTable, ShapeErrorsNameTheOpAndCheckTheArity) {
+  Graph g;
+  const Value a = g.param("a", {3, 4}, true);
+  try {
+    g.add1(Op::Silu, {a, a});
+    FAIL() << "expected a shape error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("silu: wrong number of inputs (2)"), std::string::npos)
+        << e.what();
   }
 }

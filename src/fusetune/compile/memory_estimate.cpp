@@ -1,19 +1,12 @@
 #include "fusetune/compile/memory_estimate.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <climits>
 #include <map>
 #include <set>
 #include <string>
 
-#include "fusetune/kernels/cpu/bf16.h"
-#include "fusetune/kernels/cpu/fake_quant.h"
-#include "fusetune/kernels/cpu/flash_attention.h"
-#include "fusetune/kernels/cpu/fused_linear_cross_entropy.h"
-#include "fusetune/kernels/cpu/fused_linear_log_probs.h"
-#include "fusetune/kernels/cpu/nf4.h"
+#include "fusetune/graph/op_desc.h"
 #include "fusetune/runtime/bf16_node_kernels.h"
 #include "fusetune/runtime/node_kernels.h"
 
@@ -94,49 +87,8 @@ MemoryBreakdown estimate_step_memory(const Graph& g, const MemoryPlan* plan,
       pooled_count[held[i]] = std::max(pooled_count[held[i]], c);
     }
     // Kernel scratch (counted tensors the kernel allocates and frees while it runs).
-    const int64_t elem = int64_t(dtype_size(g.compute_dtype()));
-    int64_t scratch = 0;
-    if (n.op == Op::FusedLinearCrossEntropy || n.op == Op::FusedNF4LinearCrossEntropy) {
-      const bool nf4 = n.op == Op::FusedNF4LinearCrossEntropy;
-      // NF4, bf16 and fake-quantized (5 inputs) heads are formed tile by tile.
-      const bool tiled = nf4 || n.inputs.size() == 5 || g.type(n.inputs[1]).dtype == DType::BF16;
-      const int64_t D = g.shape(n.inputs[0])[1];
-      const int64_t V = nf4 ? n.attrs.shape[0] : g.shape(n.inputs[1])[0];
-      const int64_t C = std::max<int64_t>(1, std::min(n.attrs.chunk_rows, g.shape(n.inputs[0])[0]));
-      scratch = kernels::fused_ce_scratch_bytes(C, D, V, elem, tiled);
-      if (n.inputs.size() == 5)  // a fake-quantized head's kept Q6_K scales
-        scratch += kernels::fake_quant_weight_side_bytes(kernels::FakeQuant(n.attrs.groups), V, D,
-                                                         dtype_size(g.type(n.inputs[1]).dtype));
-    } else if (n.op == Op::FusedLinearLogProbs || n.op == Op::FusedLinearLogProbsBackward) {
-      const bool bwd = n.op == Op::FusedLinearLogProbsBackward;
-      const size_t head = bwd ? 4 : 2;
-      const bool nf4 = n.inputs.size() == head + 3;
-      const bool tiled = nf4 || g.type(n.inputs[head]).dtype == DType::BF16;
-      const int64_t D = g.shape(n.inputs[0])[1];
-      const int64_t V = nf4 ? n.attrs.shape[0] : g.shape(n.inputs[head])[0];
-      const int64_t C = std::max<int64_t>(1, std::min(n.attrs.chunk_rows, g.shape(n.inputs[0])[0]));
-      scratch =
-          kernels::fused_log_probs_scratch_bytes(C, D, V, elem, tiled, bwd, n.attrs.no_weight_grad);
-    } else if (n.op == Op::NF4MatMul || n.op == Op::NF4MatMulBackward) {
-      scratch =
-          kernels::nf4_tile_rows(n.attrs.shape[0], n.attrs.shape[1]) * n.attrs.shape[1] * elem;
-    } else if (n.op == Op::FakeQuantMatMul || n.op == Op::FakeQuantMatMulBackward) {
-      const Shape& w = g.shape(n.inputs[1]);  // the fake-quantized tile of W
-      scratch = kernels::fake_quant_tile_rows(w[0], w[1]) * w[1] * elem +
-                kernels::fake_quant_weight_side_bytes(kernels::FakeQuant(n.attrs.groups), w[0],
-                                                      w[1], dtype_size(g.type(n.inputs[1]).dtype));
-      // Before fake quantization starts, a bf16 weight goes through gemm_bf16_weight's tile.
-      if (g.type(n.inputs[1]).dtype == DType::BF16) {
-        const bool fwd = n.op == Op::FakeQuantMatMul;
-        scratch = std::max(scratch, kernels::bf16_weight_tile_rows(fwd, w[0], w[1]) * w[1] * 4);
-      }
-    } else if (n.op == Op::FlashAttention || n.op == Op::FlashAttentionBackward) {
-      // Per-thread score tiles (and, backward, the rows' do.o sums).
-      const Shape& q = g.shape(n.inputs[0]);
-      const kernels::AttentionDims d{q[0], q[1], q[2], g.shape(n.inputs[1])[2], q[3]};
-      scratch = kernels::flash_attention_workspace_bytes(
-          d, elem, n.op == Op::FlashAttentionBackward, omp_get_max_threads());
-    }
+    const OpDesc& d = op_desc(n.op);
+    int64_t scratch = d.scratch_bytes ? d.scratch_bytes(g, n) : 0;
     // dtype: bf16 widens inputs and rounds outputs through fp32 scratch: the arena's scratch
     // slice (already live) where it fits, else a buffer for the node (always in eager mode).
     const int64_t conversions = bf16_conversion_scratch_bytes(g, n);

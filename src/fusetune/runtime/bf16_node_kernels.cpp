@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "fusetune/graph/op_desc.h"
 #include "fusetune/kernels/cpu/bf16.h"
 #include "fusetune/kernels/cpu/kernels.h"
 #include "fusetune/runtime/node_kernels.h"
@@ -126,21 +127,7 @@ bool is_single_matmul(const Node& n, const Graph& g) {
 // threshold, so they run serially inside this parallel loop.
 constexpr int64_t kChunk = 16384;
 
-bool is_pointwise(Op op) {
-  switch (op) {
-    case Op::Add:
-    case Op::Mul:
-    case Op::Scale:
-    case Op::Silu:
-    case Op::SiluBackward:
-    case Op::SwiGLU:
-    case Op::SwiGLUBackward:
-    case Op::Elementwise:
-      return true;
-    default:
-      return false;
-  }
-}
+bool is_pointwise(Op op) { return op_desc(op).bf16_pointwise; }
 
 // Floating operands only, each the output's size or a single element, at least one bf16.
 bool is_chunked_pointwise(const Node& n, const Graph& g) {
@@ -228,19 +215,8 @@ void run_chunked_pointwise(const Node& n, const std::vector<Tensor>& in, std::ve
 }  // namespace
 
 bool kernel_reads_bf16(const Node& n, size_t input) {
-  switch (n.op) {
-    case Op::FusedLinearCrossEntropy:
-      return input == 1;
-    case Op::FusedLinearLogProbs:
-      return input == 2 && n.inputs.size() == 3;  // a dense head (an NF4 head has 3 inputs)
-    case Op::FusedLinearLogProbsBackward:
-      return input == 4 && n.inputs.size() == 5;
-    case Op::FakeQuantMatMul:  // the weight, widened a tile of rows at a time
-    case Op::FakeQuantMatMulBackward:
-      return input == 1;
-    default:
-      return false;
-  }
+  const OpDesc& d = op_desc(n.op);
+  return d.reads_bf16 && d.reads_bf16(n, input);
 }
 
 void run_bf16_node_kernel(const Graph& g, const Node& n, const std::vector<Tensor>& in,

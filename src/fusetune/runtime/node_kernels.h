@@ -11,8 +11,8 @@ namespace fusetune {
 bool is_view_op(Op op);
 
 // Whether the kernel bound to `n` stays correct when its output 0 is the same buffer as its
-// input `input` (same byte size; the memory planner checks that and liveness). The one list of
-// in-place-safe kernels; each entry was audited in kernels/cpu: every output element is written
+// input `input` (same byte size; the memory planner checks that and liveness): the op's
+// OpDesc::in_place (graph/op_desc.h), audited in kernels/cpu: every output element is written
 // only after every input element it depends on has been read (same-index elementwise loops, or
 // row kernels that finish reading a row before writing it). Broadcast operands, reductions and
 // multi-output kernels are not listed.
