@@ -14,6 +14,7 @@
 #include "fusetune/optim/adamw.h"
 #include "fusetune/optim/adamw8bit.h"
 #include "fusetune/optim/sgd.h"
+#include "fusetune/recipes/train_settings.h"
 #include "fusetune/tokenizers/load_tokenizer.h"
 #include "fusetune/util/error.h"
 
@@ -61,9 +62,9 @@ LoadedModel load_model(const Config& cfg, DType dtype, ParamSink* sink) {
     TrainingGraphOptions o;
     o.dtype = dtype;
     TrainingGraph tg = build_training_graph(out.config, o);
-    out.params = init_parameters(graph_parameters(tg.graph), uint64_t(cfg.i64("seed", 0)), dtype,
+    out.params = init_parameters(graph_parameters(tg.graph), config_seed(cfg), dtype,
                                  cfg.f64("model.initializer_range", 0.02), sink);
-    out.description = "random init (seed " + std::to_string(cfg.i64("seed", 0)) + ")";
+    out.description = "random init (seed " + std::to_string(config_seed(cfg)) + ")";
     return out;
   }
   FT_CHECK(init == "checkpoint",
@@ -203,7 +204,7 @@ LoaderOptions loader_options_from(const Config& cfg, const Tokenizer& tok) {
   LoaderOptions o;
   o.batch_size = cfg.i64("batch_size", 2);
   o.shuffle = cfg.boolean("shuffle", true);
-  o.seed = uint64_t(cfg.i64("seed", 0));
+  o.seed = config_seed(cfg);
   o.collate.max_seq_len = configured_max_seq_len(cfg);
   o.collate.pad_mode = parse_pad_mode(cfg.str("dataset.pad_to", "multiple"));
   o.collate.pad_id = tok.pad_id();
@@ -213,7 +214,7 @@ LoaderOptions loader_options_from(const Config& cfg, const Tokenizer& tok) {
 std::unique_ptr<Optimizer> build_optimizer(const Config& cfg) {
   const Config o = cfg.sub("optimizer");
   // bf16 values are written back with stochastic rounding seeded by the run's seed.
-  const uint64_t seed = uint64_t(cfg.i64("seed", 0));
+  const uint64_t seed = config_seed(cfg);
   const std::string state_dtype = o.str("state_dtype", "fp32");
   FT_CHECK(state_dtype == "fp32" || state_dtype == "bf16",
            "config key 'optimizer.state_dtype' must be fp32 or bf16, got '" + state_dtype + "'");

@@ -18,8 +18,10 @@
 #include "fusetune/optim/grad_clip.h"
 #include "fusetune/peft/parameter_count.h"
 #include "fusetune/recipes/recipe_setup.h"
+#include "fusetune/recipes/registry.h"
 #include "fusetune/recipes/step_plan.h"
 #include "fusetune/recipes/test_only_faults.h"
+#include "fusetune/recipes/train_settings.h"
 #include "fusetune/recipes/training_checkpoint.h"
 #include "fusetune/util/error.h"
 #include "fusetune/util/strings.h"
@@ -55,39 +57,22 @@ std::string non_finite_step_message(int64_t step, double loss, double norm,
 }  // namespace
 
 int run_training(const Config& cfg, const TrainJob& job) {
-  // ---- settings ---------------------------------------------------------------------------
-  const std::filesystem::path output_dir = cfg.str("output_dir");
-  const DType dtype = parse_dtype(cfg.str("dtype", "fp32"));
+  // ---- settings (parsed once; docs/design.md §7) --------------------------------------------
+  const TrainSettings set = parse_train_settings(cfg, *find_recipe(job.recipe).schema);
+  const std::filesystem::path& output_dir = set.output_dir;
+  const DType dtype = set.dtype;
   const int threads = configure_threads(cfg);
   PassOptions passes;
-  passes.mode = parse_compile_mode(cfg.str("compile", "false"));
-  passes.activation_checkpointing = cfg.boolean("enable_activation_checkpointing", false);
-  const int64_t epochs = cfg.i64("epochs", 1);
-  const int64_t grad_accum = cfg.i64("gradient_accumulation_steps", 1);
-  const int64_t log_every = cfg.i64("log_every_n_steps", 1);
-  const bool log_memory = cfg.boolean("log_peak_memory_stats", true);
-  const std::optional<double> clip = cfg.opt_f64("clip_grad_norm");
-  const std::optional<int64_t> save_every = cfg.opt_i64("save_every_n_steps");
-  const std::optional<int64_t> keep_last_n = cfg.opt_i64("checkpointer.keep_last_n_checkpoints");
-  FT_CHECK(!keep_last_n || *keep_last_n >= 1,
-           "checkpointer.keep_last_n_checkpoints must be >= 1, got " +
-               std::to_string(keep_last_n.value_or(0)));
-  FT_CHECK(epochs >= 1 && grad_accum >= 1 && log_every >= 1,
-           "epochs, gradient_accumulation_steps and log_every_n_steps must be >= 1");
-  // optimizer_in_bwd: each parameter is updated as soon as the backward has computed its
-  // gradient, which is then freed; all the gradients are never held at once.
-  const bool in_bwd = cfg.boolean("optimizer_in_bwd", false);
-  FT_CHECK(!in_bwd || !clip,
-           "clip_grad_norm cannot be combined with optimizer_in_bwd: true: clipping scales every "
-           "gradient by the global gradient norm, which needs all the gradients before any "
-           "parameter is updated, while optimizer_in_bwd updates each parameter as soon as its "
-           "gradient is ready (torchtune refuses the combination too); remove clip_grad_norm "
-           "or set optimizer_in_bwd: false");
-  FT_CHECK(!in_bwd || grad_accum == 1,
-           "optimizer_in_bwd: true needs gradient_accumulation_steps: 1 (got " +
-               std::to_string(grad_accum) +
-               "): each parameter is updated as soon as its gradient is ready, so gradients "
-               "cannot be summed over micro-batches first (as in torchtune)");
+  passes.mode = set.compile;
+  passes.activation_checkpointing = set.activation_checkpointing;
+  const int64_t epochs = set.epochs;
+  const int64_t grad_accum = set.grad_accum;
+  const int64_t log_every = set.log_every;
+  const bool log_memory = set.log_peak_memory;
+  const std::optional<double> clip = set.clip_grad_norm;
+  const std::optional<int64_t> save_every = set.save_every;
+  const std::optional<int64_t> keep_last_n = set.keep_last_n;
+  const bool in_bwd = set.optimizer_in_bwd;
 
   // ---- memory check: the plan's peak against the available memory, before loading ---------
   const std::string planned_peak = check_run_fits_memory(cfg, job.recipe);
@@ -123,13 +108,13 @@ int run_training(const Config& cfg, const TrainJob& job) {
   std::unique_ptr<Dataset> val_dataset;
   std::unique_ptr<PreferenceDataset> val_pairs;
   std::unique_ptr<DataLoader> val_loader;
-  if (cfg.has("dataset_val")) {
+  if (set.has_validation) {
     LoaderOptions vo = loader_options;
     vo.num_shards = 1;  // validate() deals the batches out to the ranks
     vo.shard = 0;
     vo.shuffle = false;
     vo.drop_last = false;
-    vo.batch_size = cfg.i64("batch_size_val", loader_options.batch_size);
+    vo.batch_size = set.batch_size_val.value_or(loader_options.batch_size);
     if (job.preference_data) {
       val_pairs =
           build_preference_dataset_from_config(cfg, *tokenizer, model.config, "dataset_val");
@@ -139,11 +124,10 @@ int run_training(const Config& cfg, const TrainJob& job) {
       val_loader = std::make_unique<DataLoader>(*val_dataset, vo);
     }
   }
-  const std::optional<int64_t> val_every = cfg.opt_i64("run_val_every_n_steps");
+  const std::optional<int64_t> val_every = set.val_every;
   const DatasetReport& data_report = pairs ? pairs->report() : dataset->report();
   int64_t steps_per_epoch = loader.steps_per_epoch() / grad_accum;
-  if (auto cap = cfg.opt_i64("max_steps_per_epoch"))
-    steps_per_epoch = std::min(steps_per_epoch, *cap);
+  if (auto cap = set.max_steps_per_epoch) steps_per_epoch = std::min(steps_per_epoch, *cap);
   FT_CHECK(steps_per_epoch >= 1,
            "the dataset yields " + std::to_string(loader.steps_per_epoch()) +
                " batches per epoch, fewer than gradient_accumulation_steps (" +
@@ -161,7 +145,7 @@ int run_training(const Config& cfg, const TrainJob& job) {
   std::unique_ptr<Optimizer> optimizer = build_optimizer(cfg);
   // zero_stage 1, 2, 3 (distributed recipes): each rank keeps the optimizer state of its share;
   // 2: and only its share of the summed gradients; 3: and only its share of the parameters.
-  const int64_t zero_stage = job.comm ? cfg.i64("zero_stage", 0) : 0;
+  const int64_t zero_stage = job.comm ? set.zero_stage : 0;
   FT_CHECK(zero_stage < 2 || !in_bwd, "optimizer_in_bwd: true cannot be combined with zero_stage " +
                                           std::to_string(zero_stage));
   dist::ShardedOptimizer* sharded = nullptr;
@@ -173,7 +157,7 @@ int run_training(const Config& cfg, const TrainJob& job) {
   }
   const LRSchedule schedule = build_lr_schedule(cfg, total_steps);
   TrainingProgress progress;
-  progress.seed = uint64_t(cfg.i64("seed", 0));
+  progress.seed = set.seed;
   TensorMap grads;  // gradient accumulation buffers (only with gradient_accumulation_steps > 1)
   auto param_refs = [&]() {
     std::vector<ParamRef> refs;
@@ -182,7 +166,7 @@ int run_training(const Config& cfg, const TrainJob& job) {
   };
   std::string resumed_from;
   std::vector<std::string> skipped_checkpoints;  // damaged ones a resume passed over
-  if (cfg.boolean("resume_from_checkpoint", false)) {
+  if (set.resume) {
     std::vector<std::string> damaged;
     auto dir = latest_resumable_checkpoint(output_dir, &damaged);
     FT_CHECK(dir, "resume_from_checkpoint is true but " + output_dir.string() +
@@ -218,12 +202,9 @@ int run_training(const Config& cfg, const TrainJob& job) {
   if (rank == 0) lo.output_dir = output_dir;  // other ranks: no files, nothing printed
   lo.print = rank == 0;
   if (rank != 0) lo.progress = ProgressBar::Mode::Never;
-  // stdout: the step lines (and, as for every logger, the files under output_dir/logs);
-  // disk, jsonl, tensorboard: the files in metric_logger.log_dir; tensorboard: event files too.
-  const std::string logger_kind = canonical_component(cfg, "metric_logger");
-  if (logger_kind != "stdout" && cfg.has("metric_logger.log_dir"))
-    lo.log_dir = cfg.str("metric_logger.log_dir");
-  lo.tensorboard = logger_kind == "tensorboard";
+  // metric_logger.log_dir: the files of disk, jsonl, tensorboard; tensorboard: event files too.
+  if (set.metric_log_dir) lo.log_dir = *set.metric_log_dir;
+  lo.tensorboard = set.metric_logger == "tensorboard";
   lo.total_steps = total_steps;
   StepLogger logger(lo);
   RunHeader header;
@@ -234,7 +215,7 @@ int run_training(const Config& cfg, const TrainJob& job) {
       counted.total + (job.params_stored_elsewhere ? job.params_stored_elsewhere() : 0);
   header.params_trainable = counted.trainable;
   header.threads = threads;
-  header.dtype = cfg.str("dtype", "fp32");
+  header.dtype = set.dtype_text;
   header.compile_mode = compile_mode_name(passes.mode);
   header.extra.push_back({"dataset", data_report.summary()});
   if (world > 1)
@@ -251,7 +232,7 @@ int run_training(const Config& cfg, const TrainJob& job) {
   logger.header(header);
   for (const std::string& w : optimizer_warnings(cfg)) logger.message(w);
   for (const std::string& w : cpu_notes(cfg)) logger.message(w);
-  if (cfg.boolean("low_cpu_ram", false))
+  if (set.low_cpu_ram)
     logger.message(
         "low_cpu_ram: true changes nothing here: the weights are read through mmap by one "
         "process, with no per-rank state-dict copies to avoid (note: a merged QLoRA save still "
@@ -278,10 +259,8 @@ int run_training(const Config& cfg, const TrainJob& job) {
     c.params = &model.params;
     c.optimizer = optimizer.get();
     c.progress = at;
-    c.save_dtype = cfg.has("checkpointer.save_dtype")
-                       ? parse_dtype(cfg.str("checkpointer.save_dtype"))
-                       : dtype;  // default: the training dtype
-    c.max_shard_bytes = cfg.bytes("checkpointer.max_shard_size", int64_t(5) << 30);
+    c.save_dtype = set.save_dtype.value_or(dtype);  // default: the training dtype
+    c.max_shard_bytes = set.max_shard_bytes;
     c.copy_files_from = model.checkpoint_dir;
     if (job.save)
       job.save(output_dir / name, c);
@@ -311,7 +290,7 @@ int run_training(const Config& cfg, const TrainJob& job) {
   if (zero3) {
     ctx.step.param_source = zero3->source();
     ctx.step.passes.params_at_use = true;
-    ctx.step.passes.reshard_after_forward = cfg.boolean("fsdp_reshard_after_forward", true);
+    ctx.step.passes.reshard_after_forward = set.reshard_after_forward;
   }
   ctx.step.dtype = dtype;
   ctx.step.add_inputs = job.add_inputs;
@@ -386,7 +365,7 @@ int run_training(const Config& cfg, const TrainJob& job) {
   bool can_stream = false, stream_now = false;
   int64_t micro_k = 0;
   const std::set<std::string> trainable_set(trainable.begin(), trainable.end());
-  if (world > 1 && zero_stage < 2 && !in_bwd && cfg.boolean("overlap_grad_allreduce", true)) {
+  if (world > 1 && zero_stage < 2 && !in_bwd && set.overlap_grad_allreduce.value_or(false)) {
     if (!job.comm->serialized_threads()) {
       logger.message(
           "overlap_grad_allreduce: the MPI library does not provide MPI_THREAD_MULTIPLE: "
@@ -401,7 +380,7 @@ int run_training(const Config& cfg, const TrainJob& job) {
         accumulate(name, std::move(g), micro_k == 0);
         if (trainable_set.count(name)) streamer->add(name, grads.at(name));
       });
-      if (!can_stream && cfg.has("overlap_grad_allreduce"))
+      if (!can_stream && set.overlap_grad_allreduce.has_value())
         logger.message("overlap_grad_allreduce: the " + job.recipe +
                        " recipe's step sums its gradients after the backward");
     }
