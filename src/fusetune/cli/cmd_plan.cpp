@@ -47,6 +47,32 @@ const char* const kPlanHelp =
     "it happens (forward, loss, backward, gradient all-reduce or update), the communication\n"
     "buffers and, at stage 3, the parameters gathered from other ranks then.\n";
 
+namespace {
+
+// The DPO recipes' reference forward: its activations and workspace in each compile mode.
+void print_reference_forward(const PlannedStep& step, const ModelConfig& model, const Config& cfg,
+                             const RecipeTraits& traits) {
+  const TrainingGraphOptions& o = step.options;
+  // The reference model's forward pass runs before the policy's step, without gradients; the
+  // LoRA recipes' reference is the base model without adapters.
+  LlamaOptions ref_llama = traits.lora ? peft::base_llama_options(step.nf4) : LlamaOptions{};
+  Graph ref = build_sequence_log_probs_graph(model, o.batch_size, o.seq_len, o.dtype, ref_llama);
+  std::printf("reference forward (%s):", cfg.boolean("precompute_ref_log_probs", false)
+                                             ? "once per pair, before training"
+                                             : "every step, before the policy's");
+  for (CompileMode mode : {CompileMode::None, CompileMode::Model, CompileMode::Full}) {
+    PassOptions po;
+    po.mode = mode;
+    const ModePlan p = plan_mode(ref, po, 0.0);
+    std::printf(" %s %s", compile_mode_name(mode),
+                format_bytes(double(p.memory.activations + p.memory.workspace)).c_str());
+  }
+  std::printf(" (activations + workspace%s)\n\n",
+              traits.lora ? "" : "; plus a frozen copy of the parameters");
+}
+
+}  // namespace
+
 int cmd_plan(const std::vector<std::string>& argv) {
   Args a = parse_args(argv, {{"config", "recipe", "nproc_per_node"}, {}, true});
   constexpr const char* kUsage =
@@ -101,24 +127,8 @@ int cmd_plan(const std::vector<std::string>& argv) {
     if (in_bwd) ordinary_peak.push_back(plan_step_mode(step, mode, true).memory.total());
     std::printf("%s\n", format_mode_plan(plans.back()).c_str());
   }
-  if (step.preference && step.preference->needs_reference()) {
-    // The reference model's forward pass runs before the policy's step, without gradients.
-    LlamaOptions ref_llama =
-        recipe.rfind("lora_dpo_", 0) == 0 ? peft::base_llama_options(step.nf4) : LlamaOptions{};
-    Graph ref = build_sequence_log_probs_graph(model, o.batch_size, T, o.dtype, ref_llama);
-    std::printf("reference forward (%s):", cfg.boolean("precompute_ref_log_probs", false)
-                                               ? "once per pair, before training"
-                                               : "every step, before the policy's");
-    for (CompileMode mode : {CompileMode::None, CompileMode::Model, CompileMode::Full}) {
-      PassOptions po;
-      po.mode = mode;
-      const ModePlan p = plan_mode(ref, po, 0.0);
-      std::printf(" %s %s", compile_mode_name(mode),
-                  format_bytes(double(p.memory.activations + p.memory.workspace)).c_str());
-    }
-    std::printf(" (activations + workspace%s)\n\n",
-                recipe.rfind("full_dpo_", 0) == 0 ? "; plus a frozen copy of the parameters" : "");
-  }
+  if (step.preference && step.preference->needs_reference())
+    print_reference_forward(step, model, cfg, recipe_traits(recipe));
   const bool accumulating = step.gradient_accumulation_steps > 1 && !in_bwd;
   if (accumulating)
     std::printf(

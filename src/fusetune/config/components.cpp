@@ -207,135 +207,141 @@ void check_tokenizer_keys(const Config& tok, const std::string& comp, const std:
   }
 }
 
-std::vector<ComponentTable> build_tables() {
-  std::vector<ComponentTable> t;
+// The optimizers (optim/).
+ComponentTable optimizer_table() {
+  return {
+      "optimizer",
+      {Component("AdamW", {"torch.optim.AdamW"}, "Adam with decoupled weight decay",
+                 {Field::List("betas")
+                      .items(kFloat)
+                      .size(2)
+                      .def("[0.9, 0.999]")
+                      .doc("coefficients of the running averages of the gradient and "
+                           "its square"),
+                  Field::Float("eps").def("1e-8").min(0).doc("added to the denominator"),
+                  Field::Float("weight_decay").def("0.01").min(0).doc("decoupled weight decay")}),
+       Component("AdamW8bit", {"bitsandbytes.optim.AdamW8bit"},
+                 "AdamW with both moments stored block-wise quantized to 8 bits (bitsandbytes)",
+                 adamw8bit_fields(false)),
+       Component("PagedAdamW8bit", {"bitsandbytes.optim.PagedAdamW8bit"},
+                 "AdamW8bit; paging (CUDA unified memory) has no meaning on a CPU and is not "
+                 "done (a warning says so)",
+                 adamw8bit_fields(true)),
+       Component("PagedAdamW",
+                 {"bitsandbytes.optim.PagedAdamW", "bitsandbytes.optim.PagedAdamW32bit"},
+                 "AdamW (bitsandbytes' paged 32-bit AdamW); paging (CUDA unified memory) has no "
+                 "meaning on a CPU and is not done (a warning says so)",
+                 paged_adamw_fields()),
+       Component("SGD", {"torch.optim.SGD"}, "stochastic gradient descent",
+                 {Field::Float("momentum").def("0.0").min(0).doc("momentum factor"),
+                  Field::Float("weight_decay")
+                      .def("0.0")
+                      .min(0)
+                      .doc("L2 penalty added to the gradient")})},
+      ""};
+}
 
-  t.push_back(
-      {"optimizer",
-       {Component("AdamW", {"torch.optim.AdamW"}, "Adam with decoupled weight decay",
-                  {Field::List("betas")
-                       .items(kFloat)
-                       .size(2)
-                       .def("[0.9, 0.999]")
-                       .doc("coefficients of the running averages of the gradient and "
-                            "its square"),
-                   Field::Float("eps").def("1e-8").min(0).doc("added to the denominator"),
-                   Field::Float("weight_decay").def("0.01").min(0).doc("decoupled weight decay")}),
-        Component("AdamW8bit", {"bitsandbytes.optim.AdamW8bit"},
-                  "AdamW with both moments stored block-wise quantized to 8 bits (bitsandbytes)",
-                  adamw8bit_fields(false)),
-        Component("PagedAdamW8bit", {"bitsandbytes.optim.PagedAdamW8bit"},
-                  "AdamW8bit; paging (CUDA unified memory) has no meaning on a CPU and is not "
-                  "done (a warning says so)",
-                  adamw8bit_fields(true)),
-        Component("PagedAdamW",
-                  {"bitsandbytes.optim.PagedAdamW", "bitsandbytes.optim.PagedAdamW32bit"},
-                  "AdamW (bitsandbytes' paged 32-bit AdamW); paging (CUDA unified memory) has no "
-                  "meaning on a CPU and is not done (a warning says so)",
-                  paged_adamw_fields()),
-        Component("SGD", {"torch.optim.SGD"}, "stochastic gradient descent",
-                  {Field::Float("momentum").def("0.0").min(0).doc("momentum factor"),
-                   Field::Float("weight_decay")
-                       .def("0.0")
-                       .min(0)
-                       .doc("L2 penalty added to the gradient")})},
-       ""});
+// The learning-rate schedules (optim/lr_schedule.h).
+ComponentTable lr_scheduler_table() {
+  return {"lr_scheduler",
+          {Component("cosine_with_warmup",
+                     {"torchtune.training.lr_schedulers.get_cosine_schedule_with_warmup",
+                      "torchtune.training.get_cosine_schedule_with_warmup",
+                      "torchtune.modules.get_cosine_schedule_with_warmup"},
+                     "linear warmup, then cosine decay to 0",
+                     {Field::Float("num_cycles")
+                          .def("0.5")
+                          .min(0)
+                          .doc("number of cosine waves (0.5 = decay from lr to 0 once)")}),
+           Component("linear_with_warmup", {}, "linear warmup, then linear decay to 0"),
+           Component("constant", {}, "linear warmup, then the constant lr")},
+          "constant"};
+}
 
-  t.push_back({"lr_scheduler",
-               {Component("cosine_with_warmup",
-                          {"torchtune.training.lr_schedulers.get_cosine_schedule_with_warmup",
-                           "torchtune.training.get_cosine_schedule_with_warmup",
-                           "torchtune.modules.get_cosine_schedule_with_warmup"},
-                          "linear warmup, then cosine decay to 0",
-                          {Field::Float("num_cycles")
-                               .def("0.5")
-                               .min(0)
-                               .doc("number of cosine waves (0.5 = decay from lr to 0 once)")}),
-                Component("linear_with_warmup", {}, "linear warmup, then linear decay to 0"),
-                Component("constant", {}, "linear warmup, then the constant lr")},
-               "constant"});
+// The training losses: cross-entropy, and the DPO recipes' preference losses.
+ComponentTable loss_table() {
+  return {
+      "loss",
+      {Component("cross_entropy",
+                 {"torchtune.modules.loss.CEWithChunkedOutputLoss",
+                  "torchtune.modules.loss.LinearCrossEntropyLoss", "torch.nn.CrossEntropyLoss"},
+                 "mean token cross-entropy, labels -100 ignored",
+                 {Field::Int("num_output_chunks")
+                      .ignore("fusetune chooses the chunking of the fused loss itself"),
+                  Field::Int("ignore_index")
+                      .values({"-100"})
+                      .doc("label id that is not trained on (always -100)")}),
+       // Preference losses (losses/preference.h): the DPO recipes only. torchtune's names,
+       // and the TRL loss_type names that compute the same loss (sigmoid, hinge, simpo), are
+       // aliases. TRL's `ipo` is not IPOLoss: TRL divides each sequence's log-probs by its
+       // length for ipo, torchtune's IPOLoss sums them.
+       Component("DPOLoss",
+                 {"torchtune.rlhf.loss.DPOLoss", "torchtune.modules.rlhf.loss.DPOLoss", "sigmoid"},
+                 "direct preference optimization against a reference model",
+                 {Field::Float("beta").def("0.1").min(0).doc("temperature of the reward"),
+                  Field::Float("label_smoothing")
+                      .def("0.0")
+                      .min(0)
+                      .max(0.5)
+                      .doc("assumed share of flipped preference labels (conservative DPO)")}),
+       Component("RSOLoss",
+                 {"torchtune.rlhf.loss.RSOLoss", "torchtune.modules.rlhf.loss.RSOLoss", "hinge"},
+                 "hinge loss on the reward margin (statistical rejection sampling)",
+                 {Field::Float("gamma").def("0.1").min(0).doc("scale of the margin")}),
+       Component("IPOLoss", {"torchtune.rlhf.loss.IPOLoss", "torchtune.modules.rlhf.loss.IPOLoss"},
+                 "identity preference optimization: squared distance to a target margin",
+                 {Field::Float("tau").def("0.1").min(0).doc("regularization: margin 1/(2 tau)")}),
+       Component(
+           "SimPOLoss",
+           {"torchtune.rlhf.loss.SimPOLoss", "torchtune.modules.rlhf.loss.SimPOLoss", "simpo"},
+           "reference-free, length-normalized preference loss",
+           {Field::Float("beta").def("2.0").min(0).doc("scale of the reward"),
+            Field::Float("gamma").def("0.5").min(0).doc("target reward margin"),
+            Field::Float("label_smoothing")
+                .def("0.0")
+                .min(0)
+                .max(0.5)
+                .doc("assumed share of flipped preference labels")})},
+      "cross_entropy"};
+}
 
-  t.push_back(
-      {"loss",
-       {Component("cross_entropy",
-                  {"torchtune.modules.loss.CEWithChunkedOutputLoss",
-                   "torchtune.modules.loss.LinearCrossEntropyLoss", "torch.nn.CrossEntropyLoss"},
-                  "mean token cross-entropy, labels -100 ignored",
-                  {Field::Int("num_output_chunks")
-                       .ignore("fusetune chooses the chunking of the fused loss itself"),
-                   Field::Int("ignore_index")
-                       .values({"-100"})
-                       .doc("label id that is not trained on (always -100)")}),
-        // Preference losses (losses/preference.h): the DPO recipes only. torchtune's names,
-        // and the TRL loss_type names that compute the same loss (sigmoid, hinge, simpo), are
-        // aliases. TRL's `ipo` is not IPOLoss: TRL divides each sequence's log-probs by its
-        // length for ipo, torchtune's IPOLoss sums them.
-        Component("DPOLoss",
-                  {"torchtune.rlhf.loss.DPOLoss", "torchtune.modules.rlhf.loss.DPOLoss", "sigmoid"},
-                  "direct preference optimization against a reference model",
-                  {Field::Float("beta").def("0.1").min(0).doc("temperature of the reward"),
-                   Field::Float("label_smoothing")
-                       .def("0.0")
-                       .min(0)
-                       .max(0.5)
-                       .doc("assumed share of flipped preference labels (conservative DPO)")}),
-        Component("RSOLoss",
-                  {"torchtune.rlhf.loss.RSOLoss", "torchtune.modules.rlhf.loss.RSOLoss", "hinge"},
-                  "hinge loss on the reward margin (statistical rejection sampling)",
-                  {Field::Float("gamma").def("0.1").min(0).doc("scale of the margin")}),
-        Component("IPOLoss", {"torchtune.rlhf.loss.IPOLoss", "torchtune.modules.rlhf.loss.IPOLoss"},
-                  "identity preference optimization: squared distance to a target margin",
-                  {Field::Float("tau").def("0.1").min(0).doc("regularization: margin 1/(2 tau)")}),
-        Component(
-            "SimPOLoss",
-            {"torchtune.rlhf.loss.SimPOLoss", "torchtune.modules.rlhf.loss.SimPOLoss", "simpo"},
-            "reference-free, length-normalized preference loss",
-            {Field::Float("beta").def("2.0").min(0).doc("scale of the reward"),
-             Field::Float("gamma").def("0.5").min(0).doc("target reward margin"),
-             Field::Float("label_smoothing")
-                 .def("0.0")
-                 .min(0)
-                 .max(0.5)
-                 .doc("assumed share of flipped preference labels")})},
-       "cross_entropy"});
+// Where weights are read and written.
+ComponentTable checkpointer_table() {
+  return {
+      "checkpointer",
+      {Component(
+          "FullModelHFCheckpointer",
+          {"torchtune.training.FullModelHFCheckpointer", "torchtune.utils.FullModelHFCheckpointer"},
+          "Hugging Face checkpoint directory (config.json + safetensors)",
+          {Field::String("checkpoint_dir")
+               .req()
+               .doc("directory holding config.json and the weights"),
+           Field::List("checkpoint_files")
+               .also(kMap)
+               .items(kString)
+               .doc("weight files in checkpoint_dir (a list, or torchtune's "
+                    "{filename_format, max_filename}); default: all "
+                    "*.safetensors"),
+           Field::Enum("model_type", {"LLAMA2", "LLAMA3", "LLAMA3_2", "MISTRAL", "QWEN2", "QWEN3",
+                                      "llama", "mistral", "qwen2", "qwen3"})
+               .doc("architecture family (also read from config.json)"),
+           Field::String("output_dir").def("${output_dir}").doc("where checkpoints are written"),
+           Field::String("recipe_checkpoint")
+               .doc("recipe_state file to resume from (default: the latest "
+                    "in output_dir)"),
+           Field::Bytes("max_shard_size")
+               .def("5GB")
+               .doc("largest safetensors shard written (bytes or \"5GB\")"),
+           Field::Enum("save_dtype", {"fp32", "bf16"})
+               .doc("dtype of saved weights (default: the training dtype)"),
+           Field::Bool("safe_serialization")
+               .values({"true"})
+               .doc("always true: fusetune writes safetensors only")})},
+      "FullModelHFCheckpointer"};
+}
 
-  t.push_back(
-      {"checkpointer",
-       {Component(
-           "FullModelHFCheckpointer",
-           {"torchtune.training.FullModelHFCheckpointer",
-            "torchtune.utils.FullModelHFCheckpointer"},
-           "Hugging Face checkpoint directory (config.json + safetensors)",
-           {Field::String("checkpoint_dir")
-                .req()
-                .doc("directory holding config.json and the weights"),
-            Field::List("checkpoint_files")
-                .also(kMap)
-                .items(kString)
-                .doc("weight files in checkpoint_dir (a list, or torchtune's "
-                     "{filename_format, max_filename}); default: all "
-                     "*.safetensors"),
-            Field::Enum("model_type", {"LLAMA2", "LLAMA3", "LLAMA3_2", "MISTRAL", "QWEN2", "QWEN3",
-                                       "llama", "mistral", "qwen2", "qwen3"})
-                .doc("architecture family (also read from config.json)"),
-            Field::String("output_dir").def("${output_dir}").doc("where checkpoints are written"),
-            Field::String("recipe_checkpoint")
-                .doc("recipe_state file to resume from (default: the latest "
-                     "in output_dir)"),
-            Field::Bytes("max_shard_size")
-                .def("5GB")
-                .doc("largest safetensors shard written (bytes or \"5GB\")"),
-            Field::Enum("save_dtype", {"fp32", "bf16"})
-                .doc("dtype of saved weights (default: the training dtype)"),
-            Field::Bool("safe_serialization")
-                .values({"true"})
-                .doc("always true: fusetune writes safetensors only")})},
-       "FullModelHFCheckpointer"});
-  // full_dpo_single_device's frozen reference model is read the same way.
-  ComponentTable ref = t.back();
-  ref.section = "ref_checkpointer";
-  t.push_back(std::move(ref));
-
+// Text to token ids.
+ComponentTable tokenizer_table() {
   // Tokenizers: fusetune's names, and torchtune's builders as aliases. Every key torchtune's
   // builders take is either honoured or refused by check_tokenizer_keys() with the reason.
   auto special_tokens_path = [] {
@@ -366,130 +372,149 @@ std::vector<ComponentTable> build_tables() {
         Field::Int("bpe_cache_size").doc("not supported: fusetune's BPE cache has a fixed size")};
     return tokenizer_torchtune_keys(std::move(f));
   };
-  t.push_back(
-      {"tokenizer",
-       {Component("byte", {}, "UTF-8 bytes, ids 0..255 + BOS/EOS/PAD (needs no file)"),
-        Component("hf", {}, "Hugging Face tokenizer.json",
-                  {Field::String("path").req().doc("the tokenizer.json file")}),
-        Component(
-            "llama3", {"torchtune.models.llama3.llama3_tokenizer"},
-            "Llama 3 (3.1, 3.2, 3.3): tiktoken original/tokenizer.model, or tokenizer.json",
-            tokenizer_torchtune_keys({Field::String("path").req().doc(
-                                          "the tiktoken tokenizer.model (or a tokenizer.json)"),
-                                      special_tokens_path()})),
-        Component("qwen2_5", {"torchtune.models.qwen2_5.qwen2_5_tokenizer"},
-                  "Qwen2.5: vocab.json + merges.txt (or tokenizer.json)", qwen_fields()),
-        Component("qwen2", {"torchtune.models.qwen2.qwen2_tokenizer"},
-                  "Qwen2: vocab.json + merges.txt (or tokenizer.json)", qwen_fields()),
-        Component("sentencepiece",
-                  {"torchtune.models.llama2.llama2_tokenizer",
-                   "torchtune.models.mistral.mistral_tokenizer"},
-                  "SentencePiece tokenizer.model (Llama 2, Mistral)",
-                  tokenizer_torchtune_keys(
-                      {Field::String("path").req().doc("the tokenizer.model file")}))},
-       ""});
+  return {"tokenizer",
+          {Component("byte", {}, "UTF-8 bytes, ids 0..255 + BOS/EOS/PAD (needs no file)"),
+           Component("hf", {}, "Hugging Face tokenizer.json",
+                     {Field::String("path").req().doc("the tokenizer.json file")}),
+           Component(
+               "llama3", {"torchtune.models.llama3.llama3_tokenizer"},
+               "Llama 3 (3.1, 3.2, 3.3): tiktoken original/tokenizer.model, or tokenizer.json",
+               tokenizer_torchtune_keys({Field::String("path").req().doc(
+                                             "the tiktoken tokenizer.model (or a tokenizer.json)"),
+                                         special_tokens_path()})),
+           Component("qwen2_5", {"torchtune.models.qwen2_5.qwen2_5_tokenizer"},
+                     "Qwen2.5: vocab.json + merges.txt (or tokenizer.json)", qwen_fields()),
+           Component("qwen2", {"torchtune.models.qwen2.qwen2_tokenizer"},
+                     "Qwen2: vocab.json + merges.txt (or tokenizer.json)", qwen_fields()),
+           Component("sentencepiece",
+                     {"torchtune.models.llama2.llama2_tokenizer",
+                      "torchtune.models.mistral.mistral_tokenizer"},
+                     "SentencePiece tokenizer.model (Llama 2, Mistral)",
+                     tokenizer_torchtune_keys(
+                         {Field::String("path").req().doc("the tokenizer.model file")}))},
+          ""};
+}
 
+// Training (and validation) data.
+ComponentTable dataset_table() {
   auto column_map = [] {
     return Field::Map("column_map").doc("renames the dataset's columns: {ours: theirs}");
   };
   auto train_on_input = [](const char* def) {
     return Field::Bool("train_on_input").def(def).doc("also train on prompt tokens");
   };
-  t.push_back(
-      {"dataset",
-       {Component("text_completion", {"torchtune.datasets.text_completion_dataset"},
-                  "plain text, trained on every token",
-                  {Field::String("column").def("text").doc("text column of a json/jsonl source")}),
-        Component("pretokenized", {}, "token ids already computed (jsonl of id lists)",
-                  {Field::String("column").def("input_ids").doc("column holding the ids")}),
-        Component(
-            "alpaca",
-            {"torchtune.datasets.alpaca_dataset", "torchtune.datasets.alpaca_cleaned_dataset"},
-            "instruction/input/output records in the Alpaca prompt format",
-            {column_map(), train_on_input("true")}),
-        Component("instruct", {"torchtune.datasets.instruct_dataset"},
-                  "input/output records with an optional prompt template",
-                  {column_map(), train_on_input("false"),
-                   Field::String("template").doc("prompt template around the input"),
-                   Field::String("new_system_prompt").doc("system prompt added to each sample")}),
-        Component("chat", {"torchtune.datasets.chat_dataset"}, "multi-turn conversations",
-                  {column_map(), train_on_input("false"),
-                   Field::String("conversation_column")
-                       .def("conversations")
-                       .doc("column holding the list of messages"),
-                   Field::Enum("conversation_style", {"openai", "sharegpt"})
-                       .req()
-                       .doc("openai: {role, content}; sharegpt: {from, value}"),
-                   Field::String("new_system_prompt").doc("system prompt added to each sample")}),
-        Component("preference", {"torchtune.datasets.preference_dataset"},
-                  "prompt + chosen + rejected answers (the DPO recipes only)",
-                  {column_map(), train_on_input("false"),
-                   Field::Enum("conversation_style", {"auto", "openai", "sharegpt"})
-                       .def("auto")
-                       .doc("turn layout: openai {role, content}, sharegpt {from, value}"),
-                   Field::String("new_system_prompt").doc("system prompt added to each sample")})},
-       ""});
+  return {
+      "dataset",
+      {Component("text_completion", {"torchtune.datasets.text_completion_dataset"},
+                 "plain text, trained on every token",
+                 {Field::String("column").def("text").doc("text column of a json/jsonl source")}),
+       Component("pretokenized", {}, "token ids already computed (jsonl of id lists)",
+                 {Field::String("column").def("input_ids").doc("column holding the ids")}),
+       Component("alpaca",
+                 {"torchtune.datasets.alpaca_dataset", "torchtune.datasets.alpaca_cleaned_dataset"},
+                 "instruction/input/output records in the Alpaca prompt format",
+                 {column_map(), train_on_input("true")}),
+       Component("instruct", {"torchtune.datasets.instruct_dataset"},
+                 "input/output records with an optional prompt template",
+                 {column_map(), train_on_input("false"),
+                  Field::String("template").doc("prompt template around the input"),
+                  Field::String("new_system_prompt").doc("system prompt added to each sample")}),
+       Component("chat", {"torchtune.datasets.chat_dataset"}, "multi-turn conversations",
+                 {column_map(), train_on_input("false"),
+                  Field::String("conversation_column")
+                      .def("conversations")
+                      .doc("column holding the list of messages"),
+                  Field::Enum("conversation_style", {"openai", "sharegpt"})
+                      .req()
+                      .doc("openai: {role, content}; sharegpt: {from, value}"),
+                  Field::String("new_system_prompt").doc("system prompt added to each sample")}),
+       Component("preference", {"torchtune.datasets.preference_dataset"},
+                 "prompt + chosen + rejected answers (the DPO recipes only)",
+                 {column_map(), train_on_input("false"),
+                  Field::Enum("conversation_style", {"auto", "openai", "sharegpt"})
+                      .def("auto")
+                      .doc("turn layout: openai {role, content}, sharegpt {from, value}"),
+                  Field::String("new_system_prompt").doc("system prompt added to each sample")})},
+      ""};
+}
 
+// Quantization-aware training's schemes.
+ComponentTable quantizer_table() {
+  // torchao's QAT quantizers (quant/qat.h) under torchtune's and torchao's names, and
+  // llama.cpp's formats.
+  return {
+      "quantizer",
+      {Component("Int8DynActInt4WeightQATQuantizer",
+                 {"torchtune.training.quantization.Int8DynActInt4WeightQATQuantizer",
+                  "torchao.quantization.qat.Int8DynActInt4WeightQATQuantizer"},
+                 "int8 dynamic per-token activations, int4 symmetric per-group weights (torchao)",
+                 {Field::Int("groupsize")
+                      .def("256")
+                      .min(1)
+                      .doc("weights per quantization group along a row (the input dim)"),
+                  Field::Bool("padding_allowed")
+                      .def("false")
+                      .values({"false"})
+                      .doc("must be false: a layer whose rows are not whole groups is refused "
+                           "(torchao would leave it unquantized)")}),
+       Component("Int4WeightOnlyQATQuantizer",
+                 {"torchtune.training.quantization.Int4WeightOnlyQATQuantizer",
+                  "torchao.quantization.qat.Int4WeightOnlyQATQuantizer"},
+                 "int4 (uint4 with a float zero point) per-group weights, bf16 scales (torchao)",
+                 {Field::Int("groupsize")
+                      .def("256")
+                      .values({"32", "64", "128", "256"})
+                      .doc("weights per quantization group along a row (the input dim)"),
+                  Field::Int("inner_k_tiles")
+                      .def("8")
+                      .values({"2", "4", "8"})
+                      .doc("the packing of torchao's tinygemm int4 kernel: checked as torchao "
+                           "does, no effect on the numbers (there is no int4 kernel here)")}),
+       Component("gguf_q4_0", {},
+                 "llama.cpp Q4_0 weights (blocks of 32, fp16 scale), Q8_0 activations; "
+                 "embedding and head as llama-quantize's defaults (quant/qat.h)"),
+       Component("gguf_q8_0", {},
+                 "llama.cpp Q8_0 weights and activations, embedding and head Q8_0")},
+      ""};
+}
+
+// Where step metrics go.
+ComponentTable metric_logger_table() {
+  auto log_dir = [] {
+    return Field::String("log_dir").def("${output_dir}/logs").doc("where log files go");
+  };
+  return {"metric_logger",
+          {Component("stdout",
+                     {"torchtune.training.metric_logging.StdoutLogger",
+                      "torchtune.utils.metric_logging.StdoutLogger"},
+                     "the step line on stdout only"),
+           Component("disk",
+                     {"torchtune.training.metric_logging.DiskLogger",
+                      "torchtune.utils.metric_logging.DiskLogger"},
+                     "the step lines in a text file", {log_dir()}),
+           Component("jsonl", {}, "one JSON object per step", {log_dir()}),
+           Component("tensorboard",
+                     {"torchtune.training.metric_logging.TensorBoardLogger",
+                      "torchtune.utils.metric_logging.TensorBoardLogger"},
+                     "TensorBoard event files", {log_dir()})},
+          "stdout"};
+}
+
+std::vector<ComponentTable> build_tables() {
+  std::vector<ComponentTable> t = {optimizer_table(), lr_scheduler_table(), loss_table(),
+                                   checkpointer_table()};
+  // full_dpo_single_device's frozen reference model is read the same way.
+  ComponentTable ref = t.back();
+  ref.section = "ref_checkpointer";
+  t.push_back(std::move(ref));
+  t.push_back(tokenizer_table());
+  t.push_back(dataset_table());
   // dataset_val (validation during training) takes the same components as dataset.
   ComponentTable val = t.back();
   val.section = "dataset_val";
   t.push_back(std::move(val));
-
-  auto log_dir = [] {
-    return Field::String("log_dir").def("${output_dir}/logs").doc("where log files go");
-  };
-  // Quantization-aware training (quant/qat.h): torchao's QAT quantizers under torchtune's and
-  // torchao's names, and llama.cpp's formats.
-  t.push_back(
-      {"quantizer",
-       {Component("Int8DynActInt4WeightQATQuantizer",
-                  {"torchtune.training.quantization.Int8DynActInt4WeightQATQuantizer",
-                   "torchao.quantization.qat.Int8DynActInt4WeightQATQuantizer"},
-                  "int8 dynamic per-token activations, int4 symmetric per-group weights (torchao)",
-                  {Field::Int("groupsize")
-                       .def("256")
-                       .min(1)
-                       .doc("weights per quantization group along a row (the input dim)"),
-                   Field::Bool("padding_allowed")
-                       .def("false")
-                       .values({"false"})
-                       .doc("must be false: a layer whose rows are not whole groups is refused "
-                            "(torchao would leave it unquantized)")}),
-        Component("Int4WeightOnlyQATQuantizer",
-                  {"torchtune.training.quantization.Int4WeightOnlyQATQuantizer",
-                   "torchao.quantization.qat.Int4WeightOnlyQATQuantizer"},
-                  "int4 (uint4 with a float zero point) per-group weights, bf16 scales (torchao)",
-                  {Field::Int("groupsize")
-                       .def("256")
-                       .values({"32", "64", "128", "256"})
-                       .doc("weights per quantization group along a row (the input dim)"),
-                   Field::Int("inner_k_tiles")
-                       .def("8")
-                       .values({"2", "4", "8"})
-                       .doc("the packing of torchao's tinygemm int4 kernel: checked as torchao "
-                            "does, no effect on the numbers (there is no int4 kernel here)")}),
-        Component("gguf_q4_0", {},
-                  "llama.cpp Q4_0 weights (blocks of 32, fp16 scale), Q8_0 activations; "
-                  "embedding and head as llama-quantize's defaults (quant/qat.h)"),
-        Component("gguf_q8_0", {},
-                  "llama.cpp Q8_0 weights and activations, embedding and head Q8_0")},
-       ""});
-
-  t.push_back({"metric_logger",
-               {Component("stdout",
-                          {"torchtune.training.metric_logging.StdoutLogger",
-                           "torchtune.utils.metric_logging.StdoutLogger"},
-                          "the step line on stdout only"),
-                Component("disk",
-                          {"torchtune.training.metric_logging.DiskLogger",
-                           "torchtune.utils.metric_logging.DiskLogger"},
-                          "the step lines in a text file", {log_dir()}),
-                Component("jsonl", {}, "one JSON object per step", {log_dir()}),
-                Component("tensorboard",
-                          {"torchtune.training.metric_logging.TensorBoardLogger",
-                           "torchtune.utils.metric_logging.TensorBoardLogger"},
-                          "TensorBoard event files", {log_dir()})},
-               "stdout"});
+  t.push_back(quantizer_table());
+  t.push_back(metric_logger_table());
   return t;
 }
 

@@ -15,7 +15,8 @@ bool set_true(const Config& root, const char* key) {
   return n.IsScalar() && parse_bool(n.Scalar()).value_or(false);
 }
 
-Schema distributed(Schema s, const char* recipe) {
+// preference: a DPO recipe (its step sums the gradients after the backward).
+Schema distributed(Schema s, const char* recipe, bool preference = false) {
   s.recipe = recipe;
   s.add(Field::Int("zero_stage")
             .def("0")
@@ -45,6 +46,7 @@ Schema distributed(Schema s, const char* recipe) {
             .doc("torchtune: keep parameters and optimizer state in host memory; on a CPU they "
                  "are there already (accepted, a note when true)"));
   s.add(Field::Bool("fsdp_reshard_after_forward")
+            .def("true")
             .doc("torchtune: free gathered parameters after the forward (default true); false "
                  "keeps each one from its first use in the forward to its last in the backward "
                  "(one gather per step instead of two, more memory); only meaningful at "
@@ -53,7 +55,7 @@ Schema distributed(Schema s, const char* recipe) {
             .items(kString)
             .doc("torchtune: extra modules FSDP wraps; at zero_stage 3 every parameter is "
                  "gathered on its own already (a note); an error at other stages"));
-  s.checks.push_back([recipe](const Config& root, const Config&, Problems& p) {
+  s.checks.push_back([preference](const Config& root, const Config&, Problems& p) {
     std::string stage = "0";
     if (root.has("zero_stage") && !root.is_map("zero_stage") && !root.is_list("zero_stage") &&
         root.node("zero_stage").IsScalar())
@@ -69,8 +71,7 @@ Schema distributed(Schema s, const char* recipe) {
       p.warnings.push_back(
           "overlap_grad_allreduce: true changes nothing at zero_stage 2-3: each gradient is "
           "reduced into its owner as the backward hands it over, the backward waiting for it");
-    if (set_true(root, "overlap_grad_allreduce") &&
-        std::string(recipe).find("dpo") != std::string::npos)
+    if (set_true(root, "overlap_grad_allreduce") && preference)
       p.warnings.push_back(
           "overlap_grad_allreduce: true changes nothing in the DPO recipes: their step sums the "
           "gradients after the backward");
@@ -105,12 +106,12 @@ const Schema& full_finetune_distributed_schema() {
 }
 
 const Schema& lora_dpo_distributed_schema() {
-  static const Schema s = distributed(lora_dpo_schema(), "lora_dpo_distributed");
+  static const Schema s = distributed(lora_dpo_schema(), "lora_dpo_distributed", true);
   return s;
 }
 
 const Schema& full_dpo_distributed_schema() {
-  static const Schema s = distributed(full_dpo_schema(), "full_dpo_distributed");
+  static const Schema s = distributed(full_dpo_schema(), "full_dpo_distributed", true);
   return s;
 }
 

@@ -194,6 +194,7 @@ Schema build_full(bool preference = false) {
                  "the memory cgroup's limit; FUSETUNE_AVAILABLE_MEMORY_BYTES replaces it), "
                  "naming settings that fit; false skips the check"));
   s.add(Field::Bool("optimizer_in_bwd")
+            .def("false")
             .doc("update each parameter as soon as its gradient is computed and free the "
                  "gradient (needs gradient_accumulation_steps: 1, no clip_grad_norm)"));
   // torchtune keys that fusetune accepts so pasted configs validate.

@@ -9,13 +9,13 @@
 //   output_dir/epoch_N/recipe_state.{json,safetensors}   optimizer state of the adapters
 #include "fusetune/recipes/lora_finetune_single_device.h"
 
-#include <nlohmann/json.hpp>
-
 #include "fusetune/io/hf_checkpoint.h"
 #include "fusetune/io/safetensors.h"
 #include "fusetune/peft/adapter.h"
 #include "fusetune/peft/parameter_count.h"
+#include "fusetune/recipes/recipe_state.h"
 #include "fusetune/recipes/train_loop.h"
+#include "fusetune/recipes/train_settings.h"
 #include "fusetune/util/error.h"
 #include "fusetune/util/fs.h"
 #include "fusetune/util/strings.h"
@@ -65,49 +65,37 @@ struct LoraRun {
   std::string base_name;
 };
 
-nlohmann::json progress_json(const TrainingProgress& p, const std::string& optimizer) {
-  nlohmann::json j;
-  j["format"] = "fusetune.recipe_state.v1";  // what latest_resumable_checkpoint looks for
-  j["epoch"] = p.epoch;
-  j["step_in_epoch"] = p.step_in_epoch;
-  j["global_step"] = p.global_step;
-  j["loader_epoch"] = p.loader.epoch;
-  j["loader_index"] = p.loader.index;
-  j["seed"] = p.seed;
-  j["optimizer"] = optimizer;
-  j["master_weights"] = false;
-  j["adapter"] = true;
-  return j;
-}
-
 void save_lora_checkpoint(const LoraRun& run, bool adapter_only, const fs::path& dir,
                           const CheckpointContent& c) {
-  if (!adapter_only) {
-    // Merged weights: the base (dequantized where it is NF4) plus the adapters.
-    TensorMap full = *c.params;
-    if (run.nf4)
-      for (const auto& [name, w] : *run.nf4) full[name] = peft::dequantize_nf4(w, DType::F32);
-    peft::merge_adapters(full, *c.config, run.lora);
-    NamedTensors model;
-    for (const auto& [name, shape] : expected_parameters(*c.config)) {
-      auto it = full.find(name);
-      FT_CHECK(it != full.end(), "checkpoint: parameter '" + name + "' is missing from the model");
-      model.push_back({name, it->second});
-    }
-    SaveOptions so;
-    so.dtype = c.save_dtype;
-    so.max_shard_bytes = c.max_shard_bytes;
-    so.copy_files_from = c.copy_files_from;
-    save_hf_checkpoint(dir, *c.config, model, so);  // first: it replaces the directory
-  }
-  peft::save_peft_adapter(dir, run.lora, *c.params, run.base_name);
-  NamedTensors state;
-  if (c.optimizer) c.optimizer->save_state(state);
-  for (auto& [name, t] : state) name = "optimizer." + name;
-  save_safetensors(dir / "recipe_state.safetensors", state);
-  write_file_atomic(
-      dir / "recipe_state.json",
-      progress_json(c.progress, c.optimizer ? c.optimizer->name() : "").dump(2) + "\n");
+  RecipeState state;
+  state.progress = c.progress;
+  state.optimizer = c.optimizer;
+  state.adapter = true;
+  publish_checkpoint(
+      dir,
+      [&](const fs::path& staging) {
+        if (!adapter_only) {
+          // Merged weights: the base (dequantized where it is NF4) plus the adapters.
+          TensorMap full = *c.params;
+          if (run.nf4)
+            for (const auto& [name, w] : *run.nf4) full[name] = peft::dequantize_nf4(w, DType::F32);
+          peft::merge_adapters(full, *c.config, run.lora);
+          NamedTensors model;
+          for (const auto& [name, shape] : expected_parameters(*c.config)) {
+            auto it = full.find(name);
+            FT_CHECK(it != full.end(),
+                     "checkpoint: parameter '" + name + "' is missing from the model");
+            model.push_back({name, it->second});
+          }
+          SaveOptions so;
+          so.dtype = c.save_dtype;
+          so.max_shard_bytes = c.max_shard_bytes;
+          so.copy_files_from = c.copy_files_from;
+          save_hf_checkpoint(staging, *c.config, model, so);
+        }
+        peft::save_peft_adapter(staging, run.lora, *c.params, run.base_name);
+      },
+      state);
 }
 
 // The adapters of a PEFT adapter directory in the run's dtype: they are saved as fp32 (which
@@ -119,20 +107,10 @@ TensorMap adapters_in(peft::Adapter& a, DType dtype) {
 }
 
 ResumedState load_lora_checkpoint(const LoraRun& run, const fs::path& dir, DType dtype) {
-  nlohmann::json j = nlohmann::json::parse(read_file(dir / "recipe_state.json"), nullptr, false);
-  FT_CHECK(!j.is_discarded() && j.value("format", "") == "fusetune.recipe_state.v1",
-           "cannot resume from " + dir.string() + ": recipe_state.json is unreadable");
+  const std::optional<TrainingProgress> progress = read_recipe_progress(dir);
+  FT_CHECK(progress, "cannot resume from " + dir.string() + ": recipe_state.json is unreadable");
   ResumedState r;
-  try {
-    r.progress.epoch = j.at("epoch").get<int64_t>();
-    r.progress.step_in_epoch = j.at("step_in_epoch").get<int64_t>();
-    r.progress.global_step = j.at("global_step").get<int64_t>();
-    r.progress.loader.epoch = j.at("loader_epoch").get<int64_t>();
-    r.progress.loader.index = j.at("loader_index").get<int64_t>();
-    r.progress.seed = j.at("seed").get<uint64_t>();
-  } catch (const nlohmann::json::exception& e) {
-    throw Error((dir / "recipe_state.json").string() + ": " + e.what());
-  }
+  r.progress = *progress;
   peft::Adapter a = peft::load_peft_adapter(dir, run.model);
   FT_CHECK(a.config.rank == run.lora.rank && a.config.use_dora == run.lora.use_dora &&
                peft::target_modules(a.config) == peft::target_modules(run.lora),
@@ -151,7 +129,7 @@ LoraJob lora_training_job(const Config& cfg, const std::string& recipe) {
   auto run = std::make_shared<LoraRun>();
   run->lora = lora_config_from(cfg);
   const bool adapter_only = cfg.boolean("save_adapter_weights_only", false);
-  const uint64_t seed = uint64_t(cfg.i64("seed", 0));
+  const uint64_t seed = config_seed(cfg);
 
   TrainJob job;
   job.recipe = recipe;

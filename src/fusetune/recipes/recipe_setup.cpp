@@ -3,6 +3,8 @@
 #include <omp.h>
 
 #include <cstdlib>
+#include <functional>
+#include <map>
 
 #include "fusetune/config/components.h"
 #include "fusetune/config/schema.h"
@@ -14,6 +16,7 @@
 #include "fusetune/optim/adamw.h"
 #include "fusetune/optim/adamw8bit.h"
 #include "fusetune/optim/sgd.h"
+#include "fusetune/recipes/train_settings.h"
 #include "fusetune/tokenizers/load_tokenizer.h"
 #include "fusetune/util/error.h"
 
@@ -61,9 +64,9 @@ LoadedModel load_model(const Config& cfg, DType dtype, ParamSink* sink) {
     TrainingGraphOptions o;
     o.dtype = dtype;
     TrainingGraph tg = build_training_graph(out.config, o);
-    out.params = init_parameters(graph_parameters(tg.graph), uint64_t(cfg.i64("seed", 0)), dtype,
+    out.params = init_parameters(graph_parameters(tg.graph), config_seed(cfg), dtype,
                                  cfg.f64("model.initializer_range", 0.02), sink);
-    out.description = "random init (seed " + std::to_string(cfg.i64("seed", 0)) + ")";
+    out.description = "random init (seed " + std::to_string(config_seed(cfg)) + ")";
     return out;
   }
   FT_CHECK(init == "checkpoint",
@@ -203,30 +206,31 @@ LoaderOptions loader_options_from(const Config& cfg, const Tokenizer& tok) {
   LoaderOptions o;
   o.batch_size = cfg.i64("batch_size", 2);
   o.shuffle = cfg.boolean("shuffle", true);
-  o.seed = uint64_t(cfg.i64("seed", 0));
+  o.seed = config_seed(cfg);
   o.collate.max_seq_len = configured_max_seq_len(cfg);
   o.collate.pad_mode = parse_pad_mode(cfg.str("dataset.pad_to", "multiple"));
   o.collate.pad_id = tok.pad_id();
   return o;
 }
 
-std::unique_ptr<Optimizer> build_optimizer(const Config& cfg) {
-  const Config o = cfg.sub("optimizer");
-  // bf16 values are written back with stochastic rounding seeded by the run's seed.
-  const uint64_t seed = uint64_t(cfg.i64("seed", 0));
-  const std::string state_dtype = o.str("state_dtype", "fp32");
-  FT_CHECK(state_dtype == "fp32" || state_dtype == "bf16",
-           "config key 'optimizer.state_dtype' must be fp32 or bf16, got '" + state_dtype + "'");
-  const DType state = state_dtype == "bf16" ? DType::BF16 : DType::F32;
-  if (parse_optimizer_kind(canonical_component(cfg, "optimizer")) == OptimizerKind::SGD) {
-    SGDOptions s;
-    s.momentum = o.f64("momentum", 0.0);
-    s.weight_decay = o.f64("weight_decay", 0.0);
-    s.state_dtype = state;
-    s.seed = seed;
-    return std::make_unique<SGD>(s);
-  }
-  const OptimizerKind kind = parse_optimizer_kind(canonical_component(cfg, "optimizer"));
+namespace {
+
+// What every optimizer takes besides its own keys.
+struct OptimizerCommon {
+  DType state = DType::F32;  // optimizer.state_dtype
+  uint64_t seed = 0;         // bf16 values are written back with stochastic rounding
+};
+
+std::unique_ptr<Optimizer> build_sgd(const Config& o, const OptimizerCommon& c) {
+  SGDOptions s;
+  s.momentum = o.f64("momentum", 0.0);
+  s.weight_decay = o.f64("weight_decay", 0.0);
+  s.state_dtype = c.state;
+  s.seed = c.seed;
+  return std::make_unique<SGD>(s);
+}
+
+AdamWOptions adamw_options(const Config& o, const OptimizerCommon& c) {
   AdamWOptions a;
   if (o.has("betas")) {
     auto betas = o.f64_list("betas");
@@ -236,23 +240,67 @@ std::unique_ptr<Optimizer> build_optimizer(const Config& cfg) {
   }
   a.eps = o.f64("eps", a.eps);
   a.weight_decay = o.f64("weight_decay", a.weight_decay);
-  a.state_dtype = state;  // AdamW8bit refuses bf16 (its moments are 8-bit)
-  a.seed = seed;
-  if (kind == OptimizerKind::AdamW8bit) {
-    // The refused values (amsgrad, percentile_clipping, block_wise, optim_bits) were rejected
-    // by the schema (config/components.cpp); checked again for configs built in code.
-    FT_CHECK(!o.boolean("amsgrad", false), "optimizer.amsgrad: not supported by AdamW8bit");
-    FT_CHECK(o.i64("percentile_clipping", 100) == 100,
-             "optimizer.percentile_clipping: only 100 (off) is supported; use clip_grad_norm");
-    FT_CHECK(o.boolean("block_wise", true), "optimizer.block_wise: only true is supported");
-    AdamW8bitOptions b;
-    b.adamw = a;
-    b.min_8bit_size = o.i64("min_8bit_size", b.min_8bit_size);
-    b.paged =
-        canonical_component(cfg, "optimizer") == "PagedAdamW8bit" || o.boolean("is_paged", false);
-    return std::make_unique<AdamW8bit>(b);
-  }
-  return std::make_unique<AdamW>(a);
+  a.state_dtype = c.state;  // AdamW8bit refuses bf16 (its moments are 8-bit)
+  a.seed = c.seed;
+  return a;
+}
+
+std::unique_ptr<Optimizer> build_adamw(const Config& o, const OptimizerCommon& c) {
+  return std::make_unique<AdamW>(adamw_options(o, c));
+}
+
+std::unique_ptr<Optimizer> build_adamw8bit(const Config& o, const OptimizerCommon& c, bool paged) {
+  AdamW8bitOptions b;
+  b.adamw = adamw_options(o, c);
+  // The refused values (amsgrad, percentile_clipping, block_wise, optim_bits) were rejected
+  // by the schema (config/components.cpp); checked again for configs built in code.
+  FT_CHECK(!o.boolean("amsgrad", false), "optimizer.amsgrad: not supported by AdamW8bit");
+  FT_CHECK(o.i64("percentile_clipping", 100) == 100,
+           "optimizer.percentile_clipping: only 100 (off) is supported; use clip_grad_norm");
+  FT_CHECK(o.boolean("block_wise", true), "optimizer.block_wise: only true is supported");
+  b.min_8bit_size = o.i64("min_8bit_size", b.min_8bit_size);
+  b.paged = paged;
+  return std::make_unique<AdamW8bit>(b);
+}
+
+using OptimizerBuilder =
+    std::function<std::unique_ptr<Optimizer>(const Config& section, const OptimizerCommon&)>;
+
+// torchtune's instantiate for the optimizer: the builder of each component the table in
+// config/components.cpp validates, by its canonical name.
+const std::map<std::string, OptimizerBuilder>& optimizer_builders() {
+  static const std::map<std::string, OptimizerBuilder> builders = {
+      {"AdamW", build_adamw},
+      {"PagedAdamW", build_adamw},  // bitsandbytes' paged 32-bit AdamW: no paging on a CPU
+      {"AdamW8bit",
+       [](const Config& o, const OptimizerCommon& c) {
+         return build_adamw8bit(o, c, o.boolean("is_paged", false));
+       }},
+      {"PagedAdamW8bit",
+       [](const Config& o, const OptimizerCommon& c) { return build_adamw8bit(o, c, true); }},
+      {"SGD", build_sgd},
+  };
+  return builders;
+}
+
+}  // namespace
+
+bool has_optimizer_builder(const std::string& component) {
+  return optimizer_builders().count(component) > 0;
+}
+
+std::unique_ptr<Optimizer> build_optimizer(const Config& cfg) {
+  const Config o = cfg.sub("optimizer");
+  OptimizerCommon common;
+  common.seed = config_seed(cfg);
+  const std::string state_dtype = o.str("state_dtype", "fp32");
+  FT_CHECK(state_dtype == "fp32" || state_dtype == "bf16",
+           "config key 'optimizer.state_dtype' must be fp32 or bf16, got '" + state_dtype + "'");
+  common.state = state_dtype == "bf16" ? DType::BF16 : DType::F32;
+  const std::string component = canonical_component(cfg, "optimizer");
+  auto it = optimizer_builders().find(component);
+  FT_CHECK(it != optimizer_builders().end(), "optimizer '" + component + "' has no builder");
+  return it->second(o, common);
 }
 
 LRSchedule build_lr_schedule(const Config& cfg, int64_t total_steps) {

@@ -71,7 +71,11 @@ std::unique_ptr<PreferenceDataset> build_preference_dataset_from_config(
     const Config& cfg, const Tokenizer& tok, const ModelConfig& model,
     const std::string& section = "dataset");
 LoaderOptions loader_options_from(const Config& cfg, const Tokenizer& tok);
+// The optimizer the config's `optimizer` section selects, built by the builder registered
+// under its canonical component name (torchtune's instantiate).
 std::unique_ptr<Optimizer> build_optimizer(const Config& cfg);
+// Whether build_optimizer has a builder for this canonical optimizer component name.
+bool has_optimizer_builder(const std::string& component);
 LRSchedule build_lr_schedule(const Config& cfg, int64_t total_steps);
 
 }  // namespace fusetune

@@ -15,59 +15,77 @@
 #include "fusetune/util/strings.h"
 
 namespace fusetune {
+namespace {
+
+constexpr RecipeTraits kFull{.trains = true};
+constexpr RecipeTraits kLora{.trains = true, .lora = true};
+constexpr RecipeTraits kQat{.trains = true, .qat = true};
+constexpr RecipeTraits kQatLora{.trains = true, .lora = true, .qat = true};
+constexpr RecipeTraits kFullDpo{.trains = true, .dpo = true};
+constexpr RecipeTraits kLoraDpo{.trains = true, .lora = true, .dpo = true};
+constexpr RecipeTraits kInference{};
+
+constexpr RecipeTraits on_ranks(RecipeTraits t) {
+  t.distributed = true;
+  return t;
+}
+
+}  // namespace
 
 const std::vector<RecipeInfo>& recipes() {
   static const std::vector<RecipeInfo> all = {
       {"full_finetune_single_device", "Full fine-tuning on one device: every weight is trained",
-       &full_finetune_schema(), full_finetune_single_device},
+       &full_finetune_schema(), full_finetune_single_device, kFull},
       {"lora_finetune_single_device",
        "LoRA / DoRA / QLoRA fine-tuning on one device: small adapters on a frozen base",
-       &lora_finetune_schema(), lora_finetune_single_device},
+       &lora_finetune_schema(), lora_finetune_single_device, kLora},
       {"lora_dpo_single_device",
        "Preference optimization (DPO, RSO, IPO, SimPO) of LoRA adapters on one device",
-       &lora_dpo_schema(), lora_dpo_single_device},
+       &lora_dpo_schema(), lora_dpo_single_device, kLoraDpo},
       {"full_dpo_single_device",
        "Preference optimization (DPO, RSO, IPO, SimPO) of every weight on one device",
-       &full_dpo_schema(), full_dpo_single_device},
+       &full_dpo_schema(), full_dpo_single_device, kFullDpo},
       {"qat_single_device",
        "Quantization-aware full fine-tuning on one device: linear layers fake-quantized "
        "(torchao int4/int8 or llama.cpp Q4_0/Q8_0)",
-       &qat_schema(), qat_single_device},
+       &qat_schema(), qat_single_device, kQat},
       {"qat_lora_finetune_single_device",
        "Quantization-aware LoRA on one device: adapters on a fake-quantized base",
-       &qat_lora_schema(), qat_lora_finetune_single_device},
+       &qat_lora_schema(), qat_lora_finetune_single_device, kQatLora},
       {"full_finetune_distributed",
        "Full fine-tuning over N data-parallel ranks (MPI: --nproc_per_node N, mpirun, srun)",
-       &full_finetune_distributed_schema(), full_finetune_distributed},
+       &full_finetune_distributed_schema(), full_finetune_distributed, on_ranks(kFull)},
       {"lora_finetune_distributed",
        "LoRA / DoRA / QLoRA fine-tuning over N data-parallel ranks (MPI: --nproc_per_node N, "
        "mpirun, srun)",
-       &lora_finetune_distributed_schema(), lora_finetune_distributed},
+       &lora_finetune_distributed_schema(), lora_finetune_distributed, on_ranks(kLora)},
       {"qat_distributed",
        "Quantization-aware full fine-tuning over N data-parallel ranks (MPI: --nproc_per_node "
        "N, mpirun, srun)",
-       &qat_distributed_schema(), qat_distributed},
+       &qat_distributed_schema(), qat_distributed, on_ranks(kQat)},
       {"qat_lora_finetune_distributed",
        "Quantization-aware LoRA over N data-parallel ranks (MPI: --nproc_per_node N, mpirun, "
        "srun)",
-       &qat_lora_finetune_distributed_schema(), qat_lora_finetune_distributed},
+       &qat_lora_finetune_distributed_schema(), qat_lora_finetune_distributed, on_ranks(kQatLora)},
       {"lora_dpo_distributed",
        "Preference optimization (DPO, RSO, IPO, SimPO) of LoRA adapters over N data-parallel "
        "ranks (MPI)",
-       &lora_dpo_distributed_schema(), lora_dpo_distributed},
+       &lora_dpo_distributed_schema(), lora_dpo_distributed, on_ranks(kLoraDpo)},
       {"full_dpo_distributed",
        "Preference optimization (DPO, RSO, IPO, SimPO) of every weight over N data-parallel "
        "ranks (MPI)",
-       &full_dpo_distributed_schema(), full_dpo_distributed},
+       &full_dpo_distributed_schema(), full_dpo_distributed, on_ranks(kFullDpo)},
       {"generate",
        "Generate text from a model (and adapter) with a KV cache; also `fusetune generate`",
-       &generate_schema(), generate_recipe},
+       &generate_schema(), generate_recipe, kInference},
       {"eval",
        "Perplexity or multiple-choice accuracy of a model (and adapter); also `fusetune eval`",
-       &eval_schema(), eval_recipe},
+       &eval_schema(), eval_recipe, kInference},
   };
   return all;
 }
+
+const RecipeTraits& recipe_traits(const std::string& name) { return find_recipe(name).traits; }
 
 const RecipeInfo& find_recipe(const std::string& name) {
   std::vector<std::string> names;

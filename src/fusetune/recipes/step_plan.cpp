@@ -9,38 +9,12 @@
 #include "fusetune/recipes/dpo_step.h"
 #include "fusetune/recipes/lora_finetune_single_device.h"
 #include "fusetune/recipes/recipe_setup.h"
+#include "fusetune/recipes/registry.h"
 #include "fusetune/util/error.h"
 #include "fusetune/util/strings.h"
 
 namespace fusetune {
 namespace {
-
-// The single-device recipe whose step a *_distributed recipe runs on each rank (the step
-// graph, hence the plan, is the same); other names unchanged.
-std::string step_recipe(const std::string& recipe) {
-  if (recipe == "full_finetune_distributed") return "full_finetune_single_device";
-  if (recipe == "lora_finetune_distributed") return "lora_finetune_single_device";
-  if (recipe == "qat_distributed") return "qat_single_device";
-  if (recipe == "qat_lora_finetune_distributed") return "qat_lora_finetune_single_device";
-  return recipe;
-}
-
-bool is_qat_recipe(const std::string& recipe) {
-  const std::string r = step_recipe(recipe);
-  return r == "qat_single_device" || r == "qat_lora_finetune_single_device";
-}
-
-bool is_lora_recipe(const std::string& raw) {
-  const std::string recipe = step_recipe(raw);
-  return recipe == "lora_finetune_single_device" || recipe == "lora_dpo_single_device" ||
-         recipe == "qat_lora_finetune_single_device" || recipe == "lora_finetune_distributed" ||
-         recipe == "lora_dpo_distributed";
-}
-
-bool is_dpo_recipe(const std::string& recipe) {
-  return recipe == "lora_dpo_single_device" || recipe == "full_dpo_single_device" ||
-         recipe == "lora_dpo_distributed" || recipe == "full_dpo_distributed";
-}
 
 // The peak of `cfg` (after `overrides`) in its configured compile mode.
 int64_t configured_peak(const Config& cfg, const std::vector<std::string>& overrides,
@@ -64,6 +38,7 @@ DType plan_dtype(const Config& cfg) { return parse_dtype(cfg.str("dtype", "fp32"
 
 PlannedStep plan_step(const Config& cfg, const std::string& recipe, const ModelConfig& model,
                       bool allow_unknown_seq_len) {
+  const RecipeTraits& traits = recipe_traits(recipe);
   PlannedStep s;
   s.recipe = recipe;
   s.model = model;
@@ -80,21 +55,20 @@ PlannedStep plan_step(const Config& cfg, const std::string& recipe, const ModelC
   o.seq_len = T;
   o.packed = cfg.boolean("dataset.packed", false);
   o.dtype = plan_dtype(cfg);
-  if (is_lora_recipe(recipe)) {
+  if (traits.lora) {
     // The adapters train; the base is frozen (NF4 with quantize_base, as the recipe runs it).
     const peft::LoraConfig lc = lora_config_from(cfg);
     if (lc.quantize_base) s.nf4 = peft::nf4_store_layout(model);
     o.trainable = peft::is_adapter_param;
     o.llama = peft::lora_llama_options(lc, s.nf4);
   }
-  if (is_qat_recipe(recipe)) {
+  if (traits.qat) {
     // The fake-quantized linears (quant/qat.h), under the adapters for QAT LoRA.
     const LlamaOptions fq = quant::qat_llama_options(quant::qat_config_from(cfg),
                                                      std::make_shared<ModelConfig>(model), true);
-    o.llama =
-        is_lora_recipe(recipe) ? peft::lora_llama_options(lora_config_from(cfg), nullptr, &fq) : fq;
+    o.llama = traits.lora ? peft::lora_llama_options(lora_config_from(cfg), nullptr, &fq) : fq;
   }
-  if (is_dpo_recipe(recipe)) {  // B pairs = 2B rows, chosen then rejected
+  if (traits.dpo) {  // B pairs = 2B rows, chosen then rejected
     s.preference = preference_loss_from(cfg);
     o.batch_size *= 2;
     o.loss = preference_loss_builder(*s.preference);
@@ -105,7 +79,7 @@ PlannedStep plan_step(const Config& cfg, const std::string& recipe, const ModelC
   s.gradient_accumulation_steps = cfg.i64("gradient_accumulation_steps", 1);
   s.reshard_after_forward = cfg.boolean("fsdp_reshard_after_forward", true);
   s.overlap_grad_allreduce =
-      cfg.boolean("overlap_grad_allreduce", false) && !is_dpo_recipe(recipe) && !s.optimizer_in_bwd;
+      cfg.boolean("overlap_grad_allreduce", false) && !traits.dpo && !s.optimizer_in_bwd;
   s.configured_mode = parse_compile_mode(cfg.str("compile", "false"));
   s.graph = build_training_graph(model, o);
   if (s.nf4)
@@ -153,6 +127,7 @@ peft::ParameterCount count_step_parameters(const PlannedStep& s) {
 
 FitAdvice find_fitting_settings(const Config& cfg, const std::string& recipe,
                                 const ModelConfig& model, int64_t available) {
+  const RecipeTraits& traits = recipe_traits(recipe);
   // The single changes, in the documented order.
   std::vector<FitCandidate> singles;
   if (parse_compile_mode(cfg.str("compile", "false")) != CompileMode::Full)
@@ -162,8 +137,7 @@ FitAdvice find_fitting_settings(const Config& cfg, const std::string& recipe,
                        "recompute layer activations in the backward",
                        0});
   // (The QAT recipes fake-quantize a float base: no NF4.)
-  if (is_lora_recipe(recipe) && !is_qat_recipe(recipe) &&
-      !cfg.boolean("model.quantize_base", false))
+  if (traits.lora && !traits.qat && !cfg.boolean("model.quantize_base", false))
     singles.push_back({{"model.quantize_base=true"}, "QLoRA: the frozen base stored as NF4", 0});
   const int64_t batch = cfg.i64("batch_size");
   if (batch > 1)
@@ -183,13 +157,13 @@ FitAdvice find_fitting_settings(const Config& cfg, const std::string& recipe,
     if (c.peak <= available) advice.fitting.push_back(c);
   }
   if (!advice.fitting.empty()) return advice;
-  if (!is_lora_recipe(recipe)) {
+  if (!traits.lora) {
     const bool eight_bit = optimizer_state_ratio(cfg).min_8bit_numel > 0;
     const bool in_bwd = cfg.boolean("optimizer_in_bwd", false);
     advice.hint = std::string("(beyond this list: train adapters instead, with ") +
                   "lora_finetune_single_device and model.quantize_base: true" +
                   (eight_bit ? "" : "; or optimizer: AdamW8bit") +
-                  (in_bwd || is_dpo_recipe(recipe) ? "" : "; or optimizer_in_bwd: true") + ")";
+                  (in_bwd || traits.dpo ? "" : "; or optimizer_in_bwd: true") + ")";
   }
   // Combined: the changes that keep the training the same first, then smaller batches, then
   // shorter sequences; the first combination that fits.

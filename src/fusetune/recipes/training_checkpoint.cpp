@@ -2,8 +2,6 @@
 
 #include <algorithm>
 
-#include <nlohmann/json.hpp>
-
 #include "fusetune/io/hf_checkpoint.h"
 #include "fusetune/io/safetensors.h"
 #include "fusetune/util/error.h"
@@ -25,41 +23,18 @@ void save_training_checkpoint(const fs::path& dir, const CheckpointContent& c) {
   so.dtype = c.save_dtype;
   so.max_shard_bytes = c.max_shard_bytes;
   so.copy_files_from = c.copy_files_from;
-  // Only ever replace a checkpoint (a directory we would otherwise wipe may be the user's).
-  std::error_code ec;
-  FT_CHECK(!fs::exists(dir, ec) || (fs::is_directory(dir, ec) &&
-                                    (fs::is_empty(dir, ec) || fs::exists(dir / "config.json", ec))),
-           "refusing to replace '" + dir.string() + "': it is not a checkpoint directory");
-  // The model files and the recipe state are published together, in one rename: a run killed
-  // mid-save leaves a `<dir>.tmp-*` directory, never a `<dir>` with weights but no state (or,
-  // when replacing, the new weights beside the old state).
-  AtomicDirectory staging(dir);
-  save_hf_checkpoint(staging.path(), *c.config, model, so);
-
-  NamedTensors state;
-  if (c.optimizer) c.optimizer->save_state(state);
-  for (auto& [name, t] : state) name = "optimizer." + name;
+  RecipeState state;
+  state.progress = c.progress;
+  state.optimizer = c.optimizer;
   // Weights the HF files rounded (an fp32 run saved as bf16): keep them exactly, to resume.
-  bool master = false;
   for (const auto& [name, t] : model)
     if (t.dtype() != c.save_dtype) {
-      state.push_back({"master." + name, t});
-      master = true;
+      state.extra.push_back({"master." + name, t});
+      state.master_weights = true;
     }
-  save_safetensors(staging.path() / "recipe_state.safetensors", state);
-
-  nlohmann::json j;
-  j["format"] = "fusetune.recipe_state.v1";
-  j["epoch"] = c.progress.epoch;
-  j["step_in_epoch"] = c.progress.step_in_epoch;
-  j["global_step"] = c.progress.global_step;
-  j["loader_epoch"] = c.progress.loader.epoch;
-  j["loader_index"] = c.progress.loader.index;
-  j["seed"] = c.progress.seed;
-  j["optimizer"] = c.optimizer ? c.optimizer->name() : "";
-  j["master_weights"] = master;
-  write_file_atomic(staging.path() / "recipe_state.json", j.dump(2) + "\n");
-  staging.commit();
+  publish_checkpoint(
+      dir, [&](const fs::path& staging) { save_hf_checkpoint(staging, *c.config, model, so); },
+      state);
 }
 
 namespace {
@@ -76,21 +51,7 @@ bool is_checkpoint_name(const std::string& name) {
 }
 
 std::optional<TrainingProgress> read_progress(const fs::path& dir) {
-  std::error_code ec;
-  if (!fs::is_regular_file(dir / "recipe_state.json", ec)) return std::nullopt;
-  nlohmann::json j = nlohmann::json::parse(read_file(dir / "recipe_state.json"), nullptr, false);
-  FT_CHECK(
-      !j.is_discarded() && j.is_object() && j.value("format", "") == "fusetune.recipe_state.v1",
-      (dir / "recipe_state.json").string() +
-          " is damaged: not a fusetune.recipe_state.v1 JSON object");
-  TrainingProgress p;
-  p.epoch = j.at("epoch").get<int64_t>();
-  p.step_in_epoch = j.at("step_in_epoch").get<int64_t>();
-  p.global_step = j.at("global_step").get<int64_t>();
-  p.loader.epoch = j.at("loader_epoch").get<int64_t>();
-  p.loader.index = j.at("loader_index").get<int64_t>();
-  p.seed = j.at("seed").get<uint64_t>();
-  return p;
+  return read_recipe_progress(dir);
 }
 
 }  // namespace

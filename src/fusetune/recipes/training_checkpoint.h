@@ -5,7 +5,7 @@
 //                             were saved in a lower precision
 //   recipe_state.json         where training stands (a directory without it is not resumable)
 // The directory is staged as `<dir>.tmp-*` and published whole, in one rename, so a crash
-// mid-save never leaves a complete-looking `<dir>`.
+// mid-save never leaves a complete-looking `<dir>` (recipe_state.h, shared by every recipe).
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -14,17 +14,10 @@
 #include "fusetune/data/loader.h"
 #include "fusetune/models/model_config.h"
 #include "fusetune/optim/optimizer.h"
+#include "fusetune/recipes/recipe_state.h"
 #include "fusetune/runtime/executor.h"
 
 namespace fusetune {
-
-struct TrainingProgress {
-  int64_t epoch = 0;          // the epoch in progress (0-based)
-  int64_t step_in_epoch = 0;  // optimizer steps already taken in that epoch
-  int64_t global_step = 0;    // optimizer steps taken in total
-  DataLoader::State loader;   // the next batch the loader will hand out
-  uint64_t seed = 0;
-};
 
 struct CheckpointContent {
   const ModelConfig* config = nullptr;
