@@ -41,6 +41,9 @@ TEST(ConfigTokenizer, TorchtuneBuildersAreComponents) {
       {"{_component_: torchtune.models.qwen2.qwen2_tokenizer, path: /m/vocab.json, merges_file: "
        "/m/merges.txt, eos_token: <|endoftext|>, pad_token: null, errors: replace}",
        "qwen2"},
+      {"{_component_: torchtune.models.qwen3.qwen3_tokenizer, path: /m/vocab.json, merges_file: "
+       "/m/merges.txt, max_seq_len: null}",
+       "qwen3"},
       {"{_component_: torchtune.models.llama2.llama2_tokenizer, path: /m/tokenizer.model}",
        "sentencepiece"},
       {"{_component_: torchtune.models.mistral.mistral_tokenizer, path: /m/tokenizer.model, "

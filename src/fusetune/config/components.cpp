@@ -189,7 +189,7 @@ void check_tokenizer_keys(const Config& tok, const std::string& comp, const std:
                          "' must be right (or left, which is not supported), got '" + t + "' (" +
                          tok.where("truncation_type") + ")");
   }
-  if (comp != "qwen2" && comp != "qwen2_5") return;
+  if (comp != "qwen2" && comp != "qwen2_5" && comp != "qwen3") return;
   if (tok.has("bpe_cache_size"))
     refuse("bpe_cache_size",
            "fusetune's BPE word cache has a fixed size (it never changes token ids); remove the "
@@ -386,6 +386,9 @@ ComponentTable tokenizer_table() {
                      "Qwen2.5: vocab.json + merges.txt (or tokenizer.json)", qwen_fields()),
            Component("qwen2", {"torchtune.models.qwen2.qwen2_tokenizer"},
                      "Qwen2: vocab.json + merges.txt (or tokenizer.json)", qwen_fields()),
+           Component("qwen3", {"torchtune.models.qwen3.qwen3_tokenizer"},
+                     "Qwen3: vocab.json + merges.txt (or tokenizer.json); <think> is special",
+                     qwen_fields()),
            Component("sentencepiece",
                      {"torchtune.models.llama2.llama2_tokenizer",
                       "torchtune.models.mistral.mistral_tokenizer"},

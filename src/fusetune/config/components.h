@@ -23,7 +23,7 @@ struct ComponentTable {
 //   loss           cross_entropy (default) | DPOLoss | RSOLoss | IPOLoss | SimPOLoss
 //   checkpointer   FullModelHFCheckpointer                                   (default)
 //   ref_checkpointer  the same (full_dpo_single_device's reference model)
-//   tokenizer      byte | hf | llama3 | qwen2_5 | qwen2 | sentencepiece
+//   tokenizer      byte | hf | llama3 | qwen2_5 | qwen2 | qwen3 | sentencepiece
 //   dataset        text_completion | pretokenized | alpaca | instruct | chat | preference
 //   dataset_val    the same, for validation during training
 //   metric_logger  stdout | disk | jsonl | tensorboard                       (default stdout)
