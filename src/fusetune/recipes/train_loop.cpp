@@ -13,6 +13,7 @@
 #include "fusetune/distributed/owned_gradients.h"
 #include "fusetune/distributed/sharded_optimizer.h"
 #include "fusetune/distributed/sharded_params.h"
+#include "fusetune/kernels/cpu/bf16_matmul.h"
 #include "fusetune/kernels/cpu/gemm_peak.h"
 #include "fusetune/metrics/step_logger.h"
 #include "fusetune/optim/grad_clip.h"
@@ -235,6 +236,8 @@ int run_training(const Config& cfg, const TrainJob& job) {
   header.params_trainable = counted.trainable;
   header.threads = threads;
   header.dtype = cfg.str("dtype", "fp32");
+  if (plan_dtype(cfg) == DType::BF16)
+    header.extra.push_back({"bf16_matmul", kernels::bf16_matmul_description()});
   header.compile_mode = compile_mode_name(passes.mode);
   header.extra.push_back({"dataset", data_report.summary()});
   if (world > 1)
