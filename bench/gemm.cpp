@@ -5,9 +5,11 @@
 //
 //   bench_gemm [--seconds S] [--threads 1,2] [--big] [--bf16]
 //
-// --bf16 prints only the bf16-weight table: a linear layer's products at Llama 3.2 1B's shapes
+// --bf16 prints only the bf16 tables: a linear layer's products at Llama 3.2 1B's shapes
 // (512 tokens) with the weight stored fp32 (one sgemm) and bf16 (kernels::gemm_bf16_weight,
-// which widens the weight a tile of rows at a time), the cost a bf16 LoRA base adds.
+// which widens the weight a tile of rows at a time), the cost a bf16 LoRA base adds; then
+// matmuls of two bf16 operands (a bf16 graph's MatMul) in GF/s: fp32 sgemm, the widening
+// path and oneDNN's bf16 dot products side by side, with their ratios to fp32.
 //
 // --big adds N=128256 (Llama 3 vocabulary; ~0.8 GB of buffers). OpenBLAS picks its kernels
 // from the CPU unless OPENBLAS_CORETYPE forces them; the header line says which ran.
@@ -23,6 +25,7 @@
 #include <vector>
 
 #include "fusetune/kernels/cpu/bf16.h"
+#include "fusetune/kernels/cpu/bf16_matmul.h"
 #include "fusetune/kernels/cpu/blas_info.h"
 #include "fusetune/kernels/cpu/gemm_peak.h"
 #include "fusetune/kernels/cpu/kernels.h"
@@ -176,6 +179,75 @@ void bf16_weight_table(const std::vector<int>& threads) {
   }
 }
 
+// Matmuls of bf16 operands (a bf16 graph's MatMul node): fp32 OpenBLAS on fp32 copies of the
+// operands for reference, then bf16 by the widening path (operands widened to fp32 as the
+// runtime does, one sgemm, the output rounded to bf16) and by oneDNN's bf16 dot products
+// (kernels::matmul_bf16_onednn, bf16 out). GF/s count the GEMM's 2MNK flops for every column.
+void bf16_operand_table(const std::vector<int>& threads) {
+  const bool native = k::cpu_has_bf16_dot_products();
+  std::printf(
+      "\nbf16 operands: fp32 = OpenBLAS sgemm on fp32 operands; widening = bf16 widened "
+      "to fp32 + sgemm + rounding; oneDNN = %s\n",
+      native ? "bf16 dot products, fp32 accumulation" : "not run (no bf16 dot products)");
+  std::printf("%-26s %6s %6s %6s %3s %7s %10s %10s %10s %10s %10s\n", "shape", "M", "N", "K", "op",
+              "threads", "fp32 GF/s", "widen GF/s", "oneDNN", "oneDNN/f32", "widen/f32");
+  const std::vector<Shape> shapes = {{"square", 1024, 1024, 1024, false, false},
+                                     {"square", 2048, 2048, 2048, false, false},
+                                     {"mid fwd x W^T (ffn)", 1024, 1408, 512, false, true},
+                                     {"mid bwd dX = dY W (ffn)", 1024, 512, 1408, false, false},
+                                     {"mid bwd dW = dY^T X (ffn)", 1408, 512, 1024, true, false},
+                                     {"mid fwd x W^T (attn)", 1024, 512, 512, false, true},
+                                     {"mid head x W^T", 1024, 32000, 512, false, true},
+                                     {"mid head dW = dY^T X", 32000, 512, 1024, true, false},
+                                     {"1B fwd x W^T (gate/up)", 512, 8192, 2048, false, true},
+                                     {"1B bwd dX = dY W (down)", 512, 2048, 8192, false, false},
+                                     {"1B bwd dW = dY^T X (down)", 2048, 8192, 512, true, false},
+                                     {"LoRA A x A^T (r=16)", 1024, 16, 512, false, true},
+                                     {"LoRA dA = dY^T X (r=16)", 16, 512, 1024, true, false}};
+  for (const Shape& s : shapes) {
+    const auto A = filled(static_cast<size_t>(s.M * s.K), 1e-2f);
+    const auto B = filled(static_cast<size_t>(s.K * s.N), 1e-2f);
+    std::vector<uint16_t> A16(A.size()), B16(B.size()), C16(static_cast<size_t>(s.M * s.N));
+    k::f32_to_bf16_array(A.data(), A16.data(), static_cast<int64_t>(A.size()));
+    k::f32_to_bf16_array(B.data(), B16.data(), static_cast<int64_t>(B.size()));
+    std::vector<float> A32(A.size()), B32(B.size()), C(C16.size());
+    const int64_t lda = s.ta ? s.M : s.K, ldb = s.tb ? s.K : s.N;
+    const int64_t rows = s.tb ? s.N : s.K, cols = s.tb ? s.K : s.N;
+    std::vector<float> tile(static_cast<size_t>(k::bf16_weight_tile_rows(s.tb, rows, cols) * cols));
+    for (int th : threads) {
+      omp_set_num_threads(th);
+      const double f32 = best_ms([&] {
+        k::gemm<float>(s.ta, s.tb, s.M, s.N, s.K, 1.0f, A.data(), lda, B.data(), ldb, 0.0f,
+                       C.data(), s.N);
+      });
+      const double widen = best_ms([&] {  // runtime/bf16_node_kernels.cpp's matmul, unbatched
+        k::bf16_to_f32_array(A16.data(), A32.data(), static_cast<int64_t>(A16.size()));
+        if (s.ta) {
+          k::bf16_to_f32_array(B16.data(), B32.data(), static_cast<int64_t>(B16.size()));
+          k::gemm<float>(true, s.tb, s.M, s.N, s.K, 1.0f, A32.data(), lda, B32.data(), ldb, 0.0f,
+                         C.data(), s.N);
+        } else {
+          k::gemm_bf16_weight(s.tb, s.M, s.N, s.K, A32.data(), B16.data(), C.data(), tile.data());
+        }
+        k::f32_to_bf16_array(C.data(), C16.data(), static_cast<int64_t>(C.size()));
+      });
+      const double onednn = native ? best_ms([&] {
+        k::matmul_bf16_onednn(s.ta, s.tb, s.M, s.N, s.K, A16.data(), B16.data(), C16.data(), true);
+      })
+                                   : 0.0;
+      auto gf = [&](double ms) {
+        return ms > 0 ? 2.0 * s.M * s.N * s.K / (ms * 1e-3) * 1e-9 : 0.0;
+      };
+      const std::string op = std::string(s.ta ? "T" : "N") + (s.tb ? "T" : "N");
+      std::printf("%-26s %6lld %6lld %6lld %3s %7d %10.1f %10.1f %10.1f %10.2f %10.2f\n", s.what,
+                  static_cast<long long>(s.M), static_cast<long long>(s.N),
+                  static_cast<long long>(s.K), op.c_str(), th, gf(f32), gf(widen), gf(onednn),
+                  gf(onednn) / gf(f32), gf(widen) / gf(f32));
+      std::fflush(stdout);
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -201,6 +273,8 @@ int main(int argc, char** argv) {
               omp_get_max_threads());
   if (bf16) {
     bf16_weight_table(threads);
+    bf16_operand_table(threads);
+    std::printf("\nbf16 matmuls in a run: %s\n", k::bf16_matmul_description().c_str());
     return 0;
   }
 

@@ -12,6 +12,7 @@ pkgs=(
   libclang-rt-14-dev                       # libFuzzer, ASan and UBSan runtimes for clang (asan preset)
   libomp-dev                               # clang's OpenMP runtime (asan preset)
   libopenblas-openmp-dev                   # GEMM (OpenMP build: shares our thread pool)
+  libdnnl-dev                              # oneDNN: bf16 matmuls on CPUs with bf16 dot products
   nlohmann-json3-dev                       # JSON: config.json, safetensors header, tokenizer.json
   libyaml-cpp-dev                          # YAML recipe configs
   libpcre2-dev                             # Unicode regex for tokenizer pre-tokenizers

@@ -7,6 +7,7 @@
 #include "fusetune/compile/compiler.h"
 #include "fusetune/compile/plan_report.h"
 #include "fusetune/config/builtin_configs.h"
+#include "fusetune/kernels/cpu/bf16_matmul.h"
 #include "fusetune/losses/preference.h"
 #include "fusetune/metrics/format.h"
 #include "fusetune/models/training_graph.h"
@@ -116,6 +117,8 @@ int cmd_plan(const std::vector<std::string>& argv) {
                    2)
           .c_str(),
       step.nf4 ? " (the NF4 base counted by its logical size)" : "");
+  if (o.dtype == DType::BF16)
+    std::printf("bf16 matmuls: %s\n", kernels::bf16_matmul_description().c_str());
   std::printf("\n");
   std::vector<ModePlan> plans;
   // optimizer_in_bwd: each gradient is freed once its parameter is updated; the table also

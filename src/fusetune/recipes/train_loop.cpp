@@ -12,6 +12,7 @@
 #include "fusetune/core/memory.h"
 #include "fusetune/distributed/sharded_optimizer.h"
 #include "fusetune/distributed/sharded_params.h"
+#include "fusetune/kernels/cpu/bf16_matmul.h"
 #include "fusetune/kernels/cpu/gemm_peak.h"
 #include "fusetune/metrics/step_logger.h"
 #include "fusetune/optim/grad_clip.h"
@@ -237,6 +238,8 @@ void open_logger(Run& r) {
   header.params_trainable = counted.trainable;
   header.threads = r.threads;
   header.dtype = r.set.dtype_text;
+  if (r.set.dtype == DType::BF16)
+    header.extra.push_back({"bf16_matmul", kernels::bf16_matmul_description()});
   header.compile_mode = compile_mode_name(r.passes.mode);
   const DatasetReport& data_report = r.pairs ? r.pairs->report() : r.dataset->report();
   header.extra.push_back({"dataset", data_report.summary()});

@@ -8,6 +8,7 @@
 
 #include "fusetune/graph/op_desc.h"
 #include "fusetune/kernels/cpu/bf16.h"
+#include "fusetune/kernels/cpu/bf16_matmul.h"
 #include "fusetune/kernels/cpu/kernels.h"
 #include "fusetune/runtime/node_kernels.h"
 #include "fusetune/util/error.h"
@@ -221,6 +222,9 @@ bool kernel_reads_bf16(const Node& n, size_t input) {
 
 void run_bf16_node_kernel(const Graph& g, const Node& n, const std::vector<Tensor>& in,
                           std::vector<Tensor>& out, const NodeScratch& planned) {
+  if (is_single_matmul(n, g) &&
+      k::matmul_bf16_native(n.attrs.trans_a, n.attrs.trans_b, in[0], in[1], out[0]))
+    return;  // oneDNN: no widening scratch
   const int64_t need = bf16_conversion_scratch_bytes(g, n);
   Tensor owned;  // eager mode: this node's scratch, counted, freed when it ends
   char* base = planned.data;

@@ -1,0 +1,41 @@
+#pragma once
+// Matmuls of bf16 operands on the CPU's bf16 dot products (AVX512_BF16, AMX-BF16) through
+// oneDNN, fp32 accumulation; elsewhere the widening path (bf16.h: operands widened to fp32 for
+// OpenBLAS). The choice is made at run time, per call, from what the CPU reports and the
+// environment variable FUSETUNE_BF16_MATMUL (docs/design.md §6):
+//   auto      (or unset) oneDNN where the CPU multiplies bf16 natively, else widening;
+//   widening  always widen (tests reach both paths on one machine; the old numerics);
+//   onednn    always oneDNN; an error where the CPU has no bf16 dot products.
+#include <cstdint>
+#include <string>
+
+#include "fusetune/core/tensor.h"
+
+namespace fusetune::kernels {
+
+enum class Bf16MatmulPath { Widening, OneDnn };
+
+// The path a bf16 matmul takes now. Throws on a FUSETUNE_BF16_MATMUL value other than the
+// three above, naming the variable and the values it takes.
+Bf16MatmulPath bf16_matmul_path();
+
+// True where the CPU (as oneDNN sees it, DNNL_MAX_CPU_ISA included) has bf16 dot products.
+bool cpu_has_bf16_dot_products();
+
+// One line for the run header and `fusetune plan`: the path and why, e.g.
+// "oneDNN 2.6.3 (avx512_core_bf16), fp32 accumulation" or
+// "widening to fp32 for OpenBLAS (FUSETUNE_BF16_MATMUL=widening)".
+std::string bf16_matmul_description();
+
+// C [M, N] = op(A) op(B) through oneDNN: A stored [M, K] ([K, M] when trans_a), B stored
+// [K, N] ([N, K] when trans_b), both bf16 and contiguous; products summed in fp32; C fp32, or
+// bf16 (c_bf16) rounded once to nearest even. oneDNN's scratch is a counted tensor.
+void matmul_bf16_onednn(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                        const uint16_t* A, const uint16_t* B, void* C, bool c_bf16);
+
+// The runtime's entry for an unbatched matmul node: runs it through oneDNN and returns true
+// when the path is oneDNN and both operands are bf16 (leading dimensions all 1); otherwise
+// does nothing and returns false (the caller widens).
+bool matmul_bf16_native(bool trans_a, bool trans_b, const Tensor& a, const Tensor& b, Tensor& c);
+
+}  // namespace fusetune::kernels

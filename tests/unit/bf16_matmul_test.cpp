@@ -1,0 +1,296 @@
+// bf16 matmuls on the CPU's bf16 dot products (oneDNN, kernels/cpu/bf16_matmul.h) against an
+// fp64 reference and against the widening path, in every transpose form, through the kernel
+// and through a bf16 graph's MatMul node; FUSETUNE_BF16_MATMUL chooses and is validated; and
+// one OpenMP runtime serves our code, OpenBLAS and oneDNN.
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "fusetune/compile/memory_plan.h"
+#include "fusetune/core/dtype.h"
+#include "fusetune/kernels/cpu/bf16.h"
+#include "fusetune/kernels/cpu/bf16_matmul.h"
+#include "fusetune/kernels/cpu/kernels.h"
+#include "fusetune/runtime/eager_executor.h"
+#include "fusetune/runtime/plan_executor.h"
+#include "fusetune/util/error.h"
+
+using namespace fusetune;
+
+namespace {
+
+constexpr const char* kEnv = "FUSETUNE_BF16_MATMUL";
+
+// Sets FUSETUNE_BF16_MATMUL for one scope, then restores what was there.
+class ScopedPath {
+ public:
+  explicit ScopedPath(const char* value) {
+    if (const char* old = std::getenv(kEnv)) old_ = old;
+    setenv(kEnv, value, 1);
+  }
+  ~ScopedPath() {
+    if (old_) {
+      setenv(kEnv, old_->c_str(), 1);
+    } else {
+      unsetenv(kEnv);
+    }
+  }
+
+ private:
+  std::optional<std::string> old_;
+};
+
+std::vector<uint16_t> random_bf16(int64_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> d(-2.0f, 2.0f);
+  std::vector<uint16_t> v(static_cast<size_t>(n));
+  for (uint16_t& x : v) x = f32_to_bf16(d(rng));
+  return v;
+}
+
+struct Case {
+  bool ta, tb;
+  int64_t M, N, K;
+};
+
+std::string name(const Case& c) {
+  return std::string(c.ta ? "A^T" : "A") + (c.tb ? " B^T" : " B") + " M=" + std::to_string(c.M) +
+         " N=" + std::to_string(c.N) + " K=" + std::to_string(c.K);
+}
+
+// Every transpose form; odd sizes, K not a multiple of any block (oneDNN's bf16 kernels pair
+// k's and block K by 32 or more), one row (decode), one term.
+std::vector<Case> cases() {
+  const std::vector<std::vector<int64_t>> sizes = {
+      {1, 1, 1}, {3, 5, 1}, {5, 7, 3}, {1, 300, 129}, {17, 33, 29}, {31, 65, 130}, {64, 48, 1001}};
+  std::vector<Case> out;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (const auto& s : sizes) out.push_back({ta, tb, s[0], s[1], s[2]});
+  return out;
+}
+
+// A stored [M, K] ([K, M] if ta), B [K, N] ([N, K] if tb).
+double a_at(const Case& c, const std::vector<uint16_t>& A, int64_t i, int64_t k) {
+  return bf16_to_f32(A[size_t(c.ta ? k * c.M + i : i * c.K + k)]);
+}
+double b_at(const Case& c, const std::vector<uint16_t>& B, int64_t k, int64_t j) {
+  return bf16_to_f32(B[size_t(c.tb ? j * c.K + k : k * c.N + j)]);
+}
+
+// The exact product in fp64 (a bf16 product has 16 significant bits: exact) and, per element,
+// sum_k |a_ik b_kj|, the scale of the rounding error.
+struct Reference {
+  std::vector<double> value, abs_sum;
+};
+
+Reference reference(const Case& c, const std::vector<uint16_t>& A, const std::vector<uint16_t>& B) {
+  Reference r{std::vector<double>(size_t(c.M * c.N)), std::vector<double>(size_t(c.M * c.N))};
+  for (int64_t i = 0; i < c.M; ++i)
+    for (int64_t j = 0; j < c.N; ++j) {
+      double s = 0, a = 0;
+      for (int64_t k = 0; k < c.K; ++k) {
+        const double p = a_at(c, A, i, k) * b_at(c, B, k, j);
+        s += p;
+        a += std::abs(p);
+      }
+      r.value[size_t(i * c.N + j)] = s;
+      r.abs_sum[size_t(i * c.N + j)] = a;
+    }
+  return r;
+}
+
+// The tolerances, written out. u = 2^-24 is fp32's unit roundoff: K products summed in fp32 in
+// any order are within K u sum|a b| of the exact sum (the classical bound, gamma_K ~ K u).
+// A bf16 output is that sum rounded once more to nearest even: bf16 keeps 8 significant bits,
+// so its spacing at x is at most 2^-7 |x| and rounding moves x by at most 2^-8 |x|.
+constexpr double kU32 = 0x1p-24, kHalfUlpBf16 = 0x1p-8;
+double fp32_sum_tolerance(int64_t K, double abs_sum) { return double(K) * kU32 * abs_sum; }
+double bf16_out_tolerance(int64_t K, double abs_sum, double value) {
+  const double e = fp32_sum_tolerance(K, abs_sum);
+  return e * (1 + kHalfUlpBf16) + kHalfUlpBf16 * std::abs(value);
+}
+
+// The widening path's product: both operands widened, fp32 OpenBLAS.
+std::vector<float> widened_product(const Case& c, const std::vector<uint16_t>& A,
+                                   const std::vector<uint16_t>& B) {
+  std::vector<float> a(A.size()), b(B.size()), C(size_t(c.M * c.N));
+  kernels::bf16_to_f32_array(A.data(), a.data(), int64_t(A.size()));
+  kernels::bf16_to_f32_array(B.data(), b.data(), int64_t(B.size()));
+  kernels::gemm<float>(c.ta, c.tb, c.M, c.N, c.K, 1.0f, a.data(), c.ta ? c.M : c.K, b.data(),
+                       c.tb ? c.K : c.N, 0.0f, C.data(), c.N);
+  return C;
+}
+
+#define SKIP_WITHOUT_BF16_DOT_PRODUCTS()                                                 \
+  if (!kernels::cpu_has_bf16_dot_products())                                             \
+  GTEST_SKIP() << "this CPU has no bf16 dot products: oneDNN is never chosen here (the " \
+                  "widening path's tests cover it)"
+
+}  // namespace
+
+TEST(Bf16Matmul, OneDnnMatchesTheFp64ReferenceInEveryTransposeForm) {
+  SKIP_WITHOUT_BF16_DOT_PRODUCTS();
+  uint64_t seed = 1;
+  for (const Case& c : cases()) {
+    const std::vector<uint16_t> A = random_bf16(c.M * c.K, seed++),
+                                B = random_bf16(c.K * c.N, seed++);
+    const Reference ref = reference(c, A, B);
+    std::vector<float> C32(size_t(c.M * c.N), NAN);
+    std::vector<uint16_t> C16(size_t(c.M * c.N), 0xFFFF);  // NaN: every element must be written
+    kernels::matmul_bf16_onednn(c.ta, c.tb, c.M, c.N, c.K, A.data(), B.data(), C32.data(), false);
+    kernels::matmul_bf16_onednn(c.ta, c.tb, c.M, c.N, c.K, A.data(), B.data(), C16.data(), true);
+    for (size_t i = 0; i < C32.size(); ++i) {
+      ASSERT_NEAR(C32[i], ref.value[i], fp32_sum_tolerance(c.K, ref.abs_sum[i]))
+          << name(c) << " fp32 out, element " << i;
+      ASSERT_NEAR(bf16_to_f32(C16[i]), ref.value[i],
+                  bf16_out_tolerance(c.K, ref.abs_sum[i], ref.value[i]))
+          << name(c) << " bf16 out, element " << i;
+    }
+  }
+}
+
+TEST(Bf16Matmul, OneDnnAndTheWideningPathAgreeWithinTheirTolerances) {
+  SKIP_WITHOUT_BF16_DOT_PRODUCTS();
+  uint64_t seed = 100;
+  for (const Case& c : cases()) {
+    const std::vector<uint16_t> A = random_bf16(c.M * c.K, seed++),
+                                B = random_bf16(c.K * c.N, seed++);
+    const Reference ref = reference(c, A, B);
+    const std::vector<float> widened = widened_product(c, A, B);
+    std::vector<float> native(size_t(c.M * c.N));
+    kernels::matmul_bf16_onednn(c.ta, c.tb, c.M, c.N, c.K, A.data(), B.data(), native.data(),
+                                false);
+    for (size_t i = 0; i < native.size(); ++i)  // each within its own bound of the exact sum
+      ASSERT_NEAR(native[i], widened[i], 2 * fp32_sum_tolerance(c.K, ref.abs_sum[i]))
+          << name(c) << " element " << i;
+  }
+}
+
+TEST(Bf16Matmul, EmptySumsWriteZeros) {
+  SKIP_WITHOUT_BF16_DOT_PRODUCTS();
+  std::vector<float> C(6, NAN);
+  kernels::matmul_bf16_onednn(false, false, 2, 3, 0, nullptr, nullptr, C.data(), false);
+  for (float x : C) EXPECT_EQ(x, 0.0f);
+}
+
+TEST(Bf16Matmul, TheEnvironmentChoosesThePathAndIsValidated) {
+  {
+    ScopedPath p("widening");
+    EXPECT_EQ(kernels::bf16_matmul_path(), kernels::Bf16MatmulPath::Widening);
+    EXPECT_NE(kernels::bf16_matmul_description().find("FUSETUNE_BF16_MATMUL=widening"),
+              std::string::npos)
+        << kernels::bf16_matmul_description();
+  }
+  {
+    ScopedPath p("auto");
+    const bool native = kernels::cpu_has_bf16_dot_products();
+    EXPECT_EQ(kernels::bf16_matmul_path(),
+              native ? kernels::Bf16MatmulPath::OneDnn : kernels::Bf16MatmulPath::Widening);
+    EXPECT_NE(kernels::bf16_matmul_description().find(native ? "oneDNN " : "no bf16 dot products"),
+              std::string::npos)
+        << kernels::bf16_matmul_description();
+  }
+  {
+    ScopedPath p("onednn");
+    if (kernels::cpu_has_bf16_dot_products()) {
+      EXPECT_EQ(kernels::bf16_matmul_path(), kernels::Bf16MatmulPath::OneDnn);
+    } else {
+      EXPECT_THROW(kernels::bf16_matmul_path(), Error);
+    }
+  }
+  ScopedPath p("fast");
+  try {
+    kernels::bf16_matmul_path();
+    FAIL() << "FUSETUNE_BF16_MATMUL=fast accepted";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("FUSETUNE_BF16_MATMUL=fast"), std::string::npos) << m;
+    EXPECT_NE(m.find("auto"), std::string::npos) << m;
+    EXPECT_NE(m.find("widening"), std::string::npos) << m;
+    EXPECT_NE(m.find("onednn"), std::string::npos) << m;
+  }
+}
+
+TEST(Bf16Matmul, TheRuntimeEntryTakesOnlyBf16OperandsOnTheOneDnnPath) {
+  Tensor a = Tensor::zeros({2, 3}, DType::BF16), b = Tensor::zeros({3, 4}, DType::BF16);
+  Tensor c = Tensor::empty({2, 4}, DType::BF16);
+  {
+    ScopedPath p("widening");
+    EXPECT_FALSE(kernels::matmul_bf16_native(false, false, a, b, c));
+  }
+  if (!kernels::cpu_has_bf16_dot_products()) return;
+  ScopedPath p("auto");
+  EXPECT_TRUE(kernels::matmul_bf16_native(false, false, a, b, c));
+  const Tensor a32 = Tensor::zeros({2, 3}, DType::F32);  // an fp32 operand: widening path
+  EXPECT_FALSE(kernels::matmul_bf16_native(false, false, a32, b, c));
+  const Tensor batched = Tensor::zeros({2, 2, 3}, DType::BF16);
+  const Tensor batched_b = Tensor::zeros({2, 3, 4}, DType::BF16);
+  Tensor batched_c = Tensor::empty({2, 2, 4}, DType::BF16);
+  EXPECT_FALSE(kernels::matmul_bf16_native(false, false, batched, batched_b, batched_c));
+}
+
+// A bf16 graph's MatMul node, eager and planned, on both paths: the runtime reaches oneDNN
+// beneath the same node kernels, and either path meets the reference.
+TEST(Bf16Matmul, AGraphMatMulMeetsTheReferenceOnBothPaths) {
+  uint64_t seed = 500;
+  for (const Case& c : {Case{false, true, 37, 70, 131}, Case{false, false, 37, 70, 131},
+                        Case{true, false, 70, 37, 131}, Case{true, true, 9, 17, 1001}}) {
+    const std::vector<uint16_t> A = random_bf16(c.M * c.K, seed++),
+                                B = random_bf16(c.K * c.N, seed++);
+    const Reference ref = reference(c, A, B);
+    Graph g(DType::BF16);
+    const Value a = g.input("a", c.ta ? Shape{c.K, c.M} : Shape{c.M, c.K}, DType::BF16);
+    const Value b = g.input("b", c.tb ? Shape{c.N, c.K} : Shape{c.K, c.N}, DType::BF16);
+    Attrs attrs;
+    attrs.trans_a = c.ta;
+    attrs.trans_b = c.tb;
+    g.mark_output("c", g.add(Op::MatMul, {a, b}, attrs)[0]);
+    TensorMap x;
+    x["a"] = Tensor::empty(g.type(a).shape, DType::BF16);
+    x["b"] = Tensor::empty(g.type(b).shape, DType::BF16);
+    std::copy(A.begin(), A.end(), x["a"].data<uint16_t>());
+    std::copy(B.begin(), B.end(), x["b"].data<uint16_t>());
+    const MemoryPlan plan = plan_memory(g);
+    for (const char* path : {"widening", "auto"}) {
+      ScopedPath p(path);
+      const auto eager = EagerExecutor(g).run(x, {});
+      const auto planned = PlanExecutor(g, plan).run(x, {});
+      for (const auto* got : {&eager[0], &planned[0]}) {
+        ASSERT_EQ(got->dtype(), DType::BF16);
+        for (size_t i = 0; i < ref.value.size(); ++i)
+          ASSERT_NEAR(bf16_to_f32(got->data<uint16_t>()[i]), ref.value[i],
+                      bf16_out_tolerance(c.K, ref.abs_sum[i], ref.value[i]))
+              << name(c) << " " << path << (got == &eager[0] ? " eager" : " planned") << " element "
+              << i;
+      }
+    }
+  }
+}
+
+// Two OpenMP runtimes in one process would each keep a thread pool and ignore the other's
+// settings. OpenBLAS and oneDNN are built on GCC's libgomp (GOMP_* entry points); our code
+// calls libgomp under g++, and libomp under clang (__kmpc_* entry points), where libomp comes
+// first in the link order and so also serves every GOMP_* call. Either way one library must
+// answer both.
+TEST(OpenMpRuntime, OurCodeOpenBlasAndOneDnnShareOneRuntime) {
+  auto library_of = [](const char* symbol) -> std::string {
+    void* p = dlsym(RTLD_DEFAULT, symbol);
+    Dl_info info{};
+    if (!p || !dladdr(p, &info) || !info.dli_fname) return {};
+    return info.dli_fname;
+  };
+  const std::string gomp = library_of("GOMP_parallel");
+  ASSERT_FALSE(gomp.empty()) << "no GOMP_parallel in the process: OpenBLAS is not the OpenMP build";
+  EXPECT_EQ(library_of("omp_get_max_threads"), gomp);
+  const std::string kmpc = library_of("__kmpc_fork_call");
+  if (!kmpc.empty()) {
+    EXPECT_EQ(kmpc, gomp) << "clang's OpenMP calls and libgomp's go apart";
+  }
+}
