@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <ostream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -39,6 +40,9 @@ std::vector<GoldenRun> golden_runs() {
 std::string run_name(const GoldenRun& r) {
   return std::string(r.recipe.name) + "_compile_" + r.compile;
 }
+
+// gtest prints a failing run by its name.
+void PrintTo(const GoldenRun& r, std::ostream* os) { *os << run_name(r); }
 
 uint64_t fnv1a(const std::string& bytes) {
   uint64_t h = 1469598103934665603ull;
