@@ -11,6 +11,7 @@
 #include "fusetune/kernels/cpu/peft_ops.h"
 #include "fusetune/kernels/cpu/preference_ops.h"
 #include "fusetune/kernels/cpu/swiglu.h"
+#include "fusetune/ops/shape_rules.h"
 
 namespace fusetune::ops {
 
@@ -76,18 +77,12 @@ inline constexpr OpDesc kMul = {
     .bf16_pointwise = true,
 };
 
-// The shape rule of Scale, Silu (as Softmax, LogSoftmax).
-inline constexpr auto kScaleShape = [](const ShapeCheck& c) -> Types {
-  c.need_float(0);
-  return {{c.S(0), c.fd}};
-};
-
 inline constexpr OpDesc kScale = {
     .op = Op::Scale,
     .name = "scale",
     .min_inputs = 1,
     .max_inputs = 1,
-    .shape = kScaleShape,
+    .shape = kFloatSameShape,
     .vjp =
         [](VjpContext& c) {
           Attrs at;
@@ -113,7 +108,7 @@ inline constexpr OpDesc kSilu = {
     .name = "silu",
     .min_inputs = 1,
     .max_inputs = 1,
-    .shape = kScaleShape,
+    .shape = kFloatSameShape,
     .vjp =
         [](VjpContext& c) {
           c.dx[0] = c.op(Op::SiluBackward, {c.in[0], c.dy});
@@ -127,18 +122,12 @@ inline constexpr OpDesc kSilu = {
     .bf16_pointwise = true,
 };
 
-// The shape rule of SiluBackward (as SoftmaxBackward, LogSoftmaxBackward).
-inline constexpr auto kSiluBackwardShape = [](const ShapeCheck& c) -> Types {
-  c.same(0, 1);
-  return {{c.S(0), c.fd}};
-};
-
 inline constexpr OpDesc kSiluBackward = {
     .op = Op::SiluBackward,
     .name = "silu_backward",
     .min_inputs = 2,
     .max_inputs = 2,
-    .shape = kSiluBackwardShape,
+    .shape = kGradSameShape,
     .no_vjp = kBackwardOp,
     .kernel =
         []<class T>(const KernelArgs<T>& c) {
@@ -218,18 +207,12 @@ inline constexpr OpDesc kElementwise = {
     .bf16_pointwise = true,
 };
 
-// The shape rule of LogSigmoid, Relu.
-inline constexpr auto kLogSigmoidShape = [](const ShapeCheck& c) -> Types {
-  c.need_float(0);
-  return {{c.S(0), c.fd}};
-};
-
 inline constexpr OpDesc kLogSigmoid = {
     .op = Op::LogSigmoid,
     .name = "log_sigmoid",
     .min_inputs = 1,
     .max_inputs = 1,
-    .shape = kLogSigmoidShape,
+    .shape = kFloatSameShape,
     .vjp =
         [](VjpContext& c) {
           c.dx[0] = c.op(Op::LogSigmoidBackward, {c.in[0], c.dy});
@@ -270,7 +253,7 @@ inline constexpr OpDesc kRelu = {
     .name = "relu",
     .min_inputs = 1,
     .max_inputs = 1,
-    .shape = kLogSigmoidShape,
+    .shape = kFloatSameShape,
     .vjp =
         [](VjpContext& c) {
           c.dx[0] = c.op(Op::ReluBackward, {c.in[0], c.dy});

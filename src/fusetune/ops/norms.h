@@ -7,6 +7,7 @@
 #include "fusetune/kernels/cpu/peft_ops.h"
 #include "fusetune/kernels/cpu/preference_ops.h"
 #include "fusetune/kernels/cpu/rmsnorm_fused.h"
+#include "fusetune/ops/shape_rules.h"
 
 namespace fusetune::ops {
 
@@ -232,18 +233,12 @@ inline constexpr OpDesc kRowInvNorm = {
     .keeps_f32 = [](size_t) { return true; },  // DoRA's per-row 1 / ||W + BA||
 };
 
-// The shape rule of Softmax, LogSoftmax (as Scale, Silu).
-inline constexpr auto kSoftmaxShape = [](const ShapeCheck& c) -> Types {
-  c.need_float(0);
-  return {{c.S(0), c.fd}};
-};
-
 inline constexpr OpDesc kSoftmax = {
     .op = Op::Softmax,
     .name = "softmax",
     .min_inputs = 1,
     .max_inputs = 1,
-    .shape = kSoftmaxShape,
+    .shape = kFloatSameShape,
     .vjp =
         [](VjpContext& c) {
           c.dx[0] = c.op(Op::SoftmaxBackward, {c.y, c.dy});
@@ -261,18 +256,12 @@ inline constexpr OpDesc kSoftmax = {
     .in_place = InPlace::FirstInput,
 };
 
-// The shape rule of SoftmaxBackward, LogSoftmaxBackward (as SiluBackward).
-inline constexpr auto kSoftmaxBackwardShape = [](const ShapeCheck& c) -> Types {
-  c.same(0, 1);
-  return {{c.S(0), c.fd}};
-};
-
 inline constexpr OpDesc kSoftmaxBackward = {
     .op = Op::SoftmaxBackward,
     .name = "softmax_backward",
     .min_inputs = 2,
     .max_inputs = 2,
-    .shape = kSoftmaxBackwardShape,
+    .shape = kGradSameShape,
     .no_vjp = kBackwardOp,
     .kernel =
         []<class T>(const KernelArgs<T>& c) {
@@ -287,7 +276,7 @@ inline constexpr OpDesc kLogSoftmax = {
     .name = "log_softmax",
     .min_inputs = 1,
     .max_inputs = 1,
-    .shape = kSoftmaxShape,
+    .shape = kFloatSameShape,
     .vjp =
         [](VjpContext& c) {
           c.dx[0] = c.op(Op::LogSoftmaxBackward, {c.y, c.dy});
@@ -310,7 +299,7 @@ inline constexpr OpDesc kLogSoftmaxBackward = {
     .name = "log_softmax_backward",
     .min_inputs = 2,
     .max_inputs = 2,
-    .shape = kSoftmaxBackwardShape,
+    .shape = kGradSameShape,
     .no_vjp = kBackwardOp,
     .kernel =
         []<class T>(const KernelArgs<T>& c) {
