@@ -43,23 +43,7 @@ class Replace : public HfDecoder {
   Replace(std::string literal, std::unique_ptr<Regex> re, std::string content)
       : literal_(std::move(literal)), re_(std::move(re)), content_(std::move(content)) {}
   void decode_chain(std::vector<std::string>& tokens) const override {
-    for (std::string& t : tokens) {
-      std::string out;
-      size_t last = 0;
-      auto on_match = [&](size_t s, size_t e) {
-        out.append(t, last, s - last);
-        out += content_;
-        last = e;
-      };
-      if (re_) {
-        re_->find_all(t, on_match);
-      } else if (!literal_.empty()) {
-        for (size_t p = t.find(literal_); p != std::string::npos; p = t.find(literal_, last))
-          on_match(p, p + literal_.size());
-      }
-      out.append(t, last, std::string::npos);
-      t = std::move(out);
-    }
+    for (std::string& t : tokens) replace_matches(t, literal_, re_.get(), content_);
   }
 
  private:

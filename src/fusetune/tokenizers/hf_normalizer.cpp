@@ -44,25 +44,7 @@ class Replace : public HfNormalizer {
   Replace(std::string literal, std::unique_ptr<Regex> re, std::string content)
       : literal_(std::move(literal)), re_(std::move(re)), content_(std::move(content)) {}
   void normalize(std::string& t) const override {
-    std::string out;
-    size_t last = 0;
-    if (re_) {
-      re_->find_all(t, [&](size_t s, size_t e) {
-        out.append(t, last, s - last);
-        out += content_;
-        last = e;
-      });
-    } else {
-      if (literal_.empty()) return;
-      for (size_t p = t.find(literal_); p != std::string::npos; p = t.find(literal_, last)) {
-        out.append(t, last, p - last);
-        out += content_;
-        last = p + literal_.size();
-      }
-    }
-    if (last == 0 && out.empty()) return;
-    out.append(t, last, std::string::npos);
-    t = std::move(out);
+    replace_matches(t, literal_, re_.get(), content_);
   }
 
  private:

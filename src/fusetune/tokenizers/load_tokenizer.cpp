@@ -100,10 +100,7 @@ std::unique_ptr<Tokenizer> load_qwen(const TokenizerSpec& s) {
   FT_CHECK(!merges.empty(), "tokenizer type '" + s.type + "' with path '" + vocab.string() +
                                 "' needs merges_file (the merges.txt beside vocab.json), as "
                                 "torchtune's " +
-                                (version == QwenVersion::Qwen2   ? "qwen2_tokenizer"
-                                 : version == QwenVersion::Qwen3 ? "qwen3_tokenizer"
-                                                                 : "qwen2_5_tokenizer") +
-                                " does");
+                                s.type + "_tokenizer does");
   Qwen2Options o;
   o.version = version;
   o.special_tokens_path = s.special_tokens_path;

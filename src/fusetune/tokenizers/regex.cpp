@@ -159,4 +159,24 @@ std::string Regex::escape(std::string_view literal) {
   return out;
 }
 
+void replace_matches(std::string& text, const std::string& literal, const Regex* re,
+                     const std::string& content) {
+  std::string out;
+  size_t last = 0;
+  auto on_match = [&](size_t s, size_t e) {
+    out.append(text, last, s - last);
+    out += content;
+    last = e;
+  };
+  if (re) {
+    re->find_all(text, on_match);
+  } else if (!literal.empty()) {
+    for (size_t p = text.find(literal); p != std::string::npos; p = text.find(literal, last))
+      on_match(p, p + literal.size());
+  }
+  if (last == 0 && out.empty()) return;  // no match: the text stays as it is
+  out.append(text, last, std::string::npos);
+  text = std::move(out);
+}
+
 }  // namespace fusetune

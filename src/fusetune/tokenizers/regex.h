@@ -39,4 +39,9 @@ class Regex {
   std::unique_ptr<Impl> impl_;
 };
 
+// Replaces each match of `re` (or, when `re` is null, each occurrence of a non-empty
+// `literal`) in `text` with `content`: Hugging Face's Replace normalizer and decoder.
+void replace_matches(std::string& text, const std::string& literal, const Regex* re,
+                     const std::string& content);
+
 }  // namespace fusetune
