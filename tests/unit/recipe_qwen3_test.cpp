@@ -22,23 +22,20 @@ const Overrides kQwen3 = {{"model.model_type", "qwen3"},
                           {"model.tie_word_embeddings", "true"},
                           {"max_steps_per_epoch", "3"}};
 
-fs::path write_config(const TempDir& tmp, TinyData data) {
-  const fs::path source = data == TinyData::Text
-                              ? fs::path(source_dir()) / "configs/demo/demo_corpus.txt"
-                              : write_tiny_pairs(tmp.path());
-  const fs::path config = tmp / "config.yaml";
-  write_text(config, tiny_run_yaml(data, source));
-  return config;
+// The recipe matrix's tiny run as a Qwen3: its config written under `tmp`, `o` given the keys.
+fs::path write_config(const TempDir& tmp, const char* recipe, TinyModel model, Overrides& o) {
+  return write_case_config({"qwen3", recipe, 1, TinyData::Text, model, kQwen3}, tmp.path(), o);
 }
 
 TEST(RecipeQwen3, FullFineTuningMatchesEagerInEveryModeAndSavesTheQkNorms) {
   const TempDir tmp;
-  const fs::path config = write_config(tmp, TinyData::Text);
+  Overrides keys;
+  const fs::path config = write_config(tmp, "full_finetune_single_device", TinyModel::Full, keys);
   std::vector<double> eager;
   for (const char* mode : {"false", "model", "true"}) {
     SCOPED_TRACE(mode);
     const fs::path out = tmp / (std::string("out_") + mode);
-    Overrides o = with_keys(kQwen3, {{"compile", mode}, {"output_dir", out.string()}});
+    Overrides o = with_keys(keys, {{"compile", mode}, {"output_dir", out.string()}});
     const CliRun r = run_recipe(1, "full_finetune_single_device", config, o, tmp / "io");
     ASSERT_EQ(r.code, 0) << r.out << r.err;
     const std::vector<double> losses = logged_values(out, "loss");
@@ -59,9 +56,8 @@ TEST(RecipeQwen3, FullFineTuningMatchesEagerInEveryModeAndSavesTheQkNorms) {
 
 TEST(RecipeQwen3, LoraTrainsAndSavesItsAdapter) {
   const TempDir tmp;
-  const fs::path text = write_config(tmp, TinyData::Text);
-  Overrides o =
-      with_keys(with_keys(kQwen3, kTinyLoraKeys), {{"output_dir", (tmp / "lora").string()}});
+  Overrides o = {{"output_dir", (tmp / "lora").string()}};
+  const fs::path text = write_config(tmp, "lora_finetune_single_device", TinyModel::Lora, o);
   CliRun r = run_recipe(1, "lora_finetune_single_device", text, o, tmp / "io");
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_TRUE(fs::exists(tmp / "lora" / "epoch_0" / "adapter_model.safetensors"));
