@@ -174,15 +174,17 @@ TEST(DistTraining, LoraZero2OverTcpAndZero3TwoRanksMatchOneProcess) {
 // overlap_grad_allreduce: the gradients summed in buckets during the last micro-batch's backward
 // (a communication thread) against all of them after the backward: bitwise the same losses and
 // weights, with bf16 gradients (summed in fp32 buckets), 2 micro-batches (the first one's
-// gradients added in before a bucket is packed) and a vocabulary whose embedding and output
-// gradients (4M elements each) go through the bucket space in pieces between the layers' bucket.
+// gradients added in before a bucket is packed) and buckets of 64Ki elements (bucket_cap_mb
+// 0.25): the embedding and output gradients (128Ki elements each) go through the bucket space in
+// pieces, and the layers' gradients (92Ki elements) fill more than one bucket.
 TEST(DistTraining, OverlappedGradientSumIsBitwiseTheSumAfterTheBackward) {
   FT_REQUIRE_MPIRUN();
   const TempDir tmp;
   const fs::path corpus = write_uneven_corpus(tmp.path());
   const Overrides extra = {{"dtype", "bf16"},
                            {"gradient_accumulation_steps", "2"},
-                           {"model.vocab_size", "65536"},
+                           {"model.vocab_size", "2048"},
+                           {"bucket_cap_mb", "0.25"},
                            {"save_every_n_steps", "100"}};
   std::vector<double> losses[2];
   std::string weights[2];
@@ -192,7 +194,7 @@ TEST(DistTraining, OverlappedGradientSumIsBitwiseTheSumAfterTheBackward) {
     const CliRun r = run_shell(mpirun_command(2, "full_finetune_distributed", "demo/tiny_full", o),
                                tmp.path() / ("s" + std::to_string(overlap)));
     ASSERT_EQ(r.code, 0) << r.out << r.err;
-    EXPECT_EQ(r.out.find("overlap_grad_allreduce: from step 2 the gradients are summed in 3 "
+    EXPECT_EQ(r.out.find("overlap_grad_allreduce: from step 2 the gradients are summed in 4 "
                          "collectives") != std::string::npos,
               overlap == 1)
         << r.out;

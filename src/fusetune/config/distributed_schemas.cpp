@@ -41,6 +41,14 @@ Schema distributed(Schema s, const char* recipe, bool preference = false) {
                  "MPI_THREAD_MULTIPLE), from the second step on; false sums them all after the "
                  "backward. The sums are the same. Not with the DPO recipes or zero_stage 2-3 "
                  "(a note when set there)"));
+  s.add(Field::Float("bucket_cap_mb")
+            .def("16")
+            .min(0.001)
+            .doc("at zero_stage 0-1: the size of the buckets (MiB of fp32) the gradients are "
+                 "summed in over the ranks, as PyTorch DDP's bucket_cap_mb; smaller gradients "
+                 "share a bucket, a larger one is summed in place (bf16: through a bucket, a "
+                 "bucket at a time). Larger buckets mean fewer, larger collectives; the sums "
+                 "are the same"));
   // torchtune's FSDP keys.
   s.add(Field::Bool("fsdp_cpu_offload")
             .doc("torchtune: keep parameters and optimizer state in host memory; on a CPU they "

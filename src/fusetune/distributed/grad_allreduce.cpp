@@ -1,6 +1,7 @@
 #include "fusetune/distributed/grad_allreduce.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "fusetune/core/dtype.h"
 #include "fusetune/util/error.h"
@@ -33,6 +34,10 @@ void allreduce_in_pieces(Communicator& comm, Tensor& g, float* buffer, int64_t b
     comm.allreduce_sum(buffer, len, what);
     gradient_from_f32(buffer, begin, len, g);
   }
+}
+
+int64_t bucket_elements_of_mib(double mib) {
+  return std::max<int64_t>(1, std::llround(mib * double(1 << 20) / double(sizeof(float))));
 }
 
 int64_t allreduce_buffer_elements(const std::vector<int64_t>& numels,

@@ -15,8 +15,10 @@
 
 namespace fusetune::dist {
 
-// Elements per bucket (16 MiB of fp32).
+// Elements per bucket (16 MiB of fp32): bucket_cap_mb's default.
 inline constexpr int64_t kBucketElements = int64_t(4) << 20;
+// The fp32 elements of a bucket of `mib` MiB (bucket_cap_mb), at least one.
+int64_t bucket_elements_of_mib(double mib);
 
 // Copies elements [begin, begin + n) of a gradient (fp32 or bf16) to fp32 bucket space, and
 // back (bf16 rounded to nearest).

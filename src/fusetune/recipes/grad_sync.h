@@ -16,6 +16,7 @@
 
 #include "fusetune/data/batch.h"
 #include "fusetune/distributed/communicator.h"
+#include "fusetune/distributed/grad_allreduce.h"
 #include "fusetune/optim/param_ref.h"
 #include "fusetune/recipes/training_step.h"
 #include "fusetune/runtime/executor.h"
@@ -55,7 +56,8 @@ struct GradSyncContext {
   const std::vector<std::string>* trainable = nullptr;
   const std::vector<int64_t>* trainable_numels = nullptr;
   TensorMap* grads = nullptr;
-  std::function<void(const std::string&)> log;  // a line in the run's log
+  int64_t bucket_elements = dist::kBucketElements;  // bucket_cap_mb (distributed/grad_allreduce.h)
+  std::function<void(const std::string&)> log;      // a line in the run's log
 };
 
 // Adds a micro-batch's gradient into `grads[name]` (`first`: it replaces what is there).

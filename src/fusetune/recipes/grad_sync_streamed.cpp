@@ -65,7 +65,8 @@ class Streamed final : public GradSync {
     std::vector<Tensor*> summed;
     for (const std::string& name : *c_.trainable)  // sorted: the same order on every rank
       if (auto it = c_.grads->find(name); it != c_.grads->end()) summed.push_back(&it->second);
-    dist::allreduce_gradients(*c_.comm, summed, "the gradient all-reduce" + at_step_);
+    dist::allreduce_gradients(*c_.comm, summed, "the gradient all-reduce" + at_step_,
+                              c_.bucket_elements);
     start_streaming(summed.size());
   }
   double norm(const std::vector<ParamRef>& refs, std::optional<double> clip) override {
@@ -96,7 +97,8 @@ class Streamed final : public GradSync {
       numels.push_back(g.numel());
       dtypes.push_back(g.dtype());
     }
-    streamer_ = std::make_unique<dist::GradientStreamer>(*c_.comm, names, numels, dtypes);
+    streamer_ = std::make_unique<dist::GradientStreamer>(*c_.comm, names, numels, dtypes,
+                                                         c_.bucket_elements);
     c_.log("overlap_grad_allreduce: from step 2 the gradients are summed in " +
            std::to_string(streamer_->jobs()) +
            " collectives while the last micro-batch's backward runs");

@@ -26,7 +26,8 @@ class SumAfterBackward final : public GradSync {
     std::vector<Tensor*> summed;
     for (const std::string& name : *c_.trainable)  // sorted: the same order on every rank
       if (auto it = c_.grads->find(name); it != c_.grads->end()) summed.push_back(&it->second);
-    dist::allreduce_gradients(*c_.comm, summed, "the gradient all-reduce" + at_step_);
+    dist::allreduce_gradients(*c_.comm, summed, "the gradient all-reduce" + at_step_,
+                              c_.bucket_elements);
   }
   double norm(const std::vector<ParamRef>& refs, std::optional<double> clip) override {
     return clip ? clip_grad_norm(refs, *clip) : fusetune::grad_norm(refs);

@@ -65,14 +65,13 @@ RankPeak plan_rank_peak(const PlannedStep& s, const ModePlan& p, int ranks, int 
   const int64_t base = m.parameters * (reference_copy ? 2 : 1) + optimizer;
   // Collectives only with more than one rank (one rank returns before any buffer).
   int64_t bucket = ranks > 1 && zero_stage < 2
-                       ? 4 * dist::allreduce_buffer_elements(numels, dtypes, dist::kBucketElements)
+                       ? 4 * dist::allreduce_buffer_elements(numels, dtypes, s.bucket_elements)
                        : 0;
   // overlap_grad_allreduce: up to two buckets while the last backward hands over its gradients
   // (distributed/grad_stream.h), allocated as its first bucket fills; planned as held with all the
   // gradients, as the all-reduce after the backward (the first step's) is.
   if (ranks > 1 && zero_stage < 2 && s.overlap_grad_allreduce)
-    bucket =
-        std::max(bucket, 4 * dist::stream_buffer_elements(numels, dtypes, dist::kBucketElements));
+    bucket = std::max(bucket, 4 * dist::stream_buffer_elements(numels, dtypes, s.bucket_elements));
   const int64_t staging = zero_stage >= 1 ? dist::broadcast_buffer_bytes(nbytes, ranks) : 0;
   const int64_t held_at_update = zero_stage == 2 ? owned_grads : grads;
   int64_t backward = base + graph_peak + (accumulating ? held_at_update : 0);

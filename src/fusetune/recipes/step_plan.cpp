@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "fusetune/compile/compiler.h"
+#include "fusetune/distributed/grad_allreduce.h"
 #include "fusetune/models/parameters.h"
 #include "fusetune/peft/lora.h"
 #include "fusetune/quant/qat.h"
@@ -80,6 +81,9 @@ PlannedStep plan_step(const Config& cfg, const std::string& recipe, const ModelC
   s.reshard_after_forward = cfg.boolean("fsdp_reshard_after_forward", true);
   s.overlap_grad_allreduce =
       cfg.boolean("overlap_grad_allreduce", false) && !traits.dpo && !s.optimizer_in_bwd;
+  s.bucket_elements = cfg.has("bucket_cap_mb")
+                          ? dist::bucket_elements_of_mib(cfg.f64("bucket_cap_mb"))
+                          : dist::kBucketElements;
   s.configured_mode = parse_compile_mode(cfg.str("compile", "false"));
   s.graph = build_training_graph(model, o);
   if (s.nf4)

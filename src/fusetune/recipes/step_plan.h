@@ -38,6 +38,7 @@ struct PlannedStep {
   bool reshard_after_forward = true;  // ZeRO-3's fsdp_reshard_after_forward (rank_plan.h)
   // overlap_grad_allreduce where the step can (not DPO, not optimizer_in_bwd): rank_plan.h.
   bool overlap_grad_allreduce = false;
+  int64_t bucket_elements = 0;  // bucket_cap_mb as fp32 elements (distributed/grad_allreduce.h)
   CompileMode configured_mode = CompileMode::None;
   bool seq_len_known = true;  // false: no max_seq_len; planned at 1 token per row (a floor)
   TrainingGraph graph;

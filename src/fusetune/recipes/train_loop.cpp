@@ -374,6 +374,7 @@ void build_step(Run& r) {
   c.trainable = &r.trainable;
   c.trainable_numels = &r.trainable_numels;
   c.grads = &r.grads;
+  if (r.set.bucket_elements > 0) c.bucket_elements = r.set.bucket_elements;
   c.log = [&logger](const std::string& line) { logger.message(line); };
   r.sync = choose_grad_sync(c, *r.step, r.zero_stage, r.set.overlap_grad_allreduce.value_or(false),
                             r.set.optimizer_in_bwd, r.job.recipe);

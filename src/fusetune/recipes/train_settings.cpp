@@ -3,6 +3,7 @@
 #include <string>
 
 #include "fusetune/config/recipe_schemas.h"
+#include "fusetune/distributed/grad_allreduce.h"
 #include "fusetune/recipes/recipe_setup.h"
 #include "fusetune/util/error.h"
 
@@ -73,6 +74,8 @@ TrainSettings parse_train_settings(const Config& cfg, const Schema& schema) {
     s.reshard_after_forward = c.boolean("fsdp_reshard_after_forward");
   if (c.has("overlap_grad_allreduce"))
     s.overlap_grad_allreduce = c.boolean("overlap_grad_allreduce");
+  if (c.has("bucket_cap_mb"))
+    s.bucket_elements = dist::bucket_elements_of_mib(c.f64("bucket_cap_mb"));
   check_settings(s);
   return s;
 }

@@ -44,6 +44,7 @@ struct TrainSettings {
   int64_t zero_stage = 0;
   bool reshard_after_forward = true;           // fsdp_reshard_after_forward
   std::optional<bool> overlap_grad_allreduce;  // none: the recipe has no such key
+  int64_t bucket_elements = 0;                 // bucket_cap_mb in fp32 elements; 0: no such key
 
   bool operator==(const TrainSettings&) const = default;
 };
