@@ -183,7 +183,11 @@ double reference_loss(const PreferenceLoss& l, const std::vector<double>& pol,
   double total = 0;
   for (size_t i = 0; i < B; ++i) {
     double v = 0;
-    if (l.kind == PreferenceLossKind::SimPO) {
+    if (l.kind == PreferenceLossKind::ORPO) {  // Hong et al. 2024, eq. 6-8, with mean log-probs
+      const double pc = std::exp(pol[i] / len[i]), pr = std::exp(pol[B + i] / len[B + i]);
+      const double odds_ratio = (pc / (1 - pc)) / (pr / (1 - pr));
+      v = -std::log(pc) - l.beta * std::log(1 / (1 + 1 / odds_ratio));
+    } else if (l.kind == PreferenceLossKind::SimPO) {
       const double d = pol[i] / len[i] - pol[B + i] / len[B + i] - l.gamma / l.beta;
       v = -(1 - l.label_smoothing) * log_sigmoid(l.beta * d) -
           l.label_smoothing * log_sigmoid(-l.beta * d);
@@ -210,7 +214,7 @@ double reference_loss(const PreferenceLoss& l, const std::vector<double>& pol,
 }
 
 std::vector<PreferenceLoss> all_losses() {
-  PreferenceLoss dpo, cdpo, rso, ipo, simpo;
+  PreferenceLoss dpo, cdpo, rso, ipo, simpo, orpo;
   dpo.beta = 0.5;
   cdpo.beta = 0.3;
   cdpo.label_smoothing = 0.2;
@@ -222,7 +226,9 @@ std::vector<PreferenceLoss> all_losses() {
   simpo.beta = 2.0;
   simpo.gamma = 0.5;
   simpo.label_smoothing = 0.1;
-  return {dpo, cdpo, rso, ipo, simpo};
+  orpo.kind = PreferenceLossKind::ORPO;
+  orpo.beta = 0.3;
+  return {dpo, cdpo, rso, ipo, simpo, orpo};
 }
 
 TEST(PreferenceLoss, ValueAndGradientsMatchTheFormulasAndFiniteDifferences) {

@@ -169,7 +169,9 @@ TEST(PreferenceLossConfig, EveryLossNameAndAliasMapsToItsLoss) {
       {"SimPOLoss", K::SimPO},
       {"torchtune.rlhf.loss.SimPOLoss", K::SimPO},
       {"torchtune.modules.rlhf.loss.SimPOLoss", K::SimPO},
-      {"simpo", K::SimPO}};  // TRL's CPO trainer with loss_type simpo
+      {"simpo", K::SimPO},  // TRL's CPO trainer with loss_type simpo
+      {"ORPOLoss", K::ORPO},
+      {"orpo", K::ORPO}};  // TRL's ORPOTrainer
   const std::set<std::string> cross_entropy = {
       "cross_entropy", "torchtune.modules.loss.CEWithChunkedOutputLoss",
       "torchtune.modules.loss.LinearCrossEntropyLoss", "torch.nn.CrossEntropyLoss"};
@@ -186,7 +188,7 @@ TEST(PreferenceLossConfig, EveryLossNameAndAliasMapsToItsLoss) {
       if (cross_entropy.count(name)) {
         EXPECT_TRUE(contains(error_of([&] { preference_loss_from(bare); }),
                              "config key 'loss._component_' is cross_entropy: the DPO recipes "
-                             "train with DPOLoss, RSOLoss, IPOLoss or SimPOLoss"));
+                             "train with DPOLoss, RSOLoss, IPOLoss, SimPOLoss or ORPOLoss"));
         continue;
       }
       const auto want = expected.find(name);
@@ -298,6 +300,35 @@ TEST(DpoRecipe, RsoAndIpoFirstStepLossesAreTheirClosedFormsInBothRecipes) {
     for (const nlohmann::json* j : {&rso, &ipo})
       for (const char* key : {"rewards/chosen", "rewards/rejected", "rewards/margins"})
         EXPECT_NEAR(j->value(key, 1.0), 0.0, 1e-6) << key;
+  }
+}
+
+// ORPO (Hong et al. 2024) has no reference. With m_c, m_r the mean log-probs of the chosen and
+// rejected responses (logged as log_probs/*), the paper's loss of a pair is
+//   L = -m_c - beta log sigmoid(log(odds_c / odds_r)),  odds = exp(m) / (1 - exp(m)),
+// written here from the logged means with plain exp/log: the first step's loss, and the
+// nll_loss / log_odds_* metrics TRL's ORPOTrainer logs. rewards/* are beta m (TRL's).
+TEST(DpoRecipe, OrpoFirstStepLossIsThePapersFormulaOfTheLoggedMeanLogProbs) {
+  const double beta = 0.25;
+  for (const std::string recipe : {"lora_dpo_single_device", "full_dpo_single_device"}) {
+    SCOPED_TRACE(recipe);
+    TempDir tmp;
+    const nlohmann::json j =
+        first_step(tmp, "orpo", recipe, "{_component_: ORPOLoss, beta: 0.25}", 1);
+    const double mc = j.value("log_probs/chosen", 0.0), mr = j.value("log_probs/rejected", 0.0);
+    const double odds_c = std::exp(mc) / (1 - std::exp(mc)),
+                 odds_r = std::exp(mr) / (1 - std::exp(mr));
+    const double lo = std::log(odds_c / odds_r);
+    const double ratio = std::log(1 / (1 + std::exp(-lo)));
+    EXPECT_NEAR(j.value("loss", 0.0), -mc - beta * ratio, 1e-5);
+    EXPECT_NEAR(j.value("nll_loss", 0.0), -mc, 1e-5);
+    EXPECT_NEAR(j.value("log_odds_chosen", 0.0), lo, 1e-4);
+    EXPECT_NEAR(j.value("log_odds_ratio", 0.0), ratio, 1e-5);
+    EXPECT_NEAR(j.value("rewards/chosen", 0.0), beta * mc, 1e-5);
+    EXPECT_NEAR(j.value("rewards/rejected", 0.0), beta * mr, 1e-5);
+    // A mean log-prob per token near -log 259 (a random model), not a sum.
+    EXPECT_LT(mc, -0.5 * std::log(259.0));
+    EXPECT_GT(mc, -2.0 * std::log(259.0));
   }
 }
 

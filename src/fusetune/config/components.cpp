@@ -301,7 +301,13 @@ ComponentTable loss_table() {
                 .def("0.0")
                 .min(0)
                 .max(0.5)
-                .doc("assumed share of flipped preference labels")})},
+                .doc("assumed share of flipped preference labels")}),
+       // ORPO has no torchtune class; TRL runs it as its own trainer (ORPOTrainer), whose
+       // ORPOConfig.beta is this beta.
+       Component("ORPOLoss", {"orpo"},
+                 "reference-free: the chosen answer's NLL plus an odds-ratio preference term",
+                 {Field::Float("beta").def("0.1").min(0).doc(
+                     "weight of the odds-ratio term (the paper's lambda)")})},
       "cross_entropy"};
 }
 

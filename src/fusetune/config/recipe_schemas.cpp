@@ -318,7 +318,7 @@ void check_objective(const Config& root, bool preference, Problems& p) {
   if (pref_loss != preference)
     p.errors.push_back("config key 'loss._component_' is " + loss +
                        ", but this recipe trains with " +
-                       (preference ? "a preference loss (DPOLoss, RSOLoss, IPOLoss or SimPOLoss)"
+                       (preference ? "a preference loss (DPOLoss, RSOLoss, IPOLoss, SimPOLoss or ORPOLoss)"
                                    : "cross_entropy; " + loss +
                                          " belongs to lora_dpo_single_device or "
                                          "full_dpo_single_device") +
@@ -355,7 +355,7 @@ Schema build_full_dpo() {
   s.recipe = "full_dpo_single_device";
   s.add(component_section("ref_checkpointer")
             .doc("the frozen reference model, usually the starting weights (not read by "
-                 "SimPOLoss, which has no reference)"));
+                 "SimPOLoss and ORPOLoss, which have no reference)"));
   s.add(precompute_ref_field());
   return s;
 }

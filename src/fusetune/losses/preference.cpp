@@ -11,6 +11,11 @@ Value add_const(Builder& b, Value x, double c) { return b.add(x, b.graph().fill(
 
 Value log_sigmoid(Builder& b, Value x) { return b.graph().add1(Op::LogSigmoid, {x}); }
 
+// log(p / (1 - p)) of a log-probability log p.
+Value log_odds(Builder& b, Value logp) {
+  return sub(b, logp, b.graph().add1(Op::Log1mExp, {logp}));
+}
+
 // -(1 - e) log sigmoid(beta d) - e log sigmoid(-beta d)
 Value sigmoid_loss(Builder& b, Value d, double beta, double e) {
   Value z = b.scale(d, beta);
@@ -31,6 +36,8 @@ const char* PreferenceLoss::name() const {
       return "IPOLoss";
     case PreferenceLossKind::SimPO:
       return "SimPOLoss";
+    case PreferenceLossKind::ORPO:
+      return "ORPOLoss";
   }
   return "?";
 }
@@ -73,6 +80,11 @@ PreferenceLossOutputs build_preference_loss(Builder& b, const PreferenceLoss& lo
     losses = sigmoid_loss(b, d, loss.beta, loss.label_smoothing);
     out.chosen_rewards = b.scale(pc, loss.beta);
     out.rejected_rewards = b.scale(pr, loss.beta);
+  } else if (loss.kind == PreferenceLossKind::ORPO) {
+    Value ratio = log_sigmoid(b, sub(b, log_odds(b, pc), log_odds(b, pr)));
+    losses = b.add(b.scale(pc, -1.0), b.scale(ratio, -loss.beta));
+    out.chosen_rewards = b.scale(pc, loss.beta);
+    out.rejected_rewards = b.scale(pr, loss.beta);
   } else {
     FT_CHECK(ref_logps.valid(), std::string(loss.name()) + " needs the reference log-probs");
     Value rc = b.slice(ref_logps, 0, 0, B), rr = b.slice(ref_logps, 0, B, B);
@@ -94,6 +106,7 @@ PreferenceLossOutputs build_preference_loss(Builder& b, const PreferenceLoss& lo
         break;
       }
       case PreferenceLossKind::SimPO:
+      case PreferenceLossKind::ORPO:
         break;
     }
     out.chosen_rewards = b.scale(chosen, reward_scale);

@@ -14,6 +14,12 @@
 //   IPO   (Azar et al. 2023)         loss = (d - 1 / (2 tau))^2;          rewards tau (p - r)
 //   SimPO (Meng et al. 2024, no reference): with pc, pr the *mean* response log-probs,
 //         d = pc - pr - gamma / beta; loss as DPO's;                      rewards beta p
+//   ORPO  (Hong et al. 2024, no reference; TRL's ORPOTrainer): with pc, pr the mean response
+//         log-probs, log odds(p) = p - log(1 - exp(p)) and lo = odds(pc) - odds(pr),
+//         loss = -pc - beta log sigmoid(lo): the chosen answer's mean token NLL plus the
+//         odds-ratio term;                                                rewards beta p
+//         (TRL averages the NLL over all chosen tokens of a batch, prompts included; here it is
+//         each pair's over its response, the paper's L_SFT, so pairs add up across micro-batches.)
 // The step's loss is the sum over pairs times `scale` (1 / pairs in the optimizer step).
 #include <string>
 
@@ -21,16 +27,20 @@
 
 namespace fusetune {
 
-enum class PreferenceLossKind { DPO, RSO, IPO, SimPO };
+enum class PreferenceLossKind { DPO, RSO, IPO, SimPO, ORPO };
 
 struct PreferenceLoss {
   PreferenceLossKind kind = PreferenceLossKind::DPO;
-  double beta = 0.1;             // DPO, SimPO
+  double beta = 0.1;             // DPO, SimPO, ORPO (the odds-ratio weight, the paper's lambda)
   double label_smoothing = 0.0;  // DPO, SimPO
   double gamma = 0.1;            // RSO (hinge), SimPO (target margin)
   double tau = 0.1;              // IPO
-  bool needs_reference() const { return kind != PreferenceLossKind::SimPO; }
-  bool length_normalized() const { return kind == PreferenceLossKind::SimPO; }
+  bool needs_reference() const {
+    return kind != PreferenceLossKind::SimPO && kind != PreferenceLossKind::ORPO;
+  }
+  bool length_normalized() const {
+    return kind == PreferenceLossKind::SimPO || kind == PreferenceLossKind::ORPO;
+  }
   const char* name() const;  // "DPOLoss", ...
 };
 
@@ -46,7 +56,7 @@ struct SequenceLogProbs {
 SequenceLogProbs build_sequence_log_probs(Builder& b, Value hidden, Value head, Value logits,
                                           Value labels, Value response_mask, int64_t rows);
 
-// The loss of `policy_logps` [2B] against `ref_logps` [2B] (invalid for SimPO);
+// The loss of `policy_logps` [2B] against `ref_logps` [2B] (invalid without a reference);
 // inv_lengths [2B] = 1 / response tokens per row (SimPO's mean log-probs); scale [].
 struct PreferenceLossOutputs {
   Value loss;              // []

@@ -12,6 +12,7 @@
 #include "fusetune/kernels/cpu/kernels.h"
 #include "fusetune/kernels/cpu/nf4.h"
 #include "fusetune/kernels/cpu/preference_ops.h"
+#include "fusetune/ops/shape_rules.h"
 
 namespace fusetune::ops {
 
@@ -308,6 +309,39 @@ inline constexpr OpDesc kFusedLinearLogProbsBackward = {
     .scratch_bytes = kFusedLinearLogProbsScratch,
 };
 
+// ORPO's log-odds (losses/preference.h): log(1 - p) of a mean log-prob log p.
+inline constexpr OpDesc kLog1mExp = {
+    .op = Op::Log1mExp,
+    .name = "log1mexp",
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .shape = kFloatSameShape,
+    .vjp =
+        [](VjpContext& c) {
+          c.dx[0] = c.op(Op::Log1mExpBackward, {c.in[0], c.dy});
+        },
+    .gradcheck =  // both sides of -log 2, where the kernel switches formulas
+    [](GradcheckCase& t) {
+      return t.g.add1(Op::Log1mExp, {t.param("x", {3, 5}, -4, -0.05)});
+    },
+    .kernel = []<class T>(const KernelArgs<T>& c) { k::log1mexp<T>(c.X(0), c.Y, c.in[0].numel()); },
+    .keeps_f32 = [](size_t) { return true; },  // per-sequence preference-loss terms
+};
+
+inline constexpr OpDesc kLog1mExpBackward = {
+    .op = Op::Log1mExpBackward,
+    .name = "log1mexp_backward",
+    .min_inputs = 2,
+    .max_inputs = 2,
+    .shape = kGradSameShape,
+    .no_vjp = kBackwardOp,
+    .kernel =
+        []<class T>(const KernelArgs<T>& c) {
+          k::log1mexp_backward<T>(c.X(0), c.X(1), c.Y, c.in[0].numel());
+        },
+    .keeps_f32 = [](size_t) { return true; },
+};
+
 inline constexpr const OpDesc* kLossesOps[] = {&kNll,
                                                &kNllBackward,
                                                &kLabelLogProbs,
@@ -315,6 +349,8 @@ inline constexpr const OpDesc* kLossesOps[] = {&kNll,
                                                &kFusedLinearCrossEntropy,
                                                &kFusedNF4LinearCrossEntropy,
                                                &kFusedLinearLogProbs,
-                                               &kFusedLinearLogProbsBackward};
+                                               &kFusedLinearLogProbsBackward,
+                                               &kLog1mExp,
+                                               &kLog1mExpBackward};
 
 }  // namespace fusetune::ops

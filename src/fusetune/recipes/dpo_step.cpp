@@ -1,6 +1,7 @@
 #include "fusetune/recipes/dpo_step.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <vector>
@@ -18,6 +19,23 @@ double sum(const T* x, int64_t n) {
   double s = 0;
   for (int64_t i = 0; i < n; ++i) s += double(x[i]);
   return s;
+}
+
+// ORPO's terms as TRL's ORPOTrainer logs them, from the mean log-probs `lp` (chosen, then
+// rejected): nll_loss (the chosen answers' mean token NLL), log_odds_chosen (the log odds ratio)
+// and log_odds_ratio (its log sigmoid).
+void add_orpo_metrics(const std::vector<double>& lp, int64_t B, std::vector<StepMetric>& m) {
+  auto log_odds = [](double logp) { return logp - std::log(-std::expm1(logp)); };
+  double nll = 0, chosen = 0, ratio = 0;
+  for (int64_t i = 0; i < B; ++i) {
+    const double lo = log_odds(lp[size_t(i)]) - log_odds(lp[size_t(B + i)]);
+    nll -= lp[size_t(i)];
+    chosen += lo;
+    ratio += lo < 0 ? lo - std::log1p(std::exp(lo)) : -std::log1p(std::exp(-lo));
+  }
+  m.push_back({"nll_loss", nll, double(B)});
+  m.push_back({"log_odds_chosen", chosen, double(B)});
+  m.push_back({"log_odds_ratio", ratio, double(B)});
 }
 
 // The values of a per-row report output, which must be fp32.
@@ -93,6 +111,7 @@ class DpoStep final : public TrainingStep {
                  {"log_probs/rejected", sum(lp.data() + B, B), pairs},
                  {"logits/chosen", sum(ls, B), V * double(tokens[0])},
                  {"logits/rejected", sum(ls + B, B), V * double(tokens[1])}};
+    if (o_.loss.kind == PreferenceLossKind::ORPO) add_orpo_metrics(lp, B, r.metrics);
     return r;
   }
 
@@ -282,9 +301,12 @@ PreferenceLoss preference_loss_from(const Config& cfg) {
     l.beta = c.f64("beta", 2.0);
     l.gamma = c.f64("gamma", 0.5);
     l.label_smoothing = c.f64("label_smoothing", 0.0);
+  } else if (kind == "ORPOLoss") {
+    l.kind = PreferenceLossKind::ORPO;
+    l.beta = c.f64("beta", 0.1);
   } else {
     throw Error("config key 'loss._component_' is " + kind +
-                ": the DPO recipes train with DPOLoss, RSOLoss, IPOLoss or SimPOLoss");
+                ": the DPO recipes train with DPOLoss, RSOLoss, IPOLoss, SimPOLoss or ORPOLoss");
   }
   FT_CHECK(l.kind != PreferenceLossKind::IPO || l.tau > 0, "config key 'loss.tau' must be > 0");
   FT_CHECK(l.kind != PreferenceLossKind::SimPO || l.beta > 0, "config key 'loss.beta' must be > 0");

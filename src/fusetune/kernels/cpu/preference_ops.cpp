@@ -65,6 +65,18 @@ void log_sigmoid_backward(const T* x, const T* dy, T* dx, int64_t n) {
 }
 
 template <class T>
+void log1mexp(const T* x, T* out, int64_t n) {
+  const T ln2 = T(0.693147180559945309417232121458176568);
+  for (int64_t i = 0; i < n; ++i)
+    out[i] = x[i] > -ln2 ? std::log(-std::expm1(x[i])) : std::log1p(-std::exp(x[i]));
+}
+
+template <class T>
+void log1mexp_backward(const T* x, const T* dy, T* dx, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dx[i] = -dy[i] / std::expm1(-x[i]);
+}
+
+template <class T>
 void relu(const T* x, T* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = x[i] > T(0) ? x[i] : T(0);
 }
@@ -80,6 +92,8 @@ void relu_backward(const T* x, const T* dy, T* dx, int64_t n) {
   template void row_sum<T>(const T*, T*, int64_t, int64_t);                                  \
   template void log_sigmoid<T>(const T*, T*, int64_t);                                       \
   template void log_sigmoid_backward<T>(const T*, const T*, T*, int64_t);                    \
+  template void log1mexp<T>(const T*, T*, int64_t);                                          \
+  template void log1mexp_backward<T>(const T*, const T*, T*, int64_t);                       \
   template void relu<T>(const T*, T*, int64_t);                                              \
   template void relu_backward<T>(const T*, const T*, T*, int64_t);
 FT_PREF_OPS(float)

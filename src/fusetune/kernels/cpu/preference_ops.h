@@ -26,6 +26,14 @@ void log_sigmoid(const T* x, T* out, int64_t n);
 template <class T>
 void log_sigmoid_backward(const T* x, const T* dy, T* dx, int64_t n);
 
+// log(1 - exp(x)), accurate on both sides of -log 2 (Maechler 2012): log(-expm1(x)) near 0,
+// log1p(-exp(x)) below. -inf at x = 0, NaN above (no probability exceeds 1).
+template <class T>
+void log1mexp(const T* x, T* out, int64_t n);
+// dx = dy * d/dx log(1 - exp(x)) = -dy / expm1(-x)
+template <class T>
+void log1mexp_backward(const T* x, const T* dy, T* dx, int64_t n);
+
 template <class T>
 void relu(const T* x, T* out, int64_t n);
 // dx = x > 0 ? dy : 0
