@@ -107,8 +107,9 @@ void train_and_check(const std::string& recipe, const std::string& loss) {
   ASSERT_EQ(cli::cmd_run({recipe, "--config", (tmp / "train.yaml").string()}), 0);
   const std::vector<Logged> steps = logged(out);
   ASSERT_GE(steps.size(), 16u);
-  // At step 1 the policy is the reference: every reward is 0 (SimPO's are the policy's own).
-  if (loss != "SimPOLoss") {
+  // At step 1 the policy is the reference: every reward is 0 (SimPO's and ORPO's are the
+  // policy's own).
+  if (loss != "SimPOLoss" && loss != "ORPOLoss") {
     EXPECT_NEAR(steps[0].margin, 0.0, 1e-6);
   }
   // The last two epochs' steps (the pairs it trains on), against the first epoch's.
@@ -153,6 +154,12 @@ TEST(Stories260KDpo, SimPOLearnsTheTrainedPreferencesWithoutAReference) {
   FT_REQUIRE_ASSET("stories260K/model.safetensors");
   FT_REQUIRE_ASSET("datasets/dpo_en_demo.json");
   train_and_check("lora_dpo_single_device", "SimPOLoss");
+}
+
+TEST(Stories260KDpo, OrpoLearnsTheTrainedPreferencesWithoutAReference) {
+  FT_REQUIRE_ASSET("stories260K/model.safetensors");
+  FT_REQUIRE_ASSET("datasets/dpo_en_demo.json");
+  train_and_check("full_dpo_single_device", "ORPOLoss");
 }
 
 TEST(Stories260KDpo, PrecomputedReferenceGivesTheSameLosses) {
