@@ -5,6 +5,7 @@
 // precomputed reference gives the same losses, and a resumed run continues bitwise.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 
@@ -126,6 +127,18 @@ void train_and_check(const std::string& recipe, const std::string& loss) {
               late_margin / double(2 * per_epoch));
   EXPECT_GT(acc, 0.9);
   EXPECT_GT(late_margin / double(2 * per_epoch), early_margin / double(per_epoch));
+  if (loss == "KTOLoss") {
+    const std::vector<nlohmann::json> lines = metrics_lines(out);
+    EXPECT_NEAR(lines.front().at("kl").get<double>(), 0.0, 1e-6);
+    // Clamped at 0, and mostly 0 here: pushing the undesirable answers down lowers the policy's
+    // log-probs of the mismatched completions too. Not always: some batches' estimate is > 0.
+    double most = 0;
+    for (const nlohmann::json& j : lines) {
+      EXPECT_GE(j.at("kl").get<double>(), 0.0);
+      most = std::max(most, j.at("kl").get<double>());
+    }
+    EXPECT_GT(most, 0.0) << "the KL reference point stayed 0";
+  }
 
   // Held-out pairs: reported, not asserted (40 pairs of a 260K-parameter model).
   const Config held = Config::from_string(yaml(assets, out, recipe, "train[200:260]", loss), "h");
@@ -160,6 +173,14 @@ TEST(Stories260KDpo, OrpoLearnsTheTrainedPreferencesWithoutAReference) {
   FT_REQUIRE_ASSET("stories260K/model.safetensors");
   FT_REQUIRE_ASSET("datasets/dpo_en_demo.json");
   train_and_check("full_dpo_single_device", "ORPOLoss");
+}
+
+// KTO on the pairs split into desirable and undesirable answers; its KL reference point starts
+// at 0 (the policy is the reference) and never goes below 0.
+TEST(Stories260KDpo, KtoLearnsTheTrainedPreferences) {
+  FT_REQUIRE_ASSET("stories260K/model.safetensors");
+  FT_REQUIRE_ASSET("datasets/dpo_en_demo.json");
+  train_and_check("lora_dpo_single_device", "KTOLoss");
 }
 
 TEST(Stories260KDpo, PrecomputedReferenceGivesTheSameLosses) {

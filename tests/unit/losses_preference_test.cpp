@@ -172,6 +172,9 @@ TEST(FusedLinearLogProbs, RejectsALabelOutsideTheVocabulary) {
 
 // ---- the losses against their papers' formulas, and their gradients -----------------------
 
+// KTO's KL reference point in these tests (an input of its loss).
+constexpr double kKtoKl = 0.3;
+
 double log_sigmoid(double x) {
   return x < 0 ? x - std::log1p(std::exp(x)) : -std::log1p(std::exp(-x));
 }
@@ -183,7 +186,13 @@ double reference_loss(const PreferenceLoss& l, const std::vector<double>& pol,
   double total = 0;
   for (size_t i = 0; i < B; ++i) {
     double v = 0;
-    if (l.kind == PreferenceLossKind::ORPO) {  // Hong et al. 2024, eq. 6-8, with mean log-probs
+    if (l.kind == PreferenceLossKind::KTO) {  // Ethayarajh et al. 2024, eq. 7-8
+      const double z = kKtoKl, rc = pol[i] - ref[i], rr = pol[B + i] - ref[B + i];
+      const double vc = 1 - 1 / (1 + std::exp(-l.beta * (rc - z)));
+      const double vr = 1 - 1 / (1 + std::exp(-l.beta * (z - rr)));
+      v = (l.desirable_weight * vc + l.undesirable_weight * vr) / 2;  // the mean of 2 examples
+    } else if (l.kind ==
+               PreferenceLossKind::ORPO) {  // Hong et al. 2024, eq. 6-8, with mean log-probs
       const double pc = std::exp(pol[i] / len[i]), pr = std::exp(pol[B + i] / len[B + i]);
       const double odds_ratio = (pc / (1 - pc)) / (pr / (1 - pr));
       v = -std::log(pc) - l.beta * std::log(1 / (1 + 1 / odds_ratio));
@@ -214,7 +223,7 @@ double reference_loss(const PreferenceLoss& l, const std::vector<double>& pol,
 }
 
 std::vector<PreferenceLoss> all_losses() {
-  PreferenceLoss dpo, cdpo, rso, ipo, simpo, orpo;
+  PreferenceLoss dpo, cdpo, rso, ipo, simpo, orpo, kto;
   dpo.beta = 0.5;
   cdpo.beta = 0.3;
   cdpo.label_smoothing = 0.2;
@@ -228,7 +237,11 @@ std::vector<PreferenceLoss> all_losses() {
   simpo.label_smoothing = 0.1;
   orpo.kind = PreferenceLossKind::ORPO;
   orpo.beta = 0.3;
-  return {dpo, cdpo, rso, ipo, simpo, orpo};
+  kto.kind = PreferenceLossKind::KTO;
+  kto.beta = 0.4;
+  kto.desirable_weight = 1.5;
+  kto.undesirable_weight = 0.8;
+  return {dpo, cdpo, rso, ipo, simpo, orpo, kto};
 }
 
 TEST(PreferenceLoss, ValueAndGradientsMatchTheFormulasAndFiniteDifferences) {
@@ -243,12 +256,14 @@ TEST(PreferenceLoss, ValueAndGradientsMatchTheFormulasAndFiniteDifferences) {
     Value r = g.input("ref", {2 * B}, DType::F64);
     Value inv = g.input("inv_len", {2 * B}, DType::F64);
     Value scale = g.input("scale", {}, DType::F64);
-    PreferenceLossOutputs out = build_preference_loss(b, l, p, r, inv, scale);
+    Value kl = l.kind == PreferenceLossKind::KTO ? g.input("kl", {}, DType::F64) : Value{};
+    PreferenceLossOutputs out = build_preference_loss(b, l, p, r, inv, scale, kl);
     g.mark_output("loss", out.loss);
     TensorMap params{{"policy", Tensor::empty({2 * B}, DType::F64)}};
     TensorMap in{{"ref", Tensor::empty({2 * B}, DType::F64)},
                  {"inv_len", Tensor::empty({2 * B}, DType::F64)},
-                 {"scale", scalar_tensor(1.0 / double(B), DType::F64)}};
+                 {"scale", scalar_tensor(1.0 / double(B), DType::F64)},
+                 {"kl", scalar_tensor(kKtoKl, DType::F64)}};
     for (int64_t i = 0; i < 2 * B; ++i) {
       params["policy"].data<double>()[i] = pol[size_t(i)];
       in["ref"].data<double>()[i] = ref[size_t(i)];
@@ -304,6 +319,7 @@ TensorMap pair_inputs(const Batch& b, DType dt, const std::vector<double>& ref) 
   in["response_mask"] = mask;
   in["inv_response_len"] = inv;
   in["ref_logps"] = r;
+  in["kto_kl"] = scalar_tensor(kKtoKl, dt);  // read by KTO's graphs only
   return in;
 }
 

@@ -18,6 +18,7 @@
 #include "fusetune/config/recipe_schemas.h"
 #include "fusetune/config/schema.h"
 #include "fusetune/recipes/dpo_step.h"
+#include "fusetune/recipes/kto_kl.h"
 #include "fusetune/util/fs.h"
 #include "metrics_log.h"
 #include "test_support.h"
@@ -171,7 +172,9 @@ TEST(PreferenceLossConfig, EveryLossNameAndAliasMapsToItsLoss) {
       {"torchtune.modules.rlhf.loss.SimPOLoss", K::SimPO},
       {"simpo", K::SimPO},  // TRL's CPO trainer with loss_type simpo
       {"ORPOLoss", K::ORPO},
-      {"orpo", K::ORPO}};  // TRL's ORPOTrainer
+      {"orpo", K::ORPO},  // TRL's ORPOTrainer
+      {"KTOLoss", K::KTO},
+      {"kto", K::KTO}};  // TRL's KTOTrainer
   const std::set<std::string> cross_entropy = {
       "cross_entropy", "torchtune.modules.loss.CEWithChunkedOutputLoss",
       "torchtune.modules.loss.LinearCrossEntropyLoss", "torch.nn.CrossEntropyLoss"};
@@ -188,7 +191,8 @@ TEST(PreferenceLossConfig, EveryLossNameAndAliasMapsToItsLoss) {
       if (cross_entropy.count(name)) {
         EXPECT_TRUE(contains(error_of([&] { preference_loss_from(bare); }),
                              "config key 'loss._component_' is cross_entropy: the DPO recipes "
-                             "train with DPOLoss, RSOLoss, IPOLoss, SimPOLoss or ORPOLoss"));
+                             "train with DPOLoss, RSOLoss, IPOLoss, SimPOLoss, ORPOLoss or "
+                             "KTOLoss"));
         continue;
       }
       const auto want = expected.find(name);
@@ -202,6 +206,8 @@ TEST(PreferenceLossConfig, EveryLossNameAndAliasMapsToItsLoss) {
         if (key == "label_smoothing") return &x.label_smoothing;
         if (key == "gamma") return &x.gamma;
         if (key == "tau") return &x.tau;
+        if (key == "desirable_weight") return &x.desirable_weight;
+        if (key == "undesirable_weight") return &x.undesirable_weight;
         return nullptr;
       };
       PreferenceLoss absent = l;
@@ -301,6 +307,59 @@ TEST(DpoRecipe, RsoAndIpoFirstStepLossesAreTheirClosedFormsInBothRecipes) {
       for (const char* key : {"rewards/chosen", "rewards/rejected", "rewards/margins"})
         EXPECT_NEAR(j->value(key, 1.0), 0.0, 1e-6) << key;
   }
+}
+
+// KTO's KL rows: each row's prompt with the previous row's completion (TRL's rotation), an
+// untrained token inside a completion kept untrained, and max_seq_len cutting the rows.
+TEST(KtoKlRows, EachPromptGetsThePreviousRowsCompletion) {
+  constexpr int32_t I = kIgnoreIndex;
+  Batch b;
+  b.batch_size = 2;
+  b.seq_len = 8;
+  // Row 0: prompt 1 2, response 3 4 5. Row 1: prompt 6 7 8, response 9 10 11 with 10 untrained.
+  b.tokens = {1, 2, 3, 4, 5, 0, 0, 0, 6, 7, 8, 9, 10, 11, 0, 0};
+  b.labels = {I, 3, 4, 5, I, I, I, I, I, I, 9, I, 11, I, I, I};
+  b.positions = {0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7};
+  CollateOptions o;
+  o.pad_mode = PadMode::kLongest;
+  o.pad_id = 0;
+  Batch m = mismatched_completions(b, o);
+  ASSERT_EQ(m.batch_size, 2);
+  ASSERT_EQ(m.seq_len, 6);
+  EXPECT_EQ(m.tokens, (std::vector<int32_t>{1, 2, 9, 10, 11, 0, 6, 7, 8, 3, 4, 5}));
+  EXPECT_EQ(m.labels, (std::vector<int32_t>{I, 9, I, 11, I, I, I, I, 3, 4, 5, I}));
+  o.max_seq_len = 4;
+  m = mismatched_completions(b, o);
+  ASSERT_EQ(m.seq_len, 4);
+  EXPECT_EQ(m.tokens, (std::vector<int32_t>{1, 2, 9, 10, 6, 7, 8, 3}));
+  EXPECT_EQ(m.labels, (std::vector<int32_t>{I, 9, I, I, I, I, 3, I}));
+  // A row without a response (nothing to split) is an error naming the row.
+  b.labels = std::vector<int32_t>(16, I);
+  EXPECT_TRUE(contains(error_of([&] { mismatched_completions(b, o); }),
+                       "KTOLoss: row 0 of the batch has no response"));
+}
+
+// KTO (Ethayarajh et al. 2024) at step 1, where the policy is the reference: every log-ratio
+// and the KL reference point z are 0, so each answer's loss is w (1 - sigmoid(0)) = w / 2 and a
+// pair's is their mean, (w_d + w_u) / 4 (TRL: the mean over the batch's examples).
+TEST(DpoRecipe, KtoFirstStepLossIsHalfTheMeanWeightWhileThePolicyIsTheReference) {
+  for (const std::string recipe : {"lora_dpo_single_device", "full_dpo_single_device"}) {
+    SCOPED_TRACE(recipe);
+    TempDir tmp;
+    const nlohmann::json j =
+        first_step(tmp, "kto", recipe,
+                   "{_component_: KTOLoss, desirable_weight: 2.0, undesirable_weight: 1.0}", 2);
+    EXPECT_NEAR(j.value("loss", 0.0), (2.0 + 1.0) / 4, 1e-6);
+    EXPECT_NEAR(j.value("kl", 1.0), 0.0, 1e-6);
+    for (const char* key : {"rewards/chosen", "rewards/rejected", "rewards/margins"})
+      EXPECT_NEAR(j.value(key, 1.0), 0.0, 1e-6) << key;
+  }
+  // Its KL rows split prompts from completions: train_on_input would leave no prompt.
+  const std::string bad = error_of([] {
+    preference_loss_from(Config::from_string(
+        "loss:\n  _component_: KTOLoss\ndataset:\n  train_on_input: true\n", "t.yaml"));
+  });
+  EXPECT_TRUE(contains(bad, "KTOLoss needs dataset.train_on_input: false")) << bad;
 }
 
 // ORPO (Hong et al. 2024) has no reference. With m_c, m_r the mean log-probs of the chosen and

@@ -307,7 +307,20 @@ ComponentTable loss_table() {
        Component("ORPOLoss", {"orpo"},
                  "reference-free: the chosen answer's NLL plus an odds-ratio preference term",
                  {Field::Float("beta").def("0.1").min(0).doc(
-                     "weight of the odds-ratio term (the paper's lambda)")})},
+                     "weight of the odds-ratio term (the paper's lambda)")}),
+       // KTO: TRL's KTOTrainer (its KTOConfig keys), on paired data split into a desirable
+       // (chosen) and an undesirable (rejected) example.
+       Component("KTOLoss", {"kto"},
+                 "Kahneman-Tversky optimization: each answer against a KL reference point",
+                 {Field::Float("beta").def("0.1").min(0).doc("temperature of the reward"),
+                  Field::Float("desirable_weight")
+                      .def("1.0")
+                      .min(0)
+                      .doc("weight of the chosen (desirable) answers' losses"),
+                  Field::Float("undesirable_weight")
+                      .def("1.0")
+                      .min(0)
+                      .doc("weight of the rejected (undesirable) answers' losses")})},
       "cross_entropy"};
 }
 

@@ -20,7 +20,7 @@ struct ComponentTable {
 // The table for a map key (the last part of a dotted key), or nullptr. Sections:
 //   optimizer      AdamW | AdamW8bit | PagedAdamW8bit | PagedAdamW | SGD
 //   lr_scheduler   cosine_with_warmup | linear_with_warmup | constant        (default constant)
-//   loss           cross_entropy (default) | DPOLoss | RSOLoss | IPOLoss | SimPOLoss | ORPOLoss
+//   loss           cross_entropy (default) | DPOLoss | RSOLoss | IPOLoss | SimPOLoss | ORPOLoss | KTOLoss
 //   checkpointer   FullModelHFCheckpointer                                   (default)
 //   ref_checkpointer  the same (full_dpo_single_device's reference model)
 //   tokenizer      byte | hf | llama3 | qwen2_5 | qwen2 | qwen3 | sentencepiece

@@ -318,7 +318,7 @@ void check_objective(const Config& root, bool preference, Problems& p) {
   if (pref_loss != preference)
     p.errors.push_back("config key 'loss._component_' is " + loss +
                        ", but this recipe trains with " +
-                       (preference ? "a preference loss (DPOLoss, RSOLoss, IPOLoss, SimPOLoss or ORPOLoss)"
+                       (preference ? "a preference loss (DPOLoss, RSOLoss, IPOLoss, SimPOLoss, ORPOLoss or KTOLoss)"
                                    : "cross_entropy; " + loss +
                                          " belongs to lora_dpo_single_device or "
                                          "full_dpo_single_device") +

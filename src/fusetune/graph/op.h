@@ -84,6 +84,8 @@ enum class Op : uint8_t {
   ReluBackward,           // (x, dy) -> dy where x > 0, else 0
   Log1mExp,               // log(1 - exp(x)) for x < 0: ORPO's odds of a mean log-prob
   Log1mExpBackward,       // (x, dy) -> -dy / expm1(-x)
+  Sigmoid,                // 1 / (1 + exp(-x)): KTO's per-example losses
+  SigmoidBackward,        // (y, dy) -> dy * y * (1 - y)
   // The LM head + log_softmax + LabelLogProbs fused and chunked (compile/fuse_linear_log_probs):
   // the head is W [V, D] (one input) or a frozen NF4 table (codes, absmax_codes, absmax_scales;
   // attrs.shape = [V, D], attrs.scalar). attrs.chunk_rows.

@@ -38,6 +38,8 @@ const char* PreferenceLoss::name() const {
       return "SimPOLoss";
     case PreferenceLossKind::ORPO:
       return "ORPOLoss";
+    case PreferenceLossKind::KTO:
+      return "KTOLoss";
   }
   return "?";
 }
@@ -63,7 +65,7 @@ SequenceLogProbs build_sequence_log_probs(Builder& b, Value hidden, Value head, 
 
 PreferenceLossOutputs build_preference_loss(Builder& b, const PreferenceLoss& loss,
                                             Value policy_logps, Value ref_logps, Value inv_lengths,
-                                            Value scale) {
+                                            Value scale, Value kl) {
   Graph& g = b.graph();
   g.set_region(1);
   const int64_t rows = b.shape(policy_logps)[0];
@@ -103,6 +105,17 @@ PreferenceLossOutputs build_preference_loss(Builder& b, const PreferenceLoss& lo
         Value m = add_const(b, d, -1.0 / (2.0 * loss.tau));
         losses = b.mul(m, m);
         reward_scale = loss.tau;
+        break;
+      }
+      case PreferenceLossKind::KTO: {
+        FT_CHECK(kl.valid(), "KTOLoss needs its KL reference point");
+        Attrs at;
+        at.shape = {B};
+        Value z = g.add1(Op::Expand, {kl}, at);
+        Value lc = g.add1(Op::Sigmoid, {b.scale(sub(b, chosen, z), -loss.beta)});
+        Value lr = g.add1(Op::Sigmoid, {b.scale(sub(b, z, rejected), -loss.beta)});
+        losses = b.add(b.scale(lc, 0.5 * loss.desirable_weight),
+                       b.scale(lr, 0.5 * loss.undesirable_weight));
         break;
       }
       case PreferenceLossKind::SimPO:

@@ -20,6 +20,12 @@
 //         odds-ratio term;                                                rewards beta p
 //         (TRL averages the NLL over all chosen tokens of a batch, prompts included; here it is
 //         each pair's over its response, the paper's L_SFT, so pairs add up across micro-batches.)
+//   KTO   (Ethayarajh et al. 2024; TRL's KTOTrainer on paired data split into a desirable and
+//         an undesirable example): with z the KL reference point (an input: the policy's and
+//         reference's summed log-prob difference on mismatched prompt-completion rows, averaged,
+//         detached and clamped at 0; recipes/dpo_step.cpp), the examples' losses are
+//         w_d (1 - sigmoid(beta ((pc - rc) - z))) and w_u (1 - sigmoid(beta (z - (pr - rr)))),
+//         a pair's loss their mean (TRL: the mean over examples);      rewards beta (p - r)
 // The step's loss is the sum over pairs times `scale` (1 / pairs in the optimizer step).
 #include <string>
 
@@ -27,14 +33,16 @@
 
 namespace fusetune {
 
-enum class PreferenceLossKind { DPO, RSO, IPO, SimPO, ORPO };
+enum class PreferenceLossKind { DPO, RSO, IPO, SimPO, ORPO, KTO };
 
 struct PreferenceLoss {
   PreferenceLossKind kind = PreferenceLossKind::DPO;
-  double beta = 0.1;             // DPO, SimPO, ORPO (the odds-ratio weight, the paper's lambda)
-  double label_smoothing = 0.0;  // DPO, SimPO
-  double gamma = 0.1;            // RSO (hinge), SimPO (target margin)
-  double tau = 0.1;              // IPO
+  double beta = 0.1;                // DPO, SimPO, ORPO (the odds-ratio weight, the paper's lambda)
+  double label_smoothing = 0.0;     // DPO, SimPO
+  double gamma = 0.1;               // RSO (hinge), SimPO (target margin)
+  double tau = 0.1;                 // IPO
+  double desirable_weight = 1.0;    // KTO: the chosen (desirable) examples' weight
+  double undesirable_weight = 1.0;  // KTO: the rejected (undesirable) examples'
   bool needs_reference() const {
     return kind != PreferenceLossKind::SimPO && kind != PreferenceLossKind::ORPO;
   }
@@ -57,7 +65,8 @@ SequenceLogProbs build_sequence_log_probs(Builder& b, Value hidden, Value head, 
                                           Value labels, Value response_mask, int64_t rows);
 
 // The loss of `policy_logps` [2B] against `ref_logps` [2B] (invalid without a reference);
-// inv_lengths [2B] = 1 / response tokens per row (SimPO's mean log-probs); scale [].
+// inv_lengths [2B] = 1 / response tokens per row (SimPO's mean log-probs); scale []; kl [] KTO's
+// reference point.
 struct PreferenceLossOutputs {
   Value loss;              // []
   Value chosen_rewards;    // [B]
@@ -65,6 +74,6 @@ struct PreferenceLossOutputs {
 };
 PreferenceLossOutputs build_preference_loss(Builder& b, const PreferenceLoss& loss,
                                             Value policy_logps, Value ref_logps, Value inv_lengths,
-                                            Value scale);
+                                            Value scale, Value kl = {});
 
 }  // namespace fusetune

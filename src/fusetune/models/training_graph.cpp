@@ -25,7 +25,8 @@ LossBuilder preference_loss_builder(const PreferenceLoss& loss) {
     Value ref = loss.needs_reference() ? g.input("ref_logps", {rows}, fd) : Value{};
     SequenceLogProbs s = build_sequence_log_probs(b, c.model.hidden, c.model.lm_head,
                                                   c.model.logits, c.labels, mask, rows);
-    PreferenceLossOutputs l = build_preference_loss(b, loss, s.logps, ref, inv_len, c.scale);
+    Value kl = loss.kind == PreferenceLossKind::KTO ? g.input("kto_kl", {}, fd) : Value{};
+    PreferenceLossOutputs l = build_preference_loss(b, loss, s.logps, ref, inv_len, c.scale, kl);
     LossOutputs out;
     out.loss = l.loss;
     out.report = {{"chosen_rewards", l.chosen_rewards},

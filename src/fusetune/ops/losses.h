@@ -342,6 +342,39 @@ inline constexpr OpDesc kLog1mExpBackward = {
     .keeps_f32 = [](size_t) { return true; },
 };
 
+// KTO's per-example losses (losses/preference.h).
+inline constexpr OpDesc kSigmoid = {
+    .op = Op::Sigmoid,
+    .name = "sigmoid",
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .shape = kFloatSameShape,
+    .vjp =
+        [](VjpContext& c) {
+          c.dx[0] = c.op(Op::SigmoidBackward, {c.y, c.dy});
+        },
+    .gradcheck =
+        [](GradcheckCase& t) {
+          return t.g.add1(Op::Sigmoid, {t.param("x", {3, 5}, -6, 6)});
+        },
+    .kernel = []<class T>(const KernelArgs<T>& c) { k::sigmoid<T>(c.X(0), c.Y, c.in[0].numel()); },
+    .keeps_f32 = [](size_t) { return true; },  // per-sequence preference-loss terms
+};
+
+inline constexpr OpDesc kSigmoidBackward = {
+    .op = Op::SigmoidBackward,
+    .name = "sigmoid_backward",
+    .min_inputs = 2,
+    .max_inputs = 2,
+    .shape = kGradSameShape,
+    .no_vjp = kBackwardOp,
+    .kernel =
+        []<class T>(const KernelArgs<T>& c) {
+          k::sigmoid_backward<T>(c.X(0), c.X(1), c.Y, c.in[0].numel());
+        },
+    .keeps_f32 = [](size_t) { return true; },
+};
+
 inline constexpr const OpDesc* kLossesOps[] = {&kNll,
                                                &kNllBackward,
                                                &kLabelLogProbs,
@@ -351,6 +384,8 @@ inline constexpr const OpDesc* kLossesOps[] = {&kNll,
                                                &kFusedLinearLogProbs,
                                                &kFusedLinearLogProbsBackward,
                                                &kLog1mExp,
-                                               &kLog1mExpBackward};
+                                               &kLog1mExpBackward,
+                                               &kSigmoid,
+                                               &kSigmoidBackward};
 
 }  // namespace fusetune::ops

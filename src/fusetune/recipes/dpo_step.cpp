@@ -1,5 +1,6 @@
 #include "fusetune/recipes/dpo_step.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -9,6 +10,7 @@
 #include "fusetune/config/schema.h"
 #include "fusetune/models/flops.h"
 #include "fusetune/models/training_graph.h"
+#include "fusetune/recipes/kto_kl.h"
 #include "fusetune/util/error.h"
 
 namespace fusetune {
@@ -60,9 +62,19 @@ class DpoStep final : public TrainingStep {
             o_.policy.passes, arena_),
         eval_([this](int64_t rows, int64_t T,
                      bool packed) { return policy_graph(rows, T, packed, /*eval=*/true); },
-              o_.policy.passes, arena_) {
+              o_.policy.passes, arena_),
+        policy_logps_(
+            [this](int64_t rows, int64_t T, bool) {
+              return build_sequence_log_probs_graph(*o_.policy.model, rows, T, o_.policy.dtype,
+                                                    o_.policy.eval_llama.value_or(o_.policy.llama));
+            },
+            o_.policy.passes, arena_) {
     FT_CHECK(!o_.loss.needs_reference() || o_.ref_params,
              std::string(o_.loss.name()) + " needs a reference model");
+    FT_CHECK(!(o_.precompute_ref && kto()),
+             "precompute_ref_log_probs: KTOLoss's KL rows pair each prompt with another row's "
+             "completion, different in every batch, so the reference runs every step: set it "
+             "to false");
     if (o_.precompute_ref && o_.loss.needs_reference()) precompute();
   }
 
@@ -75,6 +87,8 @@ class DpoStep final : public TrainingStep {
     TensorMap in = inputs(b);
     in["loss_scale"] = scalar_input(loss_scale, DType::F32);
     if (o_.loss.needs_reference()) in["ref_logps"] = reference_logps(b, in);
+    const double kl = kto() ? kl_reference_point(b) : 0.0;
+    if (kto()) in["kto_kl"] = scalar_input(kl, DType::F32);
     if (o_.policy.add_inputs) o_.policy.add_inputs(in, step, micro);
     TensorMap out = policy_.run(b, in, policy_params(), &compile_s_);
 
@@ -112,6 +126,7 @@ class DpoStep final : public TrainingStep {
                  {"logits/chosen", sum(ls, B), V * double(tokens[0])},
                  {"logits/rejected", sum(ls + B, B), V * double(tokens[1])}};
     if (o_.loss.kind == PreferenceLossKind::ORPO) add_orpo_metrics(lp, B, r.metrics);
+    if (kto()) r.metrics.push_back({"kl", kl, 1.0});
     return r;
   }
 
@@ -122,6 +137,7 @@ class DpoStep final : public TrainingStep {
     in["loss_scale"] = scalar_input(1.0, DType::F32);
     if (o_.loss.needs_reference())
       in["ref_logps"] = reference_.run(b, in, ref_params(), &compile_s_).at("logps");
+    if (kto()) in["kto_kl"] = scalar_input(kl_reference_point(b), DType::F32);
     return element_as_double(eval_.run(b, in, policy_params(), &compile_s_).at("loss"), 0);
   }
 
@@ -129,9 +145,11 @@ class DpoStep final : public TrainingStep {
     const ModelConfig& m = *o_.policy.model;
     double per_token = training_flops_per_token(m, b.seq_len, o_.policy.trainable);
     // The reference forward: half of what a frozen model's forward + input gradients cost.
-    if (o_.loss.needs_reference() && !o_.precompute_ref)
-      per_token +=
-          0.5 * training_flops_per_token(m, b.seq_len, [](const std::string&) { return false; });
+    // KTO's KL rows: a policy and a reference forward more (rows of about the same length).
+    const double passes =
+        (o_.loss.needs_reference() && !o_.precompute_ref ? 1.0 : 0.0) + (kto() ? 2.0 : 0.0);
+    per_token += passes * 0.5 *
+                 training_flops_per_token(m, b.seq_len, [](const std::string&) { return false; });
     return per_token * double(b.batch_size * b.seq_len);
   }
 
@@ -151,6 +169,25 @@ class DpoStep final : public TrainingStep {
     g.loss = preference_loss_builder(o_.loss);
     g.dtype = o_.policy.dtype;
     return build_training_graph(*o_.policy.model, g).graph;
+  }
+
+  bool kto() const { return o_.loss.kind == PreferenceLossKind::KTO; }
+
+  // KTO's KL reference point for `b` (kto_kl.h): the mean over its mismatched rows (and over
+  // the ranks, as TRL gathers it) of the policy's minus the reference's summed log-probs,
+  // clamped at 0. Forward passes only: it reaches the loss as an input, detached.
+  double kl_reference_point(const Batch& b) {
+    const Batch m = mismatched_completions(b, o_.loader.collate);
+    TensorMap in = batch_inputs(m);
+    add_response_inputs(m, in, /*require_response=*/false);
+    const Tensor pol = policy_logps_.run(m, in, policy_params(), &compile_s_).at("logps");
+    const Tensor ref = reference_.run(m, in, ref_params(), &compile_s_).at("logps");
+    double sums[2] = {0, double(m.batch_size)};
+    for (int64_t i = 0; i < m.batch_size; ++i)
+      sums[0] += double(f32_data(pol)[i]) - double(f32_data(ref)[i]);
+    if (o_.comm && o_.comm->size() > 1)
+      o_.comm->allreduce_sum(sums, 2, "the KTO KL reference point");
+    return std::max(0.0, sums[0] / sums[1]);
   }
 
   // The batch's tensors plus the response mask and 1 / response length of each row.
@@ -273,6 +310,7 @@ class DpoStep final : public TrainingStep {
   // after the other, so one arena serves both.
   std::shared_ptr<SharedArena> arena_ = std::make_shared<SharedArena>();
   CompiledGraphs policy_, reference_, eval_;
+  CompiledGraphs policy_logps_;  // KTO: the policy's log-probs of the KL rows, no backward
   std::vector<std::pair<float, float>> precomputed_;  // by dataset index
 };
 
@@ -304,16 +342,25 @@ PreferenceLoss preference_loss_from(const Config& cfg) {
   } else if (kind == "ORPOLoss") {
     l.kind = PreferenceLossKind::ORPO;
     l.beta = c.f64("beta", 0.1);
+  } else if (kind == "KTOLoss") {
+    l.kind = PreferenceLossKind::KTO;
+    l.beta = c.f64("beta", 0.1);
+    l.desirable_weight = c.f64("desirable_weight", 1.0);
+    l.undesirable_weight = c.f64("undesirable_weight", 1.0);
+    FT_CHECK(!cfg.boolean("dataset.train_on_input", false),
+             "KTOLoss needs dataset.train_on_input: false: its KL reference point pairs each "
+             "prompt with another row's completion, so the prompt must be told apart");
   } else {
     throw Error("config key 'loss._component_' is " + kind +
-                ": the DPO recipes train with DPOLoss, RSOLoss, IPOLoss, SimPOLoss or ORPOLoss");
+                ": the DPO recipes train with DPOLoss, RSOLoss, IPOLoss, SimPOLoss, ORPOLoss or "
+                "KTOLoss");
   }
   FT_CHECK(l.kind != PreferenceLossKind::IPO || l.tau > 0, "config key 'loss.tau' must be > 0");
   FT_CHECK(l.kind != PreferenceLossKind::SimPO || l.beta > 0, "config key 'loss.beta' must be > 0");
   return l;
 }
 
-void add_response_inputs(const Batch& b, TensorMap& in) {
+void add_response_inputs(const Batch& b, TensorMap& in, bool require_response) {
   const int64_t rows = b.batch_size, T = b.seq_len;
   Tensor mask = Tensor::empty({rows * T}, DType::F32);
   Tensor inv = Tensor::empty({rows}, DType::F32);
@@ -324,8 +371,8 @@ void add_response_inputs(const Batch& b, TensorMap& in) {
       mask.data<float>()[r * T + t] = on ? 1.0f : 0.0f;
       n += on;
     }
-    FT_CHECK(n > 0, "a preference row has no response token to score");
-    inv.data<float>()[r] = float(1.0 / double(n));
+    FT_CHECK(n > 0 || !require_response, "a preference row has no response token to score");
+    inv.data<float>()[r] = n > 0 ? float(1.0 / double(n)) : 0.0f;
   }
   in["response_mask"] = mask;
   in["inv_response_len"] = inv;

@@ -4,7 +4,8 @@
 //   1. the reference model's summed response log-probs [2B], without gradients: a forward-only
 //      graph (models/training_graph.h: build_sequence_log_probs_graph), or, with
 //      precompute_ref_log_probs, looked up from a pass over the dataset made before training;
-//      SimPO has no reference at all;
+//      SimPO and ORPO have no reference at all; KTO also scores mismatched prompt-completion
+//      rows with the policy and the reference (its KL reference point, kto_kl.h);
 //   2. the policy's joint graph: model + sequence log-probs + the preference loss + backward.
 // Under compile: true both graphs fuse the head with log_softmax and the label gather
 // (compile/fuse_linear_log_probs), so no [tokens x vocab] tensor exists in either pass.
@@ -52,11 +53,11 @@ std::unique_ptr<TrainingStep> make_dpo_step(DpoStepOptions opts);
 
 // Adds what a DPO step graph reads beside the batch's tensors: `response_mask` (1 on each
 // row's response tokens) and `inv_response_len` (1 / their count per row). A row without a
-// response token is an error.
-void add_response_inputs(const Batch& b, TensorMap& in);
+// response token is an error unless !require_response (then its 1 / count is 0).
+void add_response_inputs(const Batch& b, TensorMap& in, bool require_response = true);
 
-// The loss component the config names under `loss` (DPOLoss, RSOLoss, IPOLoss, SimPOLoss and
-// their aliases), with its keys.
+// The loss component the config names under `loss` (DPOLoss, RSOLoss, IPOLoss, SimPOLoss,
+// ORPOLoss, KTOLoss and their aliases), with its keys.
 PreferenceLoss preference_loss_from(const Config& cfg);
 
 }  // namespace fusetune

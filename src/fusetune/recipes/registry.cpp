@@ -40,10 +40,10 @@ const std::vector<RecipeInfo>& recipes() {
        "LoRA / DoRA / QLoRA fine-tuning on one device: small adapters on a frozen base",
        &lora_finetune_schema(), lora_finetune_single_device, kLora},
       {"lora_dpo_single_device",
-       "Preference optimization (DPO, RSO, IPO, SimPO, ORPO) of LoRA adapters on one device",
+       "Preference optimization (DPO, RSO, IPO, SimPO, ORPO, KTO) of LoRA adapters on one device",
        &lora_dpo_schema(), lora_dpo_single_device, kLoraDpo},
       {"full_dpo_single_device",
-       "Preference optimization (DPO, RSO, IPO, SimPO, ORPO) of every weight on one device",
+       "Preference optimization (DPO, RSO, IPO, SimPO, ORPO, KTO) of every weight on one device",
        &full_dpo_schema(), full_dpo_single_device, kFullDpo},
       {"qat_single_device",
        "Quantization-aware full fine-tuning on one device: linear layers fake-quantized "
@@ -68,11 +68,13 @@ const std::vector<RecipeInfo>& recipes() {
        "srun)",
        &qat_lora_finetune_distributed_schema(), qat_lora_finetune_distributed, on_ranks(kQatLora)},
       {"lora_dpo_distributed",
-       "Preference optimization (DPO, RSO, IPO, SimPO, ORPO) of LoRA adapters over N data-parallel "
+       "Preference optimization (DPO, RSO, IPO, SimPO, ORPO, KTO) of LoRA adapters over N "
+       "data-parallel "
        "ranks (MPI)",
        &lora_dpo_distributed_schema(), lora_dpo_distributed, on_ranks(kLoraDpo)},
       {"full_dpo_distributed",
-       "Preference optimization (DPO, RSO, IPO, SimPO, ORPO) of every weight over N data-parallel "
+       "Preference optimization (DPO, RSO, IPO, SimPO, ORPO, KTO) of every weight over N "
+       "data-parallel "
        "ranks (MPI)",
        &full_dpo_distributed_schema(), full_dpo_distributed, on_ranks(kFullDpo)},
       {"generate",

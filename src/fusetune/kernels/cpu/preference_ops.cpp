@@ -77,6 +77,19 @@ void log1mexp_backward(const T* x, const T* dy, T* dx, int64_t n) {
 }
 
 template <class T>
+void sigmoid(const T* x, T* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const T e = std::exp(-std::abs(x[i]));
+    out[i] = x[i] >= 0 ? T(1) / (T(1) + e) : e / (T(1) + e);
+  }
+}
+
+template <class T>
+void sigmoid_backward(const T* y, const T* dy, T* dx, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * y[i] * (T(1) - y[i]);
+}
+
+template <class T>
 void relu(const T* x, T* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = x[i] > T(0) ? x[i] : T(0);
 }
@@ -94,6 +107,8 @@ void relu_backward(const T* x, const T* dy, T* dx, int64_t n) {
   template void log_sigmoid_backward<T>(const T*, const T*, T*, int64_t);                    \
   template void log1mexp<T>(const T*, T*, int64_t);                                          \
   template void log1mexp_backward<T>(const T*, const T*, T*, int64_t);                       \
+  template void sigmoid<T>(const T*, T*, int64_t);                                           \
+  template void sigmoid_backward<T>(const T*, const T*, T*, int64_t);                        \
   template void relu<T>(const T*, T*, int64_t);                                              \
   template void relu_backward<T>(const T*, const T*, T*, int64_t);
 FT_PREF_OPS(float)

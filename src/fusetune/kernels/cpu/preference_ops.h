@@ -34,6 +34,13 @@ void log1mexp(const T* x, T* out, int64_t n);
 template <class T>
 void log1mexp_backward(const T* x, const T* dy, T* dx, int64_t n);
 
+// 1 / (1 + exp(-x)), from whichever side keeps exp() from overflowing.
+template <class T>
+void sigmoid(const T* x, T* out, int64_t n);
+// dx = dy * y * (1 - y), y = sigmoid(x) as the forward wrote it
+template <class T>
+void sigmoid_backward(const T* y, const T* dy, T* dx, int64_t n);
+
 template <class T>
 void relu(const T* x, T* out, int64_t n);
 // dx = x > 0 ? dy : 0
