@@ -1,5 +1,5 @@
 // GGUF exports run by a real llama.cpp: stories260K (F32, F16, Q8_0, Q4_0), a hidden-256 model's
-// Q6_K head and a random Qwen3 (F32, at the end of the file).
+// Q6_K head, a random Qwen3 and a random Gemma (F32, at the end of the file).
 //
 // stories260K exported to GGUF (F32, F16, Q8_0, Q4_0) and run by a real llama.cpp (node-llama-cpp
 // 3.21.1's prebuilt CPU build, tools/llama-cpp-ref): its log-probabilities on a story agree
@@ -24,12 +24,14 @@
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <numbers>
 #include <random>
 
 #include "fusetune/io/gguf_export.h"
 #include "fusetune/io/hf_checkpoint.h"
 #include "fusetune/io/hf_config.h"
 #include "fusetune/kernels/cpu/ggml_quant.h"
+#include "fusetune/models/model_family.h"
 #include "fusetune/models/training_graph.h"
 #include "fusetune/quant/qat.h"
 #include "fusetune/runtime/eager_executor.h"
@@ -154,13 +156,33 @@ void round_activations(gguf::TensorType w, std::vector<double>& x) {
   }
 }
 
+// llama.cpp's CPU GELU (ggml's GGML_GELU_FP16 path): the tanh GELU looked up in a table of
+// fp16 results indexed by the fp16-rounded input, 0 below -10 and the identity above 10.
+double ggml_gelu_table(double x) {
+  if (x <= -10) return 0;
+  if (x >= 10) return x;
+  const float v = ggml::fp16_to_fp32(ggml::fp32_to_fp16(float(x)));
+  const float g =
+      0.5f * v *
+      (1.0f + std::tanh(0.79788456080286535587989211986876f * v * (1.0f + 0.044715f * v * v)));
+  return ggml::fp16_to_fp32(ggml::fp32_to_fp16(g));
+}
+
+// PyTorch's gelu(approximate="tanh") in double.
+double gelu_tanh(double x) {
+  return 0.5 * x * (1 + std::tanh(std::sqrt(2 / std::numbers::pi) * (x + 0.044715 * x * x * x)));
+}
+
 // An independent Llama forward (double precision, HF's rotate-half RoPE) over `params`, with
 // llama.cpp's activation rounding in front of each matmul when `act` is set, after scaling the
-// activations by (1 + perturb): log-softmax rows.
+// activations by (1 + perturb): log-softmax rows. A Gemma (model_type gemma) as transformers'
+// GemmaModel computes it: norms by (1 + w), embeddings times sqrt(hidden_size), the tanh-GELU
+// gate; with `ggml_gelu`, llama.cpp's table GELU instead.
 std::vector<std::vector<double>> reference_logprobs(const ModelConfig& c, const TensorMap& params,
                                                     const std::vector<int32_t>& ids,
                                                     gguf::FileType type, bool act,
-                                                    double perturb = 0) {
+                                                    double perturb = 0, bool ggml_gelu = false) {
+  const bool gemma = c.model_type == "gemma";
   const int64_t T = int64_t(ids.size()), D = c.hidden_size, H = c.num_attention_heads,
                 KV = c.num_key_value_heads, hd = c.head_dim;
   auto W = [&](const std::string& n) { return params.at(n).data<float>(); };
@@ -182,7 +204,7 @@ std::vector<std::vector<double>> reference_logprobs(const ModelConfig& c, const 
     for (double v : x) ss += v * v;
     const double r = 1.0 / std::sqrt(ss / double(x.size()) + c.rms_norm_eps);
     std::vector<double> y(x.size());
-    for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] * r * W(n)[i];
+    for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] * r * ((gemma ? 1.0 : 0.0) + double(W(n)[i]));
     return y;
   };
   // Qwen3's q/k norms: each head's slice RMS-normalized with the [hd] weight `n`.
@@ -211,7 +233,8 @@ std::vector<std::vector<double>> reference_logprobs(const ModelConfig& c, const 
                                      std::vector<double>(static_cast<size_t>(D)));
   for (int64_t t = 0; t < T; ++t)
     for (int64_t i = 0; i < D; ++i)
-      h[size_t(t)][size_t(i)] = W("model.embed_tokens.weight")[ids[size_t(t)] * D + i];
+      h[size_t(t)][size_t(i)] = W("model.embed_tokens.weight")[ids[size_t(t)] * D + i] *
+                                (gemma ? std::sqrt(double(D)) : 1.0);
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     std::vector<std::vector<double>> q(static_cast<size_t>(T)), k(static_cast<size_t>(T)),
@@ -251,7 +274,11 @@ std::vector<std::vector<double>> reference_logprobs(const ModelConfig& c, const 
       const auto x = rmsnorm(h[size_t(t)], p + "post_attention_layernorm.weight");
       const auto g = mm(p + "mlp.gate_proj.weight", x), up = mm(p + "mlp.up_proj.weight", x);
       std::vector<double> a(g.size());
-      for (size_t i = 0; i < g.size(); ++i) a[i] = g[i] / (1 + std::exp(-g[i])) * up[i];
+      for (size_t i = 0; i < g.size(); ++i)
+        a[i] = (!gemma      ? g[i] / (1 + std::exp(-g[i]))
+                : ggml_gelu ? ggml_gelu_table(g[i])
+                            : gelu_tanh(g[i])) *
+               up[i];
       const auto dn = mm(p + "mlp.down_proj.weight", a);
       for (int64_t i = 0; i < D; ++i) h[size_t(t)][size_t(i)] += dn[size_t(i)];
     }
@@ -630,4 +657,86 @@ TEST(GgufLlamaCpp, Qwen3F32LogitsAgreeWithFusetuneAndTheReference) {
   EXPECT_NEAR(nll_cpp, nll_ft, 1e-5);
   EXPECT_LT(d_ft.max_rel, 1e-4);
   EXPECT_GT(nll_ft, 1.0);  // the logits have a spread: a wrong norm would show
+}
+
+// Gemma (model_type gemma: RMSNorm by (1 + w), embeddings times sqrt(hidden_size), the
+// tanh-GELU gate, head_dim 32 apart from hidden_size 64 / 4 heads, one KV head (MQA), tied
+// embeddings) with random weights and stories260K's tokenizer, exported as F32 GGUF
+// (architecture gemma, norms written as 1 + w): fusetune agrees with the independent forward
+// above (transformers' GemmaModel in double) without llama.cpp, and llama.cpp agrees with that
+// forward once its table GELU (fp16 in, fp16 out) is applied there too; fusetune's exact GELU
+// and llama.cpp's table stay within the table's rounding of each other.
+TEST(GgufLlamaCpp, GemmaF32LogitsAgreeWithFusetuneAndTheReference) {
+  FT_REQUIRE_ASSET("stories260K/tokenizer.json");
+  FT_REQUIRE_ASSET("datasets/tinystories_sample.txt");
+  fusetune::testing::TempDir tmp;
+  const fs::path src = fusetune::testing::assets_dir() / "stories260K";
+  auto tok = HfTokenizer::from_file(src / "tokenizer.json");
+  std::ifstream story_in(fusetune::testing::assets_dir() / "datasets" / "tinystories_sample.txt");
+  std::string story(std::istreambuf_iterator<char>(story_in), {});
+  story = story.substr(story.find("Once"), story.find("<|endoftext|>") - story.find("Once"));
+  while (!story.empty() && (story.back() == '\n' || story.back() == ' ')) story.pop_back();
+  std::vector<int32_t> ids = tok->encode(story, true, false);
+  ids.resize(48);
+
+  const ModelConfig c = parse_model_config(nlohmann::json{{"model_type", "gemma"},
+                                                          {"vocab_size", 512},
+                                                          {"hidden_size", 64},
+                                                          {"intermediate_size", 128},
+                                                          {"num_hidden_layers", 2},
+                                                          {"num_attention_heads", 4},
+                                                          {"num_key_value_heads", 1},
+                                                          {"head_dim", 32},
+                                                          {"rms_norm_eps", 1e-6},
+                                                          {"hidden_act", "gelu"},
+                                                          {"hidden_activation", kGeluTanh},
+                                                          {"bos_token_id", 1},
+                                                          {"eos_token_id", 2}},
+                                           "gemma test config");
+  ASSERT_TRUE(c.tie_word_embeddings);  // Gemma's default
+  std::mt19937 rng(5);
+  NamedTensors ts;
+  TensorMap params;
+  for (const auto& [name, shape] : expected_parameters(c)) {
+    Tensor t = Tensor::empty(shape, DType::F32);
+    const bool norm = shape.size() == 1;  // stored w of a (1 + w) norm: around 0
+    std::normal_distribution<float> n(0.0f, norm ? 0.3f : 0.1f);
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = n(rng);
+    ts.push_back({name, t});
+    params[name] = t;
+  }
+  const auto lp = fusetune_logprobs(c, params, ids);
+  const auto ref = reference_logprobs(c, params, ids, gguf::FileType::F32, false);
+  const Diff d_ft = compare(lp, nlohmann::json(ref));
+  const double nll_ft = mean_nll(lp, ids);
+  std::printf("[gemma f32] fusetune vs reference |dlogp| max %.3g (rel %.3g); mean NLL %.6f\n",
+              d_ft.max_abs, d_ft.max_rel, nll_ft);
+  EXPECT_LT(d_ft.max_rel, 1e-5);
+  EXPECT_GT(nll_ft, 1.0);  // the logits have a spread: a wrong norm would show
+
+  if (auto why = llama_cpp_unavailable(); !why.empty()) FT_SKIP_UNLESS_REQUIRED(why);
+  const fs::path ck = tmp / "gemma";
+  save_hf_checkpoint(ck, c, ts);
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) fs::copy_file(src / f, ck / f);
+  const fs::path file = tmp / "gemma-f32.gguf";
+  gguf::export_gguf(ck, file, gguf::FileType::F32);
+  const auto cpp = run_llama_cpp(file, ids, story, tmp.path());
+  ASSERT_EQ(cpp["logprobs"].size(), ids.size());
+  EXPECT_EQ(cpp["text_tokens"].get<std::vector<int32_t>>(), tok->encode(story, false, false));
+  const auto ref_table =
+      reference_logprobs(c, params, ids, gguf::FileType::F32, false, 0, /*ggml_gelu=*/true);
+  std::vector<std::vector<double>> cpp_lp;
+  for (const auto& row : cpp["logprobs"]) cpp_lp.push_back(row.get<std::vector<double>>());
+  const Diff d = compare(lp, cpp["logprobs"]), d_ref = compare(ref, cpp["logprobs"]),
+             d_table = compare(ref_table, cpp["logprobs"]);
+  const double nll_cpp = mean_nll(cpp_lp, ids), nll_table = mean_nll(ref_table, ids);
+  std::printf(
+      "[gguf gemma f32] %zu tokens, |dlogp| llama.cpp vs reference with its table GELU max %.3g "
+      "(rel %.3g), vs the exact reference max %.3g, vs fusetune max %.3g (mean %.3g); mean NLL "
+      "llama.cpp %.6f, table reference %.6f, fusetune %.6f\n",
+      ids.size(), d_table.max_abs, d_table.max_rel, d_ref.max_abs, d.max_abs, d.mean_abs, nll_cpp,
+      nll_table, nll_ft);
+  EXPECT_LT(d_table.max_rel, 1e-4);
+  EXPECT_NEAR(nll_cpp, nll_table, 1e-5);
+  EXPECT_LT(d.max_rel, 1e-2);  // the fp16 GELU table's rounding, no more
 }

@@ -78,7 +78,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{"llama3", "tokenizers/llama3/tokenizer.json", false, false},
                       Case{"qwen3", "tokenizers/qwen3/tokenizer.json", true, false},
                       Case{"gpt2", "tokenizers/gpt2/tokenizer.json", false, false},
-                      Case{"stories260K", "stories260K/tokenizer.json", false, true}),
+                      Case{"stories260K", "stories260K/tokenizer.json", false, true},
+                      Case{"gemma3", "tokenizers/gemma3/tokenizer.json", false, false}),
     [](const auto& p) { return std::string(p.param.name); });
 
 }  // namespace

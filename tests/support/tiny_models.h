@@ -34,6 +34,16 @@ inline ModelConfig tiny_qwen3_config() {
   return c;
 }
 
+// The same as a Gemma: the tanh-GELU gate, RMSNorm by (1 + w), embeddings times
+// sqrt(hidden_size), head_dim 6 apart from hidden_size / heads (4), one KV head (MQA), tied.
+inline ModelConfig tiny_gemma_config() {
+  ModelConfig c = tiny_config(true, false, 1);
+  c.model_type = "gemma";
+  c.hidden_act = "gelu_pytorch_tanh";
+  c.head_dim = 6;
+  return c;
+}
+
 // A random batch with shifted labels, some ignored; packed adds two documents per row.
 inline Batch random_batch(int64_t B, int64_t T, int64_t V, uint64_t seed, bool packed = false) {
   Batch b;

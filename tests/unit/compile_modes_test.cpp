@@ -1,6 +1,6 @@
 // Every compile mode computes what eager computes: the loss and every gradient, over several
-// small configurations (GQA, tied/untied head, qkv bias, Qwen3's q/k norms, packed documents,
-// ignored labels).
+// small configurations (GQA, tied/untied head, qkv bias, Qwen3's q/k norms, Gemma's GeGLU,
+// (1 + w) norms and scaled embeddings, packed documents, ignored labels).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -24,10 +24,13 @@ struct ModeCase {
   bool tied, bias, packed;
   int64_t kv;
   bool qwen3 = false;  // tiny_qwen3_config(): q/k norms, head_dim apart (tied, no bias)
+  bool gemma = false;  // tiny_gemma_config(): GeGLU, (1 + w) norms, MQA (tied, no bias)
 };
 
 void check_modes(const ModeCase& c, DType dt, double loss_tol, double grad_tol) {
-  ModelConfig cfg = c.qwen3 ? tiny_qwen3_config() : tiny_config(c.tied, c.bias, c.kv);
+  ModelConfig cfg = c.qwen3   ? tiny_qwen3_config()
+                    : c.gemma ? tiny_gemma_config()
+                              : tiny_config(c.tied, c.bias, c.kv);
   cfg.vocab_size = 37;
   TrainingGraphOptions o;
   o.batch_size = 2;
@@ -62,6 +65,7 @@ const ModeCase kModeCases[] = {
     {"mha_packed", false, false, true, 4},
     {"mqa_tied_packed", true, false, true, 1},
     {"qwen3_qk_norm_packed", true, false, true, 2, true},
+    {"gemma_geglu_mqa_packed", true, false, true, 1, false, true},
 };
 
 }  // namespace
@@ -105,6 +109,30 @@ TEST(CompileModes, ParseModeNames) {
   EXPECT_EQ(parse_compile_mode("true"), CompileMode::Full);
   EXPECT_EQ(parse_compile_mode("model+loss"), CompileMode::Full);
   EXPECT_THROW(parse_compile_mode("yes"), Error);
+}
+
+// Gemma's (1 + w) norms read a Fill of ones inside each layer: a leaf, never recomputed.
+TEST(ActivationCheckpointing, GemmaSameLossAndGradientsInEveryMode) {
+  ModelConfig cfg = tiny_gemma_config();
+  TrainingGraphOptions o;
+  o.batch_size = 2;
+  o.seq_len = 8;
+  o.dtype = DType::F64;
+  TrainingGraph tg = build_training_graph(cfg, o);
+  TensorMap params = init_parameters(graph_parameters(tg.graph), 4, DType::F64, 0.2);
+  Batch batch = random_batch(2, 8, cfg.vocab_size, 6);
+  TensorMap inputs = batch_inputs(batch, DType::F64, 1.0 / double(batch.num_valid_labels()));
+  auto ref = EagerExecutor(tg.graph).run(inputs, params);
+  for (CompileMode mode : {CompileMode::None, CompileMode::Model, CompileMode::Full}) {
+    PassOptions po;
+    po.mode = mode;
+    po.activation_checkpointing = true;
+    auto out = compile_graph(tg.graph, po).executor->run(inputs, params);
+    ASSERT_EQ(out.size(), ref.size());
+    for (size_t k = 0; k < out.size(); ++k)
+      EXPECT_LE(max_rel_diff(out[k], ref[k]), 1e-12)
+          << compile_mode_name(mode) << " " << tg.graph.outputs()[k].first;
+  }
 }
 
 TEST(ActivationCheckpointing, SameLossAndGradientsWithLessActivationMemory) {

@@ -49,6 +49,8 @@ TEST(ConfigTokenizer, TorchtuneBuildersAreComponents) {
       {"{_component_: torchtune.models.mistral.mistral_tokenizer, path: /m/tokenizer.model, "
        "prompt_template: torchtune.models.mistral.MistralChatTemplate}",
        "sentencepiece"},
+      {"{_component_: torchtune.models.gemma.gemma_tokenizer, path: /m/tokenizer.model}",
+       "sentencepiece"},
       {"{_component_: hf, path: /m/tokenizer.json}", "hf"}};
   for (const auto& [yaml, comp] : cases) {
     EXPECT_EQ(tokenizer_problems(yaml), "") << yaml;

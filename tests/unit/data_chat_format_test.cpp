@@ -90,6 +90,50 @@ TEST(DataChatFormat, ChatMLLayout) {
   expect_same(f->render(conversation()), want);
 }
 
+// Gemma: BOS, turns as user/model, the system text ahead of the first user turn's content.
+TEST(DataChatFormat, GemmaLayout) {
+  Fake tok(false, false, true, /*gemma=*/true);
+  auto f = make_chat_format("gemma", tok);
+  Sample want = expect({{Fake::kBos, false},
+                        {Fake::kStartOfTurn, false},
+                        {"user\n", false},
+                        {"Be brief.\n\n", false},
+                        {"Hi", false},
+                        {Fake::kEndOfTurn, false},
+                        {"\n", false},
+                        {Fake::kStartOfTurn, false},
+                        {"model\n", false},
+                        {"Hello!", true},
+                        {Fake::kEndOfTurn, true},
+                        {"\n", false},
+                        {Fake::kStartOfTurn, false},
+                        {"user\n", false},
+                        {"Bye", false},
+                        {Fake::kEndOfTurn, false},
+                        {"\n", false},
+                        {Fake::kStartOfTurn, false},
+                        {"model\n", false},
+                        {"Ciao", true},
+                        {Fake::kEndOfTurn, true},
+                        {"\n", false}});
+  expect_same(f->render(conversation()), want);
+  const std::vector<Message> ask = {{Role::kUser, "Hi", false}};
+  Sample prompt = f->render_prompt(ask);
+  Sample open = expect({{Fake::kBos, false},
+                        {Fake::kStartOfTurn, false},
+                        {"user\nHi", false},
+                        {Fake::kEndOfTurn, false},
+                        {"\n", false},
+                        {Fake::kStartOfTurn, false},
+                        {"model\n", false}});
+  expect_same(prompt, open);
+  EXPECT_EQ(f->end_of_turn_tokens(), std::vector<int32_t>{Fake::kEndOfTurn});
+  EXPECT_THROW(f->render({{Role::kAssistant, "x", true}}), Error);  // a user turn first
+  EXPECT_EQ(resolve_chat_format("auto", "gemma", tok), "gemma");
+  EXPECT_EQ(resolve_chat_format("auto", "", tok), "gemma");
+  EXPECT_THROW(make_chat_format("gemma", Fake()), Error);  // no <start_of_turn>
+}
+
 TEST(DataChatFormat, Llama2Layout) {
   Fake tok;
   auto f = make_chat_format("llama2", tok);

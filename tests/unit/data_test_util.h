@@ -21,9 +21,15 @@ inline constexpr int32_t I = kIgnoreIndex;
 class FakeTokenizer : public Tokenizer {
  public:
   static constexpr int32_t kBegin = 1000, kStartHeader = 1001, kEndHeader = 1002, kEot = 1003,
-                           kImStart = 1010, kImEnd = 1011, kBos = 1020, kEos = 1021, kPad = 1022;
-  explicit FakeTokenizer(bool llama3 = true, bool chatml = true, bool has_bos = true)
+                           kImStart = 1010, kImEnd = 1011, kBos = 1020, kEos = 1021, kPad = 1022,
+                           kStartOfTurn = 1030, kEndOfTurn = 1031;
+  explicit FakeTokenizer(bool llama3 = true, bool chatml = true, bool has_bos = true,
+                         bool gemma = false)
       : has_bos_(has_bos) {
+    if (gemma) {
+      specials_["<start_of_turn>"] = kStartOfTurn;
+      specials_["<end_of_turn>"] = kEndOfTurn;
+    }
     if (llama3) {
       specials_["<|begin_of_text|>"] = kBegin;
       specials_["<|start_header_id|>"] = kStartHeader;

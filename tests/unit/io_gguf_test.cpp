@@ -615,3 +615,39 @@ TEST(IoGguf, Llama3RopeScalingBecomesRopeFreqs) {
   EXPECT_NEAR(r[2], 2.6945, 1e-3);
   EXPECT_EQ(r[3], 8.0f);
 }
+
+// Gemma: architecture gemma, q/k rows as HF stores them (NEOX RoPE), every norm written as
+// 1 + w (llama.cpp's gemma multiplies by the stored weight), no output.weight (the head is
+// token_embd); an untied Gemma or a SiLU one has no GGUF gemma form.
+TEST(IoGguf, GemmaNormsAreOnePlusWAndTheHeadIsTheEmbedding) {
+  fusetune::testing::TempDir dir;
+  ModelConfig c = small_config(true);
+  c.model_type = "gemma";
+  c.hidden_act = "gelu_pytorch_tanh";
+  write_checkpoint(dir / "ck", c, spm_tokenizer_json());
+  export_gguf(dir / "ck", dir / "m.gguf", FileType::F32);
+  const auto f = read_gguf(dir / "m.gguf");
+  const HFCheckpoint ck = load_hf_checkpoint(dir / "ck");
+  EXPECT_EQ(f.kv.at("general.architecture"), "gemma");
+  EXPECT_FALSE(f.has_tensor("output.weight"));
+  auto read = [&](const std::string& name, size_t n) {
+    std::vector<float> v(n);
+    std::memcpy(v.data(), f.data(name), n * sizeof(float));
+    return v;
+  };
+  for (const auto& [hf, gg] :
+       {std::pair{"model.layers.0.input_layernorm.weight", "blk.0.attn_norm.weight"},
+        std::pair{"model.layers.0.post_attention_layernorm.weight", "blk.0.ffn_norm.weight"},
+        std::pair{"model.norm.weight", "output_norm.weight"}}) {
+    const std::vector<float> w = tensor_values(ck, hf), g = read(gg, w.size());
+    for (size_t i = 0; i < w.size(); ++i) EXPECT_EQ(g[i], w[i] + 1.0f) << gg << " " << i;
+  }
+  const std::vector<float> q = tensor_values(ck, "model.layers.0.self_attn.q_proj.weight");
+  EXPECT_EQ(read("blk.0.attn_q.weight", q.size()), q);  // not permuted
+  ModelConfig untied = c;
+  untied.tie_word_embeddings = false;
+  EXPECT_THROW(gguf_architecture(untied), Error);
+  ModelConfig silu = c;
+  silu.hidden_act = "silu";
+  EXPECT_THROW(gguf_architecture(silu), Error);
+}

@@ -1,5 +1,6 @@
 // models/model_family: each family's row is what config.json parsing, the parameter list, the
 // recipe schema and GGUF export act on. Qwen3: q/k norms, head_dim 128 by default, no biases.
+// Gemma: hidden_activation, head_dim 256, tied by default.
 #include "fusetune/models/model_family.h"
 
 #include <algorithm>
@@ -101,6 +102,35 @@ TEST(ModelFamilies, Qwen3HasQkNormsHeadDim128AndNoBiases) {
   // Other families keep hidden_size / heads and have no q/k norms.
   const auto llama = expected_parameters(parse_model_config(minimal("llama"), "c.json"));
   for (const auto& [n, s] : llama) EXPECT_EQ(n.find("q_norm"), std::string::npos) << n;
+}
+
+// Gemma: the GeGLU gate from `hidden_activation` (its stale `hidden_act: gelu` is kept in the
+// file but not read, as transformers does), head_dim 256, tied embeddings, Gemma's token ids.
+TEST(ModelFamilies, GemmaReadsHiddenActivationHeadDim256AndTiesByDefault) {
+  json j = minimal("gemma");
+  j["hidden_act"] = "gelu";
+  const ModelConfig c = parse_model_config(j, "c.json");
+  EXPECT_EQ(c.hidden_act, kGeluTanh);  // transformers' default when hidden_activation is absent
+  EXPECT_EQ(c.head_dim, 256);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_EQ(c.bos_token_id, 2);
+  EXPECT_EQ(c.eos_token_id, 1);
+  EXPECT_EQ(c.max_position_embeddings, 8192);
+  const json written = model_config_to_json(c);
+  EXPECT_EQ(written["hidden_act"], "gelu");  // as read
+  EXPECT_EQ(written["hidden_activation"], kGeluTanh);
+  EXPECT_TRUE(written["tie_word_embeddings"].get<bool>());
+  for (const auto& [n, s] : expected_parameters(c)) EXPECT_NE(n, "lm_head.weight");
+  j["hidden_activation"] = "relu";
+  const std::string msg = error_of(j);
+  EXPECT_NE(msg.find("hidden_activation 'relu' is not supported"), std::string::npos) << msg;
+  j["hidden_activation"] = kGeluTanh;
+  j["tie_word_embeddings"] = false;
+  EXPECT_FALSE(parse_model_config(j, "c.json").tie_word_embeddings);
+  // The Llama families read hidden_act and are untied unless told.
+  const ModelConfig llama = parse_model_config(minimal("llama"), "c.json");
+  EXPECT_EQ(llama.hidden_act, "silu");
+  EXPECT_FALSE(llama.tie_word_embeddings);
 }
 
 }  // namespace

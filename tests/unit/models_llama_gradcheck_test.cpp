@@ -1,6 +1,6 @@
 // The whole model's gradient (embedding, attention with GQA and RoPE, MLP, norms, tied or
-// untied head, qkv bias, Qwen3's q/k norms, cross-entropy with ignored labels) against finite
-// differences.
+// untied head, qkv bias, Qwen3's q/k norms, Gemma's GeGLU, (1 + w) norms and scaled embeddings,
+// cross-entropy with ignored labels) against finite differences.
 #include <gtest/gtest.h>
 
 #include "fusetune/graph/builder.h"
@@ -46,6 +46,9 @@ TEST(LlamaGradcheck, GqaUntiedNoBias) { check_model(tiny_config(false, false), f
 TEST(LlamaGradcheck, GqaTiedWithQkvBias) { check_model(tiny_config(true, true), false); }
 TEST(LlamaGradcheck, MultiHeadNoGqaPacked) { check_model(tiny_config(false, true, 4), true); }
 TEST(LlamaGradcheck, Qwen3QkNormsWithHeadDimApartPacked) { check_model(tiny_qwen3_config(), true); }
+TEST(LlamaGradcheck, GemmaGeGluOnePlusWNormsScaledEmbeddingMqa) {
+  check_model(tiny_gemma_config(), false);
+}
 
 TEST(LlamaTrainingGraph, OutputsLossThenOneGradPerTrainableParam) {
   ModelConfig cfg = tiny_config(true, false);

@@ -11,7 +11,7 @@ namespace fusetune::passes::activation_checkpointing {
 std::string run(Graph& g, const PassOptions& opts) {
   if (!opts.activation_checkpointing) return "activation_checkpointing: off";
   auto is_leaf = [](const Node& n) {
-    return n.op == Op::Input || n.op == Op::Param || n.op == Op::Constant;
+    return n.op == Op::Input || n.op == Op::Param || n.op == Op::Constant || n.op == Op::Fill;
   };
   std::map<int, std::vector<int>> forward;  // layer -> its forward (non-leaf) nodes, in order
   for (int i = 0; i < int(g.nodes().size()); ++i) {

@@ -342,7 +342,7 @@ ComponentTable checkpointer_table() {
                     "{filename_format, max_filename}); default: all "
                     "*.safetensors"),
            Field::Enum("model_type", {"LLAMA2", "LLAMA3", "LLAMA3_2", "MISTRAL", "QWEN2", "QWEN3",
-                                      "llama", "mistral", "qwen2", "qwen3"})
+                                      "GEMMA", "llama", "mistral", "qwen2", "qwen3", "gemma"})
                .doc("architecture family (also read from config.json)"),
            Field::String("output_dir").def("${output_dir}").doc("where checkpoints are written"),
            Field::String("recipe_checkpoint")
@@ -410,8 +410,9 @@ ComponentTable tokenizer_table() {
                      qwen_fields()),
            Component("sentencepiece",
                      {"torchtune.models.llama2.llama2_tokenizer",
-                      "torchtune.models.mistral.mistral_tokenizer"},
-                     "SentencePiece tokenizer.model (Llama 2, Mistral)",
+                      "torchtune.models.mistral.mistral_tokenizer",
+                      "torchtune.models.gemma.gemma_tokenizer"},
+                     "SentencePiece tokenizer.model (Llama 2, Mistral, Gemma)",
                      tokenizer_torchtune_keys(
                          {Field::String("path").req().doc("the tokenizer.model file")}))},
           ""};

@@ -55,7 +55,7 @@ Schema build_generate() {
             .def("auto")
             .doc("chat template around the prompt: auto (by model family and tokenizer), llama3, "
                  "chatml, "
-                 "llama2, mistral, plain"));
+                 "llama2, mistral, gemma, plain"));
   s.add(Field::Int("max_new_tokens").def("300").min(1).doc("tokens to generate at most"));
   s.add(Field::Float("temperature").def("0.6").min(0).doc("sampling temperature; 0: greedy"));
   s.add(Field::Int("top_k").min(0).doc("sample among the k most likely tokens (null/0: all)"));

@@ -93,15 +93,16 @@ Field model_field(bool lora_recipe) {
            .doc("checkpoint: weights and architecture from the checkpointer; random: a new "
                 "model from model.config or the keys below"),
        Field::String("config").doc("with init: random, a Hugging Face config.json"),
-       Field::Enum("model_type", {"llama", "mistral", "qwen2", "qwen3"})
+       Field::Enum("model_type", {"llama", "mistral", "qwen2", "qwen3", "gemma"})
            .doc("HF model_type (models/model_family.cpp)"),
        int_pos("vocab_size", "vocabulary size (>= the tokenizer's)"),
        int_pos("hidden_size", "model width"), int_pos("intermediate_size", "MLP width"),
        int_pos("num_hidden_layers", "number of decoder layers"),
        int_pos("num_attention_heads", "query heads"),
        int_pos("num_key_value_heads", "key/value heads (GQA); default num_attention_heads"),
-       int_pos("head_dim",
-               "per-head width; default hidden_size / num_attention_heads (qwen3: 128)"),
+       int_pos(
+           "head_dim",
+           "per-head width; default hidden_size / num_attention_heads (qwen3: 128, gemma: 256)"),
        Field::Float("rope_theta").min(0).doc("RoPE base"),
        Field::Float("rms_norm_eps").min(0).doc("RMSNorm epsilon"),
        Field::Bool("tie_word_embeddings").doc("output head shares the embedding matrix"),

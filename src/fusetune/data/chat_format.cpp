@@ -119,6 +119,59 @@ class ChatMLFormat : public ChatFormat {
   int32_t start_, end_;
 };
 
+// Gemma's chat template (transformers' Gemma 3 one; Gemma 1/2 have the same turns): BOS, then
+// <start_of_turn>{user|model}\n{content, trimmed}<end_of_turn>\n per message, roles
+// alternating from a user; a leading system message is written ahead of the first user turn's
+// content, followed by a blank line.
+class GemmaFormat : public ChatFormat {
+ public:
+  explicit GemmaFormat(const Tokenizer& tok)
+      : tok_(tok),
+        start_(require_special(tok, "gemma", "<start_of_turn>")),
+        end_(require_special(tok, "gemma", "<end_of_turn>")) {}
+  std::string_view name() const override { return "gemma"; }
+  Sample render(const std::vector<Message>& messages) const override {
+    size_t first = 0;
+    std::string system;
+    bool system_trained = false;
+    if (!messages.empty() && messages[0].role == Role::kSystem) {
+      system = messages[0].content + "\n\n";
+      system_trained = messages[0].trained;
+      first = 1;
+    }
+    Builder b(tok_);
+    if (tok_.bos_id() >= 0) b.id(tok_.bos_id(), false);
+    for (size_t i = first; i < messages.size(); ++i) {
+      const Message& m = messages[i];
+      const bool want_user = (i - first) % 2 == 0;
+      FT_CHECK(m.role == (want_user ? Role::kUser : Role::kAssistant),
+               "chat template 'gemma': conversation roles must alternate user/assistant "
+               "(optionally after one system message); message " +
+                   std::to_string(i) + " is " + std::string(role_name(m.role)));
+      b.id(start_, false);
+      b.text(want_user ? "user\n" : "model\n", false);
+      if (i == first) b.text(system, system_trained);
+      b.text(trim(m.content), m.trained);
+      b.id(end_, m.trained);
+      b.text("\n", false);
+    }
+    return b.take();
+  }
+  Sample render_prompt(const std::vector<Message>& messages) const override {
+    Sample s = render(messages);
+    Builder b(tok_);
+    b.id(start_, false);
+    b.text("model\n", false);
+    append(s, b.take());
+    return s;
+  }
+  std::vector<int32_t> end_of_turn_tokens() const override { return {end_}; }
+
+ private:
+  const Tokenizer& tok_;
+  int32_t start_, end_;
+};
+
 // Llama 2 chat and Mistral instruct: [INST] ... [/INST] around user turns.
 class InstFormat : public ChatFormat {
  public:
@@ -199,7 +252,7 @@ std::string lower(std::string_view s) {
 }  // namespace
 
 std::vector<std::string> chat_format_names() {
-  return {"llama3", "chatml", "qwen", "llama2", "mistral", "plain", "alpaca"};
+  return {"llama3", "chatml", "qwen", "llama2", "mistral", "gemma", "plain", "alpaca"};
 }
 
 std::string resolve_chat_format(std::string_view template_name, std::string_view model_family,
@@ -214,6 +267,7 @@ std::string resolve_chat_format(std::string_view template_name, std::string_view
   if (starts_with(f, "mistral")) return "mistral";
   if (tok.token_to_id("<|start_header_id|>") && tok.token_to_id("<|eot_id|>")) return "llama3";
   if (tok.token_to_id("<|im_start|>") && tok.token_to_id("<|im_end|>")) return "chatml";
+  if (tok.token_to_id("<start_of_turn>") && tok.token_to_id("<end_of_turn>")) return "gemma";
   return "plain";
 }
 
@@ -223,6 +277,7 @@ std::unique_ptr<ChatFormat> make_chat_format(std::string_view name, const Tokeni
   if (n == "chatml" || n == "qwen") return std::make_unique<ChatMLFormat>(tok);
   if (n == "llama2") return std::make_unique<InstFormat>(tok, /*mistral=*/false);
   if (n == "mistral") return std::make_unique<InstFormat>(tok, /*mistral=*/true);
+  if (n == "gemma") return std::make_unique<GemmaFormat>(tok);
   if (n == "plain" || n == "alpaca") return std::make_unique<PlainFormat>(tok);
   std::string hint = closest_match(n, chat_format_names());
   throw Error("unknown chat template '" + std::string(name) + "'" +

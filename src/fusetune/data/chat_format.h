@@ -9,6 +9,8 @@
 //           must alternate user/assistant; <s> and </s> are the tokenizer's BOS/EOS ids)
 //   mistral <s>[INST] {user} [/INST]{assistant}</s>[INST] ... (system text is put before the
 //           first user message, separated by a blank line)
+//   gemma   <bos> then per message <start_of_turn>{user|model}\n{content, trimmed}<end_of_turn>\n
+//           (roles alternate; system text goes before the first user message + a blank line)
 //   plain   (alias alpaca) BOS, then the messages' contents back to back, EOS after each
 //           assistant message. For records whose prompt already carries its own format
 //           (Alpaca, text); chat data should use the model's own template.
@@ -51,7 +53,7 @@ std::vector<std::string> chat_format_names();
 // The template to use: `template_name` unless it is empty or "auto"; then by model family
 // (llama3* -> llama3, qwen* -> chatml, llama2*/codellama -> llama2, mistral* -> mistral);
 // then by the tokenizer's special tokens (<|start_header_id|> -> llama3, <|im_start|> ->
-// chatml); else plain (e.g. the byte tokenizer).
+// chatml, <start_of_turn> -> gemma); else plain (e.g. the byte tokenizer).
 std::string resolve_chat_format(std::string_view template_name, std::string_view model_family,
                                 const Tokenizer& tok);
 

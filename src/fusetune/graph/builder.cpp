@@ -32,6 +32,14 @@ Value Builder::scale(Value a, double s) {
 
 Value Builder::silu(Value a) { return g_.add1(Op::Silu, {a}); }
 
+Value Builder::gelu_tanh(Value a) { return g_.add1(Op::GeluTanh, {a}); }
+
+Value Builder::softcap(Value a, double cap) {
+  Attrs at;
+  at.scalar = cap;
+  return g_.add1(Op::Softcap, {a}, at);
+}
+
 Value Builder::rmsnorm(Value x, Value w, double eps) {
   Attrs at;
   at.eps = eps;

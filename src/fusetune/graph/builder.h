@@ -18,6 +18,8 @@ class Builder {
   Value mul(Value a, Value b);
   Value scale(Value a, double s);
   Value silu(Value a);
+  Value gelu_tanh(Value a);
+  Value softcap(Value a, double cap);  // cap * tanh(a / cap)
   Value rmsnorm(Value x, Value w, double eps);
   Value rope(Value x, Value cos, Value sin, Value positions, bool inverse = false);
   Value softmax(Value x);

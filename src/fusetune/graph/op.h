@@ -111,6 +111,11 @@ enum class Op : uint8_t {
   FakeQuantMatMul,          // (x [N, K], W [O, K], enable) -> x fq(W)^T [N, O]: fq(W) formed
                             // a tile of rows at a time inside the GEMM, never whole
   FakeQuantMatMulBackward,  // (dy [N, O], W [O, K], enable) -> dy fq(W) [N, K], tile by tile
+  // Gemma (models/model_family.h)
+  GeluTanh,          // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))): PyTorch's gelu(tanh)
+  GeluTanhBackward,  // (x, dy) -> dx
+  Softcap,           // cap * tanh(x / cap), attrs.scalar = cap (Gemma 2's logit soft-capping)
+  SoftcapBackward,   // (y, dy) -> dy (1 - (y / cap)^2): from the output, attrs.scalar = cap
   kCount
 };
 

@@ -175,9 +175,17 @@ void permute_rope_rows(float* w, int64_t n_head, int64_t head_dim, int64_t cols)
 }
 
 std::string gguf_architecture(const ModelConfig& c) {
-  FT_CHECK(c.hidden_act == "silu", "config.json: hidden_act '" + c.hidden_act +
-                                       "' has no GGUF llama architecture (silu only)");
   const ModelFamily& family = model_family(c.model_type, "config.json");
+  // llama.cpp's architecture fixes the MLP's activation: SiLU, or the tanh GELU for gemma.
+  FT_CHECK(c.hidden_act == family.default_activation,
+           "config.json: " + std::string(family.activation_key) + " '" + c.hidden_act +
+               "' has no GGUF " + std::string(family.gguf_arch) + " architecture (" +
+               std::string(family.default_activation) + " only)");
+  // llama.cpp's gemma reads no output.weight: its head is always token_embd.
+  FT_CHECK(c.tie_word_embeddings || !family.default_tie_word_embeddings,
+           "config.json: tie_word_embeddings: false (a " + c.model_type +
+               " with its own lm_head) is not expressible as GGUF " +
+               std::string(family.gguf_arch));
   FT_CHECK(!c.mlp_bias, "config.json: mlp_bias: true has no GGUF " + std::string(family.gguf_arch) +
                             " architecture");
   // llama.cpp's llama architecture reads no q/k/v biases; qwen2's always has them.
@@ -191,7 +199,8 @@ ExportResult export_gguf(const fs::path& dir, const fs::path& output, FileType t
   auto ck = std::make_shared<HFCheckpoint>(load_hf_checkpoint(dir, {}, DType::F32));
   const ModelConfig& c = ck->config;
   const std::string arch = gguf_architecture(c);
-  const bool permute = model_family(c.model_type).gguf_permutes_rope_rows;
+  const ModelFamily& family = model_family(c.model_type);
+  const bool permute = family.gguf_permutes_rope_rows;
 
   Writer w;
   w.add_string("general.architecture", arch);
@@ -239,16 +248,22 @@ ExportResult export_gguf(const fs::path& dir, const fs::path& output, FileType t
   }
   for (const auto& [hf_name, shape] : expected_parameters(c)) {
     const TensorType t = tensor_type_for(type, hf_name, shape, c.tie_word_embeddings);
+    // Gemma's (1 + w) norms: llama.cpp's gemma multiplies by the weight as stored, so the
+    // file holds w + 1 (convert_hf_to_gguf.py does the same).
+    const bool add_one =
+        family.norm_adds_one && shape.size() == 1 && hf_name.ends_with("norm.weight");
     int64_t heads = 0;
     if (permute && hf_name.find("self_attn.q_proj.weight") != std::string::npos)
       heads = c.num_attention_heads;
     if (permute && hf_name.find("self_attn.k_proj.weight") != std::string::npos)
       heads = c.num_key_value_heads;
     add({gguf_tensor_name(hf_name), shape, t,
-         [ck, hf_name = hf_name, shape = shape, t, heads, hd = c.head_dim] {
+         [ck, hf_name = hf_name, shape = shape, t, heads, hd = c.head_dim, add_one] {
            const Tensor& src = ck->tensors.at(hf_name);
            std::vector<float> x(src.data<float>(), src.data<float>() + src.numel());
            if (heads > 0) permute_rope_rows(x.data(), heads, hd, shape.back());
+           if (add_one)
+             for (float& v : x) v += 1.0f;
            return encode(t, x.data(), int64_t(x.size()));
          }});
   }

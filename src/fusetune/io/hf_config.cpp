@@ -1,5 +1,6 @@
 #include "fusetune/io/hf_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -118,8 +119,9 @@ void validate_model_config(const ModelConfig& c, const std::string& src) {
   FT_CHECK(c.rope_theta > 0 && std::isfinite(c.rope_theta),
            src + ": 'rope_theta' must be positive and finite");
   FT_CHECK(c.sliding_window >= 0, src + ": 'sliding_window' must be positive or null");
-  FT_CHECK(c.hidden_act == "silu" || c.hidden_act == "swish",
-           src + ": hidden_act '" + c.hidden_act + "' is not supported (supported: silu)");
+  FT_CHECK(c.hidden_act == "silu" || c.hidden_act == "swish" || c.hidden_act == kGeluTanh,
+           src + ": " + std::string(family.activation_key) + " '" + c.hidden_act +
+               "' is not supported (supported: silu, " + kGeluTanh + ")");
   FT_CHECK(!c.mlp_bias, src +
                             ": mlp_bias: true is not supported (no Llama-family "
                             "checkpoint uses MLP biases)");
@@ -181,8 +183,9 @@ ModelConfig parse_model_config(const json& j, const std::string& src) {
       r.integer("max_position_embeddings", family.default_max_position_embeddings);
   c.rms_norm_eps = r.number("rms_norm_eps", 1e-6);
   c.rope_theta = r.number("rope_theta", 10000.0);
-  c.tie_word_embeddings = r.boolean("tie_word_embeddings", false);
-  c.hidden_act = r.string("hidden_act", "silu");
+  c.tie_word_embeddings = r.boolean("tie_word_embeddings", family.default_tie_word_embeddings);
+  c.hidden_act =
+      r.string(std::string(family.activation_key).c_str(), std::string(family.default_activation));
   // Qwen2 always has q/k/v biases and its config has no attention_bias key.
   c.attention_bias = family.qkv_bias ? true : r.boolean("attention_bias", false);
   c.mlp_bias = r.boolean("mlp_bias", false);
@@ -224,13 +227,19 @@ json model_config_to_json(const ModelConfig& c) {
   j["num_hidden_layers"] = c.num_hidden_layers;
   j["num_attention_heads"] = c.num_attention_heads;
   j["num_key_value_heads"] = c.num_key_value_heads;
-  if (j.contains("head_dim") || c.head_dim * c.num_attention_heads != c.hidden_size)
+  // Written unless reading the file back would imply it (the family's default, else
+  // hidden_size / num_attention_heads).
+  const int64_t implied_head_dim =
+      family.default_head_dim > 0 ? family.default_head_dim
+                                  : c.hidden_size / std::max<int64_t>(c.num_attention_heads, 1);
+  if (j.contains("head_dim") || c.head_dim != implied_head_dim ||
+      c.head_dim * c.num_attention_heads != c.hidden_size)
     j["head_dim"] = c.head_dim;
   j["max_position_embeddings"] = c.max_position_embeddings;
   j["rms_norm_eps"] = c.rms_norm_eps;
   j["rope_theta"] = c.rope_theta;
   j["tie_word_embeddings"] = c.tie_word_embeddings;
-  j["hidden_act"] = c.hidden_act;
+  j[std::string(family.activation_key)] = c.hidden_act;
   if (family.writes_attention_bias) j["attention_bias"] = c.attention_bias;
   if (family.writes_mlp_bias) j["mlp_bias"] = c.mlp_bias;
   const auto& rs = c.rope_scaling;

@@ -30,6 +30,14 @@ struct Layer {
   }
 };
 
+// RMSNorm with the stored weight w; a family whose norms scale by (1 + w) (Gemma) feeds the op
+// w + 1, the Add of w and a Fill of ones, so RMSNorm, its kernels and its fusions stay one op
+// and w's gradient passes through the Add unchanged (docs/design.md §1).
+Value family_rmsnorm(Builder& b, const ModelConfig& c, Value x, Value w) {
+  if (model_family(c.model_type).norm_adds_one) w = b.add(w, b.graph().fill(b.shape(w), 1.0));
+  return b.rmsnorm(x, w, c.rms_norm_eps);
+}
+
 Value attention(Layer& L, Value x, const LlamaInputs& in, Value cos, Value sin, int64_t B,
                 int64_t T) {
   Builder& b = L.b;
@@ -44,8 +52,8 @@ Value attention(Layer& L, Value x, const LlamaInputs& in, Value cos, Value sin, 
   // Qwen3: each head of q and k RMS-normalized over head_dim before RoPE.
   const bool qk_norm = model_family(c.model_type).qk_norm;
   auto head_norm = [&](Value y, const char* norm) {
-    return qk_norm ? b.rmsnorm(y, L.param(std::string("self_attn.") + norm + ".weight", {hd}),
-                               c.rms_norm_eps)
+    return qk_norm ? family_rmsnorm(b, c, y,
+                                    L.param(std::string("self_attn.") + norm + ".weight", {hd}))
                    : y;
   };
   Value q = b.rope(head_norm(proj("q_proj", H), "q_norm"), cos, sin, in.positions);
@@ -79,7 +87,9 @@ Value mlp(Layer& L, Value x) {
   const int64_t D = L.cfg.hidden_size, F = L.cfg.intermediate_size;
   Value gate = L.linear(x, "mlp.gate_proj", F, D);
   Value up = L.linear(x, "mlp.up_proj", F, D);
-  return L.linear(b.mul(b.silu(gate), up), "mlp.down_proj", D, F);
+  // SwiGLU, or Gemma's GeGLU (compile/fuse_swiglu matches Silu only and leaves it alone).
+  Value act = L.cfg.hidden_act == kGeluTanh ? b.gelu_tanh(gate) : b.silu(gate);
+  return L.linear(b.mul(act, up), "mlp.down_proj", D, F);
 }
 
 }  // namespace
@@ -110,19 +120,25 @@ LlamaOutputs build_llama(Builder& b, const ModelConfig& cfg, const LlamaInputs& 
     embed = g.param(ew, {V, D}, trainable(ew));
     h = b.embedding(embed, in.tokens);
   }
+  if (model_family(cfg.model_type).scales_embedding) {
+    // Gemma: times sqrt(hidden_size), a constant transformers rounds to the hidden dtype.
+    float normalizer = float(std::sqrt(double(D)));
+    if (g.float_dtype() == DType::BF16) normalizer = bf16_to_f32(f32_to_bf16(normalizer));
+    h = b.scale(h, double(normalizer));
+  }
   for (int64_t i = 0; i < cfg.num_hidden_layers; ++i) {
     Layer L{b, cfg, trainable, linear_fn, i, "model.layers." + std::to_string(i) + "."};
     g.set_layer(int(i));
-    Value attn_in = b.rmsnorm(h, L.param("input_layernorm.weight", {D}), cfg.rms_norm_eps);
+    Value attn_in = family_rmsnorm(b, cfg, h, L.param("input_layernorm.weight", {D}));
     h = b.add(h, attention(L, attn_in, in, cos, sin, B, T));
-    Value mlp_in = b.rmsnorm(h, L.param("post_attention_layernorm.weight", {D}), cfg.rms_norm_eps);
+    Value mlp_in = family_rmsnorm(b, cfg, h, L.param("post_attention_layernorm.weight", {D}));
     h = b.add(h, mlp(L, mlp_in));
   }
   g.set_layer(-1);
   Value norm_w = g.param("model.norm.weight", {D}, trainable("model.norm.weight"));
   if (options.last_position_only) h = b.slice(h, 1, T - 1, 1);  // [B, 1, D]
   const int64_t rows = options.last_position_only ? B : B * T;
-  Value hidden = b.reshape(b.rmsnorm(h, norm_w, cfg.rms_norm_eps), {rows, D});
+  Value hidden = b.reshape(family_rmsnorm(b, cfg, h, norm_w), {rows, D});
   if (options.head) {
     // The head as a linear site; a tied head's weight is the embedding.
     const std::string w = cfg.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";

@@ -1,7 +1,8 @@
 #pragma once
 // The architecture of a decoder-only Llama-family model, as read from a Hugging Face
-// config.json (model_type llama, mistral, qwen2 or qwen3: models/model_family.h). `raw` keeps the original JSON so a saved
-// checkpoint's config.json carries every field the user's tools expect, not only ours.
+// config.json (model_type llama, mistral, qwen2, qwen3 or gemma: models/model_family.h). `raw`
+// keeps the original JSON so a saved checkpoint's config.json carries every field the user's tools
+// expect, not only ours.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -34,7 +35,8 @@ struct ModelConfig {
   bool tie_word_embeddings = false;
   bool attention_bias = false;  // q/k/v projections have biases (Qwen2)
   bool mlp_bias = false;
-  std::string hidden_act = "silu";
+  std::string hidden_act = "silu";  // the MLP gate's activation: silu or gelu_pytorch_tanh
+                                    // (config.json's hidden_act; Gemma's hidden_activation)
   int64_t bos_token_id = -1;
   int64_t eos_token_id = -1;           // the first of eos_token_ids
   std::vector<int64_t> eos_token_ids;  // config.json may list several (Llama 3.1)

@@ -22,6 +22,12 @@ const std::vector<ModelFamily>& model_families() {
       {"qwen3",   "Qwen3ForCausalLM",   "qwen3",  32768,   -1, -1,  128,
        false, true,  false, SW::WithUseSlidingWindow,
        true,  false, true},
+      // Gemma: GeGLU (tanh GELU), RMSNorm scaling by 1 + w, embeddings times sqrt(hidden).
+      {"gemma",   "GemmaForCausalLM",   "gemma",  8192,     2,  1,  256,
+       false, false, false, SW::Ignored,
+       true,  false, false,
+       /*activation=*/"hidden_activation", "gelu_pytorch_tanh", /*tied=*/true,
+       /*norm_adds_one=*/true, /*scales_embedding=*/true},
   };
   // clang-format on
   return families;

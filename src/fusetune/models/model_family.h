@@ -38,7 +38,23 @@ struct ModelFamily {
   // The keys this family's config.json spells out even at their defaults, written for a new
   // model: `attention_bias` and `mlp_bias`, and `rope_scaling: null`.
   bool writes_attention_bias, writes_mlp_bias, writes_null_rope_scaling;
+  // Gemma's options; the Llama-family rows leave them at these defaults.
+  // The config.json key naming the MLP gate's activation, and its value when absent: Gemma's
+  // GeGLU reads `hidden_activation` (its `hidden_act` is a stale "gelu" transformers ignores).
+  std::string_view activation_key = "hidden_act";
+  std::string_view default_activation = "silu";
+  bool default_tie_word_embeddings = false;
+  // Every RMSNorm scales by (1 + w), w as stored (Gemma): the builder feeds the norm w + 1
+  // (docs/design.md §1), and the GGUF exporter writes w + 1 as llama.cpp's gemma expects.
+  bool norm_adds_one = false;
+  // The token embeddings are multiplied by sqrt(hidden_size), rounded to the compute dtype
+  // first as transformers does (Gemma).
+  bool scales_embedding = false;
 };
+
+// transformers' name of the tanh-approximated GELU: Gemma's GeGLU gate (Op::GeluTanh); the
+// other activation the builder knows is silu (or its alias swish).
+inline constexpr const char* kGeluTanh = "gelu_pytorch_tanh";
 
 // Every family fusetune builds, in the order error messages list them.
 const std::vector<ModelFamily>& model_families();

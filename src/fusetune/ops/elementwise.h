@@ -310,6 +310,86 @@ inline constexpr OpDesc kDropout = {
     .in_place = InPlace::FirstInput,  // a same-index loop (kernels/cpu/peft_ops.cpp)
 };
 
+inline constexpr OpDesc kGeluTanh = {
+    .op = Op::GeluTanh,
+    .name = "gelu_tanh",
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .shape = kFloatSameShape,
+    .vjp =
+        [](VjpContext& c) {
+          c.dx[0] = c.op(Op::GeluTanhBackward, {c.in[0], c.dy});
+        },
+    .gradcheck =
+        [](GradcheckCase& t) {
+          return t.g.add1(Op::GeluTanh, {t.param("x", {5, 7}, -4, 4)});
+        },
+    .kernel =
+        []<class T>(const KernelArgs<T>& c) { k::gelu_tanh<T>(c.X(0), c.Y, c.in[0].numel()); },
+    .in_place = InPlace::FirstInput,  // a same-index loop
+    .bf16_pointwise = true,
+};
+
+inline constexpr OpDesc kGeluTanhBackward = {
+    .op = Op::GeluTanhBackward,
+    .name = "gelu_tanh_backward",
+    .min_inputs = 2,
+    .max_inputs = 2,
+    .shape = kGradSameShape,
+    .no_vjp = kBackwardOp,
+    .kernel =
+        []<class T>(const KernelArgs<T>& c) {
+          k::gelu_tanh_backward<T>(c.X(0), c.X(1), c.Y, c.in[0].numel());
+        },
+    .in_place = InPlace::AnyInput,  // dx[i] from x[i], dy[i]
+    .bf16_pointwise = true,
+};
+
+// The shape rule of Softcap: a positive cap.
+inline constexpr auto kSoftcapShape = [](const ShapeCheck& c) -> Types {
+  if (!(c.a.scalar > 0)) c.fail("the cap must be positive");
+  return kFloatSameShape(c);
+};
+
+inline constexpr OpDesc kSoftcap = {
+    .op = Op::Softcap,
+    .name = "softcap",
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .shape = kSoftcapShape,
+    .vjp =
+        [](VjpContext& c) {
+          c.dx[0] = c.op(Op::SoftcapBackward, {c.y, c.dy}, c.a);
+        },
+    .gradcheck =
+        [](GradcheckCase& t) {
+          Attrs at;  // a cap that bites: |x| up to twice the cap
+          at.scalar = 2.0;
+          return t.g.add1(Op::Softcap, {t.param("x", {4, 6}, -4, 4)}, at);
+        },
+    .kernel =
+        []<class T>(const KernelArgs<T>& c) {
+          k::softcap<T>(c.X(0), T(c.a.scalar), c.Y, c.in[0].numel());
+        },
+    .in_place = InPlace::FirstInput,  // a same-index loop
+    .bf16_pointwise = true,
+};
+
+inline constexpr OpDesc kSoftcapBackward = {
+    .op = Op::SoftcapBackward,
+    .name = "softcap_backward",
+    .min_inputs = 2,
+    .max_inputs = 2,
+    .shape = kGradSameShape,
+    .no_vjp = kBackwardOp,
+    .kernel =
+        []<class T>(const KernelArgs<T>& c) {
+          k::softcap_backward<T>(c.X(0), c.X(1), T(c.a.scalar), c.Y, c.in[0].numel());
+        },
+    .in_place = InPlace::AnyInput,  // dx[i] from y[i], dy[i]
+    .bf16_pointwise = true,
+};
+
 inline constexpr const OpDesc* kElementwiseOps[] = {&kAdd,
                                                     &kMul,
                                                     &kScale,
@@ -322,6 +402,10 @@ inline constexpr const OpDesc* kElementwiseOps[] = {&kAdd,
                                                     &kLogSigmoidBackward,
                                                     &kRelu,
                                                     &kReluBackward,
-                                                    &kDropout};
+                                                    &kDropout,
+                                                    &kGeluTanh,
+                                                    &kGeluTanhBackward,
+                                                    &kSoftcap,
+                                                    &kSoftcapBackward};
 
 }  // namespace fusetune::ops

@@ -1,5 +1,6 @@
 // Elementwise kernels: one pass over memory each, vectorized, OpenMP-parallel above
 // kParallelMin elements.
+#include <cmath>
 #include <string>
 
 #include "fusetune/kernels/cpu/kernels.h"
@@ -76,12 +77,54 @@ void silu_backward(const T* x, const T* dy, T* dx, int64_t n) {
   }
 }
 
-#define FT_INSTANTIATE(T)                                         \
-  template void add<T>(const T*, const T*, T*, int64_t, int64_t); \
-  template void mul<T>(const T*, const T*, T*, int64_t, int64_t); \
-  template void scale<T>(const T*, T, T*, int64_t);               \
-  template void silu<T>(const T*, T*, int64_t);                   \
-  template void silu_backward<T>(const T*, const T*, T*, int64_t);
+template <class T>
+void gelu_tanh(const T* x, T* out, int64_t n) {
+  const T k0 = T(0.7978845608028654), k1 = T(0.044715);  // sqrt(2 / pi), PyTorch's constant
+#pragma omp parallel for simd schedule(static) if (parallel : n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    const T v = x[i];
+    out[i] = T(0.5) * v * (T(1) + std::tanh(k0 * (v + k1 * v * v * v)));
+  }
+}
+
+template <class T>
+void gelu_tanh_backward(const T* x, const T* dy, T* dx, int64_t n) {
+  const T k0 = T(0.7978845608028654), k1 = T(0.044715);
+#pragma omp parallel for simd schedule(static) if (parallel : n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    const T v = x[i], t = std::tanh(k0 * (v + k1 * v * v * v));
+    const T d = T(0.5) * (T(1) + t) + T(0.5) * v * (T(1) - t * t) * k0 * (T(1) + T(3) * k1 * v * v);
+    dx[i] = dy[i] * d;
+  }
+}
+
+template <class T>
+void softcap(const T* x, T cap, T* out, int64_t n) {
+  const T inv = T(1) / cap;
+#pragma omp parallel for simd schedule(static) if (parallel : n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) out[i] = std::tanh(x[i] * inv) * cap;
+}
+
+template <class T>
+void softcap_backward(const T* y, const T* dy, T cap, T* dx, int64_t n) {
+  const T inv = T(1) / cap;
+#pragma omp parallel for simd schedule(static) if (parallel : n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    const T t = y[i] * inv;
+    dx[i] = dy[i] * (T(1) - t * t);
+  }
+}
+
+#define FT_INSTANTIATE(T)                                               \
+  template void add<T>(const T*, const T*, T*, int64_t, int64_t);       \
+  template void mul<T>(const T*, const T*, T*, int64_t, int64_t);       \
+  template void scale<T>(const T*, T, T*, int64_t);                     \
+  template void silu<T>(const T*, T*, int64_t);                         \
+  template void silu_backward<T>(const T*, const T*, T*, int64_t);      \
+  template void gelu_tanh<T>(const T*, T*, int64_t);                    \
+  template void gelu_tanh_backward<T>(const T*, const T*, T*, int64_t); \
+  template void softcap<T>(const T*, T, T*, int64_t);                   \
+  template void softcap_backward<T>(const T*, const T*, T, T*, int64_t);
 FT_INSTANTIATE(float)
 FT_INSTANTIATE(double)
 #undef FT_INSTANTIATE

@@ -34,6 +34,12 @@ template <class T> double sum_all(const T* x, int64_t n);
 template <class T> void silu(const T* x, T* out, int64_t n);
 // dx = dy * silu'(x), silu'(x) = s(x) * (1 + x * (1 - s(x))), s = sigmoid.
 template <class T> void silu_backward(const T* x, const T* dy, T* dx, int64_t n);
+// PyTorch's gelu(approximate="tanh"): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+template <class T> void gelu_tanh(const T* x, T* out, int64_t n);
+template <class T> void gelu_tanh_backward(const T* x, const T* dy, T* dx, int64_t n);
+// out = cap * tanh(x / cap); the backward reads the output: dx = dy (1 - (y / cap)^2).
+template <class T> void softcap(const T* x, T cap, T* out, int64_t n);
+template <class T> void softcap_backward(const T* y, const T* dy, T cap, T* dx, int64_t n);
 
 // ---- normalization: rows of length D --------------------------------------------------------
 // y = x / sqrt(mean(x^2) + eps) * w
