@@ -82,6 +82,7 @@ enum class Op : uint8_t {
   LogSigmoidBackward,     // (x, dy) -> dy * sigmoid(-x)
   Relu,                   // max(x, 0)
   ReluBackward,           // (x, dy) -> dy where x > 0, else 0
+  Exp,                    // e^x (GRPO: the policy ratio and the k3 KL estimator, losses/grpo.h)
   // The LM head + log_softmax + LabelLogProbs fused and chunked (compile/fuse_linear_log_probs):
   // the head is W [V, D] (one input) or a frozen NF4 table (codes, absmax_codes, absmax_scales;
   // attrs.shape = [V, D], attrs.scalar). attrs.chunk_rows.
