@@ -28,10 +28,10 @@ struct TinyPolicy {
   }
 };
 
-GenerationOptions sampling(uint64_t seed) {
+GenerationOptions sampling(uint64_t seed, double temperature = 1.0) {
   GenerationOptions o;
   o.max_new_tokens = 6;
-  o.sampling = {1.0, 0, 1.0};
+  o.sampling = {temperature, 0, 1.0};
   o.seed = seed;
   o.stop_tokens = {2};
   return o;
@@ -42,13 +42,16 @@ const std::vector<std::vector<int32_t>> kPrompts = {{3, 7, 1, 20}, {11, 5}};
 TEST(GrpoRollout, RecordedLogProbsAreTheScoringGraphsWithinFp32Rounding) {
   TinyPolicy m;
   for (CompileMode mode : {CompileMode::None, CompileMode::Full}) {
+    // The log-probs of the distribution sampled from: logits / temperature.
+    const double temperature = mode == CompileMode::Full ? 0.7 : 1.0;
     Generator gen(m.cfg, m.params, {}, mode, DType::F32);
-    const GrpoRollout r = generate_rollout(gen, kPrompts, 3, sampling(5));
+    const GrpoRollout r = generate_rollout(gen, kPrompts, 3, sampling(5, temperature));
     ASSERT_EQ(r.completions.size(), 6u);
     const Batch b = rollout_batch(r, 0, 4);
     PassOptions po;
     po.mode = mode;
-    const Graph score = build_token_log_probs_graph(m.cfg, b.batch_size, b.seq_len, DType::F32);
+    const Graph score =
+        build_token_log_probs_graph(m.cfg, b.batch_size, b.seq_len, DType::F32, {}, temperature);
     const Tensor lp = compile_graph(score, po).executor->run(batch_inputs(b), m.params)[0];
     int64_t checked = 0;
     for (size_t i = 0; i < r.completions.size(); ++i)

@@ -221,13 +221,14 @@ TEST(GrpoStep, RolloutLogProbsAreTheTrainingGraphsAndCompileModesAgree) {
   for (bool tied : {false, true}) {
     const ModelConfig cfg = tiny_config(tied, false);
     const int64_t rows = 4, T = 8, N = rows * T;
-    const GrpoLoss loss{GrpoLossType::GRPO, 0.2, 0.2, 0.1};
+    // Untied at temperature 0.8 (h / t feeds the fused head), tied at 1.
+    const GrpoLoss loss{GrpoLossType::GRPO, 0.2, 0.2, 0.1, tied ? 1.0 : 0.8};
     TrainingGraphOptions o;
     o.batch_size = rows;
     o.seq_len = T;
     o.loss = grpo_loss_builder(loss);
     TrainingGraph tg = build_training_graph(cfg, o);
-    const Graph score = build_token_log_probs_graph(cfg, rows, T, DType::F32);
+    const Graph score = build_token_log_probs_graph(cfg, rows, T, DType::F32, {}, loss.temperature);
     TensorMap params = init_parameters(graph_parameters(tg.graph), 7, DType::F32, 0.3);
     const Batch b = completion_batch(rows, T, cfg.vocab_size, 11);
     TensorMap in = batch_inputs(b, DType::F32, 1.0);

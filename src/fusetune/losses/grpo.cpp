@@ -53,10 +53,18 @@ GrpoLossType grpo_loss_type_from(const std::string& name, const std::string& key
               " Choices: grpo, bnpo, dr_grpo, dapo");
 }
 
-Value build_token_log_probs(Builder& b, Value hidden, Value head, Value logits, Value labels) {
+Value build_token_log_probs(Builder& b, Value hidden, Value head, Value logits, Value labels,
+                            double temperature) {
+  FT_CHECK(temperature > 0,
+           "GRPO scores completions at a temperature > 0, got " + std::to_string(temperature));
   Graph& g = b.graph();
   g.set_region(0);
-  if (!logits.valid()) logits = b.matmul(hidden, head, false, true);  // [N, V]
+  if (!logits.valid()) {
+    if (temperature != 1.0) hidden = b.scale(hidden, 1.0 / temperature);
+    logits = b.matmul(hidden, head, false, true);  // [N, V]
+  } else if (temperature != 1.0) {
+    logits = b.scale(logits, 1.0 / temperature);
+  }
   g.set_region(1);
   Value logps = g.add1(Op::LabelLogProbs, {b.log_softmax(logits), labels});
   g.set_region(0);

@@ -26,6 +26,9 @@ struct GrpoLoss {
   double epsilon = 0.2;       // the ratio is clipped below at 1 - epsilon
   double epsilon_high = 0.2;  // and above at 1 + epsilon_high
   double beta = 0.0;          // the KL coefficient; 0: no reference model is loaded
+  // The sampling temperature: log-probs are those of softmax(logits / temperature), the
+  // distribution the completions were drawn from (TRL and torchtune score them so).
+  double temperature = 1.0;
   bool needs_reference() const { return beta != 0.0; }
   // Whether the clipped term is the one taken at (ratio, advantage): TRL's clip ratio.
   bool clipped(double ratio, double advantage) const {
@@ -39,9 +42,11 @@ const char* grpo_loss_type_name(GrpoLossType type);
 GrpoLossType grpo_loss_type_from(const std::string& name, const std::string& key);
 
 // Per-token label log-probs [N]: log_softmax of the logits (h W^T, or `logits` when the model
-// computed them) gathered at the labels, 0 where the label is -100. Under compile: true the
-// head, log_softmax and gather fuse (compile/fuse_linear_log_probs): no [N, vocab] tensor.
-Value build_token_log_probs(Builder& b, Value hidden, Value head, Value logits, Value labels);
+// computed them) divided by `temperature`, gathered at the labels, 0 where the label is -100.
+// The temperature scales h (h / t W^T = h W^T / t), so under compile: true the head,
+// log_softmax and gather still fuse (compile/fuse_linear_log_probs): no [N, vocab] tensor.
+Value build_token_log_probs(Builder& b, Value hidden, Value head, Value logits, Value labels,
+                            double temperature = 1.0);
 
 // [N] each; ref_logps unused (may be invalid) when beta is 0.
 struct GrpoLossInputs {

@@ -10,7 +10,8 @@ LossBuilder grpo_loss_builder(const GrpoLoss& loss) {
     const int64_t N = c.batch_size * c.seq_len;
     const DType fd = g.compute_dtype();  // data inputs are fp32 in a bf16 graph
     GrpoLossInputs in;
-    in.logps = build_token_log_probs(b, c.model.hidden, c.model.lm_head, c.model.logits, c.labels);
+    in.logps = build_token_log_probs(b, c.model.hidden, c.model.lm_head, c.model.logits, c.labels,
+                                     loss.temperature);
     in.old_logps = g.input("old_logps", {N}, fd);
     in.advantages = g.input("advantages", {N}, fd);
     in.weights = g.input("token_weights", {N}, fd);
@@ -25,7 +26,7 @@ LossBuilder grpo_loss_builder(const GrpoLoss& loss) {
 }
 
 Graph build_token_log_probs_graph(const ModelConfig& cfg, int64_t rows, int64_t seq_len,
-                                  DType dtype, const LlamaOptions& llama) {
+                                  DType dtype, const LlamaOptions& llama, double temperature) {
   Graph g(dtype);
   Builder b(g);
   LlamaInputs in;
@@ -34,8 +35,9 @@ Graph build_token_log_probs_graph(const ModelConfig& cfg, int64_t rows, int64_t 
   in.positions = g.input("positions", {rows, seq_len}, DType::I32);
   LlamaOutputs m = build_llama(
       b, cfg, in, [](const std::string&) { return false; }, llama);
-  g.mark_output("token_logps", build_token_log_probs(b, m.hidden, m.lm_head, m.logits,
-                                                     b.reshape(labels, {rows * seq_len})));
+  g.mark_output("token_logps",
+                build_token_log_probs(b, m.hidden, m.lm_head, m.logits,
+                                      b.reshape(labels, {rows * seq_len}), temperature));
   verify_graph(g);
   return g;
 }

@@ -19,7 +19,9 @@ namespace fusetune {
 
 LossBuilder grpo_loss_builder(const GrpoLoss& loss);
 
+// `temperature`: as GrpoLoss::temperature.
 Graph build_token_log_probs_graph(const ModelConfig& cfg, int64_t rows, int64_t seq_len,
-                                  DType dtype, const LlamaOptions& llama = {});
+                                  DType dtype, const LlamaOptions& llama = {},
+                                  double temperature = 1.0);
 
 }  // namespace fusetune

@@ -8,15 +8,15 @@
 namespace fusetune {
 namespace {
 
-// log softmax(logits[row])[token], accumulated in double.
-double rollout_token_logp(const Tensor& logits, int64_t row, int32_t token) {
+// log softmax(logits[row] / t)[token], accumulated in double.
+double rollout_token_logp(const Tensor& logits, int64_t row, int32_t token, double t) {
   const int64_t V = logits.shape()[1];
   const float* z = logits.data<float>() + row * V;
-  double mx = z[0];
-  for (int64_t v = 1; v < V; ++v) mx = std::max(mx, double(z[v]));
+  double mx = double(z[0]) / t;
+  for (int64_t v = 1; v < V; ++v) mx = std::max(mx, double(z[v]) / t);
   double s = 0;
-  for (int64_t v = 0; v < V; ++v) s += std::exp(double(z[v]) - mx);
-  return double(z[token]) - mx - std::log(s);
+  for (int64_t v = 0; v < V; ++v) s += std::exp(double(z[v]) / t - mx);
+  return double(z[token]) / t - mx - std::log(s);
 }
 
 }  // namespace
@@ -33,6 +33,7 @@ GrpoRollout generate_rollout(Generator& generator, const std::vector<std::vector
     FT_CHECK(logits.dtype() == DType::F32, "GRPO's rollout reads fp32 logits");
     runs.push_back(logits.clone());
   };
+  const double t = o.sampling.temperature > 0 ? o.sampling.temperature : 1.0;
   GenerationResult g = generator.generate(r.prompts, o);
   generator.on_logits = nullptr;
   r.completions = std::move(g.tokens);
@@ -40,7 +41,7 @@ GrpoRollout generate_rollout(Generator& generator, const std::vector<std::vector
     r.stopped.push_back(g.finish_reason[b] == "stop");
     std::vector<double> lp;
     for (size_t k = 0; k < r.completions[b].size(); ++k)
-      lp.push_back(rollout_token_logp(runs.at(k), int64_t(b), r.completions[b][k]));
+      lp.push_back(rollout_token_logp(runs.at(k), int64_t(b), r.completions[b][k], t));
     r.logps.push_back(std::move(lp));
   }
   return r;

@@ -14,8 +14,8 @@ struct GrpoRollout {
   std::vector<std::vector<int32_t>> prompts;      // per row: each prompt `samples` times
   std::vector<std::vector<int32_t>> completions;  // per row, a final stop token kept
   std::vector<bool> stopped;                      // per row: ended on a stop token
-  // Per row, the log-prob of each completion token under the sampling model's logits (before
-  // temperature and filtering), recorded as the generator chose it.
+  // Per row, the log-prob of each completion token under softmax(logits / temperature) (1 when
+  // greedy; before top-k/top-p filtering), recorded as the generator chose it.
   std::vector<std::vector<double>> logps;
 };
 
