@@ -86,6 +86,7 @@ enum class Op : uint8_t {
   Log1mExpBackward,       // (x, dy) -> -dy / expm1(-x)
   Sigmoid,                // 1 / (1 + exp(-x)): KTO's per-example losses
   SigmoidBackward,        // (y, dy) -> dy * y * (1 - y)
+  Exp,                    // e^x (GRPO: the policy ratio and the k3 KL estimator, losses/grpo.h)
   // The LM head + log_softmax + LabelLogProbs fused and chunked (compile/fuse_linear_log_probs):
   // the head is W [V, D] (one input) or a frozen NF4 table (codes, absmax_codes, absmax_scales;
   // attrs.shape = [V, D], attrs.scalar). attrs.chunk_rows.

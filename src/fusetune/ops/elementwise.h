@@ -278,6 +278,25 @@ inline constexpr OpDesc kReluBackward = {
         },
 };
 
+inline constexpr OpDesc kExp = {
+    .op = Op::Exp,
+    .name = "exp",
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .shape = kFloatSameShape,
+    .vjp =
+        [](VjpContext& c) {
+          c.dx[0] = c.op(Op::Mul, {c.dy, c.y});  // d e^x = e^x dx: the output, not recomputed
+        },
+    .gradcheck =
+        [](GradcheckCase& t) {
+          return t.g.add1(Op::Exp, {t.param("x", {3, 5}, -2, 2)});
+        },
+    .kernel = []<class T>(
+                  const KernelArgs<T>& c) { k::exp_elementwise<T>(c.X(0), c.Y, c.in[0].numel()); },
+    .keeps_f32 = [](size_t) { return true; },  // GRPO's per-token ratios (losses/grpo.h)
+};
+
 inline constexpr OpDesc kDropout = {
     .op = Op::Dropout,
     .name = "dropout",
@@ -402,6 +421,7 @@ inline constexpr const OpDesc* kElementwiseOps[] = {&kAdd,
                                                     &kLogSigmoidBackward,
                                                     &kRelu,
                                                     &kReluBackward,
+                                                    &kExp,
                                                     &kDropout,
                                                     &kGeluTanh,
                                                     &kGeluTanhBackward,

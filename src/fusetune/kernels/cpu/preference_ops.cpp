@@ -99,6 +99,11 @@ void relu_backward(const T* x, const T* dy, T* dx, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dx[i] = x[i] > T(0) ? dy[i] : T(0);
 }
 
+template <class T>
+void exp_elementwise(const T* x, T* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = std::exp(x[i]);
+}
+
 #define FT_PREF_OPS(T)                                                                       \
   template void label_log_probs<T>(const T*, const int32_t*, T*, int64_t, int64_t);          \
   template void label_log_probs_backward<T>(const T*, const int32_t*, T*, int64_t, int64_t); \
@@ -110,7 +115,8 @@ void relu_backward(const T* x, const T* dy, T* dx, int64_t n) {
   template void sigmoid<T>(const T*, T*, int64_t);                                           \
   template void sigmoid_backward<T>(const T*, const T*, T*, int64_t);                        \
   template void relu<T>(const T*, T*, int64_t);                                              \
-  template void relu_backward<T>(const T*, const T*, T*, int64_t);
+  template void relu_backward<T>(const T*, const T*, T*, int64_t);                           \
+  template void exp_elementwise<T>(const T*, T*, int64_t);
 FT_PREF_OPS(float)
 FT_PREF_OPS(double)
 #undef FT_PREF_OPS

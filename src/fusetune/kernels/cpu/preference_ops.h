@@ -47,4 +47,8 @@ void relu(const T* x, T* out, int64_t n);
 template <class T>
 void relu_backward(const T* x, const T* dy, T* dx, int64_t n);
 
+// out = e^x (GRPO's ratio and KL estimator, losses/grpo.h)
+template <class T>
+void exp_elementwise(const T* x, T* out, int64_t n);
+
 }  // namespace fusetune::kernels
