@@ -383,6 +383,13 @@ Schema build_kd() {
   teacher_field.doc(
       "the frozen teacher: from teacher_checkpointer (its config.json), or a new one "
       "(init: random); its vocabulary must be the student's");
+  // torchtune's Qwen2.5 KD config builds its teacher with a LoRA builder: adapters that start
+  // at zero and never train, so the teacher computes exactly its base weights.
+  const std::string exact =
+      "the teacher is frozen and a new adapter is zero, so the teacher is its base weights";
+  for (const char* key : {"lora_attn_modules", "apply_lora_to_mlp", "apply_lora_to_output",
+                          "lora_rank", "lora_alpha", "lora_dropout"})
+    teacher_field.add(Field::String(key).also(kList | kInt | kFloat | kBool).ignore(exact));
   teacher_field.check([](const Config& m, const Config& root, Problems& p) {
     if (m.str("init", "checkpoint") == "checkpoint" && !root.has("teacher_checkpointer"))
       p.errors.push_back(
