@@ -338,6 +338,10 @@ class Sweep {
     if (cfg.has("ref_checkpointer"))
       o += " ref_checkpointer.checkpoint_dir=" + quote(ckpt.string()) +
            " ref_checkpointer.checkpoint_files=" + quote(files);
+    // Knowledge distillation's teacher: the same family's checkpoint (a shared vocabulary).
+    if (cfg.has("teacher_checkpointer"))
+      o += " teacher_checkpointer.checkpoint_dir=" + quote(ckpt.string()) +
+           " teacher_checkpointer.checkpoint_files=" + quote(files);
     if (fam.tokenizer == "llama2")
       o += " tokenizer.path=" + quote((a_ / "tokenizers/llama2/tokenizer.model").string());
     else if (fam.tokenizer == "llama3")

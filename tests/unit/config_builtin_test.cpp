@@ -116,6 +116,7 @@ TEST(RecipeRegistry, FindRecipe) {
             "unknown recipe 'full_finetune_single_devce' (did you mean "
             "'full_finetune_single_device'?); recipes: full_finetune_single_device, "
             "lora_finetune_single_device, lora_dpo_single_device, full_dpo_single_device, "
+            "knowledge_distillation_single_device, "
             "qat_single_device, qat_lora_finetune_single_device, full_finetune_distributed, "
             "lora_finetune_distributed, qat_distributed, qat_lora_finetune_distributed, "
             "lora_dpo_distributed, full_dpo_distributed, generate, "

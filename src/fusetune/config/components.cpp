@@ -523,6 +523,41 @@ ComponentTable metric_logger_table() {
           "stdout"};
 }
 
+// Knowledge distillation's divergences (losses/distillation.h): torchtune's KD losses (the
+// chunked variants compute the same loss) and TRL's generalized JSD.
+ComponentTable kd_loss_table() {
+  auto common = [](std::vector<Field> more) {
+    std::vector<Field> f = {Field::Int("num_output_chunks")
+                                .ignore("fusetune chooses the chunking of the fused loss itself"),
+                            Field::Int("ignore_index")
+                                .values({"-100"})
+                                .doc("label id that is not trained on (always -100)"),
+                            Field::Float("temperature")
+                                .def("1.0")
+                                .min(0)
+                                .doc("divides both models' logits before the softmaxes (> 0)")};
+    for (auto& m : more) f.push_back(std::move(m));
+    return f;
+  };
+  return {"kd_loss",
+          {Component("ForwardKLLoss",
+                     {"torchtune.modules.loss.ForwardKLLoss",
+                      "torchtune.modules.loss.ForwardKLWithChunkedOutputLoss"},
+                     "-sum p_teacher log p_student per token (torchtune's forward KL: KL(teacher "
+                     "|| student) without the teacher's entropy)",
+                     common({})),
+           Component("ReverseKLLoss",
+                     {"torchtune.modules.loss.ReverseKLLoss",
+                      "torchtune.modules.loss.ReverseKLWithChunkedOutputLoss"},
+                     "KL(student || teacher) per token", common({})),
+           Component("GeneralizedJSDLoss", {"generalized_jsd"},
+                     "beta KL(teacher || m) + (1 - beta) KL(student || m), m the beta-mixture "
+                     "(TRL's GKD); beta 0 is forward KL, 1 reverse KL",
+                     common({Field::Float("beta").def("0.5").min(0).max(1).doc(
+                         "weight of the teacher in the mixture")}))},
+          "ForwardKLLoss"};
+}
+
 std::vector<ComponentTable> build_tables() {
   std::vector<ComponentTable> t = {optimizer_table(), lr_scheduler_table(), loss_table(),
                                    checkpointer_table()};
@@ -530,6 +565,11 @@ std::vector<ComponentTable> build_tables() {
   ComponentTable ref = t.back();
   ref.section = "ref_checkpointer";
   t.push_back(std::move(ref));
+  // knowledge_distillation_single_device's frozen teacher too.
+  ComponentTable teacher = t.back();
+  teacher.section = "teacher_checkpointer";
+  t.push_back(std::move(teacher));
+  t.push_back(kd_loss_table());
   t.push_back(tokenizer_table());
   t.push_back(dataset_table());
   // dataset_val (validation during training) takes the same components as dataset.

@@ -23,6 +23,8 @@ struct ComponentTable {
 //   loss           cross_entropy (default) | DPOLoss | RSOLoss | IPOLoss | SimPOLoss | ORPOLoss | KTOLoss
 //   checkpointer   FullModelHFCheckpointer                                   (default)
 //   ref_checkpointer  the same (full_dpo_single_device's reference model)
+//   teacher_checkpointer  the same (knowledge distillation's teacher)
+//   kd_loss        ForwardKLLoss (default) | ReverseKLLoss | GeneralizedJSDLoss
 //   tokenizer      byte | hf | llama3 | qwen2_5 | qwen2 | qwen3 | sentencepiece
 //   dataset        text_completion | pretokenized | alpaca | instruct | chat | preference
 //   dataset_val    the same, for validation during training

@@ -361,6 +361,68 @@ Schema build_full_dpo() {
   return s;
 }
 
+// The vocabulary size a model map states itself (init: random with vocab_size), or 0.
+int64_t stated_vocab_size(const Config& root, const char* section) {
+  if (!root.is_map(section)) return 0;
+  const Config m = root.sub(section);
+  if (m.str("init", "checkpoint") != "random" || !m.has("vocab_size")) return 0;
+  return parse_int(m.str("vocab_size")).value_or(0);
+}
+
+// knowledge_distillation_single_device: lora_finetune's keys (the LoRA keys optional: without
+// model.lora_attn_modules every weight of the student trains) plus the teacher and kd_loss.
+Schema build_kd() {
+  Schema s = build_lora();
+  s.recipe = "knowledge_distillation_single_device";
+  s.field("model").find("lora_attn_modules")->required = false;
+  s.field("model").doc(
+      "the student: from a checkpoint, or a new one (init: random); LoRA adapters when "
+      "lora_attn_modules is set, else every weight trains");
+  Field teacher_field = model_field(false);
+  teacher_field.name = "teacher_model";
+  teacher_field.checks.clear();
+  teacher_field.doc(
+      "the frozen teacher: from teacher_checkpointer (its config.json), or a new one "
+      "(init: random); its vocabulary must be the student's");
+  // torchtune's Qwen2.5 KD config builds its teacher with a LoRA builder: adapters that start
+  // at zero and never train, so the teacher computes exactly its base weights.
+  const std::string exact =
+      "the teacher is frozen and a new adapter is zero, so the teacher is its base weights";
+  for (const char* key : {"lora_attn_modules", "apply_lora_to_mlp", "apply_lora_to_output",
+                          "lora_rank", "lora_alpha", "lora_dropout"})
+    teacher_field.add(Field::String(key).also(kList | kInt | kFloat | kBool).ignore(exact));
+  teacher_field.check([](const Config& m, const Config& root, Problems& p) {
+    if (m.str("init", "checkpoint") == "checkpoint" && !root.has("teacher_checkpointer"))
+      p.errors.push_back(
+          "teacher_model.init: checkpoint needs a teacher_checkpointer map with checkpoint_dir "
+          "(" +
+          root.where("teacher_model") + ")");
+  });
+  s.add(teacher_field);
+  s.add(component_section("teacher_checkpointer").doc("where the teacher's weights are read"));
+  s.add(component_section("kd_loss").doc(
+      "the divergence between the student's and the teacher's next-token distributions"));
+  s.add(Field::Float("kd_ratio")
+            .def("0.5")
+            .min(0)
+            .max(1)
+            .doc("loss = (1 - kd_ratio) cross-entropy + kd_ratio kd_loss"));
+  s.checks.push_back([](const Config& root, const Config&, Problems& p) {
+    const int64_t student = stated_vocab_size(root, "model");
+    const int64_t teacher = stated_vocab_size(root, "teacher_model");
+    if (student > 0 && teacher > 0 && student != teacher)
+      p.errors.push_back(
+          "the student and the teacher must share a vocabulary: model.vocab_size is " +
+          std::to_string(student) + ", teacher_model.vocab_size " + std::to_string(teacher) + " (" +
+          root.where("teacher_model") + ")");
+    if (root.is_map("dataset") && root.sub("dataset").boolean("packed", false))
+      p.errors.push_back(
+          "dataset.packed: true: knowledge distillation does not take packed rows yet (" +
+          root.sub("dataset").where("packed") + ")");
+  });
+  return s;
+}
+
 // The QAT recipes: fine-tuning with fake-quantized linear layers (quant/qat.h).
 Schema build_qat(bool lora) {
   Schema s = lora ? build_lora() : build_full();
@@ -408,6 +470,11 @@ const Schema& lora_dpo_schema() {
 
 const Schema& full_dpo_schema() {
   static const Schema s = build_full_dpo();
+  return s;
+}
+
+const Schema& knowledge_distillation_schema() {
+  static const Schema s = build_kd();
   return s;
 }
 

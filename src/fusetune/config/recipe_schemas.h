@@ -18,6 +18,10 @@ const Schema& lora_dpo_schema();  // lora_finetune's keys + precompute_ref_log_p
 const Schema&
 full_dpo_schema();  // full_finetune's keys + ref_checkpointer, precompute_ref_log_probs
 
+// knowledge_distillation_single_device: lora_finetune's keys (lora_attn_modules optional: a
+// full student without it) + teacher_model, teacher_checkpointer, kd_loss, kd_ratio.
+const Schema& knowledge_distillation_schema();
+
 // qat_single_device / qat_lora_finetune_single_device (quant/qat.h): full / lora's keys plus the
 // `quantizer` section and fake_quant_after_n_steps.
 const Schema& qat_schema();

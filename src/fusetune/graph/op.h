@@ -87,6 +87,10 @@ enum class Op : uint8_t {
   Sigmoid,                // 1 / (1 + exp(-x)): KTO's per-example losses
   SigmoidBackward,        // (y, dy) -> dy * y * (1 - y)
   Exp,                    // e^x (GRPO: the policy ratio and the k3 KL estimator, losses/grpo.h)
+  // Knowledge distillation (ops/distillation.h, kernels/cpu/divergence.h)
+  Divergence,          // (student [N,V], teacher [N,V], labels [N] I32) -> [] summed over rows
+                       // whose label is not -100; attrs.groups = kind, scalar = beta, eps = T
+  DivergenceBackward,  // (dloss [], student, teacher, labels) -> dstudent [N, V]
   // The LM head + log_softmax + LabelLogProbs fused and chunked (compile/fuse_linear_log_probs):
   // the head is W [V, D] (one input) or a frozen NF4 table (codes, absmax_codes, absmax_scales;
   // attrs.shape = [V, D], attrs.scalar). attrs.chunk_rows.

@@ -3,6 +3,7 @@
 #include "fusetune/graph/autodiff.h"
 #include "fusetune/graph/verifier.h"
 #include "fusetune/losses/cross_entropy.h"
+#include "fusetune/losses/distillation.h"
 #include "fusetune/losses/preference.h"
 
 namespace fusetune {
@@ -33,6 +34,22 @@ LossBuilder preference_loss_builder(const PreferenceLoss& loss) {
                   {"rejected_rewards", l.rejected_rewards},
                   {"policy_logps", s.logps},
                   {"logit_sums", s.logit_sums}};
+    return out;
+  };
+}
+
+LossBuilder distillation_loss_builder(const DistillationLoss& loss, double kd_ratio) {
+  return [loss, kd_ratio](Builder& b, const LossContext& c) {
+    Graph& g = b.graph();
+    const int64_t N = c.batch_size * c.seq_len;
+    const int64_t V = g.shape(
+        c.model.logits.valid() ? c.model.logits : c.model.lm_head)[c.model.logits.valid() ? 1 : 0];
+    Value teacher = g.input("teacher_logits", {N, V}, g.float_dtype());
+    KdLossOutputs l = build_kd_loss(b, loss, kd_ratio, c.model.hidden, c.model.lm_head,
+                                    c.model.logits, teacher, c.labels, c.scale);
+    LossOutputs out;
+    out.loss = l.loss;
+    out.report = {{"ce_sum", l.ce_sum}, {"kd_sum", l.kd_sum}};
     return out;
   };
 }

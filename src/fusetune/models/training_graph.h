@@ -37,6 +37,12 @@ struct PreferenceLoss;
 // "policy_logps" and "logit_sums" [2B].
 LossBuilder preference_loss_builder(const PreferenceLoss& loss);
 
+struct DistillationLoss;
+// Knowledge distillation (losses/distillation.h): (1 - kd_ratio) CE + kd_ratio KD against
+// the input "teacher_logits" [B*T, V] (the teacher's forward, run by the step). It reports
+// "ce_sum" and "kd_sum" [] (unscaled sums over the unmasked labels).
+LossBuilder distillation_loss_builder(const DistillationLoss& loss, double kd_ratio);
+
 struct TrainingGraphOptions {
   int64_t batch_size = 1;
   int64_t seq_len = 1;

@@ -6,6 +6,7 @@
 #include "fusetune/graph/op_desc.h"
 #include "fusetune/ops/attention.h"
 #include "fusetune/ops/data_movement.h"
+#include "fusetune/ops/distillation.h"
 #include "fusetune/ops/elementwise.h"
 #include "fusetune/ops/leaves.h"
 #include "fusetune/ops/losses.h"
@@ -19,7 +20,7 @@ constexpr size_t kOpCount = size_t(Op::kCount);
 
 constexpr std::span<const OpDesc* const> kFamilies[] = {
     ops::kLeavesOps,    ops::kMatmulOps, ops::kElementwiseOps,  ops::kNormsOps,
-    ops::kAttentionOps, ops::kLossesOps, ops::kDataMovementOps,
+    ops::kAttentionOps, ops::kLossesOps, ops::kDataMovementOps, ops::kDistillationOps,
 };
 
 constexpr bool described_once(size_t op) {

@@ -3,6 +3,7 @@
 #include "fusetune/config/distributed_schemas.h"
 #include "fusetune/config/inference_schemas.h"
 #include "fusetune/config/recipe_schemas.h"
+#include "fusetune/recipes/distillation_recipe.h"
 #include "fusetune/recipes/distributed_recipes.h"
 #include "fusetune/recipes/dpo_recipes.h"
 #include "fusetune/recipes/evaluate.h"
@@ -45,6 +46,10 @@ const std::vector<RecipeInfo>& recipes() {
       {"full_dpo_single_device",
        "Preference optimization (DPO, RSO, IPO, SimPO, ORPO, KTO) of every weight on one device",
        &full_dpo_schema(), full_dpo_single_device, kFullDpo},
+      {"knowledge_distillation_single_device",
+       "Knowledge distillation on one device: a student (LoRA or full) trained on (1 - kd_ratio) "
+       "CE + kd_ratio KD against a frozen teacher's next-token distributions",
+       &knowledge_distillation_schema(), knowledge_distillation_single_device, kFull},
       {"qat_single_device",
        "Quantization-aware full fine-tuning on one device: linear layers fake-quantized "
        "(torchao int4/int8 or llama.cpp Q4_0/Q8_0)",

@@ -1,0 +1,148 @@
+// Row-wise divergences for knowledge distillation (divergence.h). Every row is independent:
+// rows run in parallel, each summed in double in the same order whatever the thread count,
+// and the row values are added in row order, so results are bitwise reproducible.
+#include "fusetune/kernels/cpu/divergence.h"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "fusetune/util/error.h"
+
+namespace fusetune::kernels {
+namespace {
+
+constexpr int32_t kDivergenceIgnore = -100;
+
+// log-sum-exp of x[0..V) / T, in double.
+template <class T>
+double scaled_lse(const T* x, int64_t V, double inv_t) {
+  double mx = -INFINITY;
+  for (int64_t v = 0; v < V; ++v) mx = std::max(mx, double(x[v]) * inv_t);
+  double s = 0;
+  for (int64_t v = 0; v < V; ++v) s += std::exp(double(x[v]) * inv_t - mx);
+  return mx + std::log(s);
+}
+
+// log(exp(a) + exp(b)), finite when either is.
+double log_add_exp(double a, double b) {
+  const double hi = std::max(a, b), lo = std::min(a, b);
+  if (hi == -INFINITY) return -INFINITY;
+  return hi + std::log1p(std::exp(lo - hi));
+}
+
+// x log(x / y) from the logs, 0 where x is 0.
+double kl_term(double log_x, double log_y) {
+  return log_x == -INFINITY ? 0.0 : std::exp(log_x) * (log_x - log_y);
+}
+
+void check_params(const DivergenceParams& p) {
+  FT_CHECK(p.temperature > 0,
+           "divergence: temperature must be > 0, got " + std::to_string(p.temperature));
+  FT_CHECK(p.beta >= 0 && p.beta <= 1,
+           "divergence: beta must be in [0, 1], got " + std::to_string(p.beta));
+}
+
+}  // namespace
+
+template <class T>
+double divergence_row(const T* student, const T* teacher, int64_t V, const DivergenceParams& p,
+                      T* ds, double grad_scale) {
+  const double inv_t = 1.0 / p.temperature;
+  const double lse_s = scaled_lse(student, V, inv_t), lse_t = scaled_lse(teacher, V, inv_t);
+  auto log_q = [&](int64_t v) { return double(student[v]) * inv_t - lse_s; };
+  auto log_p = [&](int64_t v) { return double(teacher[v]) * inv_t - lse_t; };
+  // Each kind's loss, and, per logit, the gradient w.r.t. log q that the softmax turns into
+  // the gradient w.r.t. the logits: dz_v = q_v (g_v - sum_u q_u g_u) / T.
+  DivergenceKind kind = p.kind;
+  if (kind == DivergenceKind::GeneralizedJSD && p.beta == 0) kind = DivergenceKind::ForwardKL;
+  if (kind == DivergenceKind::GeneralizedJSD && p.beta == 1) kind = DivergenceKind::ReverseKL;
+  const bool true_kl = p.kind == DivergenceKind::GeneralizedJSD;  // beta 0: KL(p||q) itself
+  const double lb = std::log(p.beta), l1b = std::log1p(-p.beta);
+  auto log_m = [&](int64_t v) { return log_add_exp(lb + log_p(v), l1b + log_q(v)); };
+  double loss = 0;
+  for (int64_t v = 0; v < V; ++v) {
+    switch (kind) {
+      case DivergenceKind::ForwardKL:
+        loss += true_kl ? kl_term(log_p(v), log_q(v)) : -std::exp(log_p(v)) * log_q(v);
+        break;
+      case DivergenceKind::ReverseKL:
+        loss += kl_term(log_q(v), log_p(v));
+        break;
+      case DivergenceKind::GeneralizedJSD: {
+        const double lm = log_m(v);
+        loss += p.beta * kl_term(log_p(v), lm) + (1 - p.beta) * kl_term(log_q(v), lm);
+        break;
+      }
+    }
+  }
+  if (!ds) return loss;
+  const double k = grad_scale * inv_t;
+  if (kind == DivergenceKind::ForwardKL) {  // g = -p / q: dz = (q - p) / T
+    for (int64_t v = 0; v < V; ++v) ds[v] = T(k * (std::exp(log_q(v)) - std::exp(log_p(v))));
+    return loss;
+  }
+  // Reverse KL: g = log q - log p (+1, which the softmax cancels); its q-weighted mean is the
+  // loss. JSD: g = (1 - beta)(log q - log m).
+  auto g = [&](int64_t v) {
+    return kind == DivergenceKind::ReverseKL ? log_q(v) - log_p(v)
+                                             : (1 - p.beta) * (log_q(v) - log_m(v));
+  };
+  double mean = 0;
+  if (kind == DivergenceKind::ReverseKL) {
+    mean = loss;
+  } else {
+    for (int64_t v = 0; v < V; ++v) mean += std::exp(log_q(v)) * g(v);
+  }
+  // ds may alias student: log_q(v) reads student[v] before ds[v] overwrites it, and the
+  // statistics (lse_s, mean) were taken above.
+  for (int64_t v = 0; v < V; ++v) {
+    const double lq = log_q(v);
+    ds[v] = T(k * std::exp(lq) * (g(v) - mean));
+  }
+  return loss;
+}
+
+template <class T>
+double divergence_sum(const T* student, const T* teacher, const int32_t* labels, int64_t N,
+                      int64_t V, const DivergenceParams& p) {
+  check_params(p);
+  std::vector<double> rows(size_t(N), 0.0);
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < N; ++r)
+    if (labels[r] != kDivergenceIgnore)
+      rows[size_t(r)] = divergence_row(student + r * V, teacher + r * V, V, p);
+  double s = 0;
+  for (double x : rows) s += x;
+  return s;
+}
+
+template <class T>
+void divergence_backward(T dloss, const T* student, const T* teacher, const int32_t* labels,
+                         T* dstudent, int64_t N, int64_t V, const DivergenceParams& p) {
+  check_params(p);
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < N; ++r) {
+    T* d = dstudent + r * V;
+    if (labels[r] == kDivergenceIgnore) {
+      for (int64_t v = 0; v < V; ++v) d[v] = T(0);
+    } else {
+      divergence_row(student + r * V, teacher + r * V, V, p, d, double(dloss));
+    }
+  }
+}
+
+template double divergence_row<float>(const float*, const float*, int64_t, const DivergenceParams&,
+                                      float*, double);
+template double divergence_row<double>(const double*, const double*, int64_t,
+                                       const DivergenceParams&, double*, double);
+template double divergence_sum<float>(const float*, const float*, const int32_t*, int64_t, int64_t,
+                                      const DivergenceParams&);
+template double divergence_sum<double>(const double*, const double*, const int32_t*, int64_t,
+                                       int64_t, const DivergenceParams&);
+template void divergence_backward<float>(float, const float*, const float*, const int32_t*, float*,
+                                         int64_t, int64_t, const DivergenceParams&);
+template void divergence_backward<double>(double, const double*, const double*, const int32_t*,
+                                          double*, int64_t, int64_t, const DivergenceParams&);
+
+}  // namespace fusetune::kernels

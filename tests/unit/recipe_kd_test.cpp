@@ -1,0 +1,177 @@
+// knowledge_distillation_single_device (recipes/kd_step.h, losses/distillation.h): the KD
+// step graph gives the same loss and gradients in every compile mode, the recipe trains a
+// student against a teacher and logs class_loss and kd_loss, and a teacher of another
+// vocabulary is refused at validation, naming both sizes.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "checks.h"
+#include "fusetune/compile/compiler.h"
+#include "fusetune/config/recipe_schemas.h"
+#include "fusetune/config/schema.h"
+#include "fusetune/losses/distillation.h"
+#include "fusetune/models/parameters.h"
+#include "fusetune/models/training_graph.h"
+#include "fusetune/recipes/distillation_recipe.h"
+#include "fusetune/util/error.h"
+#include "graph_compare.h"
+#include "recipe_runs.h"
+#include "test_support.h"
+#include "tiny_models.h"
+
+using namespace fusetune;
+using namespace fusetune::testing;
+namespace fs = std::filesystem;
+
+namespace kd_recipe_test {
+
+Tensor random_logits(int64_t N, int64_t V, uint64_t seed) {
+  Tensor t = Tensor::empty({N, V}, DType::F32);
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> n(0.f, 2.f);
+  for (int64_t i = 0; i < N * V; ++i) t.data<float>()[i] = n(rng);
+  return t;
+}
+
+TEST(KdStepGraph, CompileModesAgreeOnEveryDivergence) {
+  const std::vector<DistillationLoss> losses = {{KdDivergence::ForwardKL, 0.5, 1.0},
+                                                {KdDivergence::ReverseKL, 0.5, 2.0},
+                                                {KdDivergence::GeneralizedJSD, 0.3, 1.5}};
+  for (bool tied : {false, true})
+    for (const DistillationLoss& l : losses) {
+      const ModelConfig cfg = tiny_config(tied, false);
+      const int64_t B = 2, T = 8;
+      TrainingGraphOptions o;
+      o.batch_size = B;
+      o.seq_len = T;
+      o.loss = distillation_loss_builder(l, 0.4);
+      TrainingGraph tg = build_training_graph(cfg, o);
+      TensorMap params = init_parameters(graph_parameters(tg.graph), 7, DType::F32, 0.3);
+      const Batch b = random_batch(B, T, cfg.vocab_size, 11);
+      TensorMap in = batch_inputs(b, DType::F32, 1.0 / double(b.num_valid_labels()));
+      in["teacher_logits"] = random_logits(B * T, cfg.vocab_size, 5);
+      std::vector<std::vector<Tensor>> outs;
+      for (CompileMode mode : {CompileMode::None, CompileMode::Model, CompileMode::Full}) {
+        PassOptions po;
+        po.mode = mode;
+        outs.push_back(compile_graph(tg.graph, po).executor->run(in, params));
+      }
+      for (size_t m = 1; m < outs.size(); ++m)
+        for (size_t k = 0; k < outs[0].size(); ++k)
+          EXPECT_LT(max_rel_diff(outs[m][k], outs[0][k]), k == 0 ? 1e-5 : 1e-4)
+              << l.name() << " tied " << tied << " mode " << m << " output "
+              << tg.graph.outputs()[k].first;
+    }
+}
+
+// The loss is (1 - kd_ratio) CE + kd_ratio KD, each its sum over the labels times the scale.
+TEST(KdStepGraph, LossMixesCrossEntropyAndTheDivergence) {
+  const ModelConfig cfg = tiny_config(false, false);
+  const int64_t B = 2, T = 6;
+  const Batch b = random_batch(B, T, cfg.vocab_size, 3);
+  TensorMap in = batch_inputs(b, DType::F32, 0.25);
+  in["teacher_logits"] = random_logits(B * T, cfg.vocab_size, 9);
+  TensorMap params;
+  for (double ratio : {0.0, 0.3, 1.0}) {
+    TrainingGraphOptions o;
+    o.batch_size = B;
+    o.seq_len = T;
+    o.loss = distillation_loss_builder({KdDivergence::ReverseKL, 0.5, 1.0}, ratio);
+    TrainingGraph tg = build_training_graph(cfg, o);
+    if (params.empty()) params = init_parameters(graph_parameters(tg.graph), 1, DType::F32, 0.3);
+    const auto out = compile_graph(tg.graph, {}).executor->run(in, params);
+    std::map<std::string, double> v;
+    for (size_t k = 0; k < out.size(); ++k)
+      if (out[k].numel() == 1) v[tg.graph.outputs()[k].first] = element_as_double(out[k], 0);
+    EXPECT_NEAR(v["loss"], 0.25 * ((1 - ratio) * v["report:ce_sum"] + ratio * v["report:kd_sum"]),
+                1e-5 * std::abs(v["loss"]) + 1e-7)
+        << ratio;
+  }
+}
+
+Config kd_yaml(const std::string& teacher_vocab) {
+  return Config::from_string(
+      "output_dir: /tmp/x\n"
+      "model: {init: random, vocab_size: 259, hidden_size: 16, intermediate_size: 32,\n"
+      "        num_hidden_layers: 1, num_attention_heads: 2}\n"
+      "teacher_model: {init: random, vocab_size: " +
+          teacher_vocab +
+          ", hidden_size: 32, intermediate_size: 64,\n"
+          "        num_hidden_layers: 2, num_attention_heads: 4}\n"
+          "tokenizer: {_component_: byte}\n"
+          "dataset: {_component_: text_completion, source: x.txt}\n"
+          "optimizer: {_component_: AdamW, lr: 1e-3}\n"
+          "kd_loss: {_component_: torchtune.modules.loss.ForwardKLWithChunkedOutputLoss}\n"
+          "kd_ratio: 0.5\n",
+      "kd.yaml");
+}
+
+TEST(KdRecipe, TeacherOfAnotherVocabularyIsAValidationError) {
+  EXPECT_NO_THROW(validate(kd_yaml("259"), knowledge_distillation_schema()));
+  try {
+    validate(kd_yaml("300"), knowledge_distillation_schema());
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_TRUE(contains(e.what(), "model.vocab_size is 259, teacher_model.vocab_size 300"))
+        << e.what();
+  }
+  // From checkpoints (whose config.json validation does not open) the recipe checks the
+  // architectures before it reads a weight.
+  ModelConfig s = tiny_config(false, false), t = tiny_config(false, false);
+  t.vocab_size = 20;
+  try {
+    check_same_vocabulary(s, t);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_TRUE(
+        contains(e.what(), "the student's vocab_size is 13, the teacher's (teacher_model) 20"))
+        << e.what();
+  }
+}
+
+TEST(KdRecipe, KdLossKeysAreValidated) {
+  Config c = kd_yaml("259");
+  c.apply_overrides({"kd_loss.beta=0.5"});  // only the generalized JSD has a beta
+  EXPECT_THROW(validate(c, knowledge_distillation_schema()), Error);
+  c = kd_yaml("259");
+  c.apply_overrides(
+      {"kd_loss._component_=GeneralizedJSDLoss", "kd_loss.beta=0.25", "kd_loss.temperature=2"});
+  validate(c, knowledge_distillation_schema());
+  const DistillationLoss l =
+      distillation_loss_from(with_defaults(c, knowledge_distillation_schema()));
+  EXPECT_EQ(l.kind, KdDivergence::GeneralizedJSD);
+  EXPECT_EQ(l.beta, 0.25);
+  EXPECT_EQ(l.temperature, 2.0);
+}
+
+// The demo's tiny model as the student, a random teacher twice its size, a few steps in each
+// compile mode: the run succeeds and logs the two parts of the loss.
+TEST(KdRecipe, TrainsAStudentAndLogsClassAndKdLoss) {
+  for (const char* compile : {"false", "true"}) {
+    TempDir tmp;
+    Overrides o = demo_overrides(tmp / "out", {{"dataset.packed", "false"},
+                                               {"max_steps_per_epoch", "3"},
+                                               {"model.hidden_size", "16"},
+                                               {"model.intermediate_size", "32"},
+                                               {"model.num_hidden_layers", "1"},
+                                               {"teacher_model.init", "random"},
+                                               {"teacher_model.vocab_size", "259"},
+                                               {"teacher_model.hidden_size", "32"},
+                                               {"teacher_model.intermediate_size", "64"},
+                                               {"teacher_model.num_hidden_layers", "2"},
+                                               {"teacher_model.num_attention_heads", "4"},
+                                               {"kd_loss._component_", "ReverseKLLoss"},
+                                               {"kd_ratio", "0.7"},
+                                               {"compile", compile}});
+    const CliRun r = run_shell(
+        run_command("knowledge_distillation_single_device", "demo/tiny_full", o), tmp / "io");
+    ASSERT_EQ(r.code, 0) << r.out << r.err;
+    EXPECT_EQ(printed_steps(r.out).size(), 3u) << r.out;
+    EXPECT_TRUE(contains(r.out, "class_loss:")) << r.out;
+    EXPECT_TRUE(contains(r.out, "kd_loss:")) << r.out;
+    EXPECT_TRUE(fs::exists(tmp / "out" / "epoch_0" / "model.safetensors"));
+  }
+}
+
+}  // namespace kd_recipe_test
