@@ -48,6 +48,14 @@ void row_sum(const T* x, T* out, int64_t rows, int64_t cols) {
   }
 }
 
+// 1 / (1 + exp(-x)), from whichever side keeps exp() from overflowing: LogSigmoid's gradient
+// (at -x) and Sigmoid.
+template <class T>
+T sigmoid_no_overflow(T x) {
+  const T e = std::exp(-std::abs(x));
+  return x >= 0 ? T(1) / (T(1) + e) : e / (T(1) + e);
+}
+
 template <class T>
 void log_sigmoid(const T* x, T* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i)
@@ -56,12 +64,7 @@ void log_sigmoid(const T* x, T* out, int64_t n) {
 
 template <class T>
 void log_sigmoid_backward(const T* x, const T* dy, T* dx, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    // sigmoid(-x), from whichever side keeps exp() from overflowing.
-    const T e = std::exp(-std::abs(x[i]));
-    const T s = x[i] >= 0 ? e / (T(1) + e) : T(1) / (T(1) + e);
-    dx[i] = dy[i] * s;
-  }
+  for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * sigmoid_no_overflow(-x[i]);
 }
 
 template <class T>
@@ -78,10 +81,7 @@ void log1mexp_backward(const T* x, const T* dy, T* dx, int64_t n) {
 
 template <class T>
 void sigmoid(const T* x, T* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const T e = std::exp(-std::abs(x[i]));
-    out[i] = x[i] >= 0 ? T(1) / (T(1) + e) : e / (T(1) + e);
-  }
+  for (int64_t i = 0; i < n; ++i) out[i] = sigmoid_no_overflow(x[i]);
 }
 
 template <class T>
