@@ -11,6 +11,10 @@
 // matmuls of two bf16 operands (a bf16 graph's MatMul) in GF/s: fp32 sgemm, the widening
 // path and oneDNN's bf16 dot products side by side, with their ratios to fp32.
 //
+// --decode prints only the decode table: y = x W^T for the few rows of a decode step (M = 1
+// and 8) at TinyLlama / Llama 3.2 1B layer shapes, as GB/s of weight read: W fp32 through
+// sgemm, W bf16 through the widening path, oneDNN (x bf16) and kernels::decode_gemv_bf16_weight.
+//
 // --big adds N=128256 (Llama 3 vocabulary; ~0.8 GB of buffers). OpenBLAS picks its kernels
 // from the CPU unless OPENBLAS_CORETYPE forces them; the header line says which ran.
 #include <omp.h>
@@ -27,6 +31,7 @@
 #include "fusetune/kernels/cpu/bf16.h"
 #include "fusetune/kernels/cpu/bf16_matmul.h"
 #include "fusetune/kernels/cpu/blas_info.h"
+#include "fusetune/kernels/cpu/decode_gemv.h"
 #include "fusetune/kernels/cpu/gemm_peak.h"
 #include "fusetune/kernels/cpu/kernels.h"
 #include "fusetune/util/strings.h"
@@ -248,11 +253,68 @@ void bf16_operand_table(const std::vector<int>& threads) {
   }
 }
 
+// Decode-step products: few rows of x against a whole weight, bound by reading W. GB/s count
+// W's bytes in its stored type (fp32: 4 per element, bf16: 2) per call.
+void decode_table(const std::vector<int>& threads) {
+  const bool native = k::cpu_has_bf16_dot_products();
+  std::printf(
+      "\ndecode y = x W^T, GB/s of W read: fp32 = W fp32, sgemm; widening = W bf16 "
+      "widened by tiles + sgemm; oneDNN = x, W bf16 (%s); gemv = decode_gemv_bf16_weight\n",
+      native ? "bf16 dot products" : "not run");
+  std::printf("%-24s %3s %6s %6s %7s %9s %9s %9s %9s %10s\n", "shape", "M", "N", "K", "threads",
+              "fp32", "widening", "oneDNN", "gemv", "gemv/fp32");
+  struct DecodeShape {
+    const char* what;
+    int64_t N, K;
+  };
+  const std::vector<DecodeShape> shapes = {{"TinyLlama q/o (2048^2)", 2048, 2048},
+                                           {"TinyLlama gate/up", 5632, 2048},
+                                           {"TinyLlama down", 2048, 5632},
+                                           {"TinyLlama head", 32000, 2048},
+                                           {"1B gate/up", 8192, 2048}};
+  for (const DecodeShape& s : shapes)
+    for (int64_t M : {1, 8}) {
+      const auto X = filled(static_cast<size_t>(M * s.K), 1e-2f);
+      const auto W = filled(static_cast<size_t>(s.N * s.K), 1e-2f);
+      std::vector<uint16_t> X16(X.size()), W16(W.size()), Y16(static_cast<size_t>(M * s.N));
+      k::f32_to_bf16_array(X.data(), X16.data(), static_cast<int64_t>(X.size()));
+      k::f32_to_bf16_array(W.data(), W16.data(), static_cast<int64_t>(W.size()));
+      std::vector<float> Y(Y16.size());
+      std::vector<float> tile(static_cast<size_t>(k::bf16_weight_tile_rows(true, s.N, s.K) * s.K));
+      for (int th : threads) {
+        omp_set_num_threads(th);
+        const double f32 = best_ms([&] {
+          k::gemm<float>(false, true, M, s.N, s.K, 1.0f, X.data(), s.K, W.data(), s.K, 0.0f,
+                         Y.data(), s.N);
+        });
+        const double widen = best_ms([&] {
+          k::gemm_bf16_weight(true, M, s.N, s.K, X.data(), W16.data(), Y.data(), tile.data());
+        });
+        const double onednn = native ? best_ms([&] {
+          k::matmul_bf16_onednn(false, true, M, s.N, s.K, X16.data(), W16.data(), Y16.data(), true);
+        })
+                                     : 0.0;
+        const double gemv = best_ms([&] {
+          k::decode_gemv_bf16_weight(M, s.N, s.K, X.data(), false, W16.data(), Y.data(), false);
+        });
+        const double w32 = 4.0 * double(s.N * s.K), w16 = 2.0 * double(s.N * s.K);
+        auto gbs = [](double bytes, double ms) {
+          return ms > 0 ? bytes / (ms * 1e-3) * 1e-9 : 0.0;
+        };
+        std::printf("%-24s %3lld %6lld %6lld %7d %9.1f %9.1f %9.1f %9.1f %9.2fx\n", s.what,
+                    static_cast<long long>(M), static_cast<long long>(s.N),
+                    static_cast<long long>(s.K), th, gbs(w32, f32), gbs(w16, widen),
+                    gbs(w16, onednn), gbs(w16, gemv), f32 / gemv);
+        std::fflush(stdout);
+      }
+    }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::vector<int> threads = {1, 2};
-  bool big = false, bf16 = false;
+  bool big = false, bf16 = false, decode = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--seconds" && i + 1 < argc) {
@@ -262,15 +324,22 @@ int main(int argc, char** argv) {
       for (const std::string& t : fusetune::split(argv[++i], ',')) threads.push_back(std::stoi(t));
     } else if (a == "--big") {
       big = true;
+    } else if (a == "--decode") {
+      decode = true;
     } else if (a == "--bf16") {
       bf16 = true;
     } else {
-      std::fprintf(stderr, "usage: bench_gemm [--seconds S] [--threads 1,2] [--big] [--bf16]\n");
+      std::fprintf(stderr,
+                   "usage: bench_gemm [--seconds S] [--threads 1,2] [--big] [--bf16] [--decode]\n");
       return 2;
     }
   }
   std::printf("%s, OpenMP max threads %d\n\n", k::blas_description().c_str(),
               omp_get_max_threads());
+  if (decode) {
+    decode_table(threads);
+    return 0;
+  }
   if (bf16) {
     bf16_weight_table(threads);
     bf16_operand_table(threads);

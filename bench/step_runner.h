@@ -56,6 +56,8 @@ inline const std::vector<BenchShape>& shapes() {
       {"tiny", llama_shape(4096, 128, 2, 4, 2, 384, false), 2, 128},
       {"stories260K", llama_shape(512, 64, 5, 8, 4, 172, true), 8, 256},
       {"llama3.2-1b", llama_shape(128256, 2048, 16, 32, 8, 8192, true), 1, 512},
+      // TinyLlama 1.1B's shape (issue 31's decode comparison with llama.cpp).
+      {"tinyllama-1.1b", llama_shape(32000, 2048, 22, 32, 4, 5632, false), 1, 512},
       // Llama 3.1 8B's shape, random-init (fp32: ~32 GB of weights; LoRA/QLoRA fit far better).
       {"llama3.1-8b", llama_shape(128256, 4096, 32, 32, 8, 14336, false), 1, 512},
   };

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "fusetune/core/tensor.h"
+#include "fusetune/kernels/cpu/decode_gemv.h"
 #include "fusetune/kernels/cpu/kernels.h"
 #include "fusetune/kernels/cpu/nf4.h"
 #include "fusetune/kernels/cpu/parallel.h"
@@ -80,6 +81,10 @@ int64_t bf16_weight_tile_rows(bool trans_b, int64_t rows, int64_t cols) {
 
 void gemm_bf16_weight(bool trans_b, int64_t M, int64_t N, int64_t K, const float* A,
                       const uint16_t* B, float* out, float* tile) {
+  if (trans_b && M <= kDecodeGemvMaxRows) {  // a decode step's x W^T: W read once, as stored
+    decode_gemv_bf16_weight(M, N, K, A, false, B, out, false);
+    return;
+  }
   const int64_t stored_rows = trans_b ? N : K, stored_cols = trans_b ? K : N;
   const int64_t tr = bf16_weight_tile_rows(trans_b, stored_rows, stored_cols);
   Tensor tile_buf;

@@ -27,7 +27,8 @@ int64_t bf16_weight_tile_rows(bool trans_b, int64_t rows, int64_t cols);
 
 // out [M, N] fp32 = A [M, K] fp32 op(B), B bf16 stored [N, K] (trans_b) or [K, N], widened a
 // tile of B's stored rows at a time (bf16_weight_tile_rows) into `tile` (that many rows of B's
-// stored row length), or, when `tile` is null, into a counted scratch tile.
+// stored row length), or, when `tile` is null, into a counted scratch tile. A decode step's
+// x W^T (trans_b, M <= kDecodeGemvMaxRows) widens nothing: decode_gemv.h.
 void gemm_bf16_weight(bool trans_b, int64_t M, int64_t N, int64_t K, const float* A,
                       const uint16_t* B, float* out, float* tile = nullptr);
 

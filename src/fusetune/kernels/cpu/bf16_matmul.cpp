@@ -1,5 +1,7 @@
 #include "fusetune/kernels/cpu/bf16_matmul.h"
 
+#include "fusetune/kernels/cpu/decode_gemv.h"
+
 #include <omp.h>
 
 #include <algorithm>
@@ -155,13 +157,18 @@ bool matmul_bf16_native(bool trans_a, bool trans_b, const Tensor& a, const Tenso
   if (a.dtype() != DType::BF16 || b.dtype() != DType::BF16) return false;
   if (c.dtype() != DType::BF16 && c.dtype() != DType::F32) return false;
   if (a.rank() < 2 || b.rank() < 2 || batch_of(a) != 1 || batch_of(b) != 1) return false;
-  if (bf16_matmul_path() != Bf16MatmulPath::OneDnn) return false;
   const int ra = a.rank(), rb = b.rank();
   const int64_t M = trans_a ? a.dim(ra - 1) : a.dim(ra - 2);
   const int64_t K = trans_a ? a.dim(ra - 2) : a.dim(ra - 1);
   const int64_t N = trans_b ? b.dim(rb - 2) : b.dim(rb - 1);
   FT_CHECK((trans_b ? b.dim(rb - 1) : b.dim(rb - 2)) == K && c.numel() == M * N,
            "matmul_bf16_native: operand shapes do not match");
+  if (!trans_a && trans_b && M <= kDecodeGemvMaxRows) {  // a decode step's x W^T, any CPU
+    decode_gemv_bf16_weight(M, N, K, a.data<uint16_t>(), true, b.data<uint16_t>(), c.raw(),
+                            c.dtype() == DType::BF16);
+    return true;
+  }
+  if (bf16_matmul_path() != Bf16MatmulPath::OneDnn) return false;
   matmul_bf16_onednn(trans_a, trans_b, M, N, K, a.data<uint16_t>(), b.data<uint16_t>(), c.raw(),
                      c.dtype() == DType::BF16);
   return true;

@@ -33,9 +33,10 @@ std::string bf16_matmul_description();
 void matmul_bf16_onednn(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                         const uint16_t* A, const uint16_t* B, void* C, bool c_bf16);
 
-// The runtime's entry for an unbatched matmul node: runs it through oneDNN and returns true
-// when the path is oneDNN and both operands are bf16 (leading dimensions all 1); otherwise
-// does nothing and returns false (the caller widens).
+// The runtime's entry for an unbatched matmul node of two bf16 operands (leading dimensions
+// all 1): a decode step's x W^T (at most kDecodeGemvMaxRows rows of x) runs through
+// decode_gemv_bf16_weight on any CPU, anything else through oneDNN when the path is oneDNN;
+// returns true when it ran, otherwise does nothing and returns false (the caller widens).
 bool matmul_bf16_native(bool trans_a, bool trans_b, const Tensor& a, const Tensor& b, Tensor& c);
 
 }  // namespace fusetune::kernels

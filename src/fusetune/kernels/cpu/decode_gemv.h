@@ -1,0 +1,22 @@
+#pragma once
+// Decode-time products with a bf16 weight: y [M, N] = x [M, K] W^T for the few rows a decode
+// step carries (M = the batch, one new token per row), W stored bf16 [N, K] (docs/design.md §9).
+// A decode step is bound by reading the weights, so this reads W once, in its stored type:
+// each thread takes a block of W's rows and widens a short piece of each row at a time in
+// registers, reused by every row of x. No widened copy of W exists (the widening path widens
+// 16 MiB tiles, and oneDNN's bf16 GEMM packs W again for M = 1: both cost more than the read).
+// fp32 accumulation; each output is one thread's fixed-order sum, so results do not depend on
+// the thread count.
+#include <cstdint>
+
+namespace fusetune::kernels {
+
+// The most rows of x this kernel is for; larger M is a GEMM (the GEMM paths are faster there).
+inline constexpr int64_t kDecodeGemvMaxRows = 16;
+
+// x fp32 [M, K] or bf16 (x_bf16); y fp32 [M, N] or bf16 rounded once (y_bf16). M <=
+// kDecodeGemvMaxRows.
+void decode_gemv_bf16_weight(int64_t M, int64_t N, int64_t K, const void* x, bool x_bf16,
+                             const uint16_t* w, void* y, bool y_bf16);
+
+}  // namespace fusetune::kernels

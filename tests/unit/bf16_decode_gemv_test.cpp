@@ -1,0 +1,160 @@
+// The decode GEMV (kernels/cpu/decode_gemv.h): y = x W^T for a decode step's few rows against a
+// bf16 weight, against an fp64 reference with the rounding bound written out; x and y in fp32
+// and bf16; sizes around its 16-lane pieces and 4-row blocks; the same bits on 1 and 2
+// threads; and the routes that reach it (a bf16 graph's MatMul and the widening GEMM) give its
+// bits whatever FUSETUNE_BF16_MATMUL says.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "fusetune/core/dtype.h"
+#include "fusetune/core/tensor.h"
+#include "fusetune/kernels/cpu/bf16.h"
+#include "fusetune/kernels/cpu/bf16_matmul.h"
+#include "fusetune/kernels/cpu/decode_gemv.h"
+
+using namespace fusetune;
+
+namespace {
+
+std::vector<uint16_t> random_bf16_values(int64_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> d(-2.0f, 2.0f);
+  std::vector<uint16_t> v(static_cast<size_t>(n));
+  for (uint16_t& x : v) x = f32_to_bf16(d(rng));
+  return v;
+}
+
+std::vector<float> widened(const std::vector<uint16_t>& v) {
+  std::vector<float> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = bf16_to_f32(v[i]);
+  return out;
+}
+
+// u = 2^-24, fp32's unit roundoff: K products (exact in fp32: bf16 x bf16 has 16 significant
+// bits) summed in fp32 in any order are within K u sum|x w| of the exact sum. A bf16 output is
+// that sum rounded once more, by at most 2^-8 of its value.
+constexpr double kUnitRoundoff = 0x1p-24, kBf16HalfUlp = 0x1p-8;
+
+struct GemvCase {
+  int64_t M, N, K;
+};
+
+// Rows 1..16 (every block split), weight rows around the 4-row block, K around 16-lane pieces.
+std::vector<GemvCase> gemv_cases() {
+  std::vector<GemvCase> out;
+  for (int64_t M : {1, 2, 3, 4, 5, 7, 8, 13, 16})
+    for (int64_t N : {1, 3, 4, 5, 9})
+      for (int64_t K : {1, 15, 16, 17, 48, 129}) out.push_back({M, N, K});
+  out.push_back({1, 301, 1001});
+  out.push_back({8, 64, 2048});
+  return out;
+}
+
+void expect_matches_reference(const GemvCase& c, bool x_bf16, bool y_bf16) {
+  const auto X = random_bf16_values(c.M * c.K, 11 + c.M), W = random_bf16_values(c.N * c.K, 7);
+  const std::vector<float> x32 = widened(X);
+  std::vector<float> y32(size_t(c.M * c.N));
+  std::vector<uint16_t> y16(y32.size());
+  kernels::decode_gemv_bf16_weight(c.M, c.N, c.K, x_bf16 ? (const void*)X.data() : x32.data(),
+                                   x_bf16, W.data(), y_bf16 ? (void*)y16.data() : y32.data(),
+                                   y_bf16);
+  for (int64_t m = 0; m < c.M; ++m)
+    for (int64_t n = 0; n < c.N; ++n) {
+      double exact = 0, scale = 0;
+      for (int64_t k = 0; k < c.K; ++k) {
+        const double p = double(x32[size_t(m * c.K + k)]) * bf16_to_f32(W[size_t(n * c.K + k)]);
+        exact += p;
+        scale += std::abs(p);
+      }
+      const double sum_tol = double(c.K) * kUnitRoundoff * scale;
+      const size_t i = size_t(m * c.N + n);
+      const double got = y_bf16 ? double(bf16_to_f32(y16[i])) : double(y32[i]);
+      const double tol =
+          y_bf16 ? sum_tol * (1 + kBf16HalfUlp) + kBf16HalfUlp * std::abs(exact) : sum_tol;
+      ASSERT_NEAR(got, exact, tol)
+          << "M=" << c.M << " N=" << c.N << " K=" << c.K << " at (" << m << ", " << n << "), x "
+          << (x_bf16 ? "bf16" : "fp32") << ", y " << (y_bf16 ? "bf16" : "fp32");
+    }
+}
+
+// Sets FUSETUNE_BF16_MATMUL for one scope, then restores what was there (the Bf16Paths CTest
+// entries run these tests with it set).
+class GemvPathOverride {
+ public:
+  explicit GemvPathOverride(const char* value) {
+    if (const char* old = std::getenv("FUSETUNE_BF16_MATMUL")) old_ = old, had_ = true;
+    setenv("FUSETUNE_BF16_MATMUL", value, 1);
+  }
+  ~GemvPathOverride() {
+    if (had_)
+      setenv("FUSETUNE_BF16_MATMUL", old_.c_str(), 1);
+    else
+      unsetenv("FUSETUNE_BF16_MATMUL");
+  }
+
+ private:
+  std::string old_;
+  bool had_ = false;
+};
+
+}  // namespace
+
+TEST(Bf16DecodeGemv, MatchesTheFp64ReferenceForEveryOperandType) {
+  for (const GemvCase& c : gemv_cases())
+    for (bool x_bf16 : {false, true})
+      for (bool y_bf16 : {false, true}) expect_matches_reference(c, x_bf16, y_bf16);
+}
+
+TEST(Bf16DecodeGemv, TheSameBitsOnOneAndTwoThreads) {
+  const int64_t M = 5, N = 1027, K = 2048;  // big enough to go parallel
+  const auto X = widened(random_bf16_values(M * K, 3));
+  const auto W = random_bf16_values(N * K, 4);
+  std::vector<float> one(size_t(M * N)), two(one.size());
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  kernels::decode_gemv_bf16_weight(M, N, K, X.data(), false, W.data(), one.data(), false);
+  omp_set_num_threads(2);
+  kernels::decode_gemv_bf16_weight(M, N, K, X.data(), false, W.data(), two.data(), false);
+  omp_set_num_threads(threads);
+  EXPECT_EQ(one, two);
+}
+
+TEST(Bf16DecodeGemv, MoreRowsThanADecodeStepIsRefused) {
+  std::vector<float> x(17 * 4), y(17 * 2);
+  std::vector<uint16_t> w(2 * 4);
+  EXPECT_ANY_THROW(
+      kernels::decode_gemv_bf16_weight(17, 2, 4, x.data(), false, w.data(), y.data(), false));
+}
+
+// The two ways a decode step's x W^T reaches the kernel: a MatMul node of two bf16 operands
+// (kernels::matmul_bf16_native, on any CPU and either FUSETUNE_BF16_MATMUL path) and a bf16
+// weight under fp32 activations (kernels::gemm_bf16_weight). Both give the GEMV's bits; more
+// rows than a decode step take the GEMM paths.
+TEST(Bf16DecodeGemv, DecodeShapedMatmulsReachIt) {
+  const int64_t M = 3, N = 70, K = 96;
+  const auto X = random_bf16_values(M * K, 5), W = random_bf16_values(N * K, 6);
+  const std::vector<float> x32 = widened(X);
+  std::vector<float> want(size_t(M * N)), got(want.size());
+  kernels::decode_gemv_bf16_weight(M, N, K, x32.data(), false, W.data(), want.data(), false);
+  kernels::gemm_bf16_weight(true, M, N, K, x32.data(), W.data(), got.data());
+  EXPECT_EQ(got, want) << "gemm_bf16_weight";
+  for (const char* path : {"widening", "auto"}) {
+    const GemvPathOverride scoped(path);
+    Tensor a = Tensor::empty({M, K}, DType::BF16), b = Tensor::empty({N, K}, DType::BF16);
+    Tensor c = Tensor::empty({M, N}, DType::F32);
+    std::copy(X.begin(), X.end(), a.data<uint16_t>());
+    std::copy(W.begin(), W.end(), b.data<uint16_t>());
+    ASSERT_TRUE(kernels::matmul_bf16_native(false, true, a, b, c)) << path;
+    EXPECT_EQ(std::vector<float>(c.data<float>(), c.data<float>() + M * N), want) << path;
+  }
+  Tensor a = Tensor::empty({17, K}, DType::BF16), b = Tensor::empty({N, K}, DType::BF16);
+  Tensor c = Tensor::empty({17, N}, DType::F32);
+  const GemvPathOverride scoped("widening");
+  EXPECT_FALSE(kernels::matmul_bf16_native(false, true, a, b, c)) << "17 rows: a GEMM";
+}
