@@ -11,7 +11,7 @@
 // matmuls of two bf16 operands (a bf16 graph's MatMul) in GF/s: fp32 sgemm, the widening
 // path and oneDNN's bf16 dot products side by side, with their ratios to fp32.
 //
-// --decode prints only the decode table: y = x W^T for the few rows of a decode step (M = 1
+// --decode prints only the decode table: y = x W^T for the few rows of a decode step (M = 1, 4
 // and 8) at TinyLlama / Llama 3.2 1B layer shapes, as GB/s of weight read: W fp32 through
 // sgemm, W bf16 through the widening path, oneDNN (x bf16) and kernels::decode_gemv_bf16_weight.
 //
@@ -267,13 +267,13 @@ void decode_table(const std::vector<int>& threads) {
     const char* what;
     int64_t N, K;
   };
-  const std::vector<DecodeShape> shapes = {{"TinyLlama q/o (2048^2)", 2048, 2048},
-                                           {"TinyLlama gate/up", 5632, 2048},
-                                           {"TinyLlama down", 2048, 5632},
-                                           {"TinyLlama head", 32000, 2048},
-                                           {"1B gate/up", 8192, 2048}};
+  const std::vector<DecodeShape> shapes = {
+      {"mid q/o (512^2)", 512, 512},     {"mid gate/up", 1408, 512},
+      {"mid head", 32000, 512},          {"TinyLlama q/o (2048^2)", 2048, 2048},
+      {"TinyLlama gate/up", 5632, 2048}, {"TinyLlama down", 2048, 5632},
+      {"TinyLlama head", 32000, 2048},   {"1B gate/up", 8192, 2048}};
   for (const DecodeShape& s : shapes)
-    for (int64_t M : {1, 8}) {
+    for (int64_t M : {1, 4, 8}) {
       const auto X = filled(static_cast<size_t>(M * s.K), 1e-2f);
       const auto W = filled(static_cast<size_t>(s.N * s.K), 1e-2f);
       std::vector<uint16_t> X16(X.size()), W16(W.size()), Y16(static_cast<size_t>(M * s.N));

@@ -133,9 +133,9 @@ TEST(Bf16DecodeGemv, MoreRowsThanADecodeStepIsRefused) {
 }
 
 // The two ways a decode step's x W^T reaches the kernel: a MatMul node of two bf16 operands
-// (kernels::matmul_bf16_native, on any CPU and either FUSETUNE_BF16_MATMUL path) and a bf16
-// weight under fp32 activations (kernels::gemm_bf16_weight). Both give the GEMV's bits; more
-// rows than a decode step take the GEMM paths.
+// (kernels::matmul_bf16_native, on any CPU and either FUSETUNE_BF16_MATMUL path, up to 4 rows)
+// and a bf16 weight under fp32 activations (kernels::gemm_bf16_weight). Both give the GEMV's
+// bits; more rows than a decode step take the GEMM paths.
 TEST(Bf16DecodeGemv, DecodeShapedMatmulsReachIt) {
   const int64_t M = 3, N = 70, K = 96;
   const auto X = random_bf16_values(M * K, 5), W = random_bf16_values(N * K, 6);

@@ -163,12 +163,14 @@ bool matmul_bf16_native(bool trans_a, bool trans_b, const Tensor& a, const Tenso
   const int64_t N = trans_b ? b.dim(rb - 2) : b.dim(rb - 1);
   FT_CHECK((trans_b ? b.dim(rb - 1) : b.dim(rb - 2)) == K && c.numel() == M * N,
            "matmul_bf16_native: operand shapes do not match");
-  if (!trans_a && trans_b && M <= kDecodeGemvMaxRows) {  // a decode step's x W^T, any CPU
+  const bool onednn = bf16_matmul_path() == Bf16MatmulPath::OneDnn;
+  const bool decode_rows = !trans_a && trans_b && M <= kDecodeGemvMaxRows;  // a decode's x W^T
+  if (decode_rows && (!onednn || M <= kDecodeGemvRowsBeforeOneDnn)) {
     decode_gemv_bf16_weight(M, N, K, a.data<uint16_t>(), true, b.data<uint16_t>(), c.raw(),
                             c.dtype() == DType::BF16);
     return true;
   }
-  if (bf16_matmul_path() != Bf16MatmulPath::OneDnn) return false;
+  if (!onednn) return false;
   matmul_bf16_onednn(trans_a, trans_b, M, N, K, a.data<uint16_t>(), b.data<uint16_t>(), c.raw(),
                      c.dtype() == DType::BF16);
   return true;

@@ -34,9 +34,10 @@ void matmul_bf16_onednn(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_
                         const uint16_t* A, const uint16_t* B, void* C, bool c_bf16);
 
 // The runtime's entry for an unbatched matmul node of two bf16 operands (leading dimensions
-// all 1): a decode step's x W^T (at most kDecodeGemvMaxRows rows of x) runs through
-// decode_gemv_bf16_weight on any CPU, anything else through oneDNN when the path is oneDNN;
-// returns true when it ran, otherwise does nothing and returns false (the caller widens).
+// all 1): a decode step's x W^T (at most kDecodeGemvRowsBeforeOneDnn rows of x on the oneDNN
+// path, kDecodeGemvMaxRows on the widening one) runs through decode_gemv_bf16_weight, anything
+// else through oneDNN when the path is oneDNN; returns true when it ran, otherwise does
+// nothing and returns false (the caller widens).
 bool matmul_bf16_native(bool trans_a, bool trans_b, const Tensor& a, const Tensor& b, Tensor& c);
 
 }  // namespace fusetune::kernels

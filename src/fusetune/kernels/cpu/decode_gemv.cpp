@@ -36,24 +36,34 @@ inline float gemv_widen(uint16_t v) {
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 template <int MB, int NB>
 void gemv_block_dot(const float* x, int64_t K, const uint16_t* w, float* out) {
-  __m512 acc[MB][NB];
-  for (int m = 0; m < MB; ++m)
-    for (int j = 0; j < NB; ++j) acc[m][j] = _mm512_setzero_ps();
+  // U pieces per step, each into its own accumulators: few rows (M = 1) would otherwise wait
+  // on the FMA latency of MB x NB chains.
+  constexpr int U = MB * NB >= 8 ? 1 : 2;
+  __m512 acc[U][MB][NB];
+  for (int u = 0; u < U; ++u)
+    for (int m = 0; m < MB; ++m)
+      for (int j = 0; j < NB; ++j) acc[u][m][j] = _mm512_setzero_ps();
   int64_t k = 0;
-  for (; k + kGemvLanes <= K; k += kGemvLanes) {
-    __m512 wf[NB];
-    for (int j = 0; j < NB; ++j) {
-      const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + j * K + k));
-      wf[j] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+  for (; k + U * kGemvLanes <= K; k += U * kGemvLanes)
+    for (int u = 0; u < U; ++u) {
+      const int64_t ku = k + u * kGemvLanes;
+      __m512 wf[NB];
+      for (int j = 0; j < NB; ++j) {
+        // The weight streams from memory once: ask for it well ahead (1 KiB per row).
+        if (u == 0) _mm_prefetch(reinterpret_cast<const char*>(w + j * K + k + 512), _MM_HINT_T0);
+        const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + j * K + ku));
+        wf[j] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+      }
+      for (int m = 0; m < MB; ++m) {
+        const __m512 xv = _mm512_loadu_ps(x + m * K + ku);
+        for (int j = 0; j < NB; ++j) acc[u][m][j] = _mm512_fmadd_ps(xv, wf[j], acc[u][m][j]);
+      }
     }
-    for (int m = 0; m < MB; ++m) {
-      const __m512 xv = _mm512_loadu_ps(x + m * K + k);
-      for (int j = 0; j < NB; ++j) acc[m][j] = _mm512_fmadd_ps(xv, wf[j], acc[m][j]);
-    }
-  }
   for (int m = 0; m < MB; ++m)
     for (int j = 0; j < NB; ++j) {
-      float s = _mm512_reduce_add_ps(acc[m][j]);
+      __m512 sum = acc[0][m][j];
+      for (int u = 1; u < U; ++u) sum = _mm512_add_ps(sum, acc[u][m][j]);
+      float s = _mm512_reduce_add_ps(sum);
       for (int64_t t = k; t < K; ++t) s = std::fma(x[m * K + t], gemv_widen(w[j * K + t]), s);
       out[m * NB + j] = s;
     }

@@ -13,6 +13,10 @@ namespace fusetune::kernels {
 
 // The most rows of x this kernel is for; larger M is a GEMM (the GEMM paths are faster there).
 inline constexpr int64_t kDecodeGemvMaxRows = 16;
+// Where the CPU has bf16 dot products, oneDNN's bf16 GEMM overtakes this kernel above 4 rows
+// (bench_gemm --decode: at 8 rows it reads the weight 1.3-2x faster on one thread, the same
+// on two; at 1 row this kernel is 2-4x faster).
+inline constexpr int64_t kDecodeGemvRowsBeforeOneDnn = 4;
 
 // x fp32 [M, K] or bf16 (x_bf16); y fp32 [M, N] or bf16 rounded once (y_bf16). M <=
 // kDecodeGemvMaxRows.
