@@ -13,7 +13,9 @@
 //
 // --decode prints only the decode table: y = x W^T for the few rows of a decode step (M = 1, 4
 // and 8) at TinyLlama / Llama 3.2 1B layer shapes, as GB/s of weight read: W fp32 through
-// sgemm, W bf16 through the widening path, oneDNN (x bf16) and kernels::decode_gemv_bf16_weight.
+// sgemm, W bf16 through the widening path, oneDNN (x bf16) and kernels::decode_gemv_bf16_weight,
+// and W NF4 through the tiled dequantize + sgemm it took before and decode_gemv_nf4_weight
+// (GB/s of its ~0.53 bytes per element).
 //
 // --big adds N=128256 (Llama 3 vocabulary; ~0.8 GB of buffers). OpenBLAS picks its kernels
 // from the CPU unless OPENBLAS_CORETYPE forces them; the header line says which ran.
@@ -34,6 +36,7 @@
 #include "fusetune/kernels/cpu/decode_gemv.h"
 #include "fusetune/kernels/cpu/gemm_peak.h"
 #include "fusetune/kernels/cpu/kernels.h"
+#include "fusetune/kernels/cpu/nf4.h"
 #include "fusetune/util/strings.h"
 
 namespace k = fusetune::kernels;
@@ -261,8 +264,9 @@ void decode_table(const std::vector<int>& threads) {
       "\ndecode y = x W^T, GB/s of W read: fp32 = W fp32, sgemm; widening = W bf16 "
       "widened by tiles + sgemm; oneDNN = x, W bf16 (%s); gemv = decode_gemv_bf16_weight\n",
       native ? "bf16 dot products" : "not run");
-  std::printf("%-24s %3s %6s %6s %7s %9s %9s %9s %9s %10s\n", "shape", "M", "N", "K", "threads",
-              "fp32", "widening", "oneDNN", "gemv", "gemv/fp32");
+  std::printf("%-24s %3s %6s %6s %7s %9s %9s %9s %9s %10s %9s %9s\n", "shape", "M", "N", "K",
+              "threads", "fp32", "widening", "oneDNN", "gemv", "gemv/fp32", "nf4 tiled",
+              "nf4 gemv");
   struct DecodeShape {
     const char* what;
     int64_t N, K;
@@ -281,6 +285,14 @@ void decode_table(const std::vector<int>& threads) {
       k::f32_to_bf16_array(W.data(), W16.data(), static_cast<int64_t>(W.size()));
       std::vector<float> Y(Y16.size());
       std::vector<float> tile(static_cast<size_t>(k::bf16_weight_tile_rows(true, s.N, s.K) * s.K));
+      const k::NF4Sizes q = k::nf4_sizes(s.N * s.K);
+      std::vector<int32_t> codes(size_t(q.code_words)), absmax_codes(size_t(q.absmax_words));
+      std::vector<float> scales(size_t(q.scales));
+      float offset = 0;
+      k::nf4_quantize(W.data(), s.N * s.K, codes.data(), absmax_codes.data(), scales.data(),
+                      &offset);
+      const k::NF4View nf4{codes.data(), absmax_codes.data(), scales.data(), offset, s.N, s.K};
+      const double nf4_bytes = 4.0 * double(q.code_words + q.absmax_words + q.scales);
       for (int th : threads) {
         omp_set_num_threads(th);
         const double f32 = best_ms([&] {
@@ -297,14 +309,26 @@ void decode_table(const std::vector<int>& threads) {
         const double gemv = best_ms([&] {
           k::decode_gemv_bf16_weight(M, s.N, s.K, X.data(), false, W16.data(), Y.data(), false);
         });
+        const double nf4_tiled = best_ms([&] {  // nf4_matmul's path for more rows
+          std::vector<float> t(size_t(k::nf4_tile_rows(s.N, s.K) * s.K));
+          for (int64_t r0 = 0; r0 < s.N; r0 += k::nf4_tile_rows(s.N, s.K)) {
+            const int64_t r1 = std::min(s.N, r0 + k::nf4_tile_rows(s.N, s.K));
+            k::nf4_dequantize_rows(nf4, r0, r1, t.data());
+            k::gemm<float>(false, true, M, r1 - r0, s.K, 1.0f, X.data(), s.K, t.data(), s.K, 0.0f,
+                           Y.data() + r0, s.N);
+          }
+        });
+        const double nf4_gemv =
+            best_ms([&] { k::decode_gemv_nf4_weight(M, nf4, X.data(), Y.data()); });
         const double w32 = 4.0 * double(s.N * s.K), w16 = 2.0 * double(s.N * s.K);
         auto gbs = [](double bytes, double ms) {
           return ms > 0 ? bytes / (ms * 1e-3) * 1e-9 : 0.0;
         };
-        std::printf("%-24s %3lld %6lld %6lld %7d %9.1f %9.1f %9.1f %9.1f %9.2fx\n", s.what,
-                    static_cast<long long>(M), static_cast<long long>(s.N),
+        std::printf("%-24s %3lld %6lld %6lld %7d %9.1f %9.1f %9.1f %9.1f %9.2fx %9.1f %9.1f\n",
+                    s.what, static_cast<long long>(M), static_cast<long long>(s.N),
                     static_cast<long long>(s.K), th, gbs(w32, f32), gbs(w16, widen),
-                    gbs(w16, onednn), gbs(w16, gemv), f32 / gemv);
+                    gbs(w16, onednn), gbs(w16, gemv), f32 / gemv, gbs(nf4_bytes, nf4_tiled),
+                    gbs(nf4_bytes, nf4_gemv));
         std::fflush(stdout);
       }
     }

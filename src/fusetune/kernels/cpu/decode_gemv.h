@@ -1,6 +1,6 @@
 #pragma once
-// Decode-time products with a bf16 weight: y [M, N] = x [M, K] W^T for the few rows a decode
-// step carries (M = the batch, one new token per row), W stored bf16 [N, K] (docs/design.md §9).
+// Decode-time products with a bf16 or NF4 weight: y [M, N] = x [M, K] W^T for the few rows a
+// decode step carries (M = the batch, one new token per row), W stored [N, K] (docs/design.md §9).
 // A decode step is bound by reading the weights, so this reads W once, in its stored type:
 // each thread takes a block of W's rows and widens a short piece of each row at a time in
 // registers, reused by every row of x. No widened copy of W exists (the widening path widens
@@ -8,6 +8,8 @@
 // fp32 accumulation; each output is one thread's fixed-order sum, so results do not depend on
 // the thread count.
 #include <cstdint>
+
+#include "fusetune/kernels/cpu/nf4.h"
 
 namespace fusetune::kernels {
 
@@ -22,5 +24,11 @@ inline constexpr int64_t kDecodeGemvRowsBeforeOneDnn = 4;
 // kDecodeGemvMaxRows.
 void decode_gemv_bf16_weight(int64_t M, int64_t N, int64_t K, const void* x, bool x_bf16,
                              const uint16_t* w, void* y, bool y_bf16);
+
+// y [M, rows] = x [M, cols] W^T for an NF4 weight (QLoRA's frozen base): each 16-element piece
+// is dequantized in registers (the 16-value table is one AVX-512 register) and used at once;
+// the weight values are exactly nf4_dequantize_rows'. Returns false, doing nothing, where it
+// does not apply (cols not a multiple of 16, or M > kDecodeGemvMaxRows): the caller's tiled GEMM.
+bool decode_gemv_nf4_weight(int64_t M, const NF4View& w, const float* x, float* y);
 
 }  // namespace fusetune::kernels

@@ -70,7 +70,8 @@ void nf4_gather_rows(const NF4View& w, const int32_t* ids, int64_t n, T* out);
 int64_t nf4_tile_rows(int64_t rows, int64_t cols);
 
 // y [N, rows] = x [N, cols] W^T, dequantizing W a tile of rows at a time into the scratch
-// (sized so each tile is still a good GEMM).
+// (sized so each tile is still a good GEMM); a decode step's few rows (fp32) read the codes
+// once instead, dequantizing in registers (decode_gemv.h).
 template <class T>
 void nf4_matmul(const NF4View& w, const T* x, int64_t N, T* y);
 // dx [N, cols] = dy [N, rows] W, tile by tile (accumulating into dx).

@@ -2,7 +2,8 @@
 // bf16 weight, against an fp64 reference with the rounding bound written out; x and y in fp32
 // and bf16; sizes around its 16-lane pieces and 4-row blocks; the same bits on 1 and 2
 // threads; and the routes that reach it (a bf16 graph's MatMul and the widening GEMM) give its
-// bits whatever FUSETUNE_BF16_MATMUL says.
+// bits whatever FUSETUNE_BF16_MATMUL says. The NF4 variant against the dequantized weight, and
+// nf4_matmul's route to it.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -17,6 +18,7 @@
 #include "fusetune/kernels/cpu/bf16.h"
 #include "fusetune/kernels/cpu/bf16_matmul.h"
 #include "fusetune/kernels/cpu/decode_gemv.h"
+#include "fusetune/kernels/cpu/nf4.h"
 
 using namespace fusetune;
 
@@ -157,4 +159,73 @@ TEST(Bf16DecodeGemv, DecodeShapedMatmulsReachIt) {
   Tensor c = Tensor::empty({17, N}, DType::F32);
   const GemvPathOverride scoped("widening");
   EXPECT_FALSE(kernels::matmul_bf16_native(false, true, a, b, c)) << "17 rows: a GEMM";
+}
+
+namespace {
+
+// An NF4 weight [rows, cols] quantized from uniform values, owning its buffers.
+struct Nf4Matrix {
+  std::vector<int32_t> codes, absmax_codes;
+  std::vector<float> scales;
+  float offset = 0;
+  int64_t rows, cols;
+  Nf4Matrix(int64_t r, int64_t c, uint64_t seed) : rows(r), cols(c) {
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+    std::vector<float> w(size_t(r * c));
+    for (float& v : w) v = d(rng);
+    const kernels::NF4Sizes s = kernels::nf4_sizes(r * c);
+    codes.resize(size_t(s.code_words));
+    absmax_codes.resize(size_t(s.absmax_words));
+    scales.resize(size_t(s.scales));
+    kernels::nf4_quantize(w.data(), r * c, codes.data(), absmax_codes.data(), scales.data(),
+                          &offset);
+  }
+  kernels::NF4View view() const {
+    return {codes.data(), absmax_codes.data(), scales.data(), offset, rows, cols};
+  }
+};
+
+}  // namespace
+
+// The NF4 GEMV multiplies by exactly the weight nf4_dequantize_rows makes (table value times
+// the block's dequantized absmax, in fp32), summed in fp32 within the classical bound.
+TEST(Nf4DecodeGemv, MatchesTheDequantizedWeightInFp64) {
+  for (const GemvCase& c : std::vector<GemvCase>{
+           {1, 1, 16}, {1, 5, 64}, {3, 9, 48}, {4, 4, 128}, {8, 37, 320}, {16, 6, 80}}) {
+    const Nf4Matrix q(c.N, c.K, 21 + c.K);
+    std::vector<float> wd(size_t(c.N * c.K));
+    kernels::nf4_dequantize_rows(q.view(), 0, c.N, wd.data());
+    const auto x = widened(random_bf16_values(c.M * c.K, 9));
+    std::vector<float> y(size_t(c.M * c.N));
+    ASSERT_TRUE(kernels::decode_gemv_nf4_weight(c.M, q.view(), x.data(), y.data()));
+    for (int64_t m = 0; m < c.M; ++m)
+      for (int64_t n = 0; n < c.N; ++n) {
+        double exact = 0, scale = 0;
+        for (int64_t k = 0; k < c.K; ++k) {
+          const double p = double(x[size_t(m * c.K + k)]) * wd[size_t(n * c.K + k)];
+          exact += p;
+          scale += std::abs(p);
+        }
+        // Products of fp32 values are not exact in fp32 here: (K + 1) u per term.
+        ASSERT_NEAR(y[size_t(m * c.N + n)], exact, double(c.K + 1) * kUnitRoundoff * scale)
+            << "M=" << c.M << " N=" << c.N << " K=" << c.K << " at (" << m << ", " << n << ")";
+      }
+  }
+}
+
+// nf4_matmul takes the GEMV for a decode step's rows (its bits) and the tiled GEMM otherwise;
+// rows that are not whole 16-element pieces are left to the GEMM.
+TEST(Nf4DecodeGemv, Nf4MatmulTakesItForDecodeRowsOnly) {
+  const Nf4Matrix q(40, 96, 5);
+  const auto x = widened(random_bf16_values(20 * 96, 8));
+  std::vector<float> want(size_t(3 * 40)), got(want.size());
+  ASSERT_TRUE(kernels::decode_gemv_nf4_weight(3, q.view(), x.data(), want.data()));
+  kernels::nf4_matmul(q.view(), x.data(), 3, got.data());
+  EXPECT_EQ(got, want);
+  const Nf4Matrix odd(4, 24, 6);
+  std::vector<float> y(4);
+  EXPECT_FALSE(kernels::decode_gemv_nf4_weight(1, odd.view(), x.data(), y.data()));
+  std::vector<float> many(size_t(17 * 40));
+  EXPECT_FALSE(kernels::decode_gemv_nf4_weight(17, q.view(), x.data(), many.data()));
 }
