@@ -1,10 +1,11 @@
 // Decode with the KV cache: tokens/s of the prefill and of each decode step, eager vs compiled,
-// fp32 and bf16 weights (--dtypes), batch 1 and batched (--batches), and the memory bandwidth
-// the decode achieves (weight bytes read per step x steps/s) against the machine's measured
-// bandwidth. A decode step reads every weight once whatever the batch, so bandwidth is batch-1's
-// roofline (llama.cpp's CPU decode is the reference users know) and a batch of B rows should
-// give nearly B times the tokens. Random-init weights of the named shapes; greedy decoding of
-// fixed synthetic prompts (one per row, each different).
+// fp32, bf16 and NF4 weights (--dtypes; nf4 is QLoRA's frozen base: every projection, the
+// embedding and the head quantized, fp32 compute), batch 1 and batched (--batches), and the memory
+// bandwidth the decode achieves (weight bytes read per step x steps/s) against the machine's
+// measured bandwidth. A decode step reads every weight once whatever the batch, so bandwidth is
+// batch-1's roofline (llama.cpp's CPU decode is the reference users know) and a batch of B rows
+// should give nearly B times the tokens. Random-init weights of the named shapes; greedy decoding
+// of fixed synthetic prompts (one per row, each different).
 #include <cstdio>
 
 #include "bench_args.h"
@@ -12,6 +13,8 @@
 #include "fusetune/generation/kv_cache.h"
 #include "fusetune/models/decode_graph.h"
 #include "fusetune/models/parameters.h"
+#include "fusetune/peft/lora.h"
+#include "fusetune/peft/nf4_weight.h"
 #include "fusetune/runtime/op_profile.h"
 #include "memory_bandwidth.h"
 #include "step_runner.h"
@@ -23,11 +26,15 @@ namespace {
 
 // Bytes one decode step reads: every weight but the embedding table (one row of it, unless
 // the head is tied to it), plus the KV cache of every row up to the mean position.
-double bytes_per_step(const ModelConfig& c, const TensorMap& params, int64_t batch,
-                      int64_t mean_len, DType dtype) {
+double bytes_per_step(const ModelConfig& c, const TensorMap& params, const peft::NF4Store* nf4,
+                      int64_t batch, int64_t mean_len, DType dtype) {
   double bytes = 0;
   for (const auto& [name, t] : params) bytes += double(t.nbytes());
-  if (!c.tie_word_embeddings) bytes -= double(params.at("model.embed_tokens.weight").nbytes());
+  if (nf4)
+    for (const auto& [name, w] : *nf4) bytes += double(w.nbytes());
+  const std::string table = "model.embed_tokens.weight";
+  if (!c.tie_word_embeddings)
+    bytes -= double(params.count(table) ? params.at(table).nbytes() : nf4->at(table).nbytes());
   return bytes + double(KVCache::bytes_for(c, batch, mean_len, dtype));
 }
 
@@ -79,16 +86,21 @@ int main(int argc, char** argv) try {
     const ModelConfig& c = shape.config;
     for (const std::string& dt : args.list("dtypes")) {
       const DType dtype = dt == "bf16" ? DType::BF16 : DType::F32;
-      FT_CHECK(dt == "bf16" || dt == "fp32", "--dtypes takes fp32 and bf16, not '" + dt + "'");
+      FT_CHECK(dt == "bf16" || dt == "fp32" || dt == "nf4",
+               "--dtypes takes fp32, bf16 and nf4, not '" + dt + "'");
       TensorMap params =
           init_parameters(graph_parameters(build_decode_graph(c, 1, 1, 2, dtype)), 1234, dtype);
+      std::shared_ptr<peft::NF4Store> nf4;
+      if (dt == "nf4") nf4 = peft::quantize_base_weights(params, c);
+      const LlamaOptions llama = nf4 ? peft::base_llama_options(nf4) : LlamaOptions{};
       for (const std::string& b : args.list("batches")) {
         const int64_t batch = std::stoll(b);
-        const double bytes = bytes_per_step(c, params, batch, prompt_len + new_tokens / 2, dtype);
+        const double bytes =
+            bytes_per_step(c, params, nf4.get(), batch, prompt_len + new_tokens / 2, dtype);
         double eager_tps = 0;
         for (const std::string& m : args.list("modes")) {
           const CompileMode mode = parse_compile_mode(m);
-          Generator gen(c, params, {}, mode, dtype);
+          Generator gen(c, params, llama, mode, dtype);
           const DecodeRun r = run_decode(gen, c, batch, prompt_len, new_tokens);
           if (mode == CompileMode::None) eager_tps = r.decode_tps;
           const double gbs = bytes * r.steps_per_s / 1e9;
