@@ -17,6 +17,7 @@
 #include "fusetune/config/recipe_schemas.h"
 #include "fusetune/config/schema.h"
 #include "fusetune/data/datasets/prompts.h"
+#include "fusetune/recipes/grpo_recipes.h"
 #include "fusetune/tokenizers/load_tokenizer.h"
 #include "fusetune/util/error.h"
 #include "fusetune/util/fs.h"
@@ -235,4 +236,27 @@ TEST(GrpoRecipe, SchemaRefusesOtherObjectivesAndAcceptsItsKeys) {
             std::string::npos);
   EXPECT_NE(errors_of(grpo_full_schema(), good + "grpo_sample: 4\n").find("grpo_samples"),
             std::string::npos);
+}
+
+TEST(GrpoLossConfig, TorchtunesAndTrlsLossesReadTheirKeys) {
+  auto loss = [](const std::string& yaml) {
+    return grpo_loss_from(Config::from_string(yaml + "temperature: 0.7\n", "t.yaml"));
+  };
+  for (const char* name : {"GRPOSimpleLoss", "torchtune.dev.grpo.loss.GRPOSimpleLoss"}) {
+    const GrpoLoss l =
+        loss(std::string("loss:\n  _component_: ") + name + "\n  kl_coeff: 0.3\n  epsilon: 0.15\n");
+    EXPECT_EQ(l.type, GrpoLossType::GRPO);
+    EXPECT_EQ(l.beta, 0.3);
+    EXPECT_EQ(l.epsilon, 0.15);
+    EXPECT_EQ(l.epsilon_high, 0.15);
+    EXPECT_EQ(l.temperature, 0.7);  // scored at the sampling temperature
+  }
+  const GrpoLoss d = loss(
+      "loss:\n  _component_: GRPOLoss\n  loss_type: dapo\n  beta: 0.04\n  epsilon: 0.2\n  "
+      "epsilon_high: 0.28\n");
+  EXPECT_EQ(d.type, GrpoLossType::DAPO);
+  EXPECT_EQ(d.beta, 0.04);
+  EXPECT_EQ(d.epsilon_high, 0.28);
+  EXPECT_FALSE(loss("loss:\n  _component_: GRPOLoss\n").needs_reference());  // beta 0
+  EXPECT_THROW(loss("loss:\n  _component_: DPOLoss\n"), Error);
 }

@@ -111,8 +111,11 @@ const RecipeInfo& find_recipe(const std::string& name) {
   // torchtune users may type the recipe file name.
   if (name.size() > 3 && name.compare(name.size() - 3, 3, ".py") == 0)
     return find_recipe(name.substr(0, name.size() - 3));
-  // torchtune's dev/ recipes (dev/grpo_full_finetune_single_device) by their name here.
-  if (name.rfind("dev/", 0) == 0 && name.size() > 4) return find_recipe(name.substr(4));
+  // torchtune's dev/ recipes (dev/grpo_full_finetune_single_device) by their name here, when
+  // fusetune has it (the others get missing_torchtune_recipe's message under their own name).
+  if (name.rfind("dev/", 0) == 0)
+    for (const auto& r : recipes())
+      if (r.name == name.substr(4)) return r;
   // torchtune's recipes that fusetune does not have yet get their own message.
   if (std::string missing = missing_torchtune_recipe(name); !missing.empty()) throw Error(missing);
   std::string msg = "unknown recipe '" + name + "'";
