@@ -65,8 +65,8 @@ std::unique_ptr<PromptDataset> load_prompts(const DatasetOptions& options, const
   for_each_row(records, opts, rep, [&](const nlohmann::json& row) {
     PromptRow p;
     // A .txt document is the question itself.
-    const std::string question = row.is_string() ? row.get<std::string>()
-                                                 : string_column(row, question_col);
+    const std::string question =
+        row.is_string() ? row.get<std::string>() : string_column(row, question_col);
     p.text = prompt_template.substr(0, at) + question + prompt_template.substr(at + 10);
     for (auto it = row.begin(); row.is_object() && it != row.end(); ++it)
       if (it.key() != question_col)
