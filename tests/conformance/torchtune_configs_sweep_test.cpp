@@ -271,7 +271,8 @@ class Sweep {
         configs_dir_(a_ / configs),
         tmp_(tmp),
         qwen_tok_(tmp / "qwen2_5_tokenizer"),
-        dpo_data_(tmp / "stack_exchange_paired_from_alpaca.json") {
+        dpo_data_(tmp / "stack_exchange_paired_from_alpaca.json"),
+        gsm8k_data_(tmp / "gsm8k_like.jsonl") {
     fs::create_directories(qwen_tok_);
     write_qwen_vocab_merges(a_ / "tokenizers/qwen3/tokenizer.json", qwen_tok_);
     // The DPO configs' stack_exchange_paired_dataset (question / response_j / response_k) takes
@@ -290,6 +291,15 @@ class Sweep {
                       {"response_k", alpaca[(i + 1) % alpaca.size()]["output"]}});
     }
     write_text(dpo_data_, rows.dump());
+    // torchtune's dev GRPO configs read GSM8K (question, answer ending "#### N"): 32 such rows.
+    std::string gsm8k;
+    for (int i = 0; i < 32; ++i)
+      gsm8k +=
+          json({{"question", "Tom has " + std::to_string(i) + " apples and buys 3. How many?"},
+                {"answer", "He has " + std::to_string(i + 3) + ".\n#### " + std::to_string(i + 3)}})
+              .dump() +
+          "\n";
+    write_text(gsm8k_data_, gsm8k);
   }
 
   const fs::path& configs_dir() const { return configs_dir_; }
@@ -297,9 +307,10 @@ class Sweep {
   // Validates and runs `config` (its recipe `recipe`, from training_recipe) for `steps`
   // optimizer steps (epochs=1 max_steps_per_epoch=steps, then `extra` key=value overrides); a
   // recipe fusetune lacks must be named by validate and run. Failures are reported
-  // (ADD_FAILURE) and in the row.
+  // (ADD_FAILURE) and in the row. `family_as`: a config named as that one's family (a dev/
+  // config), validated and run with --recipe `recipe`.
   Row run(const std::string& config, const std::string& recipe, int steps,
-          const std::string& extra = "") {
+          const std::string& extra = "", const std::string& family_as = "") {
     Row row{config, recipe, ""};
     const fs::path path = configs_dir_ / (config + ".yaml");
     const Config cfg = Config::from_string(read_text(path), path.string());
@@ -317,7 +328,7 @@ class Sweep {
                          : "FAILED: no clear error: " + first_error_line(v.out, path.string());
       return row;
     }
-    const Family fam = family_of(config);
+    const Family fam = family_of(family_as.empty() ? config : family_as);
     EXPECT_FALSE(fam.key.empty()) << config;
     if (fam.key.empty()) {
       row.result = "FAILED: unknown family";
@@ -350,7 +361,9 @@ class Sweep {
       o += " tokenizer.path=" + quote((qwen_tok_ / "vocab.json").string()) +
            " tokenizer.merges_file=" + quote((qwen_tok_ / "merges.txt").string());
     const std::string ds = cfg.str("dataset._component_", "");
-    if (contains(ds, "stack_exchange_paired"))
+    if (contains(ds, "gsm8k"))
+      o += " dataset.source=" + quote(gsm8k_data_.string());
+    else if (contains(ds, "stack_exchange_paired"))
       o += " dataset.source=" + quote(dpo_data_.string());
     else if (contains(ds, "text_completion"))
       o += " dataset.source=" + quote((a_ / "datasets/tinystories_sample.txt").string());
@@ -361,7 +374,9 @@ class Sweep {
     const std::string run_length = " epochs=1 max_steps_per_epoch=" + std::to_string(steps) + extra;
 
     std::string stage, error;
-    auto v = fusetune::testing::run_fusetune("validate " + quote(path.string()) + o + run_length);
+    const std::string given = family_as.empty() ? "" : " --recipe " + recipe;
+    auto v = fusetune::testing::run_fusetune("validate " + quote(path.string()) + given + o +
+                                             run_length);
     if (v.code != 0) {
       stage = " (validate)";
       error = first_error_line(v.out, path.string());
@@ -398,7 +413,7 @@ class Sweep {
   }
 
  private:
-  fs::path a_, configs_dir_, tmp_, qwen_tok_, dpo_data_;
+  fs::path a_, configs_dir_, tmp_, qwen_tok_, dpo_data_, gsm8k_data_;
   std::map<std::string, std::vector<std::string>> checkpoints_;  // family key -> shard files
   int ran_ = 0;
 };
@@ -543,6 +558,31 @@ TEST(TorchtuneConfigsSweep, NextGemmaConfigsRunTwoSteps) {
       table_text(table, "epochs=1 max_steps_per_epoch=2 gradient_accumulation_steps=1", 0).c_str());
   // 2B and 7B: full, LoRA (distributed and single-device), QLoRA.
   EXPECT_EQ(table.size(), all ? 8u : 1u);
+}
+
+// torchtune_configs_next/dev/3B_full_grpo (torchtune's dev GRPO recipe; its header launches
+// dev/grpo_full_finetune_distributed, which fusetune does not have: validate names
+// grpo_full_finetune_single_device, which runs it here): Llama 3.2's family, validated and run
+// for two steps with the paths made local and a local GSM8K-like file, one micro-batch per
+// step. CI also shortens the rollout (max_generated_tokens=16, grpo_samples=4; the config's
+// 16 x 512 tokens over the 128K vocabulary take about a minute); FUSETUNE_TORCHTUNE_SWEEP=1
+// runs it as pasted.
+TEST(TorchtuneConfigsSweep, NextDevGrpoConfigRunsTwoSteps) {
+  FT_REQUIRE_SWEEP_ASSETS();
+  FT_REQUIRE_ASSET("torchtune_configs_next/dev/3B_full_grpo.yaml");
+  const bool all = std::getenv("FUSETUNE_TORCHTUNE_SWEEP") != nullptr;
+  fusetune::testing::TempDir tmp;
+  Sweep sweep(tmp.path(), "torchtune_configs_next");
+  const fs::path path = sweep.configs_dir() / "dev/3B_full_grpo.yaml";
+  auto v = fusetune::testing::run_fusetune("validate " + quote(path.string()));
+  EXPECT_NE(v.code, 0);
+  EXPECT_TRUE(contains(v.out, "pass --recipe grpo_full_finetune_single_device")) << v.out;
+  const Row row = sweep.run("dev/3B_full_grpo", "grpo_full_finetune_single_device", 2,
+                            std::string(" gradient_accumulation_steps=1") +
+                                (all ? "" : " max_generated_tokens=16 grpo_samples=4"),
+                            "llama3_2/3B_full");
+  std::printf("%s", table_text({row}, "epochs=1 max_steps_per_epoch=2", 0).c_str());
+  EXPECT_EQ(row.result, "OK");
 }
 
 }  // namespace

@@ -320,7 +320,31 @@ ComponentTable loss_table() {
                   Field::Float("undesirable_weight")
                       .def("1.0")
                       .min(0)
-                      .doc("weight of the rejected (undesirable) answers' losses")})},
+                      .doc("weight of the rejected (undesirable) answers' losses")}),
+       // GRPO's policy losses (losses/grpo.h): the GRPO recipes only. torchtune's dev
+       // GRPOSimpleLoss, and TRL's GRPOTrainer loss with its GRPOConfig keys.
+       Component(
+           "GRPOSimpleLoss", {"torchtune.dev.grpo.loss.GRPOSimpleLoss"},
+           "torchtune's GRPO loss: clipped ratio times the group advantage, k3 KL penalty, "
+           "each completion's mean over its tokens",
+           {Field::Float("kl_coeff")
+                .def("0.1")
+                .min(0)
+                .doc("weight of the KL penalty against the reference (0: no reference loaded)"),
+            Field::Float("epsilon").def("0.1").min(0).max(1, true).doc(
+                "the ratio is clipped to [1 - epsilon, 1 + epsilon]")}),
+       Component("GRPOLoss", {}, "TRL's GRPOTrainer loss: loss_type grpo, bnpo, dr_grpo or dapo",
+                 {Field::Enum("loss_type", {"grpo", "bnpo", "dr_grpo", "dapo"})
+                      .def("grpo")
+                      .doc("the normalization: per completion (grpo), per micro-batch token "
+                           "(bnpo), by max_generated_tokens (dr_grpo), per step token (dapo)"),
+                  Field::Float("beta").def("0.0").min(0).doc(
+                      "weight of the k3 KL penalty (0: no reference loaded)"),
+                  Field::Float("epsilon").def("0.2").min(0).max(1, true).doc(
+                      "the ratio is clipped below at 1 - epsilon"),
+                  Field::Float("epsilon_high")
+                      .min(0)
+                      .doc("the ratio is clipped above at 1 + epsilon_high (default epsilon)")})},
       "cross_entropy"};
 }
 
@@ -457,7 +481,17 @@ ComponentTable dataset_table() {
                   Field::Enum("conversation_style", {"auto", "openai", "sharegpt"})
                       .def("auto")
                       .doc("turn layout: openai {role, content}, sharegpt {from, value}"),
-                  Field::String("new_system_prompt").doc("system prompt added to each sample")})},
+                  Field::String("new_system_prompt").doc("system prompt added to each sample")}),
+       Component(
+           "gsm8k",
+           {"torchtune.dev.grpo.gsm8k.gsm8k_dataset", "torchtune.dev.grpo.data.gsm8k_dataset"},
+           "question (+ answer) rows as prompts to generate from (the GRPO recipes only)",
+           {column_map(),
+            Field::String("partition")
+                .doc("torchtune's 'a-b/n': parts a..b (from 0) of the split cut into n"),
+            Field::String("prompt_template")
+                .doc("the prompt around {question} (default: a reasoning prompt asking "
+                     "for <think>/<answer> tags and the number after ####)")})},
       ""};
 }
 

@@ -117,7 +117,7 @@ Field model_field(bool lora_recipe) {
 
 namespace {
 
-void check_objective(const Config& root, bool preference, Problems& p);
+void check_objective(const Config& root, bool preference, Problems& p, bool grpo = false);
 
 // dataset.packed needs a row length.
 void check_packing(const Config& root, const Config&, Problems& p) {
@@ -129,8 +129,9 @@ void check_packing(const Config& root, const Config&, Problems& p) {
                        ds.where("packed") + ")");
 }
 
-// preference: the DPO recipes' objective (a preference loss on pairs).
-Schema build_full(bool preference = false) {
+// preference: the DPO recipes' objective (a preference loss on pairs); grpo: the GRPO recipes'
+// (a policy loss on prompts).
+Schema build_full(bool preference = false, bool grpo = false) {
   Schema s;
   s.recipe = "full_finetune_single_device";
   auto pos_int = [](const char* name, const char* def, const char* help) {
@@ -223,8 +224,8 @@ Schema build_full(bool preference = false) {
           "updated as soon as its gradient is ready)" +
           at);
   });
-  s.checks.push_back([preference](const Config& root, const Config&, Problems& p) {
-    check_objective(root, preference, p);
+  s.checks.push_back([preference, grpo](const Config& root, const Config&, Problems& p) {
+    check_objective(root, preference, p, grpo);
   });
   {  // validation loss (torchtune's keys)
     s.add(component_section("dataset_val")
@@ -246,8 +247,8 @@ Schema build_full(bool preference = false) {
   return s;
 }
 
-Schema build_lora(bool preference = false) {
-  Schema s = build_full(preference);
+Schema build_lora(bool preference = false, bool grpo = false) {
+  Schema s = build_full(preference, grpo);
   s.recipe = "lora_finetune_single_device";
   Field model = model_field(true);
   model.add(Field::List("lora_attn_modules")
@@ -304,7 +305,7 @@ Schema build_lora(bool preference = false) {
 
 // Which losses and datasets a recipe takes: the supervised recipes cross-entropy on samples,
 // the DPO recipes a preference loss on pairs.
-void check_objective(const Config& root, bool preference, Problems& p) {
+void check_objective(const Config& root, bool preference, Problems& p, bool grpo) {
   auto component = [&](const char* section, const std::string& def) {
     if (!root.has(section) || !root.is_map(section)) return def;
     Config m = root.sub(section);
@@ -315,6 +316,27 @@ void check_objective(const Config& root, bool preference, Problems& p) {
     return def;  // an unknown name is reported by the section's own check
   };
   const std::string loss = component("loss", "cross_entropy");
+  const bool grpo_loss = loss == "GRPOSimpleLoss" || loss == "GRPOLoss";
+  if (grpo_loss != grpo) {
+    p.errors.push_back("config key 'loss._component_' is " + loss + ", but " +
+                       (grpo ? "the GRPO recipes train with GRPOSimpleLoss or GRPOLoss"
+                             : loss + " belongs to the GRPO recipes") +
+                       (root.has("loss") ? " (" + root.where("loss") + ")" : std::string()));
+    return;
+  }
+  if (grpo) {
+    if (root.has("dataset_val"))
+      p.errors.push_back("config key 'dataset_val': the GRPO recipes have no validation loss (" +
+                         root.where("dataset_val") + ")");
+    for (const char* section : {"dataset", "dataset_val"}) {
+      const std::string data = component(section, "");
+      if (!data.empty() && data != "gsm8k")
+        p.errors.push_back("config key '" + std::string(section) + "._component_' is " + data +
+                           ", but the GRPO recipes generate from prompts (_component_: gsm8k) (" +
+                           root.where(section) + ")");
+    }
+    return;
+  }
   const bool pref_loss = loss != "cross_entropy";
   if (pref_loss != preference)
     p.errors.push_back("config key 'loss._component_' is " + loss +
@@ -326,7 +348,11 @@ void check_objective(const Config& root, bool preference, Problems& p) {
                        " (" + root.where("loss") + ")");
   for (const char* section : {"dataset", "dataset_val"}) {
     const std::string data = component(section, "");
-    if (!data.empty() && (data == "preference") != preference)
+    if (!data.empty() && data == "gsm8k")
+      p.errors.push_back("config key '" + std::string(section) +
+                         "._component_' is gsm8k, prompts for the GRPO recipes (" +
+                         root.where(section) + ")");
+    else if (!data.empty() && (data == "preference") != preference)
       p.errors.push_back("config key '" + std::string(section) + "._component_' is " + data +
                          ", but this recipe " +
                          (preference ? "needs preference pairs (_component_: preference)"
@@ -358,6 +384,54 @@ Schema build_full_dpo() {
             .doc("the frozen reference model, usually the starting weights (not read by "
                  "SimPOLoss and ORPOLoss, which have no reference)"));
   s.add(precompute_ref_field());
+  return s;
+}
+
+// The GRPO recipes: the training loop's keys, prompts (dataset kind gsm8k) as data, the
+// rollout's keys (torchtune's names; TRL's num_iterations and scale_rewards), the rewards.
+Schema build_grpo(bool lora) {
+  Schema s = lora ? build_lora(false, true) : build_full(false, true);
+  s.recipe = lora ? "lora_grpo_finetune_single_device" : "grpo_full_finetune_single_device";
+  if (!lora)
+    s.add(component_section("ref_checkpointer")
+              .doc("the frozen reference model of the KL penalty, usually the starting weights "
+                   "(not read when the KL weight is 0)"));
+  s.add(Field::Int("grpo_samples").def("4").min(2).doc("completions sampled per prompt (a group)"));
+  s.add(Field::Int("max_generated_tokens").def("64").min(1).doc("longest completion"));
+  s.add(
+      Field::Float("temperature")
+          .def("1.0")
+          .min(0)
+          .doc(
+              "sampling temperature (0: greedy); the log-probs are those of logits / temperature"));
+  s.add(Field::Int("top_k").min(0).doc("sample among the k most likely tokens (null, 0: all)"));
+  s.add(Field::Int("num_iterations")
+            .min(1)
+            .doc("optimizer steps per rollout (TRL's; default 1): from the second on the ratio "
+                 "departs "
+                 "from 1 and clipping acts"));
+  s.add(Field::Int("ppo_epochs").min(1).doc("torchtune's name for num_iterations"));
+  s.add(Field::Int("forward_batch_size")
+            .min(1)
+            .doc("rollout rows per scoring forward (policy and reference; default: all at once)"));
+  s.add(Field::Bool("scale_rewards")
+            .def("true")
+            .doc("divide each advantage by its group's reward standard deviation (TRL's)"));
+  s.add(Field::Map("rewards").doc(
+      "the rewards, by kind (answer_match, format, length, stop_token, target_word, external; "
+      "docs/grpo.md); default: format and answer_match"));
+  s.add(Field::Int("num_steps")
+            .min(1)
+            .doc("stop after this many optimizer steps in all "
+                 "(torchtune's; the lr schedule spans them)"));
+  s.add(Field::Int("save_every_n_epochs")
+            .values({"1"})
+            .doc("torchtune's: a checkpoint at the end of every epoch, which every recipe "
+                 "writes (only 1)"));
+  // torchtune's dev GRPO configs name values once and refer to them (${name}, ${base_model_path}).
+  s.add(Field::String("name").doc("a name for ${name} references (torchtune's dev GRPO configs)"));
+  s.add(Field::String("base_model_path")
+            .doc("a directory for ${base_model_path} references (torchtune's dev GRPO configs)"));
   return s;
 }
 
@@ -470,6 +544,16 @@ const Schema& lora_dpo_schema() {
 
 const Schema& full_dpo_schema() {
   static const Schema s = build_full_dpo();
+  return s;
+}
+
+const Schema& grpo_full_schema() {
+  static const Schema s = build_grpo(false);
+  return s;
+}
+
+const Schema& lora_grpo_schema() {
+  static const Schema s = build_grpo(true);
   return s;
 }
 

@@ -22,6 +22,13 @@ full_dpo_schema();  // full_finetune's keys + ref_checkpointer, precompute_ref_l
 // full student without it) + teacher_model, teacher_checkpointer, kd_loss, kd_ratio.
 const Schema& knowledge_distillation_schema();
 
+// grpo_full_finetune_single_device / lora_grpo_finetune_single_device: full / lora's keys (+
+// ref_checkpointer for full) and the rollout's: grpo_samples, max_generated_tokens,
+// temperature, top_k, num_iterations (ppo_epochs), forward_batch_size, scale_rewards, rewards,
+// num_steps, save_every_n_epochs.
+const Schema& grpo_full_schema();
+const Schema& lora_grpo_schema();
+
 // qat_single_device / qat_lora_finetune_single_device (quant/qat.h): full / lora's keys plus the
 // `quantizer` section and fake_quant_after_n_steps.
 const Schema& qat_schema();

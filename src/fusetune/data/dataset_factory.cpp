@@ -4,6 +4,7 @@
 #include "fusetune/data/datasets/common.h"
 #include "fusetune/data/datasets/instruct.h"
 #include "fusetune/data/datasets/pretokenized.h"
+#include "fusetune/data/datasets/prompts.h"
 #include "fusetune/data/datasets/text_completion.h"
 #include "fusetune/data/packing.h"
 #include "fusetune/util/error.h"
@@ -12,7 +13,7 @@
 namespace fusetune {
 
 std::vector<std::string> dataset_kinds() {
-  return {"text_completion", "pretokenized", "alpaca", "instruct", "chat"};
+  return {"text_completion", "pretokenized", "alpaca", "instruct", "chat", "gsm8k"};
 }
 
 std::unique_ptr<Dataset> build_dataset(const DatasetOptions& opts, const Tokenizer& tok) {
@@ -27,6 +28,12 @@ std::unique_ptr<Dataset> build_dataset(const DatasetOptions& opts, const Tokeniz
     samples = datasets::load_instruct(opts, tok);
   } else if (opts.kind == "chat") {
     samples = datasets::load_chat(opts, tok);
+  } else if (opts.kind == "gsm8k") {
+    FT_CHECK(!opts.packed,
+             "dataset kind gsm8k holds prompts to generate from: they are not packed");
+    return datasets::load_prompts(
+        opts, tok,
+        opts.prompt_template.empty() ? datasets::kDefaultReasoningPrompt : opts.prompt_template);
   } else if (opts.kind == "preference") {
     throw Error(
         "dataset kind 'preference' holds pairs: build it with build_preference_dataset "

@@ -4,6 +4,7 @@
 //   kind pretokenized     input_ids [+ labels] rows           (datasets/pretokenized.h)
 //   kind alpaca|instruct  instruction/input/output rows       (datasets/instruct.h)
 //   kind chat             openai messages / sharegpt rows     (datasets/chat.h)
+//   kind gsm8k            question (+ answer) rows as prompts (datasets/prompts.h; GRPO)
 // Preference (DPO) pairs are not a Dataset of samples: build_preference_dataset
 // (datasets/preference.h).
 // With packed: true the samples are packed into rows of max_seq_len (packing.h).

@@ -10,7 +10,7 @@
 namespace fusetune {
 
 struct DatasetOptions {
-  // text_completion | pretokenized | alpaca | instruct | chat (see dataset_factory.h).
+  // text_completion | pretokenized | alpaca | instruct | chat | gsm8k (see dataset_factory.h).
   std::string kind = "text_completion";
   std::string source;  // path of a .json (array or JSON lines), .jsonl or .txt file
   // text_completion: the text column (default "text"); chat: the conversation column
@@ -31,6 +31,10 @@ struct DatasetOptions {
   std::string new_system_prompt;            // replaces the rows' system messages when set
   std::string on_bad_row = "error";         // error | skip (skipped rows are counted)
   bool add_eos = true;                      // text_completion: EOS after each document
+  // gsm8k (datasets/prompts.h): torchtune's partition key and the prompt around {question}
+  // (empty: the default reasoning prompt).
+  std::string partition;
+  std::string prompt_template;
 };
 
 }  // namespace fusetune

@@ -27,8 +27,8 @@ DpoStepOptions dpo_options(const StepContext& ctx) {
   return o;
 }
 
-// The reference weights of full DPO: ref_checkpointer's checkpoint, which must be the
-// policy's architecture.
+}  // namespace
+
 TensorMap load_reference(const Config& cfg, const LoadedModel& policy, const std::string& recipe) {
   FT_CHECK(cfg.has("ref_checkpointer"),
            recipe + ": " + canonical_component(cfg, "loss") +
@@ -53,8 +53,6 @@ TensorMap load_reference(const Config& cfg, const LoadedModel& policy, const std
   }
   return ref;
 }
-
-}  // namespace
 
 TrainJob lora_dpo_job(const Config& cfg, const std::string& recipe) {
   LoraJob lora = lora_training_job(cfg, recipe);

@@ -18,4 +18,8 @@ int full_dpo_single_device(const Config& cfg);
 TrainJob lora_dpo_job(const Config& cfg, const std::string& recipe);
 TrainJob full_dpo_job(const std::string& recipe);
 
+// The frozen reference of full DPO and full GRPO: ref_checkpointer's checkpoint, which must
+// be the policy's architecture, in the policy's dtype.
+TensorMap load_reference(const Config& cfg, const LoadedModel& policy, const std::string& recipe);
+
 }  // namespace fusetune

@@ -30,8 +30,15 @@ GrpoRollout generate_rollout(Generator& generator, const std::vector<std::vector
   // Each run's logits [rows, V]; run k chose every unfinished row's k-th token.
   std::vector<Tensor> runs;
   generator.on_logits = [&runs](const Tensor& logits) {
-    FT_CHECK(logits.dtype() == DType::F32, "GRPO's rollout reads fp32 logits");
-    runs.push_back(logits.clone());
+    if (logits.dtype() == DType::F32) {
+      runs.push_back(logits.clone());
+      return;
+    }
+    // A bf16 model's logits, widened (each value exact in fp32).
+    Tensor f = Tensor::empty({logits.dim(0), logits.dim(1)}, DType::F32);
+    for (int64_t i = 0; i < f.numel(); ++i)
+      f.data<float>()[i] = float(element_as_double(logits, i));
+    runs.push_back(std::move(f));
   };
   const double t = o.sampling.temperature > 0 ? o.sampling.temperature : 1.0;
   GenerationResult g = generator.generate(r.prompts, o);

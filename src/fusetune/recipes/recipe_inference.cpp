@@ -132,7 +132,7 @@ std::string tune_run_recipe(std::string_view yaml_text, const std::string& confi
 
 std::string missing_torchtune_recipe(const std::string& raw, const std::string& origin) {
   const std::string name = strip_py(raw);
-  if (registered(name)) return "";
+  if (registered(name) || (name.rfind("dev/", 0) == 0 && registered(name.substr(4)))) return "";
   std::string closest, note;
   bool known = false;
   for (const auto& r : missing_recipes())
@@ -147,7 +147,10 @@ std::string missing_torchtune_recipe(const std::string& raw, const std::string& 
     if (name.size() <= suffix.size() ||
         name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
       return "";
-    const std::string single = name.substr(0, name.size() - suffix.size()) + "_single_device";
+    // torchtune's dev/ recipes (dev/grpo_full_finetune_distributed) are named without it here.
+    const size_t from = name.rfind("dev/", 0) == 0 ? 4 : 0;
+    const std::string single =
+        name.substr(from, name.size() - suffix.size() - from) + "_single_device";
     if (registered(single)) {
       closest = single;
       note = "which trains on one device";

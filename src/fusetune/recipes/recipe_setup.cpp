@@ -186,6 +186,8 @@ DatasetOptions dataset_options_from(const Config& cfg, const ModelConfig& model,
   o.conversation_style = d.str("conversation_style", "auto");
   o.new_system_prompt = d.str("new_system_prompt", "");
   o.on_bad_row = d.str("on_bad_row", "error");
+  o.partition = d.str("partition", "");
+  o.prompt_template = d.str("prompt_template", "");
   return o;
 }
 

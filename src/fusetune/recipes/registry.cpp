@@ -9,6 +9,7 @@
 #include "fusetune/recipes/evaluate.h"
 #include "fusetune/recipes/full_finetune_single_device.h"
 #include "fusetune/recipes/generate.h"
+#include "fusetune/recipes/grpo_recipes.h"
 #include "fusetune/recipes/lora_finetune_single_device.h"
 #include "fusetune/recipes/qat_recipes.h"
 #include "fusetune/recipes/recipe_inference.h"
@@ -82,6 +83,13 @@ const std::vector<RecipeInfo>& recipes() {
        "data-parallel "
        "ranks (MPI)",
        &full_dpo_distributed_schema(), full_dpo_distributed, on_ranks(kFullDpo)},
+      {"grpo_full_finetune_single_device",
+       "GRPO of every weight on one device: sampled completions scored by rewards, "
+       "group-normalized advantages, the clipped policy loss (torchtune's and TRL's)",
+       &grpo_full_schema(), grpo_full_finetune_single_device, kFull},
+      {"lora_grpo_finetune_single_device",
+       "GRPO of LoRA adapters on one device; the reference is the base without the adapters",
+       &lora_grpo_schema(), lora_grpo_finetune_single_device, kLora},
       {"generate",
        "Generate text from a model (and adapter) with a KV cache; also `fusetune generate`",
        &generate_schema(), generate_recipe, kInference},
@@ -103,6 +111,11 @@ const RecipeInfo& find_recipe(const std::string& name) {
   // torchtune users may type the recipe file name.
   if (name.size() > 3 && name.compare(name.size() - 3, 3, ".py") == 0)
     return find_recipe(name.substr(0, name.size() - 3));
+  // torchtune's dev/ recipes (dev/grpo_full_finetune_single_device) by their name here, when
+  // fusetune has it (the others get missing_torchtune_recipe's message under their own name).
+  if (name.rfind("dev/", 0) == 0)
+    for (const auto& r : recipes())
+      if (r.name == name.substr(4)) return r;
   // torchtune's recipes that fusetune does not have yet get their own message.
   if (std::string missing = missing_torchtune_recipe(name); !missing.empty()) throw Error(missing);
   std::string msg = "unknown recipe '" + name + "'";

@@ -34,6 +34,10 @@ class InfGradientStep : public TrainingStep {
       : inner_(std::move(inner)), at_(at) {}
 
   int64_t loss_units(const Batch& b) const override { return inner_->loss_units(b); }
+  void begin_step(const std::vector<Batch>& micro, int64_t global_step) override {
+    inner_->begin_step(micro, global_step);
+    compile_s_ += inner_->take_compile_seconds();
+  }
   StepOutputs run(const Batch& b, double loss_scale, int64_t global_step,
                   int64_t micro_step) override {
     pending_ = global_step + 1 == at_ && micro_step == 0;

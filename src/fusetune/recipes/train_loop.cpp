@@ -159,6 +159,7 @@ void load_model_and_data(Run& r) {
                " batches per epoch, fewer than gradient_accumulation_steps (" +
                std::to_string(r.set.grad_accum) + "): nothing to train on");
   r.total_steps = r.steps_per_epoch * r.set.epochs;
+  if (r.set.num_steps) r.total_steps = std::min(r.total_steps, *r.set.num_steps);
 }
 
 // resume_from_checkpoint: the weights, optimizer state and progress of the latest checkpoint.
@@ -347,6 +348,7 @@ void build_step(Run& r) {
       r.cfg,         r.model,          {},
       r.pairs.get(), r.loader_options, [&logger](const std::string& line) { logger.message(line); },
       r.job.comm};
+  ctx.dataset = r.dataset.get();
   ctx.step.model = &r.model.config;
   ctx.step.params = &r.model.params;
   ctx.step.trainable = r.job.trainable;
@@ -455,10 +457,9 @@ void apply_update(Run& r, StepResult& s) {
 StepResult train_step(Run& r, const std::string& at_step) {
   StepResult s;
   int64_t units = 0;
-  for (int64_t k = 0; k < r.set.grad_accum; ++k) {
-    s.micro.push_back(r.loader->next());
-    units += r.step->loss_units(s.micro.back());
-  }
+  for (int64_t k = 0; k < r.set.grad_accum; ++k) s.micro.push_back(r.loader->next());
+  r.step->begin_step(s.micro, r.progress.global_step);
+  for (const Batch& b : s.micro) units += r.step->loss_units(b);
   if (r.job.comm) r.job.comm->allreduce_sum(&units, 1, "the loss-unit all-reduce" + at_step);
   const double scale = units > 0 ? 1.0 / double(units) : 0.0;
   r.lr = r.schedule->lr_at(r.progress.global_step);
@@ -544,12 +545,14 @@ int run_training(const Config& cfg, const TrainJob& job) {
   // ---- train ----------------------------------------------------------------------------------
   TrainingProgress& p = r.progress;
   if (r.zero3) r.zero3->release_others();
-  for (; p.epoch < set.epochs; ++p.epoch, p.step_in_epoch = 0) {
+  // num_steps may end the run inside an epoch: its checkpoint is that epoch's.
+  for (; p.epoch < set.epochs && p.global_step < r.total_steps; ++p.epoch, p.step_in_epoch = 0) {
     if (p.step_in_epoch == 0)
       r.loader->set_state({p.epoch, 0});
     else
       r.loader->set_state(p.loader);
-    for (; p.step_in_epoch < r.steps_per_epoch; ++p.step_in_epoch) {
+    for (; p.step_in_epoch < r.steps_per_epoch && p.global_step < r.total_steps;
+         ++p.step_in_epoch) {
       memory::reset_peak();
       const auto t0 = Clock::now();
       const StepResult s = train_step(r, " of step " + std::to_string(p.global_step + 1));

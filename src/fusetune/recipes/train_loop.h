@@ -29,6 +29,7 @@ struct StepContext {
   const LoaderOptions& loader;
   std::function<void(const std::string&)> log;  // a line in the run's log
   dist::Communicator* comm = nullptr;           // the ranks (TrainJob::comm); null: one process
+  const Dataset* dataset = nullptr;             // the training samples (GRPO: its prompt dataset)
 };
 
 struct TrainJob {

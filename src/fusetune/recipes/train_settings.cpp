@@ -67,6 +67,7 @@ TrainSettings parse_train_settings(const Config& cfg, const Schema& schema) {
   s.max_shard_bytes = c.has("checkpointer") ? c.bytes("checkpointer.max_shard_size")
                                             : kShardBytesWithoutCheckpointer;
   s.has_validation = c.has("dataset_val");
+  s.num_steps = c.opt_i64("num_steps");
   s.val_every = c.opt_i64("run_val_every_n_steps");
   s.batch_size_val = c.opt_i64("batch_size_val");
   if (c.has("zero_stage")) s.zero_stage = c.i64("zero_stage");

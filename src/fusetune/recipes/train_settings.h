@@ -29,6 +29,7 @@ struct TrainSettings {
   std::optional<int64_t> save_every;  // save_every_n_steps
   std::optional<int64_t> keep_last_n;
   std::optional<int64_t> max_steps_per_epoch;
+  std::optional<int64_t> num_steps;  // the GRPO recipes' (torchtune's): a cap on all the steps
   bool optimizer_in_bwd = false;
   uint64_t seed = 0;
   bool resume = false;  // resume_from_checkpoint

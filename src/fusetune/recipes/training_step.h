@@ -43,6 +43,9 @@ class TrainingStep {
   // What the loss is averaged over, in one micro-batch (SFT: unmasked labels; DPO: pairs). The
   // loop sums it over the optimizer step's micro-batches and passes 1 / sum as loss_scale.
   virtual int64_t loss_units(const Batch& b) const = 0;
+  // Called with the optimizer step's micro-batches before loss_units and run see any of them
+  // (GRPO generates its rollouts here: dapo normalizes by the whole step's completion tokens).
+  virtual void begin_step(const std::vector<Batch>& /*micro*/, int64_t /*global_step*/) {}
   // Forward + backward of one micro-batch.
   virtual StepOutputs run(const Batch& b, double loss_scale, int64_t global_step,
                           int64_t micro_step) = 0;

@@ -1,0 +1,25 @@
+#pragma once
+// The GRPO recipes (docs/design.md §11): the shared training loop (train_loop.h) with prompts
+// as data (dataset kind gsm8k) and the GRPO step (grpo_step.h). Full and LoRA GRPO differ in
+// what trains and where the reference comes from (beta != 0 only): a frozen copy from
+// ref_checkpointer, or the same base weights with the adapters off.
+#include <string>
+
+#include "fusetune/config/config.h"
+#include "fusetune/losses/grpo.h"
+#include "fusetune/recipes/train_loop.h"
+
+namespace fusetune {
+
+int grpo_full_finetune_single_device(const Config& cfg);
+int lora_grpo_finetune_single_device(const Config& cfg);
+
+// Their jobs, named `recipe`.
+TrainJob full_grpo_job(const std::string& recipe);
+TrainJob lora_grpo_job(const Config& cfg, const std::string& recipe);
+
+// The loss the config names: GRPOSimpleLoss (torchtune: kl_coeff, epsilon) or GRPOLoss (TRL's
+// keys: loss_type, beta, epsilon, epsilon_high); its temperature is the sampling temperature.
+GrpoLoss grpo_loss_from(const Config& cfg);
+
+}  // namespace fusetune
