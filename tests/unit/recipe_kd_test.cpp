@@ -16,6 +16,8 @@
 #include "fusetune/models/parameters.h"
 #include "fusetune/models/training_graph.h"
 #include "fusetune/recipes/distillation_recipe.h"
+#include "fusetune/recipes/recipe_setup.h"
+#include "fusetune/recipes/step_plan.h"
 #include "fusetune/util/error.h"
 #include "graph_compare.h"
 #include "recipe_runs.h"
@@ -225,6 +227,47 @@ TEST(KdRecipe, KdLossKeysAreValidated) {
   EXPECT_EQ(l.kind, KdDivergence::GeneralizedJSD);
   EXPECT_EQ(l.beta, 0.25);
   EXPECT_EQ(l.temperature, 2.0);
+}
+
+// `fusetune plan` counts a KD config's teacher: its weights in every mode, and what its
+// forward hands the student's step, held through it (the [tokens x vocab] logits under false
+// and model; under true the final hidden states, the student's graph being the fused one).
+TEST(KdPlan, CountsTheTeacherWeightsAndWhatItsForwardHandsOver) {
+  Config c = kd_yaml("259");
+  c.apply_overrides({"tokenizer.max_seq_len=64", "batch_size=2"});
+  validate(c, knowledge_distillation_schema());
+  c = with_defaults(c, knowledge_distillation_schema());
+  const PlannedStep s = plan_step(c, "knowledge_distillation_single_device", model_architecture(c));
+  ASSERT_TRUE(s.teacher.has_value());
+  ASSERT_TRUE(s.fused_kd_graph.has_value());
+  PlannedStep student_only = s;
+  student_only.teacher.reset();
+  student_only.fused_kd_graph.reset();
+  int64_t teacher_bytes = 0;
+  for (const ParamInfo& p : graph_parameters(build_logits_graph(*s.teacher, 1, 1, DType::F32))) {
+    int64_t n = 4;
+    for (int64_t d : p.shape) n *= d;
+    teacher_bytes += n;
+  }
+  const int64_t logits_bytes = 2 * 64 * 259 * 4;
+  std::map<CompileMode, ModePlan> kd;
+  for (CompileMode mode : {CompileMode::None, CompileMode::Model, CompileMode::Full}) {
+    SCOPED_TRACE(compile_mode_name(mode));
+    kd[mode] = plan_step_mode(s, mode);
+    const ModePlan alone = plan_step_mode(student_only, mode);
+    // The teacher's weights and its graph's RoPE tables (cos and sin, [64, 4] each).
+    EXPECT_EQ(kd[mode].memory.parameters, alone.memory.parameters + teacher_bytes + 2 * 64 * 4 * 4);
+    if (mode != CompileMode::Full) {
+      EXPECT_GE(kd[mode].memory.activations, alone.memory.activations + logits_bytes);
+    }
+    EXPECT_TRUE(std::any_of(kd[mode].passes.begin(), kd[mode].passes.end(), [](const auto& l) {
+      return l.rfind("teacher (frozen, ", 0) == 0;
+    })) << ::testing::PrintToString(kd[mode].passes);
+  }
+  // Fused, neither model's logits exist: the step needs more than one [tokens x vocab] block
+  // less than under compile: model.
+  EXPECT_LT(kd[CompileMode::Full].memory.total(),
+            kd[CompileMode::Model].memory.total() - logits_bytes);
 }
 
 // The demo's tiny model as the student, a random teacher twice its size, a few steps in each
