@@ -4,6 +4,8 @@
 // vocabulary is refused at validation, naming both sizes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <map>
 #include <random>
 
 #include "checks.h"
@@ -14,6 +16,8 @@
 #include "fusetune/models/parameters.h"
 #include "fusetune/models/training_graph.h"
 #include "fusetune/recipes/distillation_recipe.h"
+#include "fusetune/recipes/recipe_setup.h"
+#include "fusetune/recipes/step_plan.h"
 #include "fusetune/util/error.h"
 #include "graph_compare.h"
 #include "recipe_runs.h"
@@ -62,6 +66,86 @@ TEST(KdStepGraph, CompileModesAgreeOnEveryDivergence) {
           EXPECT_LT(max_rel_diff(outs[m][k], outs[0][k]), k == 0 ? 1e-5 : 1e-4)
               << l.name() << " tied " << tied << " mode " << m << " output "
               << tg.graph.outputs()[k].first;
+    }
+}
+
+// teacher_hidden teacher_head^T: the logits the unfused graph takes.
+Tensor teacher_logits_of(const Tensor& th, const Tensor& tw) {
+  const int64_t N = th.dim(0), Dt = th.dim(1), V = tw.dim(0);
+  Tensor z = Tensor::empty({N, V}, DType::F32);
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t v = 0; v < V; ++v) {
+      double s = 0;
+      for (int64_t d = 0; d < Dt; ++d)
+        s += double(th.data<float>()[i * Dt + d]) * double(tw.data<float>()[v * Dt + d]);
+      z.data<float>()[i * V + v] = float(s);
+    }
+  return z;
+}
+
+std::map<std::string, Tensor> by_name(const Graph& g, const std::vector<Tensor>& out) {
+  std::map<std::string, Tensor> m;
+  for (size_t k = 0; k < out.size(); ++k) m.emplace(g.outputs()[k].first, out[k]);
+  return m;
+}
+
+// Under `compile: true` the KD step hands both models' final hidden states and heads to
+// FusedLinearDivergence (fused_distillation_loss_builder). That graph, in every compile mode,
+// gives the eager unfused graph's loss, reports and gradients (its teacher logits formed from
+// the same teacher hidden states and head), over 3 chunks of 16 of the 36 tokens, for a
+// trained, a tied and a frozen (LoRA-style) student head. Under `compile: true` the forward
+// and its backward merge into one sweep and no [tokens x vocab] tensor is left.
+TEST(KdStepGraph, FusedHeadsMatchTheUnfusedGraphInEveryCompileMode) {
+  struct Head {
+    bool tied, frozen;
+  };
+  const std::vector<DistillationLoss> losses = {{KdDivergence::ForwardKL, 0.5, 1.0},
+                                                {KdDivergence::GeneralizedJSD, 0.3, 1.5}};
+  for (Head head : {Head{false, false}, Head{true, false}, Head{false, true}})
+    for (const DistillationLoss& l : losses) {
+      const ModelConfig cfg = tiny_config(head.tied, false);
+      const int64_t B = 3, T = 12, N = B * T, Dt = 24;
+      TrainingGraphOptions o;
+      o.batch_size = B;
+      o.seq_len = T;
+      if (head.frozen) o.trainable = [](const std::string& n) { return n != "lm_head.weight"; };
+      o.loss = distillation_loss_builder(l, 0.4);
+      const TrainingGraph eager = build_training_graph(cfg, o);
+      o.loss = fused_distillation_loss_builder(l, 0.4, Dt);
+      const TrainingGraph fused = build_training_graph(cfg, o);
+      const TensorMap params = init_parameters(graph_parameters(eager.graph), 7, DType::F32, 0.3);
+      const Batch b = random_batch(B, T, cfg.vocab_size, 11);
+      TensorMap in = batch_inputs(b, DType::F32, 1.0 / double(b.num_valid_labels()));
+      TensorMap ein = in;
+      in["teacher_hidden"] = random_tensor({N, Dt}, DType::F32, 5, -0.6, 0.6);
+      in["teacher_head"] = random_tensor({cfg.vocab_size, Dt}, DType::F32, 6, -0.6, 0.6);
+      ein["teacher_logits"] = teacher_logits_of(in.at("teacher_hidden"), in.at("teacher_head"));
+      const auto want = by_name(
+          eager.graph,
+          compile_graph(eager.graph, {.mode = CompileMode::None}).executor->run(ein, params));
+      for (CompileMode mode : {CompileMode::None, CompileMode::Model, CompileMode::Full}) {
+        SCOPED_TRACE(std::string(l.name()) + " tied " + std::to_string(head.tied) + " frozen " +
+                     std::to_string(head.frozen) + " compile " + compile_mode_name(mode));
+        PassOptions po;
+        po.mode = mode;
+        po.ce_chunk_budget_bytes = 1;  // the 16-row floor: 3 chunks
+        const CompiledStep step = compile_graph(fused.graph, po);
+        const auto got = by_name(fused.graph, step.executor->run(in, params));
+        ASSERT_EQ(got.size(), want.size());
+        for (const auto& [name, t] : want) {
+          ASSERT_TRUE(got.count(name)) << name;
+          EXPECT_LT(max_rel_diff(got.at(name), t), name == "loss" ? 1e-5 : 1e-4) << name;
+        }
+        if (mode != CompileMode::Full) continue;
+        EXPECT_TRUE(std::count(step.report.begin(), step.report.end(),
+                               "fuse_linear_divergence: fused 1 (chunk 16 tokens)"))
+            << ::testing::PrintToString(step.report);
+        for (const Node& n : step.executor->graph().nodes()) {
+          EXPECT_NE(n.op, Op::FusedLinearDivergence) << "the forward was not merged";
+          for (const TensorType& t : n.outputs)
+            EXPECT_NE(t.shape, (Shape{N, cfg.vocab_size})) << op_name(n.op);
+        }
+      }
     }
 }
 
@@ -143,6 +227,47 @@ TEST(KdRecipe, KdLossKeysAreValidated) {
   EXPECT_EQ(l.kind, KdDivergence::GeneralizedJSD);
   EXPECT_EQ(l.beta, 0.25);
   EXPECT_EQ(l.temperature, 2.0);
+}
+
+// `fusetune plan` counts a KD config's teacher: its weights in every mode, and what its
+// forward hands the student's step, held through it (the [tokens x vocab] logits under false
+// and model; under true the final hidden states, the student's graph being the fused one).
+TEST(KdPlan, CountsTheTeacherWeightsAndWhatItsForwardHandsOver) {
+  Config c = kd_yaml("259");
+  c.apply_overrides({"tokenizer.max_seq_len=64", "batch_size=2"});
+  validate(c, knowledge_distillation_schema());
+  c = with_defaults(c, knowledge_distillation_schema());
+  const PlannedStep s = plan_step(c, "knowledge_distillation_single_device", model_architecture(c));
+  ASSERT_TRUE(s.teacher.has_value());
+  ASSERT_TRUE(s.fused_kd_graph.has_value());
+  PlannedStep student_only = s;
+  student_only.teacher.reset();
+  student_only.fused_kd_graph.reset();
+  int64_t teacher_bytes = 0;
+  for (const ParamInfo& p : graph_parameters(build_logits_graph(*s.teacher, 1, 1, DType::F32))) {
+    int64_t n = 4;
+    for (int64_t d : p.shape) n *= d;
+    teacher_bytes += n;
+  }
+  const int64_t logits_bytes = 2 * 64 * 259 * 4;
+  std::map<CompileMode, ModePlan> kd;
+  for (CompileMode mode : {CompileMode::None, CompileMode::Model, CompileMode::Full}) {
+    SCOPED_TRACE(compile_mode_name(mode));
+    kd[mode] = plan_step_mode(s, mode);
+    const ModePlan alone = plan_step_mode(student_only, mode);
+    // The teacher's weights and its graph's RoPE tables (cos and sin, [64, 4] each).
+    EXPECT_EQ(kd[mode].memory.parameters, alone.memory.parameters + teacher_bytes + 2 * 64 * 4 * 4);
+    if (mode != CompileMode::Full) {
+      EXPECT_GE(kd[mode].memory.activations, alone.memory.activations + logits_bytes);
+    }
+    EXPECT_TRUE(std::any_of(kd[mode].passes.begin(), kd[mode].passes.end(), [](const auto& l) {
+      return l.rfind("teacher (frozen, ", 0) == 0;
+    })) << ::testing::PrintToString(kd[mode].passes);
+  }
+  // Fused, neither model's logits exist: the step needs more than one [tokens x vocab] block
+  // less than under compile: model.
+  EXPECT_LT(kd[CompileMode::Full].memory.total(),
+            kd[CompileMode::Model].memory.total() - logits_bytes);
 }
 
 // The demo's tiny model as the student, a random teacher twice its size, a few steps in each

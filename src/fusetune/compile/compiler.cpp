@@ -8,6 +8,7 @@
 #include "fusetune/compile/fuse_attention.h"
 #include "fusetune/compile/fuse_elementwise.h"
 #include "fusetune/compile/fuse_linear_cross_entropy.h"
+#include "fusetune/compile/fuse_linear_divergence.h"
 #include "fusetune/compile/fuse_linear_log_probs.h"
 #include "fusetune/compile/fuse_rmsnorm_residual.h"
 #include "fusetune/compile/fuse_swiglu.h"
@@ -53,6 +54,8 @@ Graph run_passes(const Graph& g, const PassOptions& opts, std::vector<std::strin
     note(passes::dead_code::run(out, opts));
     note(passes::fuse_linear_cross_entropy::run(out, opts));
     note(passes::fuse_linear_log_probs::run(out, opts));
+    if (std::string line = passes::fuse_linear_divergence::run(out, opts); !line.empty())
+      note(std::move(line));
     // Generic passes last: they take whatever the pattern fusions above left.
     if (opts.eliminate_copies) note(passes::eliminate_copies::run(out, opts));
     if (opts.fuse_elementwise) note(passes::fuse_elementwise::run(out, opts));

@@ -91,6 +91,12 @@ enum class Op : uint8_t {
   Divergence,          // (student [N,V], teacher [N,V], labels [N] I32) -> [] summed over rows
                        // whose label is not -100; attrs.groups = kind, scalar = beta, eps = T
   DivergenceBackward,  // (dloss [], student, teacher, labels) -> dstudent [N, V]
+  // Both LM heads fused with CE and the divergence, chunked over the tokens
+  // (kernels/cpu/fused_linear_divergence.h; attrs as Divergence's, attrs.chunk_rows):
+  FusedLinearDivergence,  // (h [N,D], W [V,D], teacher_h [N,Dt], teacher_W [V,Dt], labels [N])
+                          // -> [2] {ce_sum, kd_sum}
+  FusedLinearDivergenceBackward,  // (dy [2], h, W, teacher_h, teacher_W, labels) -> ({ce_sum,
+                                  // kd_sum} [2], dh [N,D], dW [V,D]; attrs.no_weight_grad: no dW)
   // The LM head + log_softmax + LabelLogProbs fused and chunked (compile/fuse_linear_log_probs):
   // the head is W [V, D] (one input) or a frozen NF4 table (codes, absmax_codes, absmax_scales;
   // attrs.shape = [V, D], attrs.scalar). attrs.chunk_rows.

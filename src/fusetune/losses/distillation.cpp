@@ -43,4 +43,27 @@ KdLossOutputs build_kd_loss(Builder& b, const DistillationLoss& loss, double kd_
   return out;
 }
 
+KdLossOutputs build_fused_kd_loss(Builder& b, const DistillationLoss& loss, double kd_ratio,
+                                  Value hidden, Value head, Value teacher_hidden,
+                                  Value teacher_head, Value labels, Value scale) {
+  Graph& g = b.graph();
+  g.set_region(1);
+  Attrs a;
+  a.groups = int64_t(loss.kind);
+  a.scalar = loss.beta;
+  a.eps = loss.temperature;
+  // compile/fuse_linear_divergence sizes the chunk from its budget; this one serves graphs
+  // run without that pass (tests).
+  a.chunk_rows = 64;
+  Value sums =
+      g.add1(Op::FusedLinearDivergence, {hidden, head, teacher_hidden, teacher_head, labels}, a);
+  KdLossOutputs out;
+  out.ce_sum = b.reshape(b.slice(sums, 0, 0, 1), {});
+  out.kd_sum = b.reshape(b.slice(sums, 0, 1, 1), {});
+  Value mixed = b.add(b.scale(out.ce_sum, 1.0 - kd_ratio), b.scale(out.kd_sum, kd_ratio));
+  out.loss = b.mul(mixed, scale);
+  g.set_region(0);
+  return out;
+}
+
 }  // namespace fusetune

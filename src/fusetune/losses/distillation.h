@@ -37,4 +37,13 @@ KdLossOutputs build_kd_loss(Builder& b, const DistillationLoss& loss, double kd_
                             Value head, Value logits, Value teacher_logits, Value labels,
                             Value scale);
 
+// The same under `compile: true` from both models' final hidden states and heads: one
+// FusedLinearDivergence (kernels/cpu/fused_linear_divergence.h) forms both chunks of logits,
+// the CE and the divergence chunk by chunk, so neither [N, V] tensor exists. hidden [N, D],
+// head [V, D] (the student's own: dense, trainable or frozen, or the tied embedding),
+// teacher_hidden [N, Dt], teacher_head [V, Dt] (constants).
+KdLossOutputs build_fused_kd_loss(Builder& b, const DistillationLoss& loss, double kd_ratio,
+                                  Value hidden, Value head, Value teacher_hidden,
+                                  Value teacher_head, Value labels, Value scale);
+
 }  // namespace fusetune

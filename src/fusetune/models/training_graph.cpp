@@ -5,6 +5,7 @@
 #include "fusetune/losses/cross_entropy.h"
 #include "fusetune/losses/distillation.h"
 #include "fusetune/losses/preference.h"
+#include "fusetune/util/error.h"
 
 namespace fusetune {
 
@@ -54,6 +55,24 @@ LossBuilder distillation_loss_builder(const DistillationLoss& loss, double kd_ra
   };
 }
 
+LossBuilder fused_distillation_loss_builder(const DistillationLoss& loss, double kd_ratio,
+                                            int64_t teacher_dim) {
+  return [loss, kd_ratio, teacher_dim](Builder& b, const LossContext& c) {
+    Graph& g = b.graph();
+    FT_CHECK(!c.model.logits.valid(),
+             "the fused distillation loss needs the student's own LM head, not a head hook");
+    const int64_t N = c.batch_size * c.seq_len, V = g.shape(c.model.lm_head)[0];
+    Value th = g.input("teacher_hidden", {N, teacher_dim}, g.float_dtype());
+    Value tw = g.input("teacher_head", {V, teacher_dim}, g.float_dtype());
+    KdLossOutputs l = build_fused_kd_loss(b, loss, kd_ratio, c.model.hidden, c.model.lm_head, th,
+                                          tw, c.labels, c.scale);
+    LossOutputs out;
+    out.loss = l.loss;
+    out.report = {{"ce_sum", l.ce_sum}, {"kd_sum", l.kd_sum}};
+    return out;
+  };
+}
+
 TrainingGraph build_training_graph(const ModelConfig& cfg, const TrainingGraphOptions& o) {
   TrainingGraph tg{Graph(o.dtype), {}};
   Graph& g = tg.graph;
@@ -90,6 +109,18 @@ Graph build_logits_graph(const ModelConfig& cfg, int64_t batch_size, int64_t seq
   LlamaOutputs m = build_llama(
       b, cfg, in, [](const std::string&) { return false; }, llama);
   g.mark_output("logits", m.logits.valid() ? m.logits : b.matmul(m.hidden, m.lm_head, false, true));
+  verify_graph(g);
+  return g;
+}
+
+Graph build_hidden_graph(const ModelConfig& cfg, int64_t batch_size, int64_t seq_len, DType dtype) {
+  Graph g(dtype);
+  Builder b(g);
+  LlamaInputs in;
+  in.tokens = g.input("tokens", {batch_size, seq_len}, DType::I32);
+  in.positions = g.input("positions", {batch_size, seq_len}, DType::I32);
+  LlamaOutputs m = build_llama(b, cfg, in, [](const std::string&) { return false; });
+  g.mark_output("hidden", m.hidden);
   verify_graph(g);
   return g;
 }

@@ -42,6 +42,12 @@ struct DistillationLoss;
 // the input "teacher_logits" [B*T, V] (the teacher's forward, run by the step). It reports
 // "ce_sum" and "kd_sum" [] (unscaled sums over the unmasked labels).
 LossBuilder distillation_loss_builder(const DistillationLoss& loss, double kd_ratio);
+// The same fused with both LM heads (`compile: true`, losses/distillation.h:
+// build_fused_kd_loss): inputs "teacher_hidden" [B*T, teacher_dim] (the teacher's final norm)
+// and "teacher_head" [V, teacher_dim] instead of the teacher's logits. The student needs its
+// own head (not a head hook: LoRA on lm_head, an NF4 head).
+LossBuilder fused_distillation_loss_builder(const DistillationLoss& loss, double kd_ratio,
+                                            int64_t teacher_dim);
 
 struct TrainingGraphOptions {
   int64_t batch_size = 1;
@@ -63,6 +69,10 @@ TrainingGraph build_training_graph(const ModelConfig& cfg, const TrainingGraphOp
 // Forward only, returning "logits" [B*T, V] (for evaluation, generation and golden checks).
 Graph build_logits_graph(const ModelConfig& cfg, int64_t batch_size, int64_t seq_len, DType dtype,
                          const LlamaOptions& llama = {});
+
+// Forward only to the final norm, returning "hidden" [B*T, D] (a KD teacher under
+// `compile: true`: its head runs inside the fused divergence).
+Graph build_hidden_graph(const ModelConfig& cfg, int64_t batch_size, int64_t seq_len, DType dtype);
 
 // Forward only, for a preference reference model and for evaluation: inputs "tokens",
 // "labels", "positions" [rows, T] (and "doc_ids" when packed) and "response_mask" [rows*T];

@@ -1,10 +1,15 @@
 #pragma once
 // Knowledge distillation's divergence between the student's and the teacher's logits
-// (kernels/cpu/divergence.h, losses/distillation.h). One entry per op (graph/op_desc.h,
+// (kernels/cpu/divergence.h, losses/distillation.h), and both LM heads fused with it
+// (kernels/cpu/fused_linear_divergence.h). One entry per op (graph/op_desc.h,
 // docs/design.md §1). attrs.groups = the kernels::DivergenceKind, attrs.scalar = beta
 // (generalized JSD), attrs.eps = the temperature.
+#include <algorithm>
+#include <array>
+
 #include "fusetune/graph/op_desc.h"
 #include "fusetune/kernels/cpu/divergence.h"
+#include "fusetune/kernels/cpu/fused_linear_divergence.h"
 
 namespace fusetune::ops {
 
@@ -75,6 +80,134 @@ inline constexpr OpDesc kDivergenceBackward = {
         },
 };
 
-inline constexpr const OpDesc* kDistillationOps[] = {&kDivergence, &kDivergenceBackward};
+// FusedLinearDivergence and its backward: input index of the student's hidden states (the
+// backward's first input is dy).
+inline constexpr size_t linear_divergence_first(Op op) {
+  return op == Op::FusedLinearDivergenceBackward ? 1 : 0;
+}
+
+template <class T>
+kernels::LinearDivergenceInputs<T> linear_divergence_inputs(const KernelArgs<T>& c) {
+  const size_t h = linear_divergence_first(c.n.op);
+  kernels::LinearDivergenceInputs<T> in;
+  in.h = c.X(h);
+  in.W = c.X(h + 1);
+  in.D = c.in[h].dim(1);
+  in.teacher_h = c.X(h + 2);
+  in.teacher_W = c.X(h + 3);
+  in.teacher_D = c.in[h + 2].dim(1);
+  in.labels = c.I(h + 4);
+  in.N = c.in[h].dim(0);
+  in.V = c.in[h + 1].dim(0);
+  in.chunk_rows = c.a.chunk_rows;
+  in.divergence = divergence_params(c.a);
+  return in;
+}
+
+inline constexpr auto kLinearDivergenceShape = [](const ShapeCheck& c) -> Types {
+  const size_t h = linear_divergence_first(c.op);
+  for (size_t i = h; i < h + 4; ++i) c.need_float(i);
+  c.need_i32(h + 4);
+  const Shape &hs = c.S(h), &W = c.S(h + 1), &ht = c.S(h + 2), &Wt = c.S(h + 3);
+  if (hs.size() != 2 || W.size() != 2 || ht.size() != 2 || Wt.size() != 2 || W[1] != hs[1] ||
+      Wt[1] != ht[1] || ht[0] != hs[0] || Wt[0] != W[0] || c.S(h + 4) != Shape{hs[0]})
+    c.fail("expects h [N, D], W [V, D], teacher_h [N, Dt], teacher_W [V, Dt] and labels [N], got " +
+           shape_str(hs) + ", " + shape_str(W) + ", " + shape_str(ht) + ", " + shape_str(Wt) +
+           " and " + shape_str(c.S(h + 4)));
+  if (c.a.groups < 0 || c.a.groups > 2) c.fail("attrs.groups is not a divergence kind");
+  if (!(c.a.eps > 0) || c.a.scalar < 0 || c.a.scalar > 1)
+    c.fail("the temperature (attrs.eps) must be > 0 and beta (attrs.scalar) in [0, 1]");
+  if (c.a.chunk_rows < 1) c.fail("attrs.chunk_rows must be at least 1");
+  const Types sums{{Shape{2}, c.fd}};
+  if (h == 0) return sums;
+  if (c.S(0) != Shape{2}) c.fail("dy must be [2]: the gradients of ce_sum and kd_sum");
+  if (c.a.no_weight_grad) return {{Shape{2}, c.fd}, {hs, c.fd}};
+  return {{Shape{2}, c.fd}, {hs, c.fd}, {W, c.fd}};
+};
+
+inline constexpr auto kLinearDivergenceKernel = []<class T>(const KernelArgs<T>& c) {
+  const kernels::LinearDivergenceInputs<T> in = linear_divergence_inputs(c);
+  std::array<double, 2> sums;
+  if (c.n.op == Op::FusedLinearDivergence) {
+    sums = kernels::fused_linear_divergence<T>(in, nullptr);
+  } else {
+    kernels::LinearDivergenceGrads<T> g;
+    g.dce = double(c.X(0)[0]);
+    g.dkd = double(c.X(0)[1]);
+    g.dh = c.out[1].template data<T>();
+    g.dW = c.a.no_weight_grad ? nullptr : c.out[2].template data<T>();
+    sums = kernels::fused_linear_divergence<T>(in, &g);
+  }
+  c.Y[0] = T(sums[0]);
+  c.Y[1] = T(sums[1]);
+};
+
+inline constexpr auto kLinearDivergenceScratch = [](const Graph& g, const Node& n) -> int64_t {
+  const size_t h = linear_divergence_first(n.op);
+  const int64_t N = g.shape(n.inputs[h])[0];
+  const int64_t C = std::max<int64_t>(1, std::min(n.attrs.chunk_rows, N));
+  return kernels::fused_divergence_scratch_bytes(
+      C, g.shape(n.inputs[h])[1], g.shape(n.inputs[h + 2])[1], g.shape(n.inputs[h + 1])[0],
+      int64_t(dtype_size(g.compute_dtype())), h == 1);
+};
+
+inline constexpr OpDesc kFusedLinearDivergence = {
+    .op = Op::FusedLinearDivergence,
+    .name = "fused_linear_divergence",
+    .min_inputs = 5,
+    .max_inputs = 5,
+    .shape = kLinearDivergenceShape,
+    // The teacher (its hidden states and head) is a constant: only the student's hidden
+    // states and head get gradients, from one backward sweep that recomputes both chunks of
+    // logits (compile/fuse_linear_divergence.h merges it with this forward under
+    // `compile: true`).
+    .vjp =
+        [](VjpContext& c) {
+          Attrs a = c.a;
+          a.no_weight_grad = !c.need[1];
+          const std::vector<Value> f =
+              c.g.add(Op::FusedLinearDivergenceBackward,
+                      {c.dy, c.in[0], c.in[1], c.in[2], c.in[3], c.in[4]}, a);
+          c.dx[0] = f[1];
+          if (c.need[1]) c.dx[1] = f[2];
+        },
+    .gradcheck =
+        [](GradcheckCase& t) {
+          // Generalized JSD at beta 0.3, temperature 2, over chunks of 2 of 5 tokens (one
+          // ignored): every term of the rule, and a last chunk that is not full.
+          Tensor th = Tensor::empty({5, 2}, DType::F64), tw = Tensor::empty({7, 2}, DType::F64);
+          for (int64_t i = 0; i < 10; ++i) th.data<double>()[i] = 0.37 * double(i % 7) - 1;
+          for (int64_t i = 0; i < 14; ++i) tw.data<double>()[i] = 0.29 * double(i % 5) - 0.6;
+          t.inputs.push_back({"teacher_h", th});
+          t.inputs.push_back({"teacher_W", tw});
+          Value labels = t.ids("labels", {5}, {2, -100, 0, 6, 3});
+          Attrs a;
+          a.groups = int64_t(kernels::DivergenceKind::GeneralizedJSD);
+          a.scalar = 0.3;
+          a.eps = 2.0;
+          a.chunk_rows = 2;
+          return t.g.add1(Op::FusedLinearDivergence,
+                          {t.param("h", {5, 3}, -2, 2), t.param("W", {7, 3}, -1, 1),
+                           t.g.input("teacher_h", {5, 2}, DType::F64),
+                           t.g.input("teacher_W", {7, 2}, DType::F64), labels},
+                          a);
+        },
+    .kernel = kLinearDivergenceKernel,
+    .scratch_bytes = kLinearDivergenceScratch,
+};
+
+inline constexpr OpDesc kFusedLinearDivergenceBackward = {
+    .op = Op::FusedLinearDivergenceBackward,
+    .name = "fused_linear_divergence_backward",
+    .min_inputs = 6,
+    .max_inputs = 6,
+    .shape = kLinearDivergenceShape,
+    .no_vjp = kBackwardOp,
+    .kernel = kLinearDivergenceKernel,
+    .scratch_bytes = kLinearDivergenceScratch,
+};
+
+inline constexpr const OpDesc* kDistillationOps[] = {
+    &kDivergence, &kDivergenceBackward, &kFusedLinearDivergence, &kFusedLinearDivergenceBackward};
 
 }  // namespace fusetune::ops

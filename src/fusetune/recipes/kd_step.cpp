@@ -7,10 +7,21 @@
 namespace fusetune {
 namespace {
 
+// Under `compile: true` both LM heads run inside the fused divergence (docs/design.md §3):
+// the teacher's forward stops at its final norm and no [tokens x vocab] tensor exists. A
+// student head hook (LoRA on lm_head, an NF4 head) or bf16 weights keep the logits path.
+bool fuses_heads(const KdStepOptions& o) {
+  const auto plain_head = [](const LlamaOptions& l) { return !l.head; };
+  return o.student.passes.mode == CompileMode::Full && o.student.dtype != DType::BF16 &&
+         plain_head(o.student.llama) &&
+         (!o.student.eval_llama || plain_head(*o.student.eval_llama));
+}
+
 class KdStep final : public TrainingStep {
  public:
   explicit KdStep(KdStepOptions o)
       : o_(std::move(o)),
+        fused_(fuses_heads(o_)),
         student_([this](int64_t rows, int64_t T,
                         bool) { return graph(rows, T, o_.student.trainable, o_.student.llama); },
                  o_.student.passes, arena_),
@@ -23,7 +34,8 @@ class KdStep final : public TrainingStep {
             o_.student.passes, arena_),
         teacher_(
             [this](int64_t rows, int64_t T, bool) {
-              return build_logits_graph(*o_.teacher, rows, T, o_.student.dtype);
+              return fused_ ? build_hidden_graph(*o_.teacher, rows, T, o_.student.dtype)
+                            : build_logits_graph(*o_.teacher, rows, T, o_.student.dtype);
             },
             o_.student.passes, arena_) {
     FT_CHECK(o_.teacher && o_.teacher_params, "knowledge distillation needs a teacher model");
@@ -78,8 +90,14 @@ class KdStep final : public TrainingStep {
     TensorMap in = batch_inputs(b);
     in["loss_scale"] = scalar_input(loss_scale, DType::F32);
     TensorMap teacher_in{{"tokens", in.at("tokens")}, {"positions", in.at("positions")}};
-    in["teacher_logits"] =
-        teacher_.run(b, teacher_in, ParamSource(*o_.teacher_params), &compile_s_).at("logits");
+    TensorMap t = teacher_.run(b, teacher_in, ParamSource(*o_.teacher_params), &compile_s_);
+    if (fused_) {
+      in["teacher_hidden"] = t.at("hidden");
+      in["teacher_head"] = o_.teacher_params->at(
+          o_.teacher->tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
+    } else {
+      in["teacher_logits"] = t.at("logits");
+    }
     return in;
   }
 
@@ -95,11 +113,13 @@ class KdStep final : public TrainingStep {
     g.trainable = trainable;
     g.llama = llama;
     g.dtype = o_.student.dtype;
-    g.loss = distillation_loss_builder(o_.loss, o_.kd_ratio);
+    g.loss = fused_ ? fused_distillation_loss_builder(o_.loss, o_.kd_ratio, o_.teacher->hidden_size)
+                    : distillation_loss_builder(o_.loss, o_.kd_ratio);
     return build_training_graph(*o_.student.model, g).graph;
   }
 
   KdStepOptions o_;
+  bool fused_ = false;  // fuses_heads(o_)
   // The teacher's, the student's and the validation graphs run one after the other: one arena
   // serves all three.
   std::shared_ptr<SharedArena> arena_ = std::make_shared<SharedArena>();

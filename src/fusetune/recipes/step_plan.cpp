@@ -7,6 +7,7 @@
 #include "fusetune/models/parameters.h"
 #include "fusetune/peft/lora.h"
 #include "fusetune/quant/qat.h"
+#include "fusetune/recipes/distillation_recipe.h"
 #include "fusetune/recipes/dpo_step.h"
 #include "fusetune/recipes/lora_finetune_single_device.h"
 #include "fusetune/recipes/recipe_setup.h"
@@ -32,6 +33,29 @@ std::string seq_len_key(const Config& cfg) {
 }
 
 std::string join_overrides(const std::vector<std::string>& o) { return join(o, " "); }
+
+// The KD recipes' teacher: its weights and forward (the logits graph, or under a fused step
+// the hidden-state graph, as kd_step.h runs it) added to the student's plan `p`.
+void add_teacher(const PlannedStep& s, CompileMode mode, bool fused, ModePlan& p) {
+  const TrainingGraphOptions& o = s.options;
+  const Graph g = fused ? build_hidden_graph(*s.teacher, o.batch_size, o.seq_len, o.dtype)
+                        : build_logits_graph(*s.teacher, o.batch_size, o.seq_len, o.dtype);
+  const ModePlan t = plan_mode(g, step_pass_options(s, mode), 0.0);
+  const int64_t forward = t.memory.activations + t.memory.workspace;
+  // Its output is held through the student's step (an input there, which plan_mode does not
+  // count); while the teacher runs, the student holds no gradients or activations yet.
+  const int64_t handed = int64_t(g.type(g.outputs()[0].second).nbytes());
+  p.memory.parameters += t.memory.parameters;
+  p.memory.activations =
+      std::max(p.memory.activations + handed, forward - p.memory.workspace - p.memory.gradients);
+  p.passes.push_back("teacher (frozen, " + std::string(fused ? "hidden states" : "logits") +
+                     " into the step): weights " + format_bytes(double(t.memory.parameters)) +
+                     ", forward " + format_bytes(double(forward)));
+}
+
+bool is_distillation(const std::string& recipe) {
+  return recipe.rfind("knowledge_distillation", 0) == 0;
+}
 
 }  // namespace
 
@@ -74,6 +98,10 @@ PlannedStep plan_step(const Config& cfg, const std::string& recipe, const ModelC
     o.batch_size *= 2;
     o.loss = preference_loss_builder(*s.preference);
   }
+  if (is_distillation(recipe)) {  // the student's loss against the teacher (kd_step.h)
+    s.teacher = model_architecture(teacher_config(cfg));
+    o.loss = distillation_loss_builder(distillation_loss_from(cfg), cfg.f64("kd_ratio", 0.5));
+  }
   s.optimizer_state = optimizer_state_ratio(cfg);
   s.optimizer_in_bwd = cfg.boolean("optimizer_in_bwd", false);
   s.activation_checkpointing = cfg.boolean("enable_activation_checkpointing", false);
@@ -86,6 +114,12 @@ PlannedStep plan_step(const Config& cfg, const std::string& recipe, const ModelC
                           : dist::kBucketElements;
   s.configured_mode = parse_compile_mode(cfg.str("compile", "false"));
   s.graph = build_training_graph(model, o);
+  if (s.teacher && o.dtype != DType::BF16 && !o.llama.head) {
+    TrainingGraphOptions f = o;
+    f.loss = fused_distillation_loss_builder(distillation_loss_from(cfg), cfg.f64("kd_ratio", 0.5),
+                                             s.teacher->hidden_size);
+    s.fused_kd_graph = build_training_graph(model, f);
+  }
   if (s.nf4)
     s.nf4_bound_graph = [model, o, lc = lora_config_from(cfg), nf4 = s.nf4]() {
       auto bound = std::make_shared<peft::NF4Store>(*nf4);
@@ -107,8 +141,12 @@ PassOptions step_pass_options(const PlannedStep& s, CompileMode mode) {
 bool streams_gradients(const PlannedStep& s) { return !s.preference; }
 
 ModePlan plan_step_mode(const PlannedStep& s, CompileMode mode, bool ordinary) {
-  return plan_mode(s.graph.graph, step_pass_options(s, mode), s.optimizer_state,
-                   s.optimizer_in_bwd && !ordinary);
+  const bool fused = s.fused_kd_graph && mode == CompileMode::Full;
+  ModePlan p =
+      plan_mode(fused ? s.fused_kd_graph->graph : s.graph.graph, step_pass_options(s, mode),
+                s.optimizer_state, s.optimizer_in_bwd && !ordinary);
+  if (s.teacher) add_teacher(s, mode, fused, p);
+  return p;
 }
 
 int64_t run_peak_bytes(const PlannedStep& s, const ModePlan& p) {

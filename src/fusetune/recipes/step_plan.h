@@ -31,6 +31,11 @@ struct PlannedStep {
   TrainingGraphOptions options;              // batch_size: rows (two per DPO pair)
   std::shared_ptr<peft::NF4Store> nf4;       // LoRA with quantize_base: sized, never filled
   std::optional<PreferenceLoss> preference;  // the DPO recipes
+  // knowledge_distillation_*: the frozen teacher (kd_step.h), whose weights and forward each
+  // mode's plan adds, and the student's graph under `compile: true` when the KD step fuses
+  // both heads (fused_distillation_loss_builder; empty when it keeps the logits).
+  std::optional<ModelConfig> teacher;
+  std::optional<TrainingGraph> fused_kd_graph;
   OptimizerStateSize optimizer_state;
   bool optimizer_in_bwd = false;
   bool activation_checkpointing = false;
@@ -61,7 +66,9 @@ PassOptions step_pass_options(const PlannedStep& s, CompileMode mode);
 bool streams_gradients(const PlannedStep& s);
 
 // The step in `mode` (activation checkpointing as configured); optimizer_in_bwd as configured
-// unless `ordinary` (the ordinary step, for comparison).
+// unless `ordinary` (the ordinary step, for comparison). A KD step adds its teacher: its
+// weights, and its forward's activations when they exceed the student's step (the teacher
+// runs first, its output, logits or hidden states, is an input of the student's graph).
 ModePlan plan_step_mode(const PlannedStep& s, CompileMode mode, bool ordinary = false);
 
 // What the run holds at its peak in `mode`: the step's peak plus, with

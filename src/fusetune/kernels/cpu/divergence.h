@@ -24,8 +24,8 @@ struct DivergenceParams {
 };
 
 // One row of V logits of each model: returns the divergence; when `ds` is not null, writes
-// d(divergence)/d(student logits) * grad_scale into ds[0..V) (ds may be `student` itself:
-// it is read before it is written).
+// d(divergence)/d(student logits) * grad_scale into ds[0..V) (ds may be `student` or
+// `teacher` itself: each logit is read before its slot is written).
 template <class T>
 double divergence_row(const T* student, const T* teacher, int64_t V, const DivergenceParams& p,
                       T* ds = nullptr, double grad_scale = 1.0);

@@ -1,0 +1,153 @@
+// The fused linear + divergence kernel (kernels/cpu/fused_linear_divergence.h) against the
+// unfused path it replaces: both models' logits materialized, the CE from the definition and
+// the divergence and its gradient from the Divergence op's kernels (divergence.h), over
+// several chunks (the last one partial) with ignored rows, every divergence kind, a trained
+// and a frozen student head. Its finite-difference check is the op table's
+// (OpTable.EveryVjpMatchesFiniteDifferencesInFloat64).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "fusetune/kernels/cpu/divergence.h"
+#include "fusetune/kernels/cpu/fused_linear_divergence.h"
+#include "kernels_test_util.h"
+
+using namespace fusetune;
+using namespace fusetune::kernels;
+using namespace fusetune::testing;
+
+namespace {
+
+struct KdProblem {
+  int64_t N = 37, D = 8, Dt = 6, V = 50;
+  std::vector<double> h = random_vec(N * D, 1), W = random_vec(V * D, 2, -0.8, 0.8);
+  std::vector<double> th = random_vec(N * Dt, 3), tW = random_vec(V * Dt, 4, -1.2, 1.2);
+  std::vector<int32_t> labels;
+  KdProblem() {
+    for (int64_t i = 0; i < N; ++i) labels.push_back(i % 5 == 2 ? -100 : int32_t((i * 7) % V));
+  }
+};
+
+// The unfused reference in double: z = h W^T for both models, then per row the CE from its
+// definition and the divergence (with its gradient) from divergence.h's unfused kernels.
+struct Reference {
+  double ce = 0, kd = 0;
+  std::vector<double> dh, dW;
+};
+Reference reference(const KdProblem& p, const DivergenceParams& dp, double dce, double dkd) {
+  auto logits = [&](const std::vector<double>& h, const std::vector<double>& W, int64_t D) {
+    std::vector<double> z(size_t(p.N * p.V), 0.0);
+    for (int64_t i = 0; i < p.N; ++i)
+      for (int64_t v = 0; v < p.V; ++v)
+        for (int64_t d = 0; d < D; ++d) z[i * p.V + v] += h[i * D + d] * W[v * D + d];
+    return z;
+  };
+  const std::vector<double> zs = logits(p.h, p.W, p.D), zt = logits(p.th, p.tW, p.Dt);
+  Reference r;
+  r.kd = divergence_sum<double>(zs.data(), zt.data(), p.labels.data(), p.N, p.V, dp);
+  std::vector<double> dz(zs.size());
+  divergence_backward<double>(dkd, zs.data(), zt.data(), p.labels.data(), dz.data(), p.N, p.V, dp);
+  for (int64_t i = 0; i < p.N; ++i) {
+    const int32_t y = p.labels[size_t(i)];
+    if (y == -100) continue;
+    double s = 0;
+    for (int64_t v = 0; v < p.V; ++v) s += std::exp(zs[i * p.V + v]);
+    r.ce += std::log(s) - zs[i * p.V + y];
+    for (int64_t v = 0; v < p.V; ++v)
+      dz[i * p.V + v] += dce * (std::exp(zs[i * p.V + v]) / s - (v == y ? 1.0 : 0.0));
+  }
+  r.dh.assign(size_t(p.N * p.D), 0.0);
+  r.dW.assign(size_t(p.V * p.D), 0.0);
+  for (int64_t i = 0; i < p.N; ++i)
+    for (int64_t v = 0; v < p.V; ++v)
+      for (int64_t d = 0; d < p.D; ++d) {
+        r.dh[i * p.D + d] += dz[i * p.V + v] * p.W[v * p.D + d];
+        r.dW[v * p.D + d] += dz[i * p.V + v] * p.h[i * p.D + d];
+      }
+  return r;
+}
+
+template <class T>
+struct Fused {
+  std::array<double, 2> sums{};
+  std::vector<T> dh, dW;
+};
+template <class T>
+Fused<T> run_fused(const KdProblem& p, const DivergenceParams& dp, double dce, double dkd,
+                   int64_t chunk, bool grads, bool frozen_head) {
+  const std::vector<T> h(p.h.begin(), p.h.end()), W(p.W.begin(), p.W.end());
+  const std::vector<T> th(p.th.begin(), p.th.end()), tW(p.tW.begin(), p.tW.end());
+  const LinearDivergenceInputs<T> in{.h = h.data(),
+                                     .W = W.data(),
+                                     .D = p.D,
+                                     .teacher_h = th.data(),
+                                     .teacher_W = tW.data(),
+                                     .teacher_D = p.Dt,
+                                     .labels = p.labels.data(),
+                                     .N = p.N,
+                                     .V = p.V,
+                                     .chunk_rows = chunk,
+                                     .divergence = dp};
+  Fused<T> f;
+  f.dh.assign(size_t(p.N * p.D), T(7));  // the kernel overwrites every element
+  f.dW.assign(size_t(p.V * p.D), T(7));
+  LinearDivergenceGrads<T> g{dce, dkd, f.dh.data(), frozen_head ? nullptr : f.dW.data()};
+  f.sums = fused_linear_divergence<T>(in, grads ? &g : nullptr);
+  return f;
+}
+
+const std::vector<DivergenceParams> kKinds = {{DivergenceKind::ForwardKL, 0.5, 1.0},
+                                              {DivergenceKind::ReverseKL, 0.5, 2.0},
+                                              {DivergenceKind::GeneralizedJSD, 0.3, 1.5}};
+
+}  // namespace
+
+// Double: the fused sweep equals the unfused path to rounding, whatever the chunking (7 and
+// 16 rows: 6 and 3 chunks, the last partial; 64: one).
+TEST(FusedDivergenceKernel, MatchesTheUnfusedDivergenceAndCrossEntropyInDouble) {
+  const KdProblem p;
+  for (const DivergenceParams& dp : kKinds) {
+    const Reference r = reference(p, dp, 0.35, 0.65);
+    for (int64_t chunk : {7, 16, 64}) {
+      SCOPED_TRACE("kind " + std::to_string(int(dp.kind)) + " chunk " + std::to_string(chunk));
+      const Fused<double> f = run_fused<double>(p, dp, 0.35, 0.65, chunk, true, false);
+      EXPECT_NEAR(f.sums[0], r.ce, 1e-10 * std::abs(r.ce));
+      EXPECT_NEAR(f.sums[1], r.kd, 1e-10 * std::abs(r.kd) + 1e-12);
+      expect_close(f.dh, r.dh, 1e-9, 1e-12, "dh");
+      expect_close(f.dW, r.dW, 1e-9, 1e-12, "dW");
+    }
+  }
+}
+
+// Float: sums within 1e-5 relative, gradients within 1e-4 relative + 1e-6 absolute (the
+// logits are rounded to float before the double-precision softmax and divergence).
+TEST(FusedDivergenceKernel, MatchesTheUnfusedPathInFloatWithinStatedTolerance) {
+  const KdProblem p;
+  for (const DivergenceParams& dp : kKinds) {
+    SCOPED_TRACE("kind " + std::to_string(int(dp.kind)));
+    const Reference r = reference(p, dp, 0.5, 0.5);
+    const Fused<float> f = run_fused<float>(p, dp, 0.5, 0.5, 16, true, false);
+    EXPECT_NEAR(f.sums[0], r.ce, 1e-5 * std::abs(r.ce));
+    EXPECT_NEAR(f.sums[1], r.kd, 1e-5 * std::abs(r.kd) + 1e-6);
+    expect_close(f.dh, r.dh, 1e-4, 1e-6, "dh");
+    expect_close(f.dW, r.dW, 1e-4, 1e-6, "dW");
+  }
+}
+
+// A frozen student head (LoRA) gets no dW and the same dh; forward only gives the same sums;
+// ignored rows get a zero gradient.
+TEST(FusedDivergenceKernel, FrozenHeadAndForwardOnly) {
+  const KdProblem p;
+  const DivergenceParams dp = kKinds[2];
+  const Fused<double> full = run_fused<double>(p, dp, 0.2, 0.8, 16, true, false);
+  const Fused<double> frozen = run_fused<double>(p, dp, 0.2, 0.8, 16, true, true);
+  const Fused<double> fwd = run_fused<double>(p, dp, 0.2, 0.8, 16, false, false);
+  EXPECT_TRUE(bitwise_equal(frozen.dh, full.dh));
+  EXPECT_EQ(frozen.dW, std::vector<double>(size_t(p.V * p.D), 7.0)) << "dW was written";
+  EXPECT_EQ(fwd.sums, full.sums);
+  for (int64_t i = 0; i < p.N; ++i)
+    if (p.labels[size_t(i)] == -100) {
+      for (int64_t d = 0; d < p.D; ++d) EXPECT_EQ(full.dh[size_t(i * p.D + d)], 0.0);
+    }
+}
