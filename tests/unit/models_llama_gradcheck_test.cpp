@@ -58,6 +58,10 @@ TEST(LlamaGradcheck, GemmaGeGluOnePlusWNormsScaledEmbeddingMqa) {
 TEST(LlamaGradcheck, Gemma2PostNormsSoftcapsSlidingWindowPacked) {
   check_model(tiny_gemma2_config(), true);
 }
+// (1 + w) q/k norms, two RoPE bases, local and global layers, no caps.
+TEST(LlamaGradcheck, Gemma3QkNormsTwoRopeBasesLocalLayers) {
+  check_model(tiny_gemma3_config(), false);
+}
 
 TEST(LlamaTrainingGraph, OutputsLossThenOneGradPerTrainableParam) {
   ModelConfig cfg = tiny_config(true, false);

@@ -199,20 +199,29 @@ std::string gguf_architecture(const ModelConfig& c) {
   FT_CHECK(!c.attention_bias || family.qkv_bias,
            "config.json: attention_bias: true (a " + c.model_type +
                " with q/k/v biases) is not expressible as GGUF " + std::string(family.gguf_arch));
-  // llama.cpp's gemma2 scales the scores by head_dim^-1/2 (hidden_size / heads for its 27B,
-  // 46 layers), not by query_pre_attn_scalar, and windows every other layer from the first.
+  // llama.cpp's gemma2 and gemma3 scale the scores by head_dim^-1/2 (hidden_size / heads for
+  // their 27B), not by query_pre_attn_scalar, and window all but every 2nd (6th) layer.
   if (family.reads_query_pre_attn_scalar) {
-    const double base = c.num_hidden_layers == 46 ? double(c.hidden_size / c.num_attention_heads)
-                                                  : double(c.head_dim);
+    // The 27B: 46 layers (Gemma 2), 62 (Gemma 3).
+    const bool big = c.num_hidden_layers == 46 || c.num_hidden_layers == 62;
+    const double base = big ? double(c.hidden_size / c.num_attention_heads) : double(c.head_dim);
     FT_CHECK(c.query_pre_attn_scalar == base,
              "config.json: query_pre_attn_scalar " + std::to_string(c.query_pre_attn_scalar) +
                  " is not expressible as GGUF " + std::string(family.gguf_arch) +
                  " (llama.cpp scales by " + std::to_string(base) + "^-1/2)");
   }
-  FT_CHECK(
-      !family.reads_softcaps || (c.attn_logit_softcapping > 0 && c.final_logit_softcapping > 0),
-      "config.json: a " + c.model_type + " without soft-caps is not expressible as GGUF " +
-          std::string(family.gguf_arch) + " (llama.cpp's always caps)");
+  // llama.cpp's gemma2 always caps (family default caps), its gemma3 never does.
+  const bool caps = family.default_attn_softcap > 0;
+  FT_CHECK(!family.reads_softcaps ||
+               (caps ? c.attn_logit_softcapping > 0 && c.final_logit_softcapping > 0
+                     : c.attn_logit_softcapping == 0 && c.final_logit_softcapping == 0),
+           "config.json: a " + c.model_type + (caps ? " without" : " with") +
+               " soft-caps is not expressible as GGUF " + std::string(family.gguf_arch));
+  // llama.cpp's gemma3 rotates its local layers by 10000, unscaled.
+  FT_CHECK(family.default_rope_local_base_freq == 0 ||
+               c.rope_local_base_freq == family.default_rope_local_base_freq,
+           "config.json: rope_local_base_freq " + std::to_string(c.rope_local_base_freq) +
+               " is not expressible as GGUF " + std::string(family.gguf_arch));
   if (family.sliding_pattern > 0)
     for (int64_t i = 0; i < c.num_hidden_layers; ++i)
       FT_CHECK(is_sliding_layer(c, i) == ((i + 1) % family.sliding_pattern != 0),
@@ -252,7 +261,7 @@ ExportResult export_gguf(const fs::path& dir, const fs::path& output, FileType t
   }
   if (family.sliding_pattern > 0)
     w.add_u32(arch + ".attention.sliding_window", uint32_t(c.sliding_window));
-  if (family.reads_softcaps) {  // llama.cpp's gemma2 caps with its defaults when a key is absent
+  if (family.reads_softcaps && family.default_attn_softcap > 0) {  // absent: llama.cpp's defaults
     w.add_f32(arch + ".attn_logit_softcapping", float(c.attn_logit_softcapping));
     w.add_f32(arch + ".final_logit_softcapping", float(c.final_logit_softcapping));
   }

@@ -104,6 +104,8 @@ void parse_layer_options(const Reader& r, const json& j, const ModelFamily& fami
   }
   if (family.reads_query_pre_attn_scalar)
     c.query_pre_attn_scalar = r.number("query_pre_attn_scalar", double(c.head_dim));
+  if (family.default_rope_local_base_freq > 0)
+    c.rope_local_base_freq = r.number("rope_local_base_freq", family.default_rope_local_base_freq);
   if (family.sliding_pattern == 0) return;
   if (j.contains("layer_types") && !j["layer_types"].is_null()) {
     const json& t = j["layer_types"];
@@ -119,9 +121,10 @@ void parse_layer_options(const Reader& r, const json& j, const ModelFamily& fami
     }
     return;
   }
+  const int64_t pattern = r.integer("sliding_window_pattern", family.sliding_pattern);
+  FT_CHECK(pattern > 0, src + ": 'sliding_window_pattern' must be positive");
   for (int64_t i = 0; i < c.num_hidden_layers; ++i)
-    c.layer_types.push_back((i + 1) % family.sliding_pattern ? "sliding_attention"
-                                                             : "full_attention");
+    c.layer_types.push_back((i + 1) % pattern ? "sliding_attention" : "full_attention");
 }
 
 }  // namespace
@@ -154,7 +157,8 @@ void validate_model_config(const ModelConfig& c, const std::string& src) {
   FT_CHECK(c.sliding_window >= 0, src + ": 'sliding_window' must be positive or null");
   for (auto [key, v] : {std::pair{"attn_logit_softcapping", c.attn_logit_softcapping},
                         {"final_logit_softcapping", c.final_logit_softcapping},
-                        {"query_pre_attn_scalar", c.query_pre_attn_scalar}})
+                        {"query_pre_attn_scalar", c.query_pre_attn_scalar},
+                        {"rope_local_base_freq", c.rope_local_base_freq}})
     FT_CHECK(
         v >= 0 && std::isfinite(v),
         src + ": '" + key + "' must be positive and finite (or null), got " + std::to_string(v));
@@ -226,7 +230,7 @@ ModelConfig parse_model_config(const json& j, const std::string& src) {
   c.max_position_embeddings =
       r.integer("max_position_embeddings", family.default_max_position_embeddings);
   c.rms_norm_eps = r.number("rms_norm_eps", 1e-6);
-  c.rope_theta = r.number("rope_theta", 10000.0);
+  c.rope_theta = r.number("rope_theta", family.default_rope_theta);
   c.tie_word_embeddings = r.boolean("tie_word_embeddings", family.default_tie_word_embeddings);
   c.hidden_act =
       r.string(std::string(family.activation_key).c_str(), std::string(family.default_activation));
@@ -325,6 +329,7 @@ json model_config_to_json(const ModelConfig& c) {
         c.final_logit_softcapping > 0 ? json(c.final_logit_softcapping) : json(nullptr);
   }
   if (family.reads_query_pre_attn_scalar) j["query_pre_attn_scalar"] = c.query_pre_attn_scalar;
+  if (family.default_rope_local_base_freq > 0) j["rope_local_base_freq"] = c.rope_local_base_freq;
   if (j.contains("layer_types") || !c.layer_types.empty()) j["layer_types"] = c.layer_types;
   return j;
 }

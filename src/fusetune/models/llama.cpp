@@ -116,6 +116,16 @@ LlamaOutputs build_llama(Builder& b, const ModelConfig& cfg, const LlamaInputs& 
   auto [cos_t, sin_t] = rope_tables(cfg, std::max(T, in.cache_len), g.compute_dtype());
   Value cos = g.constant(cos_t, "rope.cos");
   Value sin = g.constant(sin_t, "rope.sin");
+  // Gemma 3's local layers rotate by their own base, unscaled.
+  Value cos_local = cos, sin_local = sin;
+  if (cfg.rope_local_base_freq > 0) {
+    ModelConfig local = cfg;
+    local.rope_theta = cfg.rope_local_base_freq;
+    local.rope_scaling = RopeScaling{};
+    auto [lc, ls] = rope_tables(local, std::max(T, in.cache_len), g.compute_dtype());
+    cos_local = g.constant(lc, "rope.cos.local");
+    sin_local = g.constant(ls, "rope.sin.local");
+  }
 
   const std::string ew = "model.embed_tokens.weight";
   Value embed;  // the float table, when there is one (a tied head reuses it)
@@ -137,7 +147,9 @@ LlamaOutputs build_llama(Builder& b, const ModelConfig& cfg, const LlamaInputs& 
     Layer L{b, cfg, trainable, linear_fn, i, "model.layers." + std::to_string(i) + "."};
     g.set_layer(int(i));
     Value attn_in = family_rmsnorm(b, cfg, h, L.param("input_layernorm.weight", {D}));
-    Value attn_out = attention(L, attn_in, in, cos, sin, B, T);
+    const bool local = is_sliding_layer(cfg, i);
+    Value attn_out =
+        attention(L, attn_in, in, local ? cos_local : cos, local ? sin_local : sin, B, T);
     if (post_norms) {  // Gemma 2 (model_family.h)
       auto norm = [&](Value x, const char* name) {
         return family_rmsnorm(b, cfg, x, L.param(std::string(name) + ".weight", {D}));

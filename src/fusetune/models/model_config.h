@@ -46,6 +46,9 @@ struct ModelConfig {
   double attn_logit_softcapping = 0.0;
   double final_logit_softcapping = 0.0;
   double query_pre_attn_scalar = 0.0;
+  // Gemma 3: the RoPE base of the sliding_attention layers, unscaled (0: rope_theta and
+  // rope_scaling on every layer).
+  double rope_local_base_freq = 0.0;
   // Per layer, "sliding_attention" (attends within sliding_window) or "full_attention"; empty
   // for families without windowed layers (models/model_family.h).
   std::vector<std::string> layer_types;

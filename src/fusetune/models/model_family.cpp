@@ -39,6 +39,16 @@ const std::vector<ModelFamily>& model_families() {
        true,  true,
        /*post_norms=*/true, /*softcaps: attention, final=*/true, 50.0, 30.0,
        /*query_pre_attn_scalar=*/true, /*sliding_pattern=*/2, /*sliding_window=*/4096},
+      // Gemma 3 (text): Gemma 2's blocks with Gemma-style q/k norms, five local layers to each
+      // global one, local layers on their own RoPE base, no soft-caps.
+      {"gemma3_text", "Gemma3ForCausalLM", "gemma3", 131072, 2, 1,  256,
+       false, true,  false, SW::Always,
+       true,  false, false,
+       "hidden_activation", "gelu_pytorch_tanh", true,
+       true,  true,
+       true,  true,  0.0, 0.0,
+       true,  6,     4096,
+       /*rope_theta=*/1000000.0, /*rope_local_base_freq=*/10000.0},
   };
   // clang-format on
   return families;

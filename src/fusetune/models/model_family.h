@@ -65,6 +65,10 @@ struct ModelFamily {
   // local). 0: no layer is windowed.
   int64_t sliding_pattern = 0;
   int64_t default_sliding_window = 0;
+  // Gemma 3's: rope_theta's default, and the local layers' RoPE base `rope_local_base_freq`
+  // (read when this default is > 0); sliding_window_pattern, when given, overrides the pattern.
+  double default_rope_theta = 10000.0;
+  double default_rope_local_base_freq = 0.0;
 };
 
 // transformers' name of the tanh-approximated GELU: Gemma's GeGLU gate (Op::GeluTanh); the
