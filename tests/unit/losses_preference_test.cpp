@@ -33,6 +33,7 @@ struct LogProbProblem {
   int64_t N = 11, D = 5, V = 9;
   std::vector<double> h, W;
   std::vector<int32_t> labels;
+  double cap = 0;  // > 0: Gemma 2's soft-capped logits, cap * tanh(z / cap)
   explicit LogProbProblem(uint64_t seed) {
     std::mt19937_64 rng(seed);
     std::uniform_real_distribution<double> u(-1, 1);
@@ -44,7 +45,7 @@ struct LogProbProblem {
                int64_t v) const {
     double z = 0;
     for (int64_t d = 0; d < D; ++d) z += hh[i * D + d] * ww[v * D + d];
-    return z;
+    return cap > 0 ? cap * std::tanh(z / cap) : z;
   }
   // log p(label_i) written from the definition: z_y - log sum_v exp(z_v).
   double logp(const std::vector<double>& hh, const std::vector<double>& ww, int64_t i) const {
@@ -84,15 +85,24 @@ TEST(FusedLinearLogProbs, ForwardMatchesTheDefinitionOverSeveralChunks) {
   }
 }
 
-TEST(FusedLinearLogProbs, BackwardMatchesFiniteDifferencesOverSeveralChunks) {
+void check_log_probs_backward(double cap) {
   LogProbProblem p(2);
+  p.cap = cap;
   std::vector<double> g(p.N);
   for (int64_t i = 0; i < p.N; ++i) g[i] = 0.3 + 0.1 * double(i % 5) - (i % 2 ? 0.7 : 0.0);
   for (int64_t chunk : {2, 5}) {
     std::vector<double> logp(p.N), lse(p.N), zsum(p.N), dh(p.N * p.D), dW(p.V * p.D);
     kernels::LogProbHead<double> head{p.W.data(), nullptr, p.V, p.D};
+    head.softcap = cap;
     kernels::fused_linear_log_probs<double>(p.h.data(), p.labels.data(), head, p.N, chunk,
                                             logp.data(), lse.data(), zsum.data());
+    if (cap > 0) {  // the capped forward against the definition
+      for (int64_t i = 0; i < p.N; ++i) {
+        if (p.labels[i] != -100) {
+          EXPECT_NEAR(logp[i], p.logp(p.h, p.W, i), 1e-12) << "row " << i;
+        }
+      }
+    }
     kernels::fused_linear_log_probs_backward<double>(
         p.h.data(), p.labels.data(), lse.data(), g.data(), head, p.N, chunk, dh.data(), dW.data());
     const double eps = 1e-6;
@@ -122,6 +132,16 @@ TEST(FusedLinearLogProbs, BackwardMatchesFiniteDifferencesOverSeveralChunks) {
                                                             g.data(), head, p.N, dh3.data());
     for (size_t k = 0; k < dh.size(); ++k) EXPECT_NEAR(dh3[k], dh[k], 1e-12) << "frozen dh " << k;
   }
+}
+
+TEST(FusedLinearLogProbs, BackwardMatchesFiniteDifferencesOverSeveralChunks) {
+  check_log_probs_backward(0);
+}
+
+// Gemma 2's final-logit soft-cap inside the kernels (|z| reaches about 3: a cap of 0.8 bites),
+// the frozen route's E_p[W] included.
+TEST(FusedLinearLogProbs, SoftcappedLogitsBackwardMatchesFiniteDifferences) {
+  check_log_probs_backward(0.8);
 }
 
 TEST(FusedLinearLogProbs, NF4HeadEqualsItsDequantizedDenseHead) {
@@ -368,6 +388,39 @@ TEST(PreferenceStep, CompileModesAgreeOnEveryLossAndNoLogitsExistWhenCompiled) {
                 << l.name() << " mode " << m << " output " << tg.graph.outputs()[k].first;
           }
       }
+}
+
+// Gemma 2 under DPO: the soft-capped logits fold into the fused log-prob kernels (trainable
+// tied head, and frozen as under LoRA: the E_p[W] route), every mode equal to eager in float64.
+TEST(PreferenceStep, Gemma2SoftcappedLogitsFuseAndAgreeInEveryMode) {
+  for (bool frozen_head : {false, true}) {
+    const ModelConfig cfg = tiny_gemma2_config();
+    const int64_t B = 2, T = 8;
+    PreferenceLoss l;
+    l.beta = 0.5;
+    TrainingGraphOptions o;
+    o.batch_size = 2 * B;
+    o.seq_len = T;
+    o.dtype = DType::F64;
+    o.loss = preference_loss_builder(l);
+    if (frozen_head)
+      o.trainable = [](const std::string& n) { return n != "model.embed_tokens.weight"; };
+    TrainingGraph tg = build_training_graph(cfg, o);
+    TensorMap params = init_parameters(graph_parameters(tg.graph), 7, DType::F64, 0.3);
+    const TensorMap in =
+        pair_inputs(pair_batch(B, T, cfg.vocab_size, 11), DType::F64, {-20, -22, -21, -19});
+    const auto ref = EagerExecutor(tg.graph).run(in, params);
+    PassOptions po;
+    Graph run = run_passes(tg.graph, po, nullptr);
+    EXPECT_EQ(count_ops(run, Op::FusedLinearLogProbs), 1);
+    EXPECT_EQ(count_ops(run, Op::FusedLinearLogProbsBackward), 1);
+    EXPECT_EQ(count_ops(run, Op::Softcap), 0);
+    const auto out = compile_graph(tg.graph, po).executor->run(in, params);
+    ASSERT_EQ(out.size(), ref.size());
+    for (size_t k = 0; k < out.size(); ++k)
+      EXPECT_LT(max_rel_diff(out[k], ref[k]), 1e-10)
+          << "frozen " << frozen_head << " " << tg.graph.outputs()[k].first;
+  }
 }
 
 TEST(PreferenceStep, WholeStepGradientsMatchFiniteDifferencesInFloat64) {

@@ -133,5 +133,81 @@ TEST(ModelFamilies, GemmaReadsHiddenActivationHeadDim256AndTiesByDefault) {
   EXPECT_FALSE(llama.tie_word_embeddings);
 }
 
+// Gemma 3 (text): transformers' defaults (rope_theta 1e6, the local layers' base 1e4, window
+// 4096, five local layers to a global one, no caps), q/k norms; sliding_window_pattern
+// overrides the pattern; everything written back.
+TEST(ModelFamilies, Gemma3TextReadsTwoRopeBasesAndTheFiveToOnePattern) {
+  json j = minimal("gemma3_text");
+  j["num_hidden_layers"] = 7;
+  const ModelConfig c = parse_model_config(j, "c.json");
+  EXPECT_EQ(c.rope_theta, 1000000.0);
+  EXPECT_EQ(c.rope_local_base_freq, 10000.0);
+  EXPECT_EQ(c.sliding_window, 4096);
+  EXPECT_EQ(c.attn_logit_softcapping, 0.0);
+  EXPECT_EQ(c.final_logit_softcapping, 0.0);
+  EXPECT_EQ(c.query_pre_attn_scalar, 256.0);
+  for (int64_t i = 0; i < 7; ++i) EXPECT_EQ(is_sliding_layer(c, i), i != 5) << i;
+  int qk = 0;
+  for (const auto& [n, s] : expected_parameters(c))
+    qk += n.find("self_attn.q_norm") != std::string::npos;
+  EXPECT_EQ(qk, 7);
+  j["sliding_window_pattern"] = 2;
+  j["rope_local_base_freq"] = 500.0;
+  const ModelConfig d = parse_model_config(j, "c.json");
+  for (int64_t i = 0; i < 7; ++i) EXPECT_EQ(is_sliding_layer(d, i), i % 2 == 0) << i;
+  const ModelConfig back = parse_model_config(model_config_to_json(d), "written.json");
+  EXPECT_EQ(back.rope_local_base_freq, 500.0);
+  EXPECT_EQ(back.layer_types, d.layer_types);
+  EXPECT_EQ(back.rope_theta, 1000000.0);
+}
+
+// Gemma 2: transformers' defaults for the soft-caps (50, 30), query_pre_attn_scalar (head_dim
+// here) and the window (4096) on every other layer from the first; a null cap is none;
+// layer_types, when given, decides (and is checked); all of it written back.
+TEST(ModelFamilies, Gemma2ReadsSoftcapsQueryScalarAndLocalLayers) {
+  json j = minimal("gemma2");
+  j["num_hidden_layers"] = 3;
+  const ModelConfig c = parse_model_config(j, "c.json");
+  EXPECT_EQ(c.attn_logit_softcapping, 50.0);
+  EXPECT_EQ(c.final_logit_softcapping, 30.0);
+  EXPECT_EQ(c.query_pre_attn_scalar, 256.0);
+  EXPECT_EQ(c.sliding_window, 4096);
+  EXPECT_EQ(c.layer_types,
+            (std::vector<std::string>{"sliding_attention", "full_attention", "sliding_attention"}));
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_EQ(c.hidden_act, kGeluTanh);
+  int post_norms = 0;
+  for (const auto& [n, s] : expected_parameters(c))
+    post_norms += n.find("feedforward_layernorm") != std::string::npos;
+  EXPECT_EQ(post_norms, 6);
+  j["attn_logit_softcapping"] = nullptr;
+  j["final_logit_softcapping"] = 12.5;
+  j["query_pre_attn_scalar"] = 144;
+  j["sliding_window"] = 16;
+  j["layer_types"] = {"full_attention", "sliding_attention", "full_attention"};
+  const ModelConfig d = parse_model_config(j, "c.json");
+  EXPECT_EQ(d.attn_logit_softcapping, 0.0);
+  EXPECT_EQ(d.final_logit_softcapping, 12.5);
+  EXPECT_EQ(d.query_pre_attn_scalar, 144.0);
+  EXPECT_FALSE(is_sliding_layer(d, 0));
+  EXPECT_TRUE(is_sliding_layer(d, 1));
+  const ModelConfig back = parse_model_config(model_config_to_json(d), "written.json");
+  EXPECT_EQ(back.attn_logit_softcapping, 0.0);
+  EXPECT_EQ(back.final_logit_softcapping, 12.5);
+  EXPECT_EQ(back.query_pre_attn_scalar, 144.0);
+  EXPECT_EQ(back.sliding_window, 16);
+  EXPECT_EQ(back.layer_types, d.layer_types);
+  j["layer_types"] = {"full_attention", "local", "full_attention"};
+  std::string msg = error_of(j);
+  EXPECT_NE(msg.find("layer_types entry 'local' is not supported"), std::string::npos) << msg;
+  j["layer_types"] = {"full_attention"};
+  msg = error_of(j);
+  EXPECT_NE(msg.find("one type per layer (3)"), std::string::npos) << msg;
+  j.erase("layer_types");
+  j["final_logit_softcapping"] = -1;
+  msg = error_of(j);
+  EXPECT_NE(msg.find("'final_logit_softcapping' must be positive"), std::string::npos) << msg;
+}
+
 }  // namespace
 }  // namespace fusetune

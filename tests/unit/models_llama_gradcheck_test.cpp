@@ -1,5 +1,6 @@
 // The whole model's gradient (embedding, attention with GQA and RoPE, MLP, norms, tied or
 // untied head, qkv bias, Qwen3's q/k norms, Gemma's GeGLU, (1 + w) norms and scaled embeddings,
+// Gemma 2's post-norms, soft-caps and sliding window,
 // cross-entropy with ignored labels) against finite differences.
 #include <gtest/gtest.h>
 
@@ -26,7 +27,10 @@ void check_model(const ModelConfig& cfg, bool packed) {
   if (packed) in.doc_ids = g.input("doc_ids", {B, T}, DType::I32);
   Value scale = g.input("loss_scale", {}, DType::F64);
   LlamaOutputs m = build_llama(b, cfg, in, [](const std::string&) { return true; });
-  Value loss = build_cross_entropy(b, m.hidden, m.lm_head, b.reshape(labels, {B * T}), scale);
+  Value flat = b.reshape(labels, {B * T});
+  // A Gemma 2 returns its soft-capped logits.
+  Value loss = m.logits.valid() ? build_cross_entropy_from_logits(b, m.logits, flat, scale)
+                                : build_cross_entropy(b, m.hidden, m.lm_head, flat, scale);
   g.mark_output("loss", loss);
 
   // Larger init than 0.02 so the finite differences see real curvature.
@@ -48,6 +52,15 @@ TEST(LlamaGradcheck, MultiHeadNoGqaPacked) { check_model(tiny_config(false, true
 TEST(LlamaGradcheck, Qwen3QkNormsWithHeadDimApartPacked) { check_model(tiny_qwen3_config(), true); }
 TEST(LlamaGradcheck, GemmaGeGluOnePlusWNormsScaledEmbeddingMqa) {
   check_model(tiny_gemma_config(), false);
+}
+// Post-norms, soft-capped scores and logits, a window of 3 on layers 0 and 2 (T = 6), the
+// query_pre_attn_scalar scale; packed documents too.
+TEST(LlamaGradcheck, Gemma2PostNormsSoftcapsSlidingWindowPacked) {
+  check_model(tiny_gemma2_config(), true);
+}
+// (1 + w) q/k norms, two RoPE bases, local and global layers, no caps.
+TEST(LlamaGradcheck, Gemma3QkNormsTwoRopeBasesLocalLayers) {
+  check_model(tiny_gemma3_config(), false);
 }
 
 TEST(LlamaTrainingGraph, OutputsLossThenOneGradPerTrainableParam) {

@@ -295,6 +295,27 @@ TEST(ParamStreaming, QLoraRandomInitThroughLoadModel) {
   EXPECT_EQ(streamed.params.size(), plain.params.size());
 }
 
+// A random-init Gemma's (1 + w) norms start at w = 0, an effective scale of 1 as transformers
+// initializes them (1 would scale by 2); a Llama's plain norms start at 1.
+TEST(ParamStreaming, RandomInitGemmaNormsStartAtZeroOthersAtOne) {
+  for (const char* type : {"gemma", "gemma2", "llama"}) {
+    const Config cfg = Config::from_string(
+        std::string("model:\n  init: random\n  model_type: ") + type +
+            "\n  vocab_size: 32\n  hidden_size: 16\n  intermediate_size: 24\n"
+            "  num_hidden_layers: 2\n  num_attention_heads: 2\n  head_dim: 8\nseed: 3\n",
+        "test.yaml");
+    const LoadedModel m = load_model(cfg, DType::F32);
+    const double want = std::string(type) == "llama" ? 1.0 : 0.0;
+    int norms = 0;
+    for (const auto& [name, t] : m.params) {
+      if (name.find("norm.weight") == std::string::npos) continue;
+      ++norms;
+      for (int64_t i = 0; i < t.numel(); ++i) ASSERT_EQ(t.data<float>()[i], want) << type << name;
+    }
+    EXPECT_EQ(norms, std::string(type) == "gemma2" ? 9 : 5) << type;
+  }
+}
+
 TEST(ParamStreaming, TruncatedOrCorruptShardNamesTheFile) {
   TempDir tmp;
   const ModelConfig c = deep_config();

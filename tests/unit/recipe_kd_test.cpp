@@ -16,6 +16,7 @@
 #include "fusetune/models/parameters.h"
 #include "fusetune/models/training_graph.h"
 #include "fusetune/recipes/distillation_recipe.h"
+#include "fusetune/recipes/kd_step.h"
 #include "fusetune/recipes/recipe_setup.h"
 #include "fusetune/recipes/step_plan.h"
 #include "fusetune/util/error.h"
@@ -147,6 +148,23 @@ TEST(KdStepGraph, FusedHeadsMatchTheUnfusedGraphInEveryCompileMode) {
         }
       }
     }
+}
+
+// The fused divergence has no soft-cap: a model that caps its final logits (Gemma 2), as
+// student or teacher, keeps the logits path, as do bf16, the eager modes and a head hook.
+TEST(KdStepGraph, OnlyUncappedFp32PlainHeadsFuseUnderCompileTrue) {
+  const ModelConfig plain = tiny_config(false, false);
+  ModelConfig capped = plain;
+  capped.final_logit_softcapping = 30.0;
+  const LlamaOptions none;
+  EXPECT_TRUE(kd_fuses_heads(CompileMode::Full, DType::F32, none, plain, plain));
+  EXPECT_FALSE(kd_fuses_heads(CompileMode::Full, DType::F32, none, capped, plain));
+  EXPECT_FALSE(kd_fuses_heads(CompileMode::Full, DType::F32, none, plain, capped));
+  EXPECT_FALSE(kd_fuses_heads(CompileMode::Model, DType::F32, none, plain, plain));
+  EXPECT_FALSE(kd_fuses_heads(CompileMode::Full, DType::BF16, none, plain, plain));
+  LlamaOptions hooked;
+  hooked.head = [](Builder&, Value x, const LinearSite&) { return x; };
+  EXPECT_FALSE(kd_fuses_heads(CompileMode::Full, DType::F32, hooked, plain, plain));
 }
 
 // The loss is (1 - kd_ratio) CE + kd_ratio KD, each its sum over the labels times the scale.

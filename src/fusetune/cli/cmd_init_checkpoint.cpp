@@ -12,6 +12,7 @@
 #include "fusetune/core/memory.h"
 #include "fusetune/io/hf_checkpoint.h"
 #include "fusetune/io/hf_config.h"
+#include "fusetune/models/model_family.h"
 #include "fusetune/models/parameters.h"
 #include "fusetune/util/error.h"
 #include "fusetune/util/strings.h"
@@ -114,11 +115,14 @@ int cmd_init_checkpoint(const std::vector<std::string>& argv) {
   int64_t numel = 0;
   for (const auto& [name, shape] : expected_parameters(cfg)) {
     numel += shape_numel(shape);
-    sources.push_back({name, shape, so.dtype, [name = name, shape = shape, seed, std_dev, &so] {
-                         Tensor t = Tensor::empty(shape, so.dtype);
-                         init_parameter(name, seed, std_dev, t);
-                         return t;
-                       }});
+    // Gemma's (1 + w) norms start at w = 0, an effective scale of 1 (as transformers').
+    const bool zero_norms = model_family(cfg.model_type).norm_adds_one;
+    sources.push_back(
+        {name, shape, so.dtype, [name = name, shape = shape, seed, std_dev, &so, zero_norms] {
+           Tensor t = Tensor::empty(shape, so.dtype);
+           init_parameter(name, seed, std_dev, t, zero_norms);
+           return t;
+         }});
   }
   const auto t0 = std::chrono::steady_clock::now();
   if (dry_run) {

@@ -13,9 +13,12 @@ namespace {
 struct Site {
   // forward
   int qt = -1, kt = -1, krep = -1, vt = -1, vrep = -1;
-  int scores = -1, scaled = -1, masked = -1, probs = -1, pv = -1, out = -1;
+  int scores = -1, scaled = -1, capped = -1, masked = -1, probs = -1, pv = -1, out = -1;
   Value q, k, v, doc;
   double scale = 0.0;
+  double softcap = 0.0;  // a Softcap between the Scale and the mask (Gemma 2), and the mask's
+  int64_t window = 0;    // sliding window
+  int cap_bwd = -1;      // its SoftcapBackward
   // backward: Transpose(do), the MatMuls, softmax/mask/scale backward, RepeatHeadsBackward,
   // and the final Transposes to [B, T, heads, hd] whose values the fused backward replaces.
   int dctx = -1, dprobs = -1, dv_h = -1, sm_bwd = -1, mask_bwd = -1, dscaled = -1;
@@ -23,9 +26,9 @@ struct Site {
   Value dout;
 
   std::vector<int> nodes() const {
-    std::vector<int> all{qt,      kt,   krep, vt,     vrep,   scores, scaled, masked,
-                         probs,   pv,   out,  dctx,   dprobs, dv_h,   sm_bwd, mask_bwd,
-                         dscaled, dq_h, dk_h, dk_rep, dv_rep, dq,     dk,     dv};
+    std::vector<int> all{qt,   kt,     krep,   vt,     vrep, scores, scaled,   masked,  probs,
+                         pv,   out,    dctx,   dprobs, dv_h, sm_bwd, mask_bwd, dscaled, dq_h,
+                         dk_h, dk_rep, dv_rep, dq,     dk,   dv,     capped,   cap_bwd};
     all.erase(std::remove(all.begin(), all.end(), -1), all.end());
     return all;
   }
@@ -109,7 +112,13 @@ class Matcher {
     const Node& mk = node(s.masked);
     if (mk.op != Op::CausalMask) return false;
     if (mk.inputs.size() == 2) s.doc = mk.inputs[1];
+    s.window = mk.attrs.window;
     s.scaled = mk.inputs[0].node;
+    if (node(s.scaled).op == Op::Softcap) {
+      s.capped = s.scaled;
+      s.softcap = node(s.capped).attrs.scalar;
+      s.scaled = node(s.capped).inputs[0].node;
+    }
     const Node& sc = node(s.scaled);
     if (sc.op != Op::Scale) return false;
     s.scale = sc.attrs.scalar;
@@ -180,9 +189,20 @@ class Matcher {
       const Node& mb = node(s.mask_bwd);
       const size_t arity = node(s.masked).inputs.size();
       if (mb.op != Op::CausalMaskBackward || !(mb.inputs[0] == Value{s.sm_bwd, 0}) ||
-          mb.inputs.size() != arity || (arity == 2 && !(mb.inputs[1] == s.doc)))
+          mb.inputs.size() != arity || (arity == 2 && !(mb.inputs[1] == s.doc)) ||
+          mb.attrs.window != s.window)
         return false;
-      s.dscaled = sole_reader(s.mask_bwd);
+      int dmasked = s.mask_bwd;
+      if (s.capped >= 0) {  // SoftcapBackward(capped scores, dmasked)
+        s.cap_bwd = sole_reader(s.mask_bwd);
+        if (s.cap_bwd < 0) return false;
+        const Node& cb = node(s.cap_bwd);
+        if (cb.op != Op::SoftcapBackward || !(cb.inputs[0] == Value{s.capped, 0}) ||
+            !(cb.inputs[1] == Value{s.mask_bwd, 0}) || cb.attrs.scalar != s.softcap)
+          return false;
+        dmasked = s.cap_bwd;
+      }
+      s.dscaled = sole_reader(dmasked);
       if (s.dscaled < 0) return false;
       const Node& ds = node(s.dscaled);
       if (ds.op != Op::Scale || ds.attrs.scalar != s.scale) return false;
@@ -219,7 +239,9 @@ class Matcher {
     if (s.krep >= 0 && !only(s.kt, {s.krep})) return false;
     if (s.vrep >= 0 && !only(s.vt, {s.vrep})) return false;
     return only(s.qt, {s.scores, s.dk_h}) && only(kh, {s.scores, s.dq_h}) &&
-           only(vh, {s.pv, s.dprobs}) && only(s.scores, {s.scaled}) && only(s.scaled, {s.masked}) &&
+           only(vh, {s.pv, s.dprobs}) && only(s.scores, {s.scaled}) &&
+           (s.capped < 0 ? only(s.scaled, {s.masked})
+                         : only(s.scaled, {s.capped}) && only(s.capped, {s.masked, s.cap_bwd})) &&
            only(s.masked, {s.probs}) && !is_output_[size_t(s.probs)] && !is_output_[size_t(s.pv)];
   }
 };
@@ -244,6 +266,8 @@ std::string run(Graph& g, const PassOptions& opts) {
     g.set_backward(false);
     Attrs at;
     at.scalar = s.scale;
+    at.softcap = s.softcap;
+    at.window = s.window;
     std::vector<Value> in{s.q, s.k, s.v};
     if (s.doc.valid()) in.push_back(s.doc);
     const std::vector<Value> f = g.add(Op::FlashAttention, in, at, "flash_attention");

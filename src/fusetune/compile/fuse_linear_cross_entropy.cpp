@@ -13,6 +13,7 @@ namespace {
 struct Match {
   int matmul, log_softmax, nll, loss;  // forward nodes
   int dh = -1, dw = -1;                // backward matmuls reading dlogits (either may be absent)
+  int cap = -1, cap_bwd = -1;          // Softcap of the logits (Gemma 2) and its backward
 };
 
 std::optional<Match> match_at(const Graph& g, const std::vector<std::vector<int>>& readers,
@@ -26,6 +27,11 @@ std::optional<Match> match_at(const Graph& g, const std::vector<std::vector<int>
   const Node& ls = N[m.log_softmax];
   if (ls.op != Op::LogSoftmax) return std::nullopt;
   m.matmul = ls.inputs[0].node;
+  if (N[m.matmul].op == Op::Softcap) {  // logits soft-capped: the kernel caps them (§3)
+    m.cap = m.matmul;
+    m.matmul = N[m.cap].inputs[0].node;
+    if (is_graph_output(g, m.cap)) return std::nullopt;
+  }
   const Node& mm = N[m.matmul];
   // The head: a dense h W^T, a frozen NF4 head (QLoRA) whose only gradient is dh, or a
   // fake-quantized h fq(W)^T (QAT).
@@ -59,7 +65,17 @@ std::optional<Match> match_at(const Graph& g, const std::vector<std::vector<int>
   // The loss's own gradient must be that seed: the loss is the graph's differentiated output.
   if (!is_graph_output(g, m.loss)) return std::nullopt;
   if (readers[N[lsb].inputs[1].node].size() != 1) return std::nullopt;
-  const auto back = match_head_backward(g, readers, m.matmul, lsb);
+  int dlogits = lsb;
+  if (m.cap >= 0) {  // the capped logits feed the log_softmax and SoftcapBackward(them, dlogp)
+    if (readers[lsb].size() != 1 || readers[m.cap].size() != 2) return std::nullopt;
+    m.cap_bwd = readers[lsb][0];
+    const Node& cb = N[m.cap_bwd];
+    if (cb.op != Op::SoftcapBackward || !(cb.inputs[0] == Value{m.cap, 0}) ||
+        !(cb.inputs[1] == Value{lsb, 0}) || cb.attrs.scalar != N[m.cap].attrs.scalar)
+      return std::nullopt;
+    dlogits = m.cap_bwd;
+  }
+  const auto back = match_head_backward(g, readers, m.matmul, dlogits);
   if (!back) return std::nullopt;
   m.dh = back->dh;
   m.dw = back->dw;
@@ -91,6 +107,7 @@ std::string run(Graph& g, const PassOptions& opts) {
     const int64_t N = g.shape(h)[0];
     vocab = g.shape({m->matmul, 0})[1];
     Attrs at;
+    if (m->cap >= 0) at.softcap = g.nodes()[m->cap].attrs.scalar;
     const bool tiled = nf4 || mm.op == Op::FakeQuantMatMul ||
                        g.type(mm.inputs[1]).dtype == DType::BF16;  // formed tile by tile
     at.chunk_rows = chunk = kernels::fused_ce_chunk_rows(

@@ -15,6 +15,7 @@ struct Match {
   std::vector<int> row_sums;                       // RowSum readers of the logits
   int lsb = -1;                                    // LogSoftmaxBackward (absent: forward only)
   int dh = -1, dw = -1;                            // backward matmuls reading dlogits
+  int cap = -1, cap_bwd = -1;  // Softcap of the logits (Gemma 2) and its backward
 };
 
 std::optional<Match> match_at(const Graph& g, const std::vector<std::vector<int>>& readers,
@@ -27,14 +28,25 @@ std::optional<Match> match_at(const Graph& g, const std::vector<std::vector<int>
   const Node& ls = N[m.log_softmax];
   if (ls.op != Op::LogSoftmax) return std::nullopt;
   m.matmul = ls.inputs[0].node;
+  if (N[m.matmul].op == Op::Softcap) {  // logits soft-capped: the kernel caps them (§3)
+    m.cap = m.matmul;
+    m.matmul = N[m.cap].inputs[0].node;
+    if (is_graph_output(g, m.cap) || readers[m.matmul].size() != 1) return std::nullopt;
+  }
+  const int logits = m.cap >= 0 ? m.cap : m.matmul;
   const Node& mm = N[m.matmul];
   const bool nf4 = mm.op == Op::NF4MatMul;
   if (!nf4 && (mm.op != Op::MatMul || mm.attrs.trans_a || !mm.attrs.trans_b)) return std::nullopt;
   if (mm.outputs[0].shape.size() != 2 || g.shape(mm.inputs[0]).size() != 2) return std::nullopt;
   if (is_graph_output(g, m.matmul) || is_graph_output(g, m.log_softmax)) return std::nullopt;
-  // The logits feed the log_softmax and, for the metrics, row sums; nothing else.
-  for (int r : readers[m.matmul]) {
+  // The logits feed the log_softmax and, for the metrics, row sums (and a cap's backward);
+  // nothing else.
+  for (int r : readers[logits]) {
     if (r == m.log_softmax) continue;
+    if (m.cap >= 0 && N[r].op == Op::SoftcapBackward && m.cap_bwd < 0) {
+      m.cap_bwd = r;
+      continue;
+    }
     if (N[r].op != Op::RowSum || is_graph_output(g, r)) return std::nullopt;
     m.row_sums.push_back(r);
   }
@@ -46,13 +58,22 @@ std::optional<Match> match_at(const Graph& g, const std::vector<std::vector<int>
   }
   if (std::count(readers[m.log_softmax].begin(), readers[m.log_softmax].end(), gather) != 1)
     return std::nullopt;
-  if (m.lsb < 0) return m;
+  if (m.lsb < 0) return m.cap_bwd < 0 ? std::optional<Match>(m) : std::nullopt;
   const Node& lsb = N[m.lsb];
   const Node& gb = N[lsb.inputs[1].node];
   if (gb.op != Op::LabelLogProbsBackward || !(gb.inputs[1] == N[gather].inputs[1]) ||
       readers[lsb.inputs[1].node].size() != 1)
     return std::nullopt;
-  const auto back = match_head_backward(g, readers, m.matmul, m.lsb);
+  int dlogits = m.lsb;
+  if (m.cap >= 0) {  // SoftcapBackward(capped logits, dlogits) is the lsb's only reader
+    const Node& cb = N[std::max(m.cap_bwd, 0)];
+    if (m.cap_bwd < 0 || readers[m.lsb].size() != 1 || readers[m.lsb][0] != m.cap_bwd ||
+        !(cb.inputs[0] == Value{m.cap, 0}) || !(cb.inputs[1] == Value{m.lsb, 0}) ||
+        cb.attrs.scalar != N[m.cap].attrs.scalar)
+      return std::nullopt;
+    dlogits = m.cap_bwd;
+  }
+  const auto back = match_head_backward(g, readers, m.matmul, dlogits);
   if (!back) return std::nullopt;
   m.dh = back->dh;
   m.dw = back->dw;
@@ -83,6 +104,7 @@ std::string run(Graph& g, const PassOptions& opts) {
     std::vector<Value> head(mm.inputs.begin() + 1, mm.inputs.end());
     vocab = g.shape({m->matmul, 0})[1];
     Attrs at;
+    if (m->cap >= 0) at.softcap = g.nodes()[m->cap].attrs.scalar;
     const bool tiled = nf4 || g.type(head[0]).dtype == DType::BF16;  // formed tile by tile
     at.chunk_rows = chunk = kernels::fused_ce_chunk_rows(
         g.shape(h)[0], vocab, int64_t(dtype_size(g.compute_dtype())), opts.ce_budget(tiled));

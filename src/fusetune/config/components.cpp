@@ -366,7 +366,8 @@ ComponentTable checkpointer_table() {
                     "{filename_format, max_filename}); default: all "
                     "*.safetensors"),
            Field::Enum("model_type", {"LLAMA2", "LLAMA3", "LLAMA3_2", "MISTRAL", "QWEN2", "QWEN3",
-                                      "GEMMA", "llama", "mistral", "qwen2", "qwen3", "gemma"})
+                                      "GEMMA", "GEMMA2", "GEMMA3", "llama", "mistral", "qwen2",
+                                      "qwen3", "gemma", "gemma2", "gemma3_text"})
                .doc("architecture family (also read from config.json)"),
            Field::String("output_dir").def("${output_dir}").doc("where checkpoints are written"),
            Field::String("recipe_checkpoint")

@@ -93,7 +93,8 @@ Field model_field(bool lora_recipe) {
            .doc("checkpoint: weights and architecture from the checkpointer; random: a new "
                 "model from model.config or the keys below"),
        Field::String("config").doc("with init: random, a Hugging Face config.json"),
-       Field::Enum("model_type", {"llama", "mistral", "qwen2", "qwen3", "gemma"})
+       Field::Enum("model_type",
+                   {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text"})
            .doc("HF model_type (models/model_family.cpp)"),
        int_pos("vocab_size", "vocabulary size (>= the tokenizer's)"),
        int_pos("hidden_size", "model width"), int_pos("intermediate_size", "MLP width"),
@@ -339,13 +340,14 @@ void check_objective(const Config& root, bool preference, Problems& p, bool grpo
   }
   const bool pref_loss = loss != "cross_entropy";
   if (pref_loss != preference)
-    p.errors.push_back("config key 'loss._component_' is " + loss +
-                       ", but this recipe trains with " +
-                       (preference ? "a preference loss (DPOLoss, RSOLoss, IPOLoss, SimPOLoss, ORPOLoss or KTOLoss)"
-                                   : "cross_entropy; " + loss +
-                                         " belongs to lora_dpo_single_device or "
-                                         "full_dpo_single_device") +
-                       " (" + root.where("loss") + ")");
+    p.errors.push_back(
+        "config key 'loss._component_' is " + loss + ", but this recipe trains with " +
+        (preference
+             ? "a preference loss (DPOLoss, RSOLoss, IPOLoss, SimPOLoss, ORPOLoss or KTOLoss)"
+             : "cross_entropy; " + loss +
+                   " belongs to lora_dpo_single_device or "
+                   "full_dpo_single_device") +
+        " (" + root.where("loss") + ")");
   for (const char* section : {"dataset", "dataset_val"}) {
     const std::string data = component(section, "");
     if (!data.empty() && data == "gsm8k")

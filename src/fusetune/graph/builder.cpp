@@ -57,9 +57,11 @@ Value Builder::log_softmax(Value x) { return g_.add1(Op::LogSoftmax, {x}); }
 Value Builder::nll_sum(Value logp, Value labels) { return g_.add1(Op::Nll, {logp, labels}); }
 Value Builder::embedding(Value table, Value ids) { return g_.add1(Op::Embedding, {table, ids}); }
 
-Value Builder::causal_mask(Value scores, Value doc_ids) {
-  if (doc_ids.valid()) return g_.add1(Op::CausalMask, {scores, doc_ids});
-  return g_.add1(Op::CausalMask, {scores});
+Value Builder::causal_mask(Value scores, Value doc_ids, int64_t window) {
+  Attrs at;
+  at.window = window;
+  if (doc_ids.valid()) return g_.add1(Op::CausalMask, {scores, doc_ids}, at);
+  return g_.add1(Op::CausalMask, {scores}, at);
 }
 
 Value Builder::repeat_heads(Value x, int64_t groups) {

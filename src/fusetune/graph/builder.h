@@ -26,7 +26,8 @@ class Builder {
   Value log_softmax(Value x);
   Value nll_sum(Value logp, Value labels);
   Value embedding(Value table, Value ids);
-  Value causal_mask(Value scores, Value doc_ids = {});
+  // window > 0: a query also sees only its last `window` keys, itself included (Gemma 2).
+  Value causal_mask(Value scores, Value doc_ids = {}, int64_t window = 0);
   Value repeat_heads(Value x, int64_t groups);
   Value reshape(Value x, Shape shape);
   Value transpose(Value x, int dim0, int dim1);

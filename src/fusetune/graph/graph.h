@@ -36,6 +36,11 @@ struct Attrs {
   Shape shape;
   int64_t chunk_rows = 0;       // FusedLinearCrossEntropy: tokens per chunk
   bool no_weight_grad = false;  // FusedLinearCrossEntropy: W is frozen (no dW output)
+  // Gemma 2's options (docs/design.md §1): keys a query sees, counting itself (CausalMask,
+  // FlashAttention*, KVCacheAttention; 0 = every earlier key), and a soft-cap cap * tanh(s / cap)
+  // of the attention scores or of the fused heads' logits (0 = none).
+  int64_t window = 0;
+  double softcap = 0.0;
   std::vector<double>
       program;  // Elementwise: encoded kernels::EwInstr list (elementwise_program.h)
 };

@@ -38,7 +38,7 @@ enum class Op : uint8_t {
   // embeddings and attention helpers
   Embedding,          // (table [V,D], ids [...] I32) -> [..., D]
   EmbeddingBackward,  // (dy, ids) -> [V, D]   attrs.dim0 = V
-  CausalMask,         // (scores [B,H,T,T] [, doc_ids [B,T]]) -> masked scores
+  CausalMask,         // (scores [B,H,T,T] [, doc_ids [B,T]]) -> masked scores  attrs.window
   CausalMaskBackward,
   RepeatHeads,          // [B, KV, T, D] -> [B, KV*groups, T, D]   attrs.groups
   RepeatHeadsBackward,  // sum over groups
@@ -49,7 +49,8 @@ enum class Op : uint8_t {
   SliceBackward,
   // fused ops created by compile passes
   FusedLinearCrossEntropy,  // (h [N,D], W [V,D], labels [N], scale []) -> (loss [], dh, dW)
-                            // attrs.chunk_rows; attrs.no_weight_grad: W frozen, (loss, dh) only
+                            // attrs.chunk_rows; attrs.no_weight_grad: W frozen, (loss, dh) only;
+                            // attrs.softcap: the logits soft-capped (Gemma 2)
   SwiGLU,                   // (g, u) -> silu(g) * u            (compile/fuse_swiglu)
   SwiGLUBackward,           // (g, u, dy) -> (dg, du); recomputes silu(g), reads no saved one
   AddRMSNorm,               // (h, x, w) -> (s = h + x, y = rmsnorm(s, w))   attrs.eps
@@ -59,7 +60,8 @@ enum class Op : uint8_t {
   Elementwise,  // (x0, x1, ...) -> attrs.shape: attrs.program run per element (fuse_elementwise);
                 // input i repeats every numel(x_i) elements (same-size or suffix broadcast)
   // Causal attention, tiled with an online softmax (kernels/cpu/flash_attention.h); GQA reads
-  // k/v heads in place. attrs.scalar = softmax scale.
+  // k/v heads in place. attrs.scalar = softmax scale; attrs.softcap caps the scaled scores,
+  // attrs.window limits a query to its last keys (Gemma 2).
   FlashAttention,  // (q [B,T,H,hd], k, v [B,T,KV,hd] [, doc_ids [B,T]]) -> (o [B,T,H,hd], lse
                    // [B,H,T])
   FlashAttentionBackward,  // (q, k, v, o, lse, do [, doc_ids]) -> (dq, dk, dv)
@@ -99,7 +101,7 @@ enum class Op : uint8_t {
                                   // kd_sum} [2], dh [N,D], dW [V,D]; attrs.no_weight_grad: no dW)
   // The LM head + log_softmax + LabelLogProbs fused and chunked (compile/fuse_linear_log_probs):
   // the head is W [V, D] (one input) or a frozen NF4 table (codes, absmax_codes, absmax_scales;
-  // attrs.shape = [V, D], attrs.scalar). attrs.chunk_rows.
+  // attrs.shape = [V, D], attrs.scalar). attrs.chunk_rows; attrs.softcap caps the logits.
   FusedLinearLogProbs,  // (h [N,D], labels [N], head...) -> (logp [N], lse [N], zsum [N]):
                         // label log-prob, logsumexp and sum of logits of each row (0 at y = -100);
                         // attrs.no_weight_grad (a frozen head with a backward): also E_p[W] [N,D]
@@ -112,7 +114,8 @@ enum class Op : uint8_t {
   KVCacheAttention,  // (q [B,T,H,hd], k, v [B,T,KV,hd], k_cache, v_cache [B,S,KV,hd],
                      // cache_pos [] I32, cache_start [B] I32) -> o [B,T,H,hd]: writes k, v at
                      // slots [cache_pos, cache_pos + T), then query t attends to slots
-                     // [cache_start[b], cache_pos + t]. attrs.scalar = softmax scale.
+                     // [cache_start[b], cache_pos + t]. attrs.scalar = softmax scale;
+                     // attrs.softcap, attrs.window as FlashAttention's.
   // Quantization-aware training (kernels/cpu/fake_quant.h): attrs.groups = the
   // kernels::FakeQuant scheme, attrs.len = the group length along the last dim; `enable` []
   // I32: 0 computes without fake quantization (fake_quant_after_n_steps); attrs.inverse: the

@@ -142,7 +142,7 @@ void fake_quantize(TensorType t, float* x, int64_t numel) {
   }
 }
 
-std::string gguf_tensor_name(const std::string& hf_name) {
+std::string gguf_tensor_name(const std::string& hf_name, bool post_norms) {
   if (hf_name == "model.embed_tokens.weight") return "token_embd.weight";
   if (hf_name == "model.norm.weight") return "output_norm.weight";
   if (hf_name == "lm_head.weight") return "output.weight";
@@ -154,7 +154,14 @@ std::string gguf_tensor_name(const std::string& hf_name) {
       {"self_attn.q_norm", "attn_q_norm"}, {"self_attn.k_norm", "attn_k_norm"},
       {"mlp.gate_proj", "ffn_gate"},       {"mlp.up_proj", "ffn_up"},
       {"mlp.down_proj", "ffn_down"}};
+  static const std::pair<const char*, const char*> post_norm_names[] = {
+      {"post_attention_layernorm", "post_attention_norm"},
+      {"pre_feedforward_layernorm", "ffn_norm"},
+      {"post_feedforward_layernorm", "post_ffw_norm"}};
   std::smatch m;
+  if (std::regex_match(hf_name, m, layer) && post_norms)
+    for (const auto& [hf, gg] : post_norm_names)
+      if (m[2] == hf) return "blk." + m[1].str() + "." + gg + "." + m[3].str();
   if (std::regex_match(hf_name, m, layer))
     for (const auto& [hf, gg] : names)
       if (m[2] == hf) return "blk." + m[1].str() + "." + gg + "." + m[3].str();
@@ -192,6 +199,35 @@ std::string gguf_architecture(const ModelConfig& c) {
   FT_CHECK(!c.attention_bias || family.qkv_bias,
            "config.json: attention_bias: true (a " + c.model_type +
                " with q/k/v biases) is not expressible as GGUF " + std::string(family.gguf_arch));
+  // llama.cpp's gemma2 and gemma3 scale the scores by head_dim^-1/2 (hidden_size / heads for
+  // their 27B), not by query_pre_attn_scalar, and window all but every 2nd (6th) layer.
+  if (family.reads_query_pre_attn_scalar) {
+    // The 27B: 46 layers (Gemma 2), 62 (Gemma 3).
+    const bool big = c.num_hidden_layers == 46 || c.num_hidden_layers == 62;
+    const double base = big ? double(c.hidden_size / c.num_attention_heads) : double(c.head_dim);
+    FT_CHECK(c.query_pre_attn_scalar == base,
+             "config.json: query_pre_attn_scalar " + std::to_string(c.query_pre_attn_scalar) +
+                 " is not expressible as GGUF " + std::string(family.gguf_arch) +
+                 " (llama.cpp scales by " + std::to_string(base) + "^-1/2)");
+  }
+  // llama.cpp's gemma2 always caps (family default caps), its gemma3 never does.
+  const bool caps = family.default_attn_softcap > 0;
+  FT_CHECK(!family.reads_softcaps ||
+               (caps ? c.attn_logit_softcapping > 0 && c.final_logit_softcapping > 0
+                     : c.attn_logit_softcapping == 0 && c.final_logit_softcapping == 0),
+           "config.json: a " + c.model_type + (caps ? " without" : " with") +
+               " soft-caps is not expressible as GGUF " + std::string(family.gguf_arch));
+  // llama.cpp's gemma3 rotates its local layers by 10000, unscaled.
+  FT_CHECK(family.default_rope_local_base_freq == 0 ||
+               c.rope_local_base_freq == family.default_rope_local_base_freq,
+           "config.json: rope_local_base_freq " + std::to_string(c.rope_local_base_freq) +
+               " is not expressible as GGUF " + std::string(family.gguf_arch));
+  if (family.sliding_pattern > 0)
+    for (int64_t i = 0; i < c.num_hidden_layers; ++i)
+      FT_CHECK(is_sliding_layer(c, i) == ((i + 1) % family.sliding_pattern != 0),
+               "config.json: layer_types is not expressible as GGUF " +
+                   std::string(family.gguf_arch) + " (llama.cpp windows all but every " +
+                   std::to_string(family.sliding_pattern) + "th layer)");
   return std::string(family.gguf_arch);
 }
 
@@ -222,6 +258,12 @@ ExportResult export_gguf(const fs::path& dir, const fs::path& output, FileType t
   if (c.head_dim * c.num_attention_heads != c.hidden_size) {
     w.add_u32(arch + ".attention.key_length", uint32_t(c.head_dim));
     w.add_u32(arch + ".attention.value_length", uint32_t(c.head_dim));
+  }
+  if (family.sliding_pattern > 0)
+    w.add_u32(arch + ".attention.sliding_window", uint32_t(c.sliding_window));
+  if (family.reads_softcaps && family.default_attn_softcap > 0) {  // absent: llama.cpp's defaults
+    w.add_f32(arch + ".attn_logit_softcapping", float(c.attn_logit_softcapping));
+    w.add_f32(arch + ".final_logit_softcapping", float(c.final_logit_softcapping));
   }
   if (c.rope_scaling.rope_type == "linear") {
     w.add_string(arch + ".rope.scaling.type", "linear");
@@ -257,7 +299,7 @@ ExportResult export_gguf(const fs::path& dir, const fs::path& output, FileType t
       heads = c.num_attention_heads;
     if (permute && hf_name.find("self_attn.k_proj.weight") != std::string::npos)
       heads = c.num_key_value_heads;
-    add({gguf_tensor_name(hf_name), shape, t,
+    add({gguf_tensor_name(hf_name, family.post_norms), shape, t,
          [ck, hf_name = hf_name, shape = shape, t, heads, hd = c.head_dim, add_one] {
            const Tensor& src = ck->tensors.at(hf_name);
            std::vector<float> x(src.data<float>(), src.data<float>() + src.numel());

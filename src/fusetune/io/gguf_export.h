@@ -43,7 +43,10 @@ void fake_quantize(TensorType t, float* x, int64_t numel);
 
 // llama.cpp's name for an HF parameter ("model.layers.3.self_attn.q_proj.weight" ->
 // "blk.3.attn_q.weight"); throws for a name it has no tensor for.
-std::string gguf_tensor_name(const std::string& hf_name);
+// post_norms (Gemma 2's sandwich norms, models/model_family.h): post_attention_layernorm is
+// the attention output's norm (post_attention_norm), pre_/post_feedforward_layernorm the MLP's
+// (ffn_norm, post_ffw_norm).
+std::string gguf_tensor_name(const std::string& hf_name, bool post_norms = false);
 
 // In place: HF q/k rows [n_head * head_dim, cols] reordered for interleaved RoPE: within each
 // head, row 2i + s takes HF row s * head_dim / 2 + i.

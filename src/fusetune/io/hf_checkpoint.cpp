@@ -99,6 +99,10 @@ std::vector<std::pair<std::string, Shape>> expected_parameters(const ModelConfig
     }
     out.push_back({p + "self_attn.o_proj.weight", {D, q}});
     out.push_back({p + "post_attention_layernorm.weight", {D}});
+    if (model_family(c.model_type).post_norms) {
+      out.push_back({p + "pre_feedforward_layernorm.weight", {D}});
+      out.push_back({p + "post_feedforward_layernorm.weight", {D}});
+    }
     out.push_back({p + "mlp.gate_proj.weight", {F, D}});
     out.push_back({p + "mlp.up_proj.weight", {F, D}});
     out.push_back({p + "mlp.down_proj.weight", {D, F}});

@@ -91,6 +91,42 @@ RopeScaling parse_rope_scaling(const json& rs, const std::string& src) {
   return out;
 }
 
+// Gemma 2's soft-caps (a null cap is none, as in transformers), query_pre_attn_scalar and the
+// layers that attend within the sliding window (layer_types, or the family's pattern).
+void parse_layer_options(const Reader& r, const json& j, const ModelFamily& family, ModelConfig& c,
+                         const std::string& src) {
+  if (family.reads_softcaps) {
+    auto cap = [&](const char* key, double def) {
+      return j.contains(key) && j[key].is_null() ? 0.0 : r.number(key, def);
+    };
+    c.attn_logit_softcapping = cap("attn_logit_softcapping", family.default_attn_softcap);
+    c.final_logit_softcapping = cap("final_logit_softcapping", family.default_final_softcap);
+  }
+  if (family.reads_query_pre_attn_scalar)
+    c.query_pre_attn_scalar = r.number("query_pre_attn_scalar", double(c.head_dim));
+  if (family.default_rope_local_base_freq > 0)
+    c.rope_local_base_freq = r.number("rope_local_base_freq", family.default_rope_local_base_freq);
+  if (family.sliding_pattern == 0) return;
+  if (j.contains("layer_types") && !j["layer_types"].is_null()) {
+    const json& t = j["layer_types"];
+    FT_CHECK(t.is_array() && int64_t(t.size()) == c.num_hidden_layers,
+             src + ": 'layer_types' must list one type per layer (" +
+                 std::to_string(c.num_hidden_layers) + ")");
+    for (const json& v : t) {
+      const std::string s = v.is_string() ? v.get<std::string>() : v.dump();
+      FT_CHECK(s == "sliding_attention" || s == "full_attention",
+               src + ": layer_types entry '" + s +
+                   "' is not supported (supported: sliding_attention, full_attention)");
+      c.layer_types.push_back(s);
+    }
+    return;
+  }
+  const int64_t pattern = r.integer("sliding_window_pattern", family.sliding_pattern);
+  FT_CHECK(pattern > 0, src + ": 'sliding_window_pattern' must be positive");
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i)
+    c.layer_types.push_back((i + 1) % pattern ? "sliding_attention" : "full_attention");
+}
+
 }  // namespace
 
 void validate_model_config(const ModelConfig& c, const std::string& src) {
@@ -119,6 +155,18 @@ void validate_model_config(const ModelConfig& c, const std::string& src) {
   FT_CHECK(c.rope_theta > 0 && std::isfinite(c.rope_theta),
            src + ": 'rope_theta' must be positive and finite");
   FT_CHECK(c.sliding_window >= 0, src + ": 'sliding_window' must be positive or null");
+  for (auto [key, v] : {std::pair{"attn_logit_softcapping", c.attn_logit_softcapping},
+                        {"final_logit_softcapping", c.final_logit_softcapping},
+                        {"query_pre_attn_scalar", c.query_pre_attn_scalar},
+                        {"rope_local_base_freq", c.rope_local_base_freq}})
+    FT_CHECK(
+        v >= 0 && std::isfinite(v),
+        src + ": '" + key + "' must be positive and finite (or null), got " + std::to_string(v));
+  FT_CHECK(c.layer_types.empty() || int64_t(c.layer_types.size()) == c.num_hidden_layers,
+           src + ": 'layer_types' must list one type per layer");
+  FT_CHECK(c.layer_types.empty() || c.sliding_window > 0 ||
+               std::count(c.layer_types.begin(), c.layer_types.end(), "sliding_attention") == 0,
+           src + ": sliding_attention layers need a positive 'sliding_window'");
   FT_CHECK(c.hidden_act == "silu" || c.hidden_act == "swish" || c.hidden_act == kGeluTanh,
            src + ": " + std::string(family.activation_key) + " '" + c.hidden_act +
                "' is not supported (supported: silu, " + kGeluTanh + ")");
@@ -182,7 +230,7 @@ ModelConfig parse_model_config(const json& j, const std::string& src) {
   c.max_position_embeddings =
       r.integer("max_position_embeddings", family.default_max_position_embeddings);
   c.rms_norm_eps = r.number("rms_norm_eps", 1e-6);
-  c.rope_theta = r.number("rope_theta", 10000.0);
+  c.rope_theta = r.number("rope_theta", family.default_rope_theta);
   c.tie_word_embeddings = r.boolean("tie_word_embeddings", family.default_tie_word_embeddings);
   c.hidden_act =
       r.string(std::string(family.activation_key).c_str(), std::string(family.default_activation));
@@ -209,7 +257,8 @@ ModelConfig parse_model_config(const json& j, const std::string& src) {
   if (family.sliding_window == SlidingWindowKey::Always ||
       (family.sliding_window == SlidingWindowKey::WithUseSlidingWindow &&
        r.boolean("use_sliding_window", false)))
-    c.sliding_window = r.integer("sliding_window", 0);
+    c.sliding_window = r.integer("sliding_window", family.default_sliding_window);
+  parse_layer_options(r, j, family, c, src);
   c.raw = j;
   validate_model_config(c, src);
   return c;
@@ -273,6 +322,15 @@ json model_config_to_json(const ModelConfig& c) {
   else if (j.contains("eos_token_id"))
     j["eos_token_id"] = nullptr;
   if (c.sliding_window > 0) j["sliding_window"] = c.sliding_window;
+  if (family.reads_softcaps) {
+    j["attn_logit_softcapping"] =
+        c.attn_logit_softcapping > 0 ? json(c.attn_logit_softcapping) : json(nullptr);
+    j["final_logit_softcapping"] =
+        c.final_logit_softcapping > 0 ? json(c.final_logit_softcapping) : json(nullptr);
+  }
+  if (family.reads_query_pre_attn_scalar) j["query_pre_attn_scalar"] = c.query_pre_attn_scalar;
+  if (family.default_rope_local_base_freq > 0) j["rope_local_base_freq"] = c.rope_local_base_freq;
+  if (j.contains("layer_types") || !c.layer_types.empty()) j["layer_types"] = c.layer_types;
   return j;
 }
 

@@ -59,7 +59,10 @@ Value attention(Layer& L, Value x, const LlamaInputs& in, Value cos, Value sin, 
   Value q = b.rope(head_norm(proj("q_proj", H), "q_norm"), cos, sin, in.positions);
   Value k = b.rope(head_norm(proj("k_proj", KV), "k_norm"), cos, sin, in.positions);
   Value v = proj("v_proj", KV);
-  const double scale = 1.0 / std::sqrt(double(hd));
+  // Gemma 2 scales by query_pre_attn_scalar^-1/2, caps the scores and windows its local layers.
+  const double scale =
+      1.0 / std::sqrt(c.query_pre_attn_scalar > 0 ? c.query_pre_attn_scalar : double(hd));
+  const int64_t window = is_sliding_layer(c, L.index) ? c.sliding_window : 0;
   if (in.cache_len > 0) {
     Graph& g = b.graph();
     const Shape cache_shape{B, in.cache_len, KV, hd};
@@ -68,6 +71,8 @@ Value attention(Layer& L, Value x, const LlamaInputs& in, Value cos, Value sin, 
     Value v_cache = g.input("kv_cache.v." + layer, cache_shape, g.compute_dtype());
     Attrs at;
     at.scalar = scale;
+    at.softcap = c.attn_logit_softcapping;
+    at.window = window;
     Value ctx =
         g.add1(Op::KVCacheAttention, {q, k, v, k_cache, v_cache, in.cache_pos, in.cache_start}, at);
     return L.linear(b.reshape(ctx, {B, T, H * hd}), "self_attn.o_proj", D, H * hd);
@@ -76,7 +81,8 @@ Value attention(Layer& L, Value x, const LlamaInputs& in, Value cos, Value sin, 
   k = b.repeat_heads(b.transpose(k, 1, 2), H / KV);  // [B, H, T, hd]
   v = b.repeat_heads(b.transpose(v, 1, 2), H / KV);
   Value scores = b.scale(b.matmul(q, k, false, true), scale);  // [B, H, T, T]
-  Value probs = b.softmax(b.causal_mask(scores, in.doc_ids));
+  if (c.attn_logit_softcapping > 0) scores = b.softcap(scores, c.attn_logit_softcapping);
+  Value probs = b.softmax(b.causal_mask(scores, in.doc_ids, window));
   Value ctx = b.transpose(b.matmul(probs, v), 1, 2);  // [B, T, H, hd]
   ctx = b.reshape(ctx, {B, T, H * hd});
   return L.linear(ctx, "self_attn.o_proj", D, H * hd);
@@ -110,6 +116,16 @@ LlamaOutputs build_llama(Builder& b, const ModelConfig& cfg, const LlamaInputs& 
   auto [cos_t, sin_t] = rope_tables(cfg, std::max(T, in.cache_len), g.compute_dtype());
   Value cos = g.constant(cos_t, "rope.cos");
   Value sin = g.constant(sin_t, "rope.sin");
+  // Gemma 3's local layers rotate by their own base, unscaled.
+  Value cos_local = cos, sin_local = sin;
+  if (cfg.rope_local_base_freq > 0) {
+    ModelConfig local = cfg;
+    local.rope_theta = cfg.rope_local_base_freq;
+    local.rope_scaling = RopeScaling{};
+    auto [lc, ls] = rope_tables(local, std::max(T, in.cache_len), g.compute_dtype());
+    cos_local = g.constant(lc, "rope.cos.local");
+    sin_local = g.constant(ls, "rope.sin.local");
+  }
 
   const std::string ew = "model.embed_tokens.weight";
   Value embed;  // the float table, when there is one (a tied head reuses it)
@@ -126,11 +142,24 @@ LlamaOutputs build_llama(Builder& b, const ModelConfig& cfg, const LlamaInputs& 
     if (g.float_dtype() == DType::BF16) normalizer = bf16_to_f32(f32_to_bf16(normalizer));
     h = b.scale(h, double(normalizer));
   }
+  const bool post_norms = model_family(cfg.model_type).post_norms;
   for (int64_t i = 0; i < cfg.num_hidden_layers; ++i) {
     Layer L{b, cfg, trainable, linear_fn, i, "model.layers." + std::to_string(i) + "."};
     g.set_layer(int(i));
     Value attn_in = family_rmsnorm(b, cfg, h, L.param("input_layernorm.weight", {D}));
-    h = b.add(h, attention(L, attn_in, in, cos, sin, B, T));
+    const bool local = is_sliding_layer(cfg, i);
+    Value attn_out =
+        attention(L, attn_in, in, local ? cos_local : cos, local ? sin_local : sin, B, T);
+    if (post_norms) {  // Gemma 2 (model_family.h)
+      auto norm = [&](Value x, const char* name) {
+        return family_rmsnorm(b, cfg, x, L.param(std::string(name) + ".weight", {D}));
+      };
+      h = b.add(h, norm(attn_out, "post_attention_layernorm"));
+      h = b.add(h,
+                norm(mlp(L, norm(h, "pre_feedforward_layernorm")), "post_feedforward_layernorm"));
+      continue;
+    }
+    h = b.add(h, attn_out);
     Value mlp_in = family_rmsnorm(b, cfg, h, L.param("post_attention_layernorm.weight", {D}));
     h = b.add(h, mlp(L, mlp_in));
   }
@@ -139,17 +168,22 @@ LlamaOutputs build_llama(Builder& b, const ModelConfig& cfg, const LlamaInputs& 
   if (options.last_position_only) h = b.slice(h, 1, T - 1, 1);  // [B, 1, D]
   const int64_t rows = options.last_position_only ? B : B * T;
   Value hidden = b.reshape(family_rmsnorm(b, cfg, h, norm_w), {rows, D});
+  // Gemma 2's final-logit soft-cap: the model returns capped logits, and compile: true folds
+  // the Softcap into the fused head kernels (docs/design.md §3).
+  const double cap = cfg.final_logit_softcapping;
   if (options.head) {
     // The head as a linear site; a tied head's weight is the embedding.
     const std::string w = cfg.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
     LinearSite site{"lm_head", V, D, trainable(w), w};
-    return {hidden, Value{}, options.head(b, hidden, site)};
+    Value logits = options.head(b, hidden, site);
+    return {hidden, Value{}, cap > 0 ? b.softcap(logits, cap) : logits};
   }
   FT_CHECK(!cfg.tie_word_embeddings || embed.valid(),
            "build_llama: a tied model with an embedding hook needs a head hook too");
   Value head = cfg.tie_word_embeddings
                    ? embed
                    : g.param("lm_head.weight", {V, D}, trainable("lm_head.weight"));
+  if (cap > 0) return {hidden, Value{}, b.softcap(b.matmul(hidden, head, false, true), cap)};
   return {hidden, head, Value{}};
 }
 

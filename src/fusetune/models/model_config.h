@@ -40,8 +40,19 @@ struct ModelConfig {
   int64_t bos_token_id = -1;
   int64_t eos_token_id = -1;           // the first of eos_token_ids
   std::vector<int64_t> eos_token_ids;  // config.json may list several (Llama 3.1)
-  int64_t sliding_window = 0;          // Mistral/Qwen2 window; 0 = none (stored, not applied)
-  nlohmann::json raw;                  // the config.json as read (or as built for a new model)
+  int64_t sliding_window = 0;          // the window; 0 = none (Mistral/Qwen2: stored, not applied)
+  // Gemma 2 (0: none): the soft-caps of the attention scores and of the final logits, and the
+  // attention scale's base (scale = query_pre_attn_scalar^-1/2 instead of head_dim^-1/2).
+  double attn_logit_softcapping = 0.0;
+  double final_logit_softcapping = 0.0;
+  double query_pre_attn_scalar = 0.0;
+  // Gemma 3: the RoPE base of the sliding_attention layers, unscaled (0: rope_theta and
+  // rope_scaling on every layer).
+  double rope_local_base_freq = 0.0;
+  // Per layer, "sliding_attention" (attends within sliding_window) or "full_attention"; empty
+  // for families without windowed layers (models/model_family.h).
+  std::vector<std::string> layer_types;
+  nlohmann::json raw;  // the config.json as read (or as built for a new model)
 };
 
 }  // namespace fusetune

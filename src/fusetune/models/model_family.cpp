@@ -1,5 +1,7 @@
 #include "fusetune/models/model_family.h"
 
+#include "fusetune/models/model_config.h"
+
 #include "fusetune/util/error.h"
 #include "fusetune/util/strings.h"
 
@@ -28,9 +30,33 @@ const std::vector<ModelFamily>& model_families() {
        true,  false, false,
        /*activation=*/"hidden_activation", "gelu_pytorch_tanh", /*tied=*/true,
        /*norm_adds_one=*/true, /*scales_embedding=*/true},
+      // Gemma 2: Gemma's blocks with post-norms, soft-capped attention scores and logits, and
+      // sliding-window (local) layers alternating with global ones.
+      {"gemma2",  "Gemma2ForCausalLM",  "gemma2", 8192,     2,  1,  256,
+       false, false, false, SW::Always,
+       true,  false, false,
+       "hidden_activation", "gelu_pytorch_tanh", true,
+       true,  true,
+       /*post_norms=*/true, /*softcaps: attention, final=*/true, 50.0, 30.0,
+       /*query_pre_attn_scalar=*/true, /*sliding_pattern=*/2, /*sliding_window=*/4096},
+      // Gemma 3 (text): Gemma 2's blocks with Gemma-style q/k norms, five local layers to each
+      // global one, local layers on their own RoPE base, no soft-caps.
+      {"gemma3_text", "Gemma3ForCausalLM", "gemma3", 131072, 2, 1,  256,
+       false, true,  false, SW::Always,
+       true,  false, false,
+       "hidden_activation", "gelu_pytorch_tanh", true,
+       true,  true,
+       true,  true,  0.0, 0.0,
+       true,  6,     4096,
+       /*rope_theta=*/1000000.0, /*rope_local_base_freq=*/10000.0},
   };
   // clang-format on
   return families;
+}
+
+bool is_sliding_layer(const ModelConfig& config, int64_t layer) {
+  return size_t(layer) < config.layer_types.size() &&
+         config.layer_types[size_t(layer)] == "sliding_attention";
 }
 
 std::string model_type_list() {

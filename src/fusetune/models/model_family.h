@@ -50,11 +50,34 @@ struct ModelFamily {
   // The token embeddings are multiplied by sqrt(hidden_size), rounded to the compute dtype
   // first as transformers does (Gemma).
   bool scales_embedding = false;
+  // Gemma 2's options. Norms after attention and the MLP as well as before: the block is
+  //   h += norm_pa(attn(norm_in(h)));  h += norm_pf(mlp(norm_ff(h)))
+  // with post_attention_layernorm the attention output's norm (a Llama's pre-MLP norm) and
+  // pre_/post_feedforward_layernorm the MLP's.
+  bool post_norms = false;
+  // attn_logit_softcapping / final_logit_softcapping are read, with these defaults (0: none),
+  // and query_pre_attn_scalar (default: head_dim) sets the attention scale to its -1/2 power.
+  bool reads_softcaps = false;
+  double default_attn_softcap = 0.0, default_final_softcap = 0.0;
+  bool reads_query_pre_attn_scalar = false;
+  // Layers that attend within `sliding_window` (its default here): config.json's layer_types,
+  // or when absent of every `sliding_pattern` layers all but the last (Gemma 2: 2, even layers
+  // local). 0: no layer is windowed.
+  int64_t sliding_pattern = 0;
+  int64_t default_sliding_window = 0;
+  // Gemma 3's: rope_theta's default, and the local layers' RoPE base `rope_local_base_freq`
+  // (read when this default is > 0); sliding_window_pattern, when given, overrides the pattern.
+  double default_rope_theta = 10000.0;
+  double default_rope_local_base_freq = 0.0;
 };
 
 // transformers' name of the tanh-approximated GELU: Gemma's GeGLU gate (Op::GeluTanh); the
 // other activation the builder knows is silu (or its alias swish).
 inline constexpr const char* kGeluTanh = "gelu_pytorch_tanh";
+
+struct ModelConfig;
+// Whether layer `layer` attends within config.sliding_window (Gemma 2's local layers).
+bool is_sliding_layer(const ModelConfig& config, int64_t layer);
 
 // Every family fusetune builds, in the order error messages list them.
 const std::vector<ModelFamily>& model_families();

@@ -123,8 +123,8 @@ inline void normal_pair(uint64_t key, uint64_t j, float* a, float* b) {
 
 enum class InitKind { Ones, Zeros, Normal };
 
-InitKind init_kind(const std::string& name) {
-  if (ends_with(name, "norm.weight")) return InitKind::Ones;
+InitKind init_kind(const std::string& name, bool norms_at_zero) {
+  if (ends_with(name, "norm.weight")) return norms_at_zero ? InitKind::Zeros : InitKind::Ones;
   if (ends_with(name, ".bias")) return InitKind::Zeros;
   return InitKind::Normal;
 }
@@ -170,8 +170,9 @@ void fill(InitKind kind, uint64_t key, double std, int64_t first, int64_t n, Put
 
 }  // namespace
 
-void init_parameter(const std::string& name, uint64_t seed, double std, Tensor& out) {
-  const InitKind kind = init_kind(name);
+void init_parameter(const std::string& name, uint64_t seed, double std, Tensor& out,
+                    bool norms_at_zero) {
+  const InitKind kind = init_kind(name, norms_at_zero);
   const uint64_t key = stream_key(seed, name);
   const int64_t n = out.numel();
   switch (out.dtype()) {
@@ -214,14 +215,14 @@ void init_parameter(const std::string& name, uint64_t seed, double std, Tensor& 
 }
 
 TensorMap init_parameters(const std::vector<ParamInfo>& params, uint64_t seed, DType dtype,
-                          double std, ParamSink* sink) {
+                          double std, ParamSink* sink, bool norms_at_zero) {
   FT_CHECK(
       dtype == DType::F32 || dtype == DType::F64 || dtype == DType::BF16 || dtype == DType::F16,
       std::string("cannot initialize parameters as ") + dtype_name(dtype) + " (not a float type)");
   TensorMap out;
   for (const ParamInfo& p : params) {
     if (sink && sink->takes(p.name)) {
-      const InitKind kind = init_kind(p.name);
+      const InitKind kind = init_kind(p.name, norms_at_zero);
       const uint64_t key = stream_key(seed, p.name);
       sink->put(p.name, p.shape, [&](int64_t first, int64_t n, float* dst) {
         FT_CHECK(first % 2 == 0, "init: a parameter range must start at an even element");
@@ -232,7 +233,7 @@ TensorMap init_parameters(const std::vector<ParamInfo>& params, uint64_t seed, D
       continue;
     }
     Tensor t = Tensor::empty(p.shape, dtype);
-    init_parameter(p.name, seed, std, t);
+    init_parameter(p.name, seed, std, t, norms_at_zero);
     out[p.name] = std::move(t);
   }
   return out;

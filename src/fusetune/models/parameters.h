@@ -29,12 +29,15 @@ std::vector<ParamInfo> graph_parameters(const Graph& g);
 // (OpenMP over blocks of elements), never through a float copy of another width.
 // Parameters `sink` takes are handed to it one at a time, produced as F32 a range of
 // elements at a time as it asks (never whole), and left out of the result.
+// norms_at_zero: norm weights start at 0 instead, for a family whose norms scale by (1 + w)
+// (Gemma: an effective scale of 1, as transformers initializes it).
 TensorMap init_parameters(const std::vector<ParamInfo>& params, uint64_t seed, DType dtype,
-                          double std = 0.02, ParamSink* sink = nullptr);
+                          double std = 0.02, ParamSink* sink = nullptr, bool norms_at_zero = false);
 
 // One parameter's initial values (as init_parameters gives them) written into `out`, a
 // float tensor (F32, F64, BF16 or F16) shaped like the parameter: for writers that produce a
 // model tensor by tensor.
-void init_parameter(const std::string& name, uint64_t seed, double std, Tensor& out);
+void init_parameter(const std::string& name, uint64_t seed, double std, Tensor& out,
+                    bool norms_at_zero = false);
 
 }  // namespace fusetune

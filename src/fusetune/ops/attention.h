@@ -72,9 +72,9 @@ inline constexpr auto kCausalMaskKernel = []<class T>(const KernelArgs<T>& c) {
   const Shape& s = c.in[0].shape();
   const int32_t* docs = c.in.size() > 1 ? c.I(1) : nullptr;
   if (c.n.op == Op::CausalMask)
-    k::causal_mask<T>(c.X(0), docs, c.Y, s[0], s[1], s[2]);
+    k::causal_mask<T>(c.X(0), docs, c.Y, s[0], s[1], s[2], c.a.window);
   else
-    k::causal_mask_backward<T>(c.X(0), docs, c.Y, s[0], s[1], s[2]);
+    k::causal_mask_backward<T>(c.X(0), docs, c.Y, s[0], s[1], s[2], c.a.window);
 };
 
 inline constexpr OpDesc kCausalMask = {
@@ -87,13 +87,16 @@ inline constexpr OpDesc kCausalMask = {
         [](VjpContext& c) {
           std::vector<Value> args{c.dy};
           if (c.in.size() == 2) args.push_back(c.in[1]);
-          c.dx[0] = c.op(Op::CausalMaskBackward, args);
+          c.dx[0] = c.op(Op::CausalMaskBackward, args, c.a);
         },
     .gradcheck =
         [](GradcheckCase& t) {
-          // Masked scores are -inf: the softmax after the mask keeps the loss finite.
+          // Masked scores are -inf: the softmax after the mask keeps the loss finite. A window
+          // of 3 also masks key 0 for query 3.
           Value docs = t.ids("docs", {2, 4}, {0, 0, 1, 1, 0, 0, 0, 0});
-          Value masked = t.g.add1(Op::CausalMask, {t.param("s", {2, 2, 4, 4}, -2, 2), docs});
+          Attrs at;
+          at.window = 3;
+          Value masked = t.g.add1(Op::CausalMask, {t.param("s", {2, 2, 4, 4}, -2, 2), docs}, at);
           return t.g.add1(Op::Softmax, {masked});
         },
     .kernel = kCausalMaskKernel,
@@ -165,7 +168,8 @@ inline constexpr OpDesc kRepeatHeadsBackward = {
 inline constexpr auto kFlashAttentionScratch = [](const Graph& g, const Node& n) -> int64_t {
   const int64_t elem = int64_t(dtype_size(g.compute_dtype()));
   const Shape& q = g.shape(n.inputs[0]);
-  const kernels::AttentionDims d{q[0], q[1], q[2], g.shape(n.inputs[1])[2], q[3]};
+  const kernels::AttentionDims d{q[0], q[1],           q[2],           g.shape(n.inputs[1])[2],
+                                 q[3], n.attrs.window, n.attrs.softcap};
   return kernels::flash_attention_workspace_bytes(d, elem, n.op == Op::FlashAttentionBackward,
                                                   omp_get_max_threads());
 };
@@ -198,7 +202,7 @@ inline constexpr auto kFlashAttentionShape = [](const ShapeCheck& c) -> Types {
 // The kernel of FlashAttention, FlashAttentionBackward.
 inline constexpr auto kFlashAttentionKernel = []<class T>(const KernelArgs<T>& c) {
   const Shape& qs = c.in[0].shape();
-  const k::AttentionDims d{qs[0], qs[1], qs[2], c.in[1].dim(2), qs[3]};
+  const k::AttentionDims d{qs[0], qs[1], qs[2], c.in[1].dim(2), qs[3], c.a.window, c.a.softcap};
   if (c.n.op == Op::FlashAttention) {
     const int32_t* docs = c.in.size() > 3 ? c.I(3) : nullptr;
     k::flash_attention_forward<T>(c.X(0), c.X(1), c.X(2), docs, c.Y, c.out[1].template data<T>(), d,
@@ -262,7 +266,8 @@ inline constexpr OpDesc kKVCacheAttention = {
     .kernel =
         []<class T>(const KernelArgs<T>& c) {
           const Shape& qs = c.in[0].shape();
-          const k::KVCacheDims d{qs[0], qs[1], qs[2], c.in[1].dim(2), qs[3], c.in[3].dim(1)};
+          const k::KVCacheDims d{qs[0], qs[1],          qs[2],      c.in[1].dim(2),
+                                 qs[3], c.in[3].dim(1), c.a.window, c.a.softcap};
           // The caches are inputs the op extends in place (op.h).
           k::kv_cache_attention<T>(c.X(0), c.X(1), c.X(2), c.X(3), c.X(4), c.I(5)[0], c.I(6), c.Y,
                                    d, c.a.scalar);

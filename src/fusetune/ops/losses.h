@@ -162,19 +162,20 @@ inline constexpr OpDesc kFusedLinearCrossEntropy = {
           if constexpr (std::is_same_v<T, float>) {
             if (c.in[1].dtype() == DType::BF16) {  // a bf16 head, read tile by tile
               const uint16_t* w = c.in[1].template data<uint16_t>();
-              c.Y[0] = float(
-                  fq ? k::fused_fake_quant_bf16_linear_cross_entropy(
-                           spec, c.X(0), w, c.I(2), c.X(3)[0], N, D, V, c.a.chunk_rows, dh, dW)
-                     : k::fused_bf16_linear_cross_entropy(c.X(0), w, c.I(2), c.X(3)[0], N, D, V,
-                                                          c.a.chunk_rows, dh, dW));
+              c.Y[0] = float(fq ? k::fused_fake_quant_bf16_linear_cross_entropy(
+                                      spec, c.X(0), w, c.I(2), c.X(3)[0], N, D, V, c.a.chunk_rows,
+                                      dh, dW, c.a.softcap)
+                                : k::fused_bf16_linear_cross_entropy(c.X(0), w, c.I(2), c.X(3)[0],
+                                                                     N, D, V, c.a.chunk_rows, dh,
+                                                                     dW, c.a.softcap));
               return;
             }
           }
-          c.Y[0] =
-              T(fq ? k::fused_fake_quant_linear_cross_entropy<T>(
-                         spec, c.X(0), c.X(1), c.I(2), c.X(3)[0], N, D, V, c.a.chunk_rows, dh, dW)
-                   : k::fused_linear_cross_entropy<T>(c.X(0), c.X(1), c.I(2), c.X(3)[0], N, D, V,
-                                                      c.a.chunk_rows, dh, dW));
+          c.Y[0] = T(fq ? k::fused_fake_quant_linear_cross_entropy<T>(
+                              spec, c.X(0), c.X(1), c.I(2), c.X(3)[0], N, D, V, c.a.chunk_rows, dh,
+                              dW, c.a.softcap)
+                        : k::fused_linear_cross_entropy<T>(c.X(0), c.X(1), c.I(2), c.X(3)[0], N, D,
+                                                           V, c.a.chunk_rows, dh, dW, c.a.softcap));
         },
     .reads_bf16 = [](const Node&, size_t input) { return input == 1; },  // the head, tile by tile
     .scratch_bytes = kFusedCrossEntropyScratch,
@@ -203,9 +204,9 @@ inline constexpr OpDesc kFusedNF4LinearCrossEntropy = {
           const k::NF4View w{
               c.I(3),       c.I(4),      reinterpret_cast<const float*>(c.I(5)), float(c.a.scalar),
               c.a.shape[0], c.a.shape[1]};
-          c.Y[0] =
-              T(k::fused_nf4_linear_cross_entropy<T>(c.X(0), w, c.I(1), c.X(2)[0], c.in[0].dim(0),
-                                                     c.a.chunk_rows, c.out[1].template data<T>()));
+          c.Y[0] = T(k::fused_nf4_linear_cross_entropy<T>(
+              c.X(0), w, c.I(1), c.X(2)[0], c.in[0].dim(0), c.a.chunk_rows,
+              c.out[1].template data<T>(), c.a.softcap));
         },
     .scratch_bytes = kFusedCrossEntropyScratch,
 };
@@ -258,6 +259,7 @@ inline constexpr auto kFusedLinearLogProbsKernel = []<class T>(const KernelArgs<
   k::NF4View w{};
   k::LogProbHead<T> head;
   head.D = c.in[0].dim(1);
+  head.softcap = c.a.softcap;
   if (nf4) {
     w = {c.I(hi),           c.I(hi + 1),  reinterpret_cast<const float*>(c.I(hi + 2)),
          float(c.a.scalar), c.a.shape[0], c.a.shape[1]};

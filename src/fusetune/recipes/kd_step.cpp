@@ -8,13 +8,11 @@ namespace fusetune {
 namespace {
 
 // Under `compile: true` both LM heads run inside the fused divergence (docs/design.md §3):
-// the teacher's forward stops at its final norm and no [tokens x vocab] tensor exists. A
-// student head hook (LoRA on lm_head, an NF4 head) or bf16 weights keep the logits path.
+// the teacher's forward stops at its final norm and no [tokens x vocab] tensor exists.
 bool fuses_heads(const KdStepOptions& o) {
-  const auto plain_head = [](const LlamaOptions& l) { return !l.head; };
-  return o.student.passes.mode == CompileMode::Full && o.student.dtype != DType::BF16 &&
-         plain_head(o.student.llama) &&
-         (!o.student.eval_llama || plain_head(*o.student.eval_llama));
+  return kd_fuses_heads(o.student.passes.mode, o.student.dtype, o.student.llama, *o.student.model,
+                        *o.teacher) &&
+         (!o.student.eval_llama || !o.student.eval_llama->head);
 }
 
 class KdStep final : public TrainingStep {
@@ -128,6 +126,12 @@ class KdStep final : public TrainingStep {
 };
 
 }  // namespace
+
+bool kd_fuses_heads(CompileMode mode, DType dtype, const LlamaOptions& student,
+                    const ModelConfig& student_model, const ModelConfig& teacher) {
+  return mode == CompileMode::Full && dtype != DType::BF16 && !student.head &&
+         student_model.final_logit_softcapping == 0 && teacher.final_logit_softcapping == 0;
+}
 
 std::unique_ptr<TrainingStep> make_kd_step(KdStepOptions opts) {
   return std::make_unique<KdStep>(std::move(opts));

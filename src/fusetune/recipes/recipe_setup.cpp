@@ -11,6 +11,7 @@
 #include "fusetune/data/dataset_factory.h"
 #include "fusetune/io/hf_checkpoint.h"
 #include "fusetune/io/hf_config.h"
+#include "fusetune/models/model_family.h"
 #include "fusetune/models/parameters.h"
 #include "fusetune/models/training_graph.h"
 #include "fusetune/optim/adamw.h"
@@ -64,8 +65,10 @@ LoadedModel load_model(const Config& cfg, DType dtype, ParamSink* sink) {
     TrainingGraphOptions o;
     o.dtype = dtype;
     TrainingGraph tg = build_training_graph(out.config, o);
+    // Gemma's (1 + w) norms start at w = 0, an effective scale of 1 (as transformers').
     out.params = init_parameters(graph_parameters(tg.graph), config_seed(cfg), dtype,
-                                 cfg.f64("model.initializer_range", 0.02), sink);
+                                 cfg.f64("model.initializer_range", 0.02), sink,
+                                 model_family(out.config.model_type).norm_adds_one);
     out.description = "random init (seed " + std::to_string(config_seed(cfg)) + ")";
     return out;
   }

@@ -9,6 +9,7 @@
 #include "fusetune/quant/qat.h"
 #include "fusetune/recipes/distillation_recipe.h"
 #include "fusetune/recipes/dpo_step.h"
+#include "fusetune/recipes/kd_step.h"
 #include "fusetune/recipes/lora_finetune_single_device.h"
 #include "fusetune/recipes/recipe_setup.h"
 #include "fusetune/recipes/registry.h"
@@ -114,7 +115,7 @@ PlannedStep plan_step(const Config& cfg, const std::string& recipe, const ModelC
                           : dist::kBucketElements;
   s.configured_mode = parse_compile_mode(cfg.str("compile", "false"));
   s.graph = build_training_graph(model, o);
-  if (s.teacher && o.dtype != DType::BF16 && !o.llama.head) {
+  if (s.teacher && kd_fuses_heads(CompileMode::Full, o.dtype, o.llama, model, *s.teacher)) {
     TrainingGraphOptions f = o;
     f.loss = fused_distillation_loss_builder(distillation_loss_from(cfg), cfg.f64("kd_ratio", 0.5),
                                              s.teacher->hidden_size);

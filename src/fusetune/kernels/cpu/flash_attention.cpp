@@ -74,6 +74,25 @@ inline int64_t causal_limit(int64_t i, int64_t j0, int64_t cols) {
   return std::clamp<int64_t>(i - j0 + 1, 0, cols);
 }
 
+// Keys [j0, j0 + cols) for query i: keys before `first` are outside its window (0: none).
+inline int64_t window_first(int64_t i, int64_t j0, int64_t cols, int64_t window) {
+  return window > 0 ? std::clamp<int64_t>(i - window + 1 - j0, 0, cols) : 0;
+}
+
+// s := cap tanh(s / cap) over [c0, c1) of a score row, as the Softcap op computes it; `slope`
+// (if not null) gets its derivative 1 - (s / cap)^2 for the backward.
+template <class T>
+inline void softcap_scores(T* row, int64_t c0, int64_t c1, T cap, T* slope) {
+  const T inv = T(1) / cap;
+  for (int64_t c = c0; c < c1; ++c) {
+    row[c] = std::tanh(row[c] * inv) * cap;
+    if (slope) {
+      const T t = row[c] * inv;
+      slope[c] = T(1) - t * t;
+    }
+  }
+}
+
 template <class T>
 void forward_item(const T* q, const T* k, const T* v, const Docs& docs, T* o, T* lse,
                   const AttentionDims& d, T scale, int64_t b, int64_t h, T* S) {
@@ -96,13 +115,19 @@ void forward_item(const T* q, const T* k, const T* v, const Docs& docs, T* o, T*
       std::fill(oh + (i0 + r) * ldq, oh + (i0 + r) * ldq + hd, T(0));
     }
     const int64_t jend = i0 + rows;  // causal: no key after the block's last query
-    for (int64_t j0 = docs.first_key(i0); j0 < jend; j0 += kBk) {
+    int64_t jbegin = docs.first_key(i0);
+    if (d.window > 0) jbegin = std::max<int64_t>(jbegin, i0 - d.window + 1);
+    for (int64_t j0 = jbegin; j0 < jend; j0 += kBk) {
       const int64_t cols = std::min(kBk, jend - j0);
       mm(false, true, rows, cols, hd, scale, qh + i0 * ldq, ldq, kh + j0 * ldk, ldk, T(0), S, kBk);
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t i = i0 + r;
         T* row = S + r * kBk;
         const int64_t limit = causal_limit(i, j0, cols);
+        const int64_t first = std::min(limit, window_first(i, j0, cols, d.window));
+        if (d.softcap > 0)
+          softcap_scores(row, first, limit, T(d.softcap), static_cast<T*>(nullptr));
+        for (int64_t c = 0; c < first; ++c) row[c] = kNegInf;
         if (docs.ids) {
           const int32_t di = docs.ids[i];
           const int32_t* dj = docs.ids + j0;
@@ -142,7 +167,7 @@ void forward_item(const T* q, const T* k, const T* v, const Docs& docs, T* o, T*
 template <class T>
 void backward_item(const T* q, const T* k, const T* v, const T* o, const T* lse, const T* dout,
                    const Docs& docs, T* dq, T* dk, T* dv, const AttentionDims& d, T scale,
-                   int64_t b, int64_t kvh, T* P, T* dP, T* Dsum) {
+                   int64_t b, int64_t kvh, T* P, T* dP, T* Dsum, T* slope) {
   const int64_t Tn = d.seq, H = d.heads, KV = d.kv_heads, hd = d.head_dim, G = H / KV;
   const int64_t ldq = H * hd, ldk = KV * hd;
   const T* kh = k + b * Tn * ldk + kvh * hd;
@@ -168,7 +193,8 @@ void backward_item(const T* q, const T* k, const T* v, const T* o, const T* lse,
   }
   for (int64_t j0 = 0; j0 < Tn; j0 += kBk) {
     const int64_t cols = std::min(kBk, Tn - j0);
-    const int64_t iend = docs.query_end(j0 + cols - 1, Tn);
+    int64_t iend = docs.query_end(j0 + cols - 1, Tn);
+    if (d.window > 0) iend = std::min(iend, j0 + cols - 1 + d.window);
     for (int64_t g = 0; g < G; ++g) {
       const int64_t h = kvh * G + g;
       const T* qh = q + b * Tn * ldq + h * hd;
@@ -183,17 +209,20 @@ void backward_item(const T* q, const T* k, const T* v, const T* o, const T* lse,
           const int64_t i = i0 + r;
           T* row = P + r * kBk;
           const int64_t limit = causal_limit(i, j0, cols);
+          const int64_t first = std::min(limit, window_first(i, j0, cols, d.window));
           const T li = lh[i];
+          if (d.softcap > 0) softcap_scores(row, first, limit, T(d.softcap), slope + r * kBk);
           if (docs.ids) {
             const int32_t di = docs.ids[i];
             const int32_t* dj = docs.ids + j0;
 #pragma omp simd
-            for (int64_t c = 0; c < limit; ++c)
+            for (int64_t c = first; c < limit; ++c)
               row[c] = dj[c] == di ? detail::vexp(row[c] - li) : T(0);
           } else {
 #pragma omp simd
-            for (int64_t c = 0; c < limit; ++c) row[c] = detail::vexp(row[c] - li);
+            for (int64_t c = first; c < limit; ++c) row[c] = detail::vexp(row[c] - li);
           }
+          for (int64_t c = 0; c < first; ++c) row[c] = T(0);
           for (int64_t c = limit; c < cols; ++c) row[c] = T(0);
         }
         // dV_j += P^T dO_i;  dP = dO_i V_j^T
@@ -208,6 +237,10 @@ void backward_item(const T* q, const T* k, const T* v, const T* o, const T* lse,
           T* drow = dP + r * kBk;
 #pragma omp simd
           for (int64_t c = 0; c < cols; ++c) drow[c] = prow[c] * (drow[c] - Di);
+          if (d.softcap > 0) {  // through the cap: times its slope (0 where P is 0 anyway)
+            const T* srow = slope + r * kBk;
+            for (int64_t c = 0; c < cols; ++c) drow[c] = prow[c] == T(0) ? T(0) : drow[c] * srow[c];
+          }
         }
         // dQ_i += scale dS K_j;  dK_j += scale dS^T Q_i
         mm(false, false, rows, hd, cols, scale, dP, kBk, kh + j0 * ldk, ldk, T(1), dqh + i0 * ldq,
@@ -229,8 +262,10 @@ int64_t flash_attention_workspace_bytes(const AttentionDims& d, int64_t elem_byt
                                         int threads) {
   const int64_t items = backward ? d.batch * d.kv_heads : d.batch * d.heads;
   const int64_t t = std::max<int64_t>(1, std::min<int64_t>(threads, items));
-  const int64_t per =
-      backward ? 2 * kBq * kBk + (d.heads / std::max<int64_t>(1, d.kv_heads)) * d.seq : kBq * kBk;
+  const int64_t tiles = 2 + (d.softcap > 0 ? 1 : 0);  // P, dP and the cap's slope
+  const int64_t per = backward
+                          ? tiles * kBq * kBk + (d.heads / std::max<int64_t>(1, d.kv_heads)) * d.seq
+                          : kBq * kBk;
   return t * per * elem_bytes;
 }
 
@@ -261,7 +296,8 @@ void flash_attention_backward(const T* q, const T* k, const T* v, const T* o, co
   if (items == 0 || d.seq == 0) return;
   const int nt = threads_for(items);
   const int64_t G = d.heads / d.kv_heads;
-  const int64_t per = 2 * kBq * kBk + G * d.seq;
+  const int64_t tiles = 2 + (d.softcap > 0 ? 1 : 0);  // P, dP and the cap's slope
+  const int64_t per = tiles * kBq * kBk + G * d.seq;
   Tensor scratch = Tensor::empty({nt * per}, dtype_of<T>());
   T* base = scratch.data<T>();
 #pragma omp parallel for schedule(static) num_threads(nt)
@@ -270,7 +306,7 @@ void flash_attention_backward(const T* q, const T* k, const T* v, const T* o, co
     const Docs docs(doc_ids, b, d.seq);
     T* mine = base + omp_get_thread_num() * per;
     backward_item<T>(q, k, v, o, lse, dout, docs, dq, dk, dv, d, T(scale), b, kvh, mine,
-                     mine + kBq * kBk, mine + 2 * kBq * kBk);
+                     mine + kBq * kBk, mine + tiles * kBq * kBk, mine + 2 * kBq * kBk);
   }
 }
 

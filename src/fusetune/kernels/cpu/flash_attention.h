@@ -6,8 +6,9 @@
 //
 // Layouts, row-major: q, o, do, dq [B, T, H, hd]; k, v, dk, dv [B, T, KV, hd]; lse [B, H, T];
 // doc_ids [B, T] or null. Query i attends to key j iff j <= i and (no doc_ids, or doc_ids[b, j]
-// == doc_ids[b, i]), exactly as causal_mask() masks the eager scores.
-//   forward:  o = softmax(scale q k^T + mask) v, lse[b,h,i] = logsumexp of that row
+// == doc_ids[b, i]) and (no window, or i - j < window), exactly as causal_mask() masks the eager
+// scores. A softcap c > 0 caps the scaled scores s to c tanh(s / c) before the mask (Gemma 2).
+//   forward:  o = softmax(cap(scale q k^T) + mask) v, lse[b,h,i] = logsumexp of that row
 //   backward: dq, dk, dv from q, k, v, o, lse, do (probabilities recomputed tile by tile;
 //             dk, dv summed over the query heads of their group). dq, dk, dv are overwritten.
 // Parallel over (batch, head) forward and (batch, kv head) backward; every work item runs the
@@ -19,6 +20,9 @@ namespace fusetune::kernels {
 
 struct AttentionDims {
   int64_t batch = 0, seq = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  // Gemma 2's score options (0: none): the sliding window and the soft-cap of the scores.
+  int64_t window = 0;
+  double softcap = 0.0;
 };
 
 inline constexpr int64_t kFlashBlockQ = 64;  // query rows per tile

@@ -11,6 +11,7 @@
 #include "fusetune/kernels/cpu/head_gemm.h"
 #include "fusetune/kernels/cpu/kernels.h"
 #include "fusetune/kernels/cpu/row_softmax.h"
+#include "fusetune/kernels/cpu/softcap_rows.h"
 #include "fusetune/util/error.h"
 
 namespace fusetune::kernels {
@@ -19,9 +20,26 @@ namespace {
 using detail::DenseHead;
 using detail::NF4Head;
 
+// One row of soft-capped logits (Gemma 2): zi := the loss gradient w.r.t. the uncapped logits,
+// (softmax(zc) - onehot(y)) * scale * (1 - (zc / cap)^2) with zc = cap tanh(zi / cap); returns
+// the row's loss.
+template <class T>
+double softcapped_ce_row(T* zi, int64_t V, int32_t y, T cap, T scale) {
+  detail::softcap_row(zi, V, cap);
+  const double zy = double(zi[y]);
+  const T mx = detail::row_max(zi, V);
+  const double s = detail::sum_exp(zi, mx, static_cast<T*>(nullptr), V);
+  const T k = T(1.0 / s) * scale;
+  const T slope_y = detail::softcap_slope(zi[y], cap);
+  for (int64_t j = 0; j < V; ++j)
+    zi[j] = detail::vexp(zi[j] - mx) * k * detail::softcap_slope(zi[j], cap);
+  zi[y] -= scale * slope_y;
+  return double(mx) + std::log(s) - zy;
+}
+
 template <class T, class Head>
 double fused_ce(const Head& head, const T* h, const int32_t* labels, T scale, int64_t N, int64_t D,
-                int64_t V, int64_t chunk_rows, T* dh, T* dW) {
+                int64_t V, int64_t chunk_rows, T* dh, T* dW, double softcap) {
   const int64_t C = std::max<int64_t>(1, std::min(chunk_rows, N));
   // Scratch: logits/grad of one chunk, its gathered hidden rows and their gradient. Counted
   // memory, so the planner's and the run's peak both see it.
@@ -50,6 +68,10 @@ double fused_ce(const Head& head, const T* h, const int32_t* labels, T scale, in
     for (int64_t i = 0; i < c; ++i) {
       T* zi = z + i * V;
       const int32_t y = labels[rows[i]];
+      if (softcap > 0) {
+        row_loss[size_t(i)] = softcapped_ce_row(zi, V, y, T(softcap), scale);
+        continue;
+      }
       const double zy = double(zi[y]);
       const T mx = detail::row_max(zi, V);
       const double s = detail::sum_exp(zi, mx, zi, V);  // zi := exp(zi - mx), as log_softmax does
@@ -86,60 +108,63 @@ int64_t fused_ce_scratch_bytes(int64_t chunk_rows, int64_t D, int64_t V, int64_t
 
 template <class T>
 double fused_linear_cross_entropy(const T* h, const T* W, const int32_t* labels, T scale, int64_t N,
-                                  int64_t D, int64_t V, int64_t chunk_rows, T* dh, T* dW) {
-  return fused_ce<T>(DenseHead<T>{W, D, V}, h, labels, scale, N, D, V, chunk_rows, dh, dW);
+                                  int64_t D, int64_t V, int64_t chunk_rows, T* dh, T* dW,
+                                  double softcap) {
+  return fused_ce<T>(DenseHead<T>{W, D, V}, h, labels, scale, N, D, V, chunk_rows, dh, dW, softcap);
 }
 
 template <class T>
 double fused_nf4_linear_cross_entropy(const T* h, const NF4View& W, const int32_t* labels, T scale,
-                                      int64_t N, int64_t chunk_rows, T* dh) {
+                                      int64_t N, int64_t chunk_rows, T* dh, double softcap) {
   const int64_t V = W.rows, D = W.cols, tr = nf4_tile_rows(V, D);
   Tensor tile_buf = Tensor::empty({tr, D}, dtype_of<T>());  // counted scratch
   return fused_ce<T>(NF4Head<T>{{W}, D, V, tr, tile_buf.data<T>()}, h, labels, scale, N, D, V,
-                     chunk_rows, dh, static_cast<T*>(nullptr));
+                     chunk_rows, dh, static_cast<T*>(nullptr), softcap);
 }
 
 double fused_bf16_linear_cross_entropy(const float* h, const uint16_t* W, const int32_t* labels,
                                        float scale, int64_t N, int64_t D, int64_t V,
-                                       int64_t chunk_rows, float* dh, float* dW) {
+                                       int64_t chunk_rows, float* dh, float* dW, double softcap) {
   const int64_t tr = bf16_tile_rows(V, D);
   Tensor tile_buf = Tensor::empty({tr, D}, DType::F32);  // counted scratch
   return fused_ce<float>(detail::BF16Head<float>{{W, D}, D, V, tr, tile_buf.data<float>()}, h,
-                         labels, scale, N, D, V, chunk_rows, dh, dW);
+                         labels, scale, N, D, V, chunk_rows, dh, dW, softcap);
 }
 
 template <class T>
 double fused_fake_quant_linear_cross_entropy(const FakeQuantSpec& spec, const T* h, const T* W,
                                              const int32_t* labels, T scale, int64_t N, int64_t D,
-                                             int64_t V, int64_t chunk_rows, T* dh, T* dW) {
+                                             int64_t V, int64_t chunk_rows, T* dh, T* dW,
+                                             double softcap) {
   const int64_t tr = fake_quant_tile_rows(V, D);
   Tensor tile_buf = Tensor::empty({tr, D}, dtype_of<T>());  // counted scratch
   const FakeQuantWeight<T> weight(spec, W, V, D);
   using Head = detail::TiledHead<T, detail::FakeQuantRows<T>>;
   return fused_ce<T>(Head{{weight}, D, V, tr, tile_buf.data<T>()}, h, labels, scale, N, D, V,
-                     chunk_rows, dh, dW);
+                     chunk_rows, dh, dW, softcap);
 }
 
 double fused_fake_quant_bf16_linear_cross_entropy(const FakeQuantSpec& spec, const float* h,
                                                   const uint16_t* W, const int32_t* labels,
                                                   float scale, int64_t N, int64_t D, int64_t V,
-                                                  int64_t chunk_rows, float* dh, float* dW) {
+                                                  int64_t chunk_rows, float* dh, float* dW,
+                                                  double softcap) {
   const int64_t tr = fake_quant_tile_rows(V, D);
   Tensor tile_buf = Tensor::empty({tr, D}, DType::F32);  // counted scratch
   const FakeQuantWeight<uint16_t> weight(spec, W, V, D);
   using Head = detail::TiledHead<float, detail::FakeQuantRows<uint16_t>>;
   return fused_ce<float>(Head{{weight}, D, V, tr, tile_buf.data<float>()}, h, labels, scale, N, D,
-                         V, chunk_rows, dh, dW);
+                         V, chunk_rows, dh, dW, softcap);
 }
 
 #define FT_FUSED_CE(T)                                                                           \
   template double fused_linear_cross_entropy<T>(const T*, const T*, const int32_t*, T, int64_t,  \
-                                                int64_t, int64_t, int64_t, T*, T*);              \
+                                                int64_t, int64_t, int64_t, T*, T*, double);      \
   template double fused_nf4_linear_cross_entropy<T>(const T*, const NF4View&, const int32_t*, T, \
-                                                    int64_t, int64_t, T*);                       \
-  template double fused_fake_quant_linear_cross_entropy<T>(const FakeQuantSpec&, const T*,       \
-                                                           const T*, const int32_t*, T, int64_t, \
-                                                           int64_t, int64_t, int64_t, T*, T*);
+                                                    int64_t, int64_t, T*, double);               \
+  template double fused_fake_quant_linear_cross_entropy<T>(                                      \
+      const FakeQuantSpec&, const T*, const T*, const int32_t*, T, int64_t, int64_t, int64_t,    \
+      int64_t, T*, T*, double);
 FT_FUSED_CE(float)
 FT_FUSED_CE(double)
 #undef FT_FUSED_CE

@@ -5,6 +5,8 @@
 //   dh_c = dz W;  dW += dz^T h_c
 // Rows whose label is -100 are skipped entirely (their dh is zero). Returns scale * sum of
 // the per-token losses. h [N, D], W [V, D], dh [N, D], dW [V, D].
+// softcap > 0 (Gemma 2's final_logit_softcapping): each chunk's z is first capped to
+// softcap * tanh(z / softcap) (softcap_rows.h), and dz goes back through the cap.
 #include <cstdint>
 
 #include "fusetune/kernels/cpu/fake_quant.h"
@@ -15,20 +17,22 @@ namespace fusetune::kernels {
 // dW == nullptr: W is frozen, no dW is computed (no [V, D] output, no third GEMM).
 template <class T>
 double fused_linear_cross_entropy(const T* h, const T* W, const int32_t* labels, T scale, int64_t N,
-                                  int64_t D, int64_t V, int64_t chunk_rows, T* dh, T* dW);
+                                  int64_t D, int64_t V, int64_t chunk_rows, T* dh, T* dW,
+                                  double softcap = 0.0);
 
 // The same with a frozen NF4 head W [V, D] (QLoRA): per chunk, W is dequantized a tile of
 // nf4_tile_rows(V, D) rows at a time into a small scratch inside both GEMMs (z = h_c W^T and
 // dh_c = dz W), never as a whole fp32 copy. No dW.
 template <class T>
 double fused_nf4_linear_cross_entropy(const T* h, const NF4View& W, const int32_t* labels, T scale,
-                                      int64_t N, int64_t chunk_rows, T* dh);
+                                      int64_t N, int64_t chunk_rows, T* dh, double softcap = 0.0);
 
 // The same with a bf16 head W [V, D] (dtype: bf16), widened tile by tile like NF4; h and the
 // gradients are fp32. dW (fp32, optional) accumulates over the chunks.
 double fused_bf16_linear_cross_entropy(const float* h, const uint16_t* W, const int32_t* labels,
                                        float scale, int64_t N, int64_t D, int64_t V,
-                                       int64_t chunk_rows, float* dh, float* dW);
+                                       int64_t chunk_rows, float* dh, float* dW,
+                                       double softcap = 0.0);
 
 // The same with the head fake-quantized (QAT, fake_quant.h): fq(W) is formed a tile of
 // fake_quant_tile_rows(V, D) rows at a time inside both GEMMs of each chunk, never whole. dW
@@ -37,12 +41,14 @@ double fused_bf16_linear_cross_entropy(const float* h, const uint16_t* W, const 
 template <class T>
 double fused_fake_quant_linear_cross_entropy(const FakeQuantSpec& spec, const T* h, const T* W,
                                              const int32_t* labels, T scale, int64_t N, int64_t D,
-                                             int64_t V, int64_t chunk_rows, T* dh, T* dW);
+                                             int64_t V, int64_t chunk_rows, T* dh, T* dW,
+                                             double softcap = 0.0);
 // ... with W stored bf16 (dtype: bf16): each tile widened, then fake-quantized.
 double fused_fake_quant_bf16_linear_cross_entropy(const FakeQuantSpec& spec, const float* h,
                                                   const uint16_t* W, const int32_t* labels,
                                                   float scale, int64_t N, int64_t D, int64_t V,
-                                                  int64_t chunk_rows, float* dh, float* dW);
+                                                  int64_t chunk_rows, float* dh, float* dW,
+                                                  double softcap = 0.0);
 
 // Chunk size that keeps the [chunk, V] scratch within `budget_bytes` (at least 16 rows).
 int64_t fused_ce_chunk_rows(int64_t N, int64_t V, int64_t elem_bytes, int64_t budget_bytes);

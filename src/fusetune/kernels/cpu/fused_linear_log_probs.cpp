@@ -9,6 +9,7 @@
 #include "fusetune/core/tensor.h"
 #include "fusetune/kernels/cpu/head_gemm.h"
 #include "fusetune/kernels/cpu/row_softmax.h"
+#include "fusetune/kernels/cpu/softcap_rows.h"
 #include "fusetune/util/error.h"
 
 namespace fusetune::kernels {
@@ -55,13 +56,23 @@ void fused_linear_log_probs(const T* h, const int32_t* labels, const LogProbHead
       for (int64_t i = 0; i < c; ++i) {
         const T* zi = z + i * V;
         const int64_t r = rows[size_t(i)];
+        if (head.softcap > 0) detail::softcap_row(z + i * V, V, T(head.softcap));
         const T mx = detail::row_max(zi, V);
         const double l =
             double(mx) + std::log(detail::sum_exp(zi, mx, static_cast<T*>(nullptr), V));
         lse[r] = T(l);
         logp[r] = T(double(zi[labels[r]]) - l);
         zsum[r] = T(detail::row_sum(zi, V));
-        if (expect) {  // the row's softmax, in place, for E_p[W] below
+        if (expect && head.softcap > 0) {
+          // Through the cap, dh = dlogp (s_y W[y] - sum_v p_v s_v W_v) with s the cap's slope:
+          // the frozen backward's dlogp (W[y] - e) when e = sum_v p_v s_v W_v + (1 - s_y) W[y].
+          const T cap = T(head.softcap), lt = T(l);
+          const int32_t y = labels[r];
+          const T slope_y = detail::softcap_slope(zi[y], cap);
+          for (int64_t j = 0; j < V; ++j)
+            z[i * V + j] = detail::vexp(zi[j] - lt) * detail::softcap_slope(zi[j], cap);
+          z[i * V + y] += T(1) - slope_y;
+        } else if (expect) {  // the row's softmax, in place, for E_p[W] below
           const T lt = T(l);
 #pragma omp simd
           for (int64_t j = 0; j < V; ++j) z[i * V + j] = detail::vexp(zi[j] - lt);
@@ -126,6 +137,15 @@ void fused_linear_log_probs_backward(const T* h, const int32_t* labels, const T*
         T* zi = z + i * V;
         const int64_t r = rows[size_t(i)];
         const T g = dlogp[r], l = lse[r];
+        if (head.softcap > 0) {  // the same through the cap: times its slope
+          const T cap = T(head.softcap);
+          detail::softcap_row(zi, V, cap);
+          const T slope_y = detail::softcap_slope(zi[labels[r]], cap);
+          for (int64_t j = 0; j < V; ++j)
+            zi[j] = -g * detail::vexp(zi[j] - l) * detail::softcap_slope(zi[j], cap);
+          zi[labels[r]] += g * slope_y;
+          continue;
+        }
         // dz = -g softmax(z) + g onehot(y): the VJP of log_softmax then the label gather.
 #pragma omp simd
         for (int64_t j = 0; j < V; ++j) zi[j] = -g * detail::vexp(zi[j] - l);

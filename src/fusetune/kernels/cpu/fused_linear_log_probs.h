@@ -21,6 +21,10 @@ struct LogProbHead {
   const NF4View* nf4 = nullptr;
   int64_t V = 0, D = 0;
   const uint16_t* bf16 = nullptr;  // a bf16 W (dtype: bf16), widened tile by tile like NF4
+  // > 0: the logits are soft-capped, z := softcap * tanh(z / softcap) (Gemma 2), before all of
+  // the above; the gradients go back through the cap (the frozen route's E_p[W] then carries
+  // the cap's slope: see fused_linear_log_probs.cpp).
+  double softcap = 0.0;
 };
 
 // expect != nullptr (a frozen head whose backward will only need dh): also

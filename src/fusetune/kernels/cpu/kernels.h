@@ -24,22 +24,33 @@ void gemm_batched(int64_t batch, bool trans_a, bool trans_b, int64_t M, int64_t 
 
 // ---- elementwise (n elements; b/bias repeats every nb elements: nb == n is same-shape,
 //      nb == 1 is a scalar, otherwise b is a suffix-broadcast row of length nb) ---------------
-template <class T> void add(const T* a, const T* b, T* out, int64_t n, int64_t nb);
-template <class T> void mul(const T* a, const T* b, T* out, int64_t n, int64_t nb);
-template <class T> void scale(const T* a, T s, T* out, int64_t n);
+template <class T>
+void add(const T* a, const T* b, T* out, int64_t n, int64_t nb);
+template <class T>
+void mul(const T* a, const T* b, T* out, int64_t n, int64_t nb);
+template <class T>
+void scale(const T* a, T s, T* out, int64_t n);
 // out[j] = sum over i of x[i * nb + j] (reduce the leading dims of a suffix broadcast).
-template <class T> void sum_to_suffix(const T* x, T* out, int64_t n, int64_t nb);
+template <class T>
+void sum_to_suffix(const T* x, T* out, int64_t n, int64_t nb);
 // Sum of all n elements, accumulated in double. Deterministic.
-template <class T> double sum_all(const T* x, int64_t n);
-template <class T> void silu(const T* x, T* out, int64_t n);
+template <class T>
+double sum_all(const T* x, int64_t n);
+template <class T>
+void silu(const T* x, T* out, int64_t n);
 // dx = dy * silu'(x), silu'(x) = s(x) * (1 + x * (1 - s(x))), s = sigmoid.
-template <class T> void silu_backward(const T* x, const T* dy, T* dx, int64_t n);
+template <class T>
+void silu_backward(const T* x, const T* dy, T* dx, int64_t n);
 // PyTorch's gelu(approximate="tanh"): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
-template <class T> void gelu_tanh(const T* x, T* out, int64_t n);
-template <class T> void gelu_tanh_backward(const T* x, const T* dy, T* dx, int64_t n);
+template <class T>
+void gelu_tanh(const T* x, T* out, int64_t n);
+template <class T>
+void gelu_tanh_backward(const T* x, const T* dy, T* dx, int64_t n);
 // out = cap * tanh(x / cap); the backward reads the output: dx = dy (1 - (y / cap)^2).
-template <class T> void softcap(const T* x, T cap, T* out, int64_t n);
-template <class T> void softcap_backward(const T* y, const T* dy, T cap, T* dx, int64_t n);
+template <class T>
+void softcap(const T* x, T cap, T* out, int64_t n);
+template <class T>
+void softcap_backward(const T* y, const T* dy, T cap, T* dx, int64_t n);
 
 // ---- normalization: rows of length D --------------------------------------------------------
 // y = x / sqrt(mean(x^2) + eps) * w
@@ -63,18 +74,21 @@ void rope(const T* x, const T* cos, const T* sin, const int32_t* positions, T* o
 void check_rope_positions(const int32_t* positions, int64_t n, int64_t max_pos);
 
 // ---- softmax family over rows of length cols ------------------------------------------------
-template <class T> void softmax_rows(const T* x, T* y, int64_t rows, int64_t cols);
+template <class T>
+void softmax_rows(const T* x, T* y, int64_t rows, int64_t cols);
 // dx = y * (dy - sum(dy * y))
 template <class T>
 void softmax_backward(const T* y, const T* dy, T* dx, int64_t rows, int64_t cols);
-template <class T> void log_softmax_rows(const T* x, T* y, int64_t rows, int64_t cols);
+template <class T>
+void log_softmax_rows(const T* x, T* y, int64_t rows, int64_t cols);
 // dx = dy - exp(y) * sum(dy)   (y = log-probabilities)
 template <class T>
 void log_softmax_backward(const T* y, const T* dy, T* dx, int64_t rows, int64_t cols);
 
 // ---- negative log-likelihood, labels == -100 ignored ---------------------------------------
 // Returns sum over valid rows of -logp[r, label[r]] (double accumulation).
-template <class T> double nll_sum(const T* logp, const int32_t* labels, int64_t rows, int64_t V);
+template <class T>
+double nll_sum(const T* logp, const int32_t* labels, int64_t rows, int64_t V);
 // dx[r, label[r]] = -dloss for valid rows, 0 elsewhere (dense, as PyTorch materializes it).
 template <class T>
 void nll_backward(T dloss, const int32_t* labels, T* dx, int64_t rows, int64_t V);
@@ -86,16 +100,19 @@ template <class T>
 void embedding_forward(const T* table, const int32_t* ids, T* out, int64_t n, int64_t D, int64_t V);
 // dtable = zeros; dtable[ids[i], :] += dy[i, :]. Deterministic (no atomics).
 template <class T>
-void embedding_backward(const T* dy, const int32_t* ids, T* dtable, int64_t n, int64_t D, int64_t V);
+void embedding_backward(const T* dy, const int32_t* ids, T* dtable, int64_t n, int64_t D,
+                        int64_t V);
 
 // ---- attention helpers ----------------------------------------------------------------------
 // scores: [B, H, T, T]. Sets out[b,h,i,j] = -inf where j > i, or where doc_ids (optional,
 // [B, T]) differ between i and j; copies the rest. Backward: zero the same positions of dy.
+// window > 0 also masks keys j <= i - window (a sliding window of `window` keys, Gemma 2).
 template <class T>
-void causal_mask(const T* scores, const int32_t* doc_ids, T* out, int64_t B, int64_t H, int64_t Tn);
+void causal_mask(const T* scores, const int32_t* doc_ids, T* out, int64_t B, int64_t H, int64_t Tn,
+                 int64_t window = 0);
 template <class T>
 void causal_mask_backward(const T* dy, const int32_t* doc_ids, T* dx, int64_t B, int64_t H,
-                          int64_t Tn);
+                          int64_t Tn, int64_t window = 0);
 
 // ---- layout ---------------------------------------------------------------------------------
 // Swaps two axes of a tensor viewed as [outer, d0, mid, d1, inner] -> [outer, d1, mid, d0, inner].

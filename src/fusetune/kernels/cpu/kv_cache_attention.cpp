@@ -55,7 +55,9 @@ void kv_cache_attention(const T* q, const T* k, const T* v, T* k_cache, T* v_cac
 #pragma omp for schedule(static)
     for (int64_t it = 0; it < items; ++it) {
       const int64_t h = it % H, t = (it / H) % Tq, b = it / (H * Tq);
-      const int64_t j0 = cache_start[b], j1 = cache_pos + t + 1;  // visible slots [j0, j1)
+      int64_t j0 = cache_start[b];
+      const int64_t j1 = cache_pos + t + 1;  // visible slots [j0, j1)
+      if (d.window > 0) j0 = std::max(j0, j1 - d.window);
       T* out = o + it * hd;
       if (j1 <= j0) {
         std::fill(out, out + hd, T(0));
@@ -65,11 +67,17 @@ void kv_cache_attention(const T* q, const T* k, const T* v, T* k_cache, T* v_cac
       const T* kc = k_cache + (b * S + j0) * row + (h / G) * hd;
       const T* vc = v_cache + (b * S + j0) * row + (h / G) * hd;
       gemv(false, n, hd, kc, row, q + it * hd, p.data());
+      T step = T(scale);  // the scale, unless the cap below has applied it
+      if (d.softcap > 0) {
+        const T cap = T(d.softcap), inv = T(1) / cap;
+        for (int64_t j = 0; j < n; ++j) p[j] = std::tanh(T(scale) * p[j] * inv) * cap;
+        step = T(1);
+      }
       T mx = p[0];
       for (int64_t j = 1; j < n; ++j) mx = std::max(mx, p[j]);
       T sum = 0;
       for (int64_t j = 0; j < n; ++j) {
-        p[j] = std::exp(T(scale) * (p[j] - mx));
+        p[j] = std::exp(step * (p[j] - mx));
         sum += p[j];
       }
       const T inv = T(1) / sum;

@@ -19,6 +19,10 @@ namespace fusetune::kernels {
 
 struct KVCacheDims {
   int64_t batch = 0, queries = 0, heads = 0, kv_heads = 0, head_dim = 0, cache_len = 0;
+  // Gemma 2's score options, as flash_attention.h's (0: none): a query sees only the last
+  // `window` slots up to its own, and the scaled scores are capped to c tanh(s / c).
+  int64_t window = 0;
+  double softcap = 0.0;
 };
 
 template <class T>
