@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench_args.h"
 #include "fusetune/generation/generator.h"
 #include "fusetune/losses/grpo_normalization.h"
 #include "fusetune/models/grpo_graph.h"
@@ -26,9 +27,9 @@ using namespace fusetune::bench;
 
 namespace {
 
-struct Options {
-  int64_t prompts = 2, samples = 4, prompt_tokens = 16, new_tokens = 32;
-  int steps = 3;
+struct Options {  // main()'s BenchArgs hold the defaults
+  int64_t prompts = 0, samples = 0, prompt_tokens = 0, new_tokens = 0;
+  int steps = 0;
 };
 
 struct Result {
@@ -138,35 +139,21 @@ Result run(const BenchShape& shape, CompileMode mode, const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) try {
-  std::string shapes_arg = "tiny,L3-micro", modes = "false,model,true";
+  const BenchArgs args(argc, argv,
+                       {{"shapes", "tiny,L3-micro"},
+                        {"modes", "false,model,true"},
+                        {"prompts", "2"},
+                        {"samples", "4"},
+                        {"prompt-tokens", "16"},
+                        {"new-tokens", "32"},
+                        {"steps", "3"}});
+  const std::string shapes_arg = args.str("shapes"), modes = args.str("modes");
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      FT_CHECK(i + 1 < argc, "missing value after " + a);
-      return argv[++i];
-    };
-    if (a == "--shapes")
-      shapes_arg = next();
-    else if (a == "--prompts")
-      o.prompts = std::stoll(next());
-    else if (a == "--samples")
-      o.samples = std::stoll(next());
-    else if (a == "--prompt-tokens")
-      o.prompt_tokens = std::stoll(next());
-    else if (a == "--new-tokens")
-      o.new_tokens = std::stoll(next());
-    else if (a == "--steps")
-      o.steps = std::stoi(next());
-    else if (a == "--modes")
-      modes = next();
-    else if (a == "--threads")
-      omp_set_num_threads(std::stoi(next()));
-    else
-      throw Error("unknown argument '" + a +
-                  "' (use --shapes, --prompts, --samples, --prompt-tokens, --new-tokens, "
-                  "--steps, --modes, --threads)");
-  }
+  o.prompts = args.i64("prompts");
+  o.samples = args.i64("samples");
+  o.prompt_tokens = args.i64("prompt-tokens");
+  o.new_tokens = args.i64("new-tokens");
+  o.steps = int(args.i64("steps"));
   FT_CHECK(o.steps >= 2, "--steps must be >= 2 (the first step is not timed)");
   std::printf("%lld prompts x %lld samples, %lld prompt + up to %lld new tokens; %d threads\n\n",
               (long long)o.prompts, (long long)o.samples, (long long)o.prompt_tokens,

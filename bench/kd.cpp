@@ -17,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench_args.h"
 #include "fusetune/peft/lora.h"
 #include "fusetune/recipes/kd_step.h"
 #include "fusetune/runtime/op_profile.h"
@@ -121,28 +122,14 @@ void print_table(const std::vector<Result>& results) {
 }  // namespace
 
 int main(int argc, char** argv) try {
-  std::string shape_name = "L3-micro", methods = "lora,full", modes = "false,model,true";
-  int steps = 3;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      FT_CHECK(i + 1 < argc, "missing value after " + a);
-      return argv[++i];
-    };
-    if (a == "--shape")
-      shape_name = next();
-    else if (a == "--steps")
-      steps = std::stoi(next());
-    else if (a == "--methods")
-      methods = next();
-    else if (a == "--modes")
-      modes = next();
-    else if (a == "--threads")
-      omp_set_num_threads(std::stoi(next()));
-    else
-      throw Error("unknown argument '" + a +
-                  "' (use --shape, --steps, --methods, --modes, --threads)");
-  }
+  const BenchArgs args(argc, argv,
+                       {{"shape", "L3-micro"},
+                        {"steps", "3"},
+                        {"methods", "lora,full"},
+                        {"modes", "false,model,true"}});
+  const std::string shape_name = args.str("shape"), methods = args.str("methods"),
+                    modes = args.str("modes");
+  const int steps = int(args.i64("steps"));
   FT_CHECK(steps >= 2, "--steps must be >= 2 (the first step is not timed)");
   const BenchShape& shape = find_shape(shape_name);
   const ModelConfig t = teacher_of(shape.config);
