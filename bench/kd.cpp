@@ -73,29 +73,14 @@ Result run(const BenchShape& shape, const std::string& method, CompileMode mode,
       o.student.llama = peft::lora_llama_options(lc);
     }
     memory::reset_peak();
-    op_profile::reset();
     std::unique_ptr<TrainingStep> step = make_kd_step(std::move(o));
-    AdamW opt(AdamWOptions{});
-    std::vector<double> step_s;
-    for (int s = 0; s < steps; ++s) {
-      const Batch b = synthetic_batch(shape, 99 + uint64_t(s));
-      const auto t0 = std::chrono::steady_clock::now();
-      StepOutputs out = step->run(b, 1.0 / double(b.num_valid_labels()), s, 0);
-      std::vector<ParamRef> refs;
-      for (auto& [name, g] : out.grads) refs.push_back({name, &params[name], &g});
-      opt.step(refs, 1e-4);
-      step_s.push_back(
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-      r.losses.push_back(out.loss);
-      if (s == 0) r.compile_s = step->take_compile_seconds();
-    }
+    const RecipeStepTimes t = run_recipe_step(
+        *step, params, steps, shape.batch * shape.seq,
+        [&](int s) { return synthetic_batch(shape, 99 + uint64_t(s)); }, method + " " + r.mode);
     r.peak_bytes = memory::peak_bytes() - base;
-    if (op_profile::enabled())
-      std::printf("%s %s (all %d steps):\n%s\n", method.c_str(), r.mode.c_str(), steps,
-                  op_profile::report().c_str());
-    std::vector<double> tail(step_s.begin() + 1, step_s.end());  // step 1 compiles
-    std::sort(tail.begin(), tail.end());
-    r.tokens_per_s = double(shape.batch * shape.seq) / tail[tail.size() / 2];
+    r.losses = t.losses;
+    r.compile_s = t.compile_s;
+    r.tokens_per_s = t.tokens_per_s;
   }
   return r;
 }

@@ -21,6 +21,8 @@
 #include "fusetune/models/training_graph.h"
 #include "fusetune/optim/adamw.h"
 #include "fusetune/optim/adamw8bit.h"
+#include "fusetune/recipes/training_step.h"
+#include "fusetune/runtime/op_profile.h"
 #include "fusetune/util/error.h"
 
 namespace fusetune::bench {
@@ -191,6 +193,42 @@ inline TimedSteps timed_steps(const BenchShape& shape, const TrainingGraph& tg, 
     t.losses.push_back(out[0].data<float>()[0]);
   }
   return t;
+}
+
+// What a recipe's own step measured (run_recipe_step).
+struct RecipeStepTimes {
+  std::vector<double> losses;
+  double compile_s = 0;     // step 1's compile time
+  double tokens_per_s = 0;  // `tokens` positions per median step time of steps 2..N
+};
+
+// Runs `steps` steps of a recipe's TrainingStep plus AdamW on batch_of(s), each scaled by
+// 1 / the step's loss units (what the recipe's loop does for one micro-batch), timing each;
+// with FUSETUNE_PROFILE=1 prints the op profile under `label`.
+template <class BatchFn>
+RecipeStepTimes run_recipe_step(TrainingStep& step, TensorMap& params, int steps, int64_t tokens,
+                                BatchFn batch_of, const std::string& label) {
+  RecipeStepTimes r;
+  AdamW opt(AdamWOptions{});
+  std::vector<double> step_s;
+  op_profile::reset();
+  for (int s = 0; s < steps; ++s) {
+    const Batch b = batch_of(s);
+    const auto t0 = std::chrono::steady_clock::now();
+    StepOutputs out = step.run(b, 1.0 / double(step.loss_units(b)), s, 0);
+    std::vector<ParamRef> refs;
+    for (auto& [name, g] : out.grads) refs.push_back({name, &params[name], &g});
+    opt.step(refs, 1e-4);
+    step_s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    r.losses.push_back(out.loss);
+    if (s == 0) r.compile_s = step.take_compile_seconds();
+  }
+  if (op_profile::enabled())
+    std::printf("%s (all %d steps):\n%s\n", label.c_str(), steps, op_profile::report().c_str());
+  std::vector<double> tail(step_s.begin() + 1, step_s.end());  // step 1 compiles
+  std::sort(tail.begin(), tail.end());
+  r.tokens_per_s = double(tokens) / tail[tail.size() / 2];
+  return r;
 }
 
 // Runs `steps` optimizer steps of `shape` in `mode` from the same init and data as every other

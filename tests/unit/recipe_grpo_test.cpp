@@ -124,6 +124,8 @@ TEST(GrpoRecipe, FirstUpdateHasRatioOneAndCompileModesAgree) {
     const std::vector<double> clip = logged_values(out, "clip_fraction");
     ASSERT_EQ(clip.size(), 3u);
     EXPECT_EQ(clip[0], 0.0) << "the first update's ratio is 1";
+    // The step line counts the completion tokens trained (the prompt batches have no labels).
+    for (double tps : logged_values(out, "tokens_per_second_per_gpu")) EXPECT_GT(tps, 0.0);
     EXPECT_TRUE(fs::exists(out / "epoch_0" / "model.safetensors"));
     ++m;
   }

@@ -14,15 +14,31 @@ const char* DistillationLoss::name() const {
   return "?";
 }
 
-Value build_divergence(Builder& b, const DistillationLoss& loss, Value student_logits,
-                       Value teacher_logits, Value labels) {
-  Graph& g = b.graph();
-  g.set_region(1);
+namespace {
+
+// The divergence's attrs, shared by Divergence and FusedLinearDivergence: the kind, beta and
+// the temperature.
+Attrs divergence_attrs(const DistillationLoss& loss) {
   Attrs a;
   a.groups = int64_t(loss.kind);
   a.scalar = loss.beta;
   a.eps = loss.temperature;
-  Value d = g.add1(Op::Divergence, {student_logits, teacher_logits, labels}, a);
+  return a;
+}
+
+// (1 - kd_ratio) CE + kd_ratio KD, times the step's scale.
+Value mixed_kd_loss(Builder& b, const KdLossOutputs& sums, double kd_ratio, Value scale) {
+  return b.mul(b.add(b.scale(sums.ce_sum, 1.0 - kd_ratio), b.scale(sums.kd_sum, kd_ratio)), scale);
+}
+
+}  // namespace
+
+Value build_divergence(Builder& b, const DistillationLoss& loss, Value student_logits,
+                       Value teacher_logits, Value labels) {
+  Graph& g = b.graph();
+  g.set_region(1);
+  Value d =
+      g.add1(Op::Divergence, {student_logits, teacher_logits, labels}, divergence_attrs(loss));
   g.set_region(0);
   return d;
 }
@@ -37,8 +53,7 @@ KdLossOutputs build_kd_loss(Builder& b, const DistillationLoss& loss, double kd_
   out.kd_sum = build_divergence(b, loss, logits, teacher_logits, labels);
   g.set_region(1);
   out.ce_sum = b.nll_sum(b.log_softmax(logits), labels);
-  Value mixed = b.add(b.scale(out.ce_sum, 1.0 - kd_ratio), b.scale(out.kd_sum, kd_ratio));
-  out.loss = b.mul(mixed, scale);
+  out.loss = mixed_kd_loss(b, out, kd_ratio, scale);
   g.set_region(0);
   return out;
 }
@@ -48,10 +63,7 @@ KdLossOutputs build_fused_kd_loss(Builder& b, const DistillationLoss& loss, doub
                                   Value teacher_head, Value labels, Value scale) {
   Graph& g = b.graph();
   g.set_region(1);
-  Attrs a;
-  a.groups = int64_t(loss.kind);
-  a.scalar = loss.beta;
-  a.eps = loss.temperature;
+  Attrs a = divergence_attrs(loss);
   // compile/fuse_linear_divergence sizes the chunk from its budget; this one serves graphs
   // run without that pass (tests).
   a.chunk_rows = 64;
@@ -60,8 +72,7 @@ KdLossOutputs build_fused_kd_loss(Builder& b, const DistillationLoss& loss, doub
   KdLossOutputs out;
   out.ce_sum = b.reshape(b.slice(sums, 0, 0, 1), {});
   out.kd_sum = b.reshape(b.slice(sums, 0, 1, 1), {});
-  Value mixed = b.add(b.scale(out.ce_sum, 1.0 - kd_ratio), b.scale(out.kd_sum, kd_ratio));
-  out.loss = b.mul(mixed, scale);
+  out.loss = mixed_kd_loss(b, out, kd_ratio, scale);
   g.set_region(0);
   return out;
 }

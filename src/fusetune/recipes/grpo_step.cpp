@@ -87,6 +87,8 @@ class GrpoStep final : public TrainingStep {
     return o_.loss.type == GrpoLossType::DAPO ? find(b).completion_tokens : 1;
   }
 
+  int64_t trained_tokens(const Batch& b) const override { return find(b).completion_tokens; }
+
   StepOutputs run(const Batch& b, double loss_scale, int64_t step, int64_t micro) override {
     const Prepared& p = find(b);
     const Batch& rb = p.batch;

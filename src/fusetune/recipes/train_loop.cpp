@@ -496,7 +496,7 @@ void log_step(Run& r, const StepResult& s, double step_s) {
   const std::optional<double> comm_wait_s = r.sync->comm_wait_seconds(comm_s);
   if (step % r.set.log_every != 0 && step != 1) return;
   int64_t tokens = 0;
-  for (const Batch& b : s.micro) tokens += b.num_valid_labels();  // this rank's
+  for (const Batch& b : s.micro) tokens += r.step->trained_tokens(b);  // this rank's
   StepMetrics m;
   m.step = step;
   m.epoch = r.progress.epoch + 1;

@@ -46,6 +46,10 @@ class TrainingStep {
   // Called with the optimizer step's micro-batches before loss_units and run see any of them
   // (GRPO generates its rollouts here: dapo normalizes by the whole step's completion tokens).
   virtual void begin_step(const std::vector<Batch>& /*micro*/, int64_t /*global_step*/) {}
+  // The positions micro-batch `b` trains on, which the step line's tokens_per_second_per_gpu
+  // counts: its unmasked labels (GRPO: its rollout's completion tokens, as its prompt batches
+  // carry no labels).
+  virtual int64_t trained_tokens(const Batch& b) const { return b.num_valid_labels(); }
   // Forward + backward of one micro-batch.
   virtual StepOutputs run(const Batch& b, double loss_scale, int64_t global_step,
                           int64_t micro_step) = 0;
