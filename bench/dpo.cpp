@@ -10,12 +10,12 @@
 // FUSETUNE_PROFILE=1 prints each run's time per op. Nothing here asserts a timing.
 #include <iostream>
 
-#include <nlohmann/json.hpp>
-
+#include "bench_args.h"
 #include "fusetune/peft/lora.h"
 #include "fusetune/recipes/dpo_step.h"
 #include "fusetune/runtime/op_profile.h"
 #include "fusetune/util/strings.h"
+#include "method_results.h"
 #include "step_runner.h"
 
 using namespace fusetune;
@@ -23,12 +23,7 @@ using namespace fusetune::bench;
 
 namespace {
 
-struct Result {
-  std::string method, mode;
-  double tokens_per_s = 0, compile_s = 0;
-  int64_t peak_bytes = 0;
-  std::vector<double> losses;
-};
+using Result = MethodModeResult;
 
 Batch pair_batch(const BenchShape& shape, uint64_t seed) {
   Batch b = synthetic_batch(shape, seed);
@@ -84,28 +79,14 @@ Result run(const BenchShape& shape, const std::string& method, CompileMode mode,
 }  // namespace
 
 int main(int argc, char** argv) try {
-  std::string shape_name = "L3-micro", methods = "lora,full", modes = "false,model,true";
-  int steps = 3;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      FT_CHECK(i + 1 < argc, "missing value after " + a);
-      return argv[++i];
-    };
-    if (a == "--shape")
-      shape_name = next();
-    else if (a == "--steps")
-      steps = std::stoi(next());
-    else if (a == "--methods")
-      methods = next();
-    else if (a == "--modes")
-      modes = next();
-    else if (a == "--threads")
-      omp_set_num_threads(std::stoi(next()));
-    else
-      throw Error("unknown argument '" + a +
-                  "' (use --shape, --steps, --methods, --modes, --threads)");
-  }
+  const BenchArgs args(argc, argv,
+                       {{"shape", "L3-micro"},
+                        {"steps", "3"},
+                        {"methods", "lora,full"},
+                        {"modes", "false,model,true"}});
+  const std::string shape_name = args.str("shape"), methods = args.str("methods"),
+                    modes = args.str("modes");
+  const int steps = int(args.i64("steps"));
   FT_CHECK(steps >= 2, "--steps must be >= 2 (the first step is not timed)");
   const BenchShape& shape = find_shape(shape_name);
   FT_CHECK(shape.batch % 2 == 0, "the shape's batch must hold whole pairs");
@@ -120,32 +101,7 @@ int main(int argc, char** argv) try {
       FT_CHECK(m == "lora" || m == "full", "--methods: unknown method '" + m + "'");
       results.push_back(run(shape, m, parse_compile_mode(c), steps));
     }
-  const double MiB = 1 << 20;
-  std::printf("%-6s %-7s %10s %9s %9s %10s  %s\n", "method", "compile", "tokens/s", "peak MiB",
-              "compile s", "last loss", "vs model (tok/s, peak)");
-  for (const Result& r : results) {
-    std::string ratio;
-    for (const Result& m : results)
-      if (m.method == r.method && m.mode == "model") {
-        char buf[64];
-        std::snprintf(buf, sizeof buf, "x%.2f, x%.2f", r.tokens_per_s / m.tokens_per_s,
-                      double(r.peak_bytes) / double(m.peak_bytes));
-        ratio = buf;
-      }
-    std::printf("%-6s %-7s %10.1f %9.1f %9.3f %10.5f  %s\n", r.method.c_str(), r.mode.c_str(),
-                r.tokens_per_s, double(r.peak_bytes) / MiB, r.compile_s, r.losses.back(),
-                ratio.c_str());
-  }
-  nlohmann::json j;
-  j["shape"] = shape.name;
-  for (const Result& r : results)
-    j["runs"].push_back({{"method", r.method},
-                         {"compile", r.mode},
-                         {"tokens_per_s", r.tokens_per_s},
-                         {"peak_bytes", r.peak_bytes},
-                         {"compile_s", r.compile_s},
-                         {"losses", r.losses}});
-  std::printf("%s\n", j.dump().c_str());
+  print_method_results(shape.name, results);
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "bench_dpo: error: %s\n", e.what());

@@ -15,13 +15,12 @@
 // a timing.
 #include <iostream>
 
-#include <nlohmann/json.hpp>
-
 #include "bench_args.h"
 #include "fusetune/peft/lora.h"
 #include "fusetune/recipes/kd_step.h"
 #include "fusetune/runtime/op_profile.h"
 #include "fusetune/util/strings.h"
+#include "method_results.h"
 #include "step_runner.h"
 
 using namespace fusetune;
@@ -29,12 +28,7 @@ using namespace fusetune::bench;
 
 namespace {
 
-struct Result {
-  std::string method, mode;
-  double tokens_per_s = 0, compile_s = 0;
-  int64_t peak_bytes = 0;
-  std::vector<double> losses;
-};
+using Result = MethodModeResult;
 
 // The student's vocabulary at twice its width and ffn.
 ModelConfig teacher_of(const ModelConfig& s) {
@@ -85,25 +79,6 @@ Result run(const BenchShape& shape, const std::string& method, CompileMode mode,
   return r;
 }
 
-void print_table(const std::vector<Result>& results) {
-  const double MiB = 1 << 20;
-  std::printf("%-6s %-7s %10s %9s %9s %10s  %s\n", "method", "compile", "tokens/s", "peak MiB",
-              "compile s", "last loss", "vs model (tok/s, peak)");
-  for (const Result& r : results) {
-    std::string ratio;
-    for (const Result& m : results)
-      if (m.method == r.method && m.mode == "model") {
-        char buf[64];
-        std::snprintf(buf, sizeof buf, "x%.2f, x%.2f", r.tokens_per_s / m.tokens_per_s,
-                      double(r.peak_bytes) / double(m.peak_bytes));
-        ratio = buf;
-      }
-    std::printf("%-6s %-7s %10.1f %9.1f %9.3f %10.5f  %s\n", r.method.c_str(), r.mode.c_str(),
-                r.tokens_per_s, double(r.peak_bytes) / MiB, r.compile_s, r.losses.back(),
-                ratio.c_str());
-  }
-}
-
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -131,17 +106,7 @@ int main(int argc, char** argv) try {
       FT_CHECK(m == "lora" || m == "full", "--methods: unknown method '" + m + "'");
       results.push_back(run(shape, m, parse_compile_mode(c), steps));
     }
-  print_table(results);
-  nlohmann::json j;
-  j["shape"] = shape.name;
-  for (const Result& r : results)
-    j["runs"].push_back({{"method", r.method},
-                         {"compile", r.mode},
-                         {"tokens_per_s", r.tokens_per_s},
-                         {"peak_bytes", r.peak_bytes},
-                         {"compile_s", r.compile_s},
-                         {"losses", r.losses}});
-  std::printf("%s\n", j.dump().c_str());
+  print_method_results(shape.name, results);
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "bench_kd: error: %s\n", e.what());
