@@ -558,16 +558,16 @@ TEST(TorchtuneConfigsSweep, OneConfigPerFamilyAndRecipeRunsOneStep) {
 // above). CI runs 2B_lora_single_device; with FUSETUNE_TORCHTUNE_SWEEP=1 every training config
 // of gemma/ (8, all OK: about 140 s on a busy 2-core machine). gemma2/ has its own test below;
 // phi3/, phi4/ (another helper's) are left out; dev/ holds no family.
-TEST(TorchtuneConfigsSweep, NextGemmaConfigsRunTwoSteps) {
-  FT_REQUIRE_SWEEP_ASSETS();
-  FT_REQUIRE_ASSET("torchtune_configs_next/gemma/2B_lora_single_device.yaml");
+// Runs the training configs of `family`/ in torchtune_configs_next for two steps (CI: `ci_config`
+// alone; FUSETUNE_TORCHTUNE_SWEEP=1: all of them) and returns how many ran.
+size_t run_next_family_configs(const std::string& family, const std::string& ci_config) {
   const bool all = std::getenv("FUSETUNE_TORCHTUNE_SWEEP") != nullptr;
   fusetune::testing::TempDir tmp;
   Sweep sweep(tmp.path(), "torchtune_configs_next");
   std::vector<Row> table;
   for (const std::string& config : all_configs(sweep.configs_dir())) {
-    if (config.rfind("gemma/", 0) != 0) continue;
-    if (!all && config != "gemma/2B_lora_single_device") continue;
+    if (config.rfind(family + "/", 0) != 0) continue;
+    if (!all && config != ci_config) continue;
     const std::string recipe = training_recipe(sweep.configs_dir() / (config + ".yaml"));
     if (recipe.empty()) continue;
     table.push_back(sweep.run(config, recipe, 2, " gradient_accumulation_steps=1"));
@@ -575,8 +575,15 @@ TEST(TorchtuneConfigsSweep, NextGemmaConfigsRunTwoSteps) {
   std::printf(
       "%s",
       table_text(table, "epochs=1 max_steps_per_epoch=2 gradient_accumulation_steps=1", 0).c_str());
+  return table.size();
+}
+
+TEST(TorchtuneConfigsSweep, NextGemmaConfigsRunTwoSteps) {
+  FT_REQUIRE_SWEEP_ASSETS();
+  FT_REQUIRE_ASSET("torchtune_configs_next/gemma/2B_lora_single_device.yaml");
+  const bool all = std::getenv("FUSETUNE_TORCHTUNE_SWEEP") != nullptr;
   // 2B and 7B: full, LoRA (distributed and single-device), QLoRA.
-  EXPECT_EQ(table.size(), all ? 8u : 1u);
+  EXPECT_EQ(run_next_family_configs("gemma", "gemma/2B_lora_single_device"), all ? 8u : 1u);
 }
 
 // torchtune_configs_next/dev/3B_full_grpo (torchtune's dev GRPO recipe; its header launches
@@ -611,20 +618,7 @@ TEST(TorchtuneConfigsSweep, NextGemma2ConfigsRunTwoSteps) {
   FT_REQUIRE_SWEEP_ASSETS();
   FT_REQUIRE_ASSET("torchtune_configs_next/gemma2/2B_lora_single_device.yaml");
   const bool all = std::getenv("FUSETUNE_TORCHTUNE_SWEEP") != nullptr;
-  fusetune::testing::TempDir tmp;
-  Sweep sweep(tmp.path(), "torchtune_configs_next");
-  std::vector<Row> table;
-  for (const std::string& config : all_configs(sweep.configs_dir())) {
-    if (config.rfind("gemma2/", 0) != 0) continue;
-    if (!all && config != "gemma2/2B_lora_single_device") continue;
-    const std::string recipe = training_recipe(sweep.configs_dir() / (config + ".yaml"));
-    if (recipe.empty()) continue;
-    table.push_back(sweep.run(config, recipe, 2, " gradient_accumulation_steps=1"));
-  }
-  std::printf(
-      "%s",
-      table_text(table, "epochs=1 max_steps_per_epoch=2 gradient_accumulation_steps=1", 0).c_str());
-  EXPECT_EQ(table.size(), all ? 12u : 1u);
+  EXPECT_EQ(run_next_family_configs("gemma2", "gemma2/2B_lora_single_device"), all ? 12u : 1u);
 }
 
 }  // namespace
