@@ -49,11 +49,7 @@ Result run(const BenchShape& shape, const std::string& method, CompileMode mode,
     o.policy.trainable = [](const std::string&) { return true; };
     o.policy.passes.mode = mode;
     if (method == "lora") {
-      peft::LoraConfig lc;
-      lc.attn_modules = {"q_proj", "v_proj", "output_proj"};
-      lc.apply_to_mlp = true;
-      lc.rank = 16;
-      lc.alpha = 32;
+      const peft::LoraConfig lc = bench_lora_config();
       peft::init_adapters(params, shape.config, lc, 1, DType::F32);
       o.policy.trainable = peft::is_adapter_param;
       o.policy.llama = peft::lora_llama_options(lc);
@@ -68,10 +64,7 @@ Result run(const BenchShape& shape, const std::string& method, CompileMode mode,
     const RecipeStepTimes t = run_recipe_step(
         *step, params, steps, shape.batch * shape.seq,
         [&](int s) { return pair_batch(shape, 99 + uint64_t(s)); }, method + " " + r.mode);
-    r.peak_bytes = memory::peak_bytes() - base;
-    r.losses = t.losses;
-    r.compile_s = t.compile_s;
-    r.tokens_per_s = t.tokens_per_s;
+    record_step_times(r, t, memory::peak_bytes() - base);
   }
   return r;
 }

@@ -50,11 +50,7 @@ Result run(const BenchShape& shape, const std::string& method, CompileMode mode,
   r.method = method;
   r.mode = compile_mode_name(mode);
   r.dtype = dtype == DType::BF16 ? "bf16" : "fp32";
-  peft::LoraConfig lc;
-  lc.attn_modules = {"q_proj", "v_proj", "output_proj"};
-  lc.apply_to_mlp = true;
-  lc.rank = 16;
-  lc.alpha = 32;
+  peft::LoraConfig lc = bench_lora_config();
   const bool in_bwd = method.size() > 3 && method.substr(method.size() - 3) == "-ib";
   const std::string base_method = in_bwd ? method.substr(0, method.size() - 3) : method;
   lc.quantize_base = base_method == "qlora";

@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "step_runner.h"
+
 namespace fusetune::bench {
 
 struct MethodModeResult {
@@ -16,6 +18,14 @@ struct MethodModeResult {
   int64_t peak_bytes = 0;
   std::vector<double> losses;
 };
+
+// `r` takes what run_recipe_step measured and the run's peak.
+inline void record_step_times(MethodModeResult& r, const RecipeStepTimes& t, int64_t peak_bytes) {
+  r.peak_bytes = peak_bytes;
+  r.losses = t.losses;
+  r.compile_s = t.compile_s;
+  r.tokens_per_s = t.tokens_per_s;
+}
 
 inline void print_method_results(const std::string& shape,
                                  const std::vector<MethodModeResult>& results) {

@@ -21,6 +21,7 @@
 #include "fusetune/models/training_graph.h"
 #include "fusetune/optim/adamw.h"
 #include "fusetune/optim/adamw8bit.h"
+#include "fusetune/peft/lora.h"
 #include "fusetune/recipes/training_step.h"
 #include "fusetune/runtime/op_profile.h"
 #include "fusetune/util/error.h"
@@ -193,6 +194,16 @@ inline TimedSteps timed_steps(const BenchShape& shape, const TrainingGraph& tg, 
     t.losses.push_back(out[0].data<float>()[0]);
   }
   return t;
+}
+
+// The LoRA the benchmarks train: q/v/o and the MLP, rank 16, alpha 32.
+inline peft::LoraConfig bench_lora_config() {
+  peft::LoraConfig lc;
+  lc.attn_modules = {"q_proj", "v_proj", "output_proj"};
+  lc.apply_to_mlp = true;
+  lc.rank = 16;
+  lc.alpha = 32;
+  return lc;
 }
 
 // What a recipe's own step measured (run_recipe_step).
