@@ -6,7 +6,9 @@
 // untied, random-init. LoRA: q/v/o + MLP, rank 16, the head frozen; full: every student
 // weight trained, the head included. Forward KL, kd_ratio 0.5.
 //   bench_kd --shape L3-micro --steps 3 [--methods lora,full] [--modes false,model,true]
-//   [--threads 2]
+//   [--dtype fp32|bf16] [--threads 2]
+// bf16: both models' weights (and the LoRA adapters) stored in bf16, as `dtype: bf16` runs;
+// the fused kernel then reads both heads as stored, a tile of rows at a time.
 // Under `compile: true` the KD step hands both models' hidden states and heads to one fused
 // kernel (kernels/cpu/fused_linear_divergence.h); under false and model both [tokens x vocab]
 // logits exist. Prints a table (tokens/s counts the student's B x T positions; the ratios are
@@ -37,7 +39,8 @@ ModelConfig teacher_of(const ModelConfig& s) {
                      false);
 }
 
-Result run(const BenchShape& shape, const std::string& method, CompileMode mode, int steps) {
+Result run(const BenchShape& shape, const std::string& method, CompileMode mode, DType dtype,
+           int steps) {
   Result r;
   r.method = method;
   r.mode = compile_mode_name(mode);
@@ -45,20 +48,21 @@ Result run(const BenchShape& shape, const std::string& method, CompileMode mode,
   const int64_t base = memory::current_bytes();
   {
     TensorMap params = init_parameters(
-        graph_parameters(build_training_graph(shape.config, {}).graph), 1234, DType::F32);
-    const TensorMap teacher_params = init_parameters(
-        graph_parameters(build_training_graph(teacher, {}).graph), 4321, DType::F32);
+        graph_parameters(build_training_graph(shape.config, {}).graph), 1234, dtype);
+    const TensorMap teacher_params =
+        init_parameters(graph_parameters(build_training_graph(teacher, {}).graph), 4321, dtype);
     KdStepOptions o;
     o.student.model = &shape.config;
     o.student.params = &params;
     o.student.trainable = [](const std::string&) { return true; };
     o.student.passes.mode = mode;
+    o.student.dtype = dtype;
     o.teacher = &teacher;
     o.teacher_params = &teacher_params;
     o.kd_ratio = 0.5;
     if (method == "lora") {
       const peft::LoraConfig lc = bench_lora_config();
-      peft::init_adapters(params, shape.config, lc, 1, DType::F32);
+      peft::init_adapters(params, shape.config, lc, 1, dtype);
       o.student.trainable = peft::is_adapter_param;
       o.student.llama = peft::lora_llama_options(lc);
     }
@@ -79,25 +83,29 @@ int main(int argc, char** argv) try {
                        {{"shape", "L3-micro"},
                         {"steps", "3"},
                         {"methods", "lora,full"},
-                        {"modes", "false,model,true"}});
+                        {"modes", "false,model,true"},
+                        {"dtype", "fp32"}});
   const std::string shape_name = args.str("shape"), methods = args.str("methods"),
                     modes = args.str("modes");
   const int steps = int(args.i64("steps"));
+  const std::string dtype_name = args.str("dtype");
+  FT_CHECK(dtype_name == "fp32" || dtype_name == "bf16", "--dtype must be fp32 or bf16");
+  const DType dtype = dtype_name == "bf16" ? DType::BF16 : DType::F32;
   FT_CHECK(steps >= 2, "--steps must be >= 2 (the first step is not timed)");
   const BenchShape& shape = find_shape(shape_name);
   const ModelConfig t = teacher_of(shape.config);
   std::printf(
       "shape %s: vocab %lld, student dim %lld ffn %lld, teacher dim %lld ffn %lld, %lld layers "
-      "each, %lld x %lld tokens; %d threads\n\n",
+      "each, %lld x %lld tokens; %s; %d threads\n\n",
       shape.name.c_str(), (long long)shape.config.vocab_size, (long long)shape.config.hidden_size,
       (long long)shape.config.intermediate_size, (long long)t.hidden_size,
       (long long)t.intermediate_size, (long long)shape.config.num_hidden_layers,
-      (long long)shape.batch, (long long)shape.seq, omp_get_max_threads());
+      (long long)shape.batch, (long long)shape.seq, dtype_name.c_str(), omp_get_max_threads());
   std::vector<Result> results;
   for (const std::string& m : split(methods, ','))
     for (const std::string& c : split(modes, ',')) {
       FT_CHECK(m == "lora" || m == "full", "--methods: unknown method '" + m + "'");
-      results.push_back(run(shape, m, parse_compile_mode(c), steps));
+      results.push_back(run(shape, m, parse_compile_mode(c), dtype, steps));
     }
   print_method_results(shape.name, results);
   return 0;

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <vector>
 
+#include "fusetune/core/dtype.h"
 #include "fusetune/kernels/cpu/divergence.h"
 #include "fusetune/kernels/cpu/fused_linear_divergence.h"
 #include "kernels_test_util.h"
@@ -150,4 +151,59 @@ TEST(FusedDivergenceKernel, FrozenHeadAndForwardOnly) {
     if (p.labels[size_t(i)] == -100) {
       for (int64_t d = 0; d < p.D; ++d) EXPECT_EQ(full.dh[size_t(i * p.D + d)], 0.0);
     }
+}
+
+// bf16 heads (a `dtype: bf16` run), the student's, the teacher's or both, widened a tile at a
+// time inside the chunk's GEMMs: the dense float path on the same widened weights, to float
+// rounding (the tiles change only how the head's products are blocked).
+TEST(FusedDivergenceKernel, Bf16HeadsMatchTheDensePathOnTheirWidenedValues) {
+  const KdProblem p;
+  const DivergenceParams dp = kKinds[2];
+  const auto bf16 = [](const std::vector<double>& x) {
+    std::vector<uint16_t> b;
+    for (double v : x) b.push_back(f32_to_bf16(float(v)));
+    return b;
+  };
+  const auto widened = [](const std::vector<uint16_t>& b) {
+    std::vector<float> f;
+    for (uint16_t v : b) f.push_back(bf16_to_f32(v));
+    return f;
+  };
+  const std::vector<uint16_t> W16 = bf16(p.W), tW16 = bf16(p.tW);
+  const std::vector<float> W = widened(W16), tW = widened(tW16);
+  const std::vector<float> h(p.h.begin(), p.h.end()), th(p.th.begin(), p.th.end());
+  const auto run = [&](bool student_bf16, bool teacher_bf16) {
+    LinearDivergenceInputs<float> in{.h = h.data(),
+                                     .D = p.D,
+                                     .teacher_h = th.data(),
+                                     .teacher_D = p.Dt,
+                                     .labels = p.labels.data(),
+                                     .N = p.N,
+                                     .V = p.V,
+                                     .chunk_rows = 16,
+                                     .divergence = dp};
+    if (student_bf16)
+      in.W_bf16 = W16.data();
+    else
+      in.W = W.data();
+    if (teacher_bf16)
+      in.teacher_W_bf16 = tW16.data();
+    else
+      in.teacher_W = tW.data();
+    Fused<float> f;
+    f.dh.assign(size_t(p.N * p.D), 7.f);
+    f.dW.assign(size_t(p.V * p.D), 7.f);
+    LinearDivergenceGrads<float> g{0.3, 0.7, f.dh.data(), f.dW.data()};
+    f.sums = fused_linear_divergence<float>(in, &g);
+    return f;
+  };
+  const Fused<float> dense = run(false, false);
+  for (auto [s, t] : {std::pair{true, false}, {false, true}, {true, true}}) {
+    SCOPED_TRACE("student bf16 " + std::to_string(s) + " teacher bf16 " + std::to_string(t));
+    const Fused<float> f = run(s, t);
+    EXPECT_NEAR(f.sums[0], dense.sums[0], 1e-6 * std::abs(dense.sums[0]));
+    EXPECT_NEAR(f.sums[1], dense.sums[1], 1e-6 * std::abs(dense.sums[1]) + 1e-7);
+    expect_close(f.dh, dense.dh, 1e-5, 1e-7, "dh");
+    expect_close(f.dW, dense.dW, 1e-5, 1e-7, "dW");
+  }
 }

@@ -150,21 +150,75 @@ TEST(KdStepGraph, FusedHeadsMatchTheUnfusedGraphInEveryCompileMode) {
     }
 }
 
+// bf16 weights (`dtype: bf16`): the fused graph reads both heads as stored, a tile at a time,
+// and under every compile mode gives the unfused bf16 graph's loss, reports and gradients, its
+// teacher logits formed from the same bf16 teacher hidden states and head, to bf16 rounding,
+// for a trained and a frozen student head. Under `compile: true` it fuses and no [tokens x
+// vocab] tensor is left.
+TEST(KdStepGraph, Bf16HeadsFuseAndMatchTheUnfusedBf16Graph) {
+  const DistillationLoss l{KdDivergence::ForwardKL, 0.5, 1.0};
+  for (bool frozen : {false, true}) {
+    SCOPED_TRACE("frozen " + std::to_string(frozen));
+    const ModelConfig cfg = tiny_config(false, false);
+    const int64_t B = 3, T = 12, N = B * T, Dt = 24;
+    TrainingGraphOptions o;
+    o.batch_size = B;
+    o.seq_len = T;
+    o.dtype = DType::BF16;
+    if (frozen) o.trainable = [](const std::string& n) { return n != "lm_head.weight"; };
+    o.loss = distillation_loss_builder(l, 0.4);
+    const TrainingGraph eager = build_training_graph(cfg, o);
+    o.loss = fused_distillation_loss_builder(l, 0.4, Dt);
+    const TrainingGraph fused = build_training_graph(cfg, o);
+    const TensorMap params = init_parameters(graph_parameters(eager.graph), 7, DType::BF16, 0.3);
+    const Batch b = random_batch(B, T, cfg.vocab_size, 11);
+    TensorMap in = batch_inputs(b, DType::F32, 1.0 / double(b.num_valid_labels()));
+    TensorMap ein = in;
+    const Tensor th = random_tensor({N, Dt}, DType::F32, 5, -0.6, 0.6).to(DType::BF16);
+    const Tensor tw = random_tensor({cfg.vocab_size, Dt}, DType::F32, 6, -0.6, 0.6).to(DType::BF16);
+    in["teacher_hidden"] = th;
+    in["teacher_head"] = tw;
+    ein["teacher_logits"] = teacher_logits_of(th.to(DType::F32), tw.to(DType::F32)).to(DType::BF16);
+    const auto want =
+        by_name(eager.graph,
+                compile_graph(eager.graph, {.mode = CompileMode::None}).executor->run(ein, params));
+    for (CompileMode mode : {CompileMode::None, CompileMode::Model, CompileMode::Full}) {
+      SCOPED_TRACE(std::string("compile ") + compile_mode_name(mode));
+      PassOptions po;
+      po.mode = mode;
+      po.ce_chunk_budget_bytes = po.tiled_head_ce_chunk_budget_bytes = 1;  // 3 chunks of 16
+      const CompiledStep step = compile_graph(fused.graph, po);
+      const auto got = by_name(fused.graph, step.executor->run(in, params));
+      ASSERT_EQ(got.size(), want.size());
+      for (const auto& [name, t] : want) {
+        ASSERT_TRUE(got.count(name)) << name;
+        EXPECT_LT(max_rel_diff(got.at(name), t), name == "loss" ? 1e-2 : 3e-2) << name;
+      }
+      if (mode != CompileMode::Full) continue;
+      EXPECT_TRUE(std::count(step.report.begin(), step.report.end(),
+                             "fuse_linear_divergence: fused 1 (chunk 16 tokens)"))
+          << ::testing::PrintToString(step.report);
+      for (const Node& n : step.executor->graph().nodes())
+        for (const TensorType& t : n.outputs)
+          EXPECT_NE(t.shape, (Shape{N, cfg.vocab_size})) << op_name(n.op);
+    }
+  }
+}
+
 // The fused divergence has no soft-cap: a model that caps its final logits (Gemma 2), as
-// student or teacher, keeps the logits path, as do bf16, the eager modes and a head hook.
-TEST(KdStepGraph, OnlyUncappedFp32PlainHeadsFuseUnderCompileTrue) {
+// student or teacher, keeps the logits path, as do the eager modes and a head hook.
+TEST(KdStepGraph, OnlyUncappedPlainHeadsFuseUnderCompileTrue) {
   const ModelConfig plain = tiny_config(false, false);
   ModelConfig capped = plain;
   capped.final_logit_softcapping = 30.0;
   const LlamaOptions none;
-  EXPECT_TRUE(kd_fuses_heads(CompileMode::Full, DType::F32, none, plain, plain));
-  EXPECT_FALSE(kd_fuses_heads(CompileMode::Full, DType::F32, none, capped, plain));
-  EXPECT_FALSE(kd_fuses_heads(CompileMode::Full, DType::F32, none, plain, capped));
-  EXPECT_FALSE(kd_fuses_heads(CompileMode::Model, DType::F32, none, plain, plain));
-  EXPECT_FALSE(kd_fuses_heads(CompileMode::Full, DType::BF16, none, plain, plain));
+  EXPECT_TRUE(kd_fuses_heads(CompileMode::Full, none, plain, plain));
+  EXPECT_FALSE(kd_fuses_heads(CompileMode::Full, none, capped, plain));
+  EXPECT_FALSE(kd_fuses_heads(CompileMode::Full, none, plain, capped));
+  EXPECT_FALSE(kd_fuses_heads(CompileMode::Model, none, plain, plain));
   LlamaOptions hooked;
   hooked.head = [](Builder&, Value x, const LinearSite&) { return x; };
-  EXPECT_FALSE(kd_fuses_heads(CompileMode::Full, DType::F32, hooked, plain, plain));
+  EXPECT_FALSE(kd_fuses_heads(CompileMode::Full, hooked, plain, plain));
 }
 
 // The loss is (1 - kd_ratio) CE + kd_ratio KD, each its sum over the labels times the scale.

@@ -58,9 +58,12 @@ std::string run(Graph& g, const PassOptions& opts) {
     const Node bn = g.nodes()[size_t(*b)];
     const int64_t N = g.shape(bn.inputs[1])[0], V = g.shape(bn.inputs[2])[0];
     Attrs a = bn.attrs;
-    // Two [chunk, V] blocks (student and teacher) share the cross-entropy's budget.
+    // Two [chunk, V] blocks (student and teacher) share the cross-entropy's budget; a bf16
+    // head re-formed tile by tile gets the tiled heads' larger one.
+    const bool tiled =
+        g.type(bn.inputs[2]).dtype == DType::BF16 || g.type(bn.inputs[4]).dtype == DType::BF16;
     a.chunk_rows = chunk = kernels::fused_ce_chunk_rows(
-        N, V, int64_t(dtype_size(g.compute_dtype())), opts.ce_budget(false) / 2);
+        N, V, int64_t(dtype_size(g.compute_dtype())), opts.ce_budget(tiled) / 2);
     g.set_region(1);
     const std::vector<Value> f =
         g.add(Op::FusedLinearDivergenceBackward, bn.inputs, a, "fused_linear_divergence");

@@ -90,11 +90,18 @@ template <class T>
 kernels::LinearDivergenceInputs<T> linear_divergence_inputs(const KernelArgs<T>& c) {
   const size_t h = linear_divergence_first(c.n.op);
   kernels::LinearDivergenceInputs<T> in;
+  // In a bf16 graph either head arrives as stored (reads_bf16), widened a tile at a time.
+  const auto head = [&](size_t i, const T*& dense, const uint16_t*& bf16) {
+    if (c.in[i].dtype() == DType::BF16)
+      bf16 = c.in[i].template data<uint16_t>();
+    else
+      dense = c.X(i);
+  };
   in.h = c.X(h);
-  in.W = c.X(h + 1);
+  head(h + 1, in.W, in.W_bf16);
   in.D = c.in[h].dim(1);
   in.teacher_h = c.X(h + 2);
-  in.teacher_W = c.X(h + 3);
+  head(h + 3, in.teacher_W, in.teacher_W_bf16);
   in.teacher_D = c.in[h + 2].dim(1);
   in.labels = c.I(h + 4);
   in.N = c.in[h].dim(0);
@@ -146,9 +153,22 @@ inline constexpr auto kLinearDivergenceScratch = [](const Graph& g, const Node& 
   const size_t h = linear_divergence_first(n.op);
   const int64_t N = g.shape(n.inputs[h])[0];
   const int64_t C = std::max<int64_t>(1, std::min(n.attrs.chunk_rows, N));
-  return kernels::fused_divergence_scratch_bytes(
-      C, g.shape(n.inputs[h])[1], g.shape(n.inputs[h + 2])[1], g.shape(n.inputs[h + 1])[0],
-      int64_t(dtype_size(g.compute_dtype())), h == 1);
+  kernels::DivergenceScratchShape s;
+  s.chunk_rows = C;
+  s.D = g.shape(n.inputs[h])[1];
+  s.teacher_D = g.shape(n.inputs[h + 2])[1];
+  s.V = g.shape(n.inputs[h + 1])[0];
+  s.elem_bytes = int64_t(dtype_size(g.compute_dtype()));
+  s.grads = h == 1;
+  s.student_bf16 = g.type(n.inputs[h + 1]).dtype == DType::BF16;
+  s.teacher_bf16 = g.type(n.inputs[h + 3]).dtype == DType::BF16;
+  return kernels::fused_divergence_scratch_bytes(s);
+};
+
+// Both heads are read as stored: a bf16 head is widened a tile of rows at a time.
+inline constexpr auto kLinearDivergenceReadsBf16 = [](const Node& n, size_t input) {
+  const size_t h = linear_divergence_first(n.op);
+  return input == h + 1 || input == h + 3;
 };
 
 inline constexpr OpDesc kFusedLinearDivergence = {
@@ -193,6 +213,8 @@ inline constexpr OpDesc kFusedLinearDivergence = {
                           a);
         },
     .kernel = kLinearDivergenceKernel,
+    .keeps_f32 = [](size_t output) { return output == 0; },  // the sums, not rounded to bf16
+    .reads_bf16 = kLinearDivergenceReadsBf16,
     .scratch_bytes = kLinearDivergenceScratch,
 };
 
@@ -204,6 +226,8 @@ inline constexpr OpDesc kFusedLinearDivergenceBackward = {
     .shape = kLinearDivergenceShape,
     .no_vjp = kBackwardOp,
     .kernel = kLinearDivergenceKernel,
+    .keeps_f32 = [](size_t output) { return output == 0; },  // the sums, not rounded to bf16
+    .reads_bf16 = kLinearDivergenceReadsBf16,
     .scratch_bytes = kLinearDivergenceScratch,
 };
 

@@ -10,8 +10,7 @@ namespace {
 // Under `compile: true` both LM heads run inside the fused divergence (docs/design.md §3):
 // the teacher's forward stops at its final norm and no [tokens x vocab] tensor exists.
 bool fuses_heads(const KdStepOptions& o) {
-  return kd_fuses_heads(o.student.passes.mode, o.student.dtype, o.student.llama, *o.student.model,
-                        *o.teacher) &&
+  return kd_fuses_heads(o.student.passes.mode, o.student.llama, *o.student.model, *o.teacher) &&
          (!o.student.eval_llama || !o.student.eval_llama->head);
 }
 
@@ -127,10 +126,10 @@ class KdStep final : public TrainingStep {
 
 }  // namespace
 
-bool kd_fuses_heads(CompileMode mode, DType dtype, const LlamaOptions& student,
-                    const ModelConfig& student_model, const ModelConfig& teacher) {
-  return mode == CompileMode::Full && dtype != DType::BF16 && !student.head &&
-         student_model.final_logit_softcapping == 0 && teacher.final_logit_softcapping == 0;
+bool kd_fuses_heads(CompileMode mode, const LlamaOptions& student, const ModelConfig& student_model,
+                    const ModelConfig& teacher) {
+  return mode == CompileMode::Full && !student.head && student_model.final_logit_softcapping == 0 &&
+         teacher.final_logit_softcapping == 0;
 }
 
 std::unique_ptr<TrainingStep> make_kd_step(KdStepOptions opts) {

@@ -24,11 +24,11 @@ struct KdStepOptions {
 
 std::unique_ptr<TrainingStep> make_kd_step(KdStepOptions opts);
 
-// Whether a KD step runs both LM heads inside the fused divergence (docs/design.md §3): fp32
-// weights under `compile: true`, the student's head a plain weight (no LoRA on lm_head, no NF4
-// head) and neither model soft-capping its logits (Gemma 2: the fused op has no cap). The
-// step and `fusetune plan` both ask this.
-bool kd_fuses_heads(CompileMode mode, DType dtype, const LlamaOptions& student,
-                    const ModelConfig& student_model, const ModelConfig& teacher);
+// Whether a KD step runs both LM heads inside the fused divergence (docs/design.md §3): under
+// `compile: true`, fp32 or bf16 weights, the student's head a plain weight (no LoRA on
+// lm_head, no NF4 head) and neither model soft-capping its logits (Gemma 2: the fused op has
+// no cap). The step and `fusetune plan` both ask this.
+bool kd_fuses_heads(CompileMode mode, const LlamaOptions& student, const ModelConfig& student_model,
+                    const ModelConfig& teacher);
 
 }  // namespace fusetune

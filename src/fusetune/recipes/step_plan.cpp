@@ -115,7 +115,7 @@ PlannedStep plan_step(const Config& cfg, const std::string& recipe, const ModelC
                           : dist::kBucketElements;
   s.configured_mode = parse_compile_mode(cfg.str("compile", "false"));
   s.graph = build_training_graph(model, o);
-  if (s.teacher && kd_fuses_heads(CompileMode::Full, o.dtype, o.llama, model, *s.teacher)) {
+  if (s.teacher && kd_fuses_heads(CompileMode::Full, o.llama, model, *s.teacher)) {
     TrainingGraphOptions f = o;
     f.loss = fused_distillation_loss_builder(distillation_loss_from(cfg), cfg.f64("kd_ratio", 0.5),
                                              s.teacher->hidden_size);

@@ -6,11 +6,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "fusetune/core/tensor.h"
+#include "fusetune/kernels/cpu/bf16.h"
 #include "fusetune/kernels/cpu/head_gemm.h"
 #include "fusetune/kernels/cpu/kernels.h"
+#include "fusetune/util/error.h"
 
 namespace fusetune::kernels {
 namespace {
@@ -41,17 +44,11 @@ std::array<double, 2> row_losses(T* zs, T* zt, int32_t y, int64_t V, const Diver
   return {ce, kd};
 }
 
-}  // namespace
-
-int64_t fused_divergence_scratch_bytes(int64_t chunk_rows, int64_t D, int64_t teacher_D, int64_t V,
-                                       int64_t elem_bytes, bool grads) {
-  return (2 * chunk_rows * V + chunk_rows * (D + teacher_D) + (grads ? chunk_rows * D : 0)) *
-         elem_bytes;
-}
-
-template <class T>
-std::array<double, 2> fused_linear_divergence(const LinearDivergenceInputs<T>& in,
-                                              const LinearDivergenceGrads<T>* g) {
+// The sweep over chunks of labelled rows, for any pair of heads (head_gemm.h).
+template <class T, class StudentHead, class TeacherHead>
+std::array<double, 2> fused_divergence(const LinearDivergenceInputs<T>& in,
+                                       const StudentHead& student, const TeacherHead& teacher,
+                                       const LinearDivergenceGrads<T>* g) {
   const int64_t N = in.N, V = in.V, D = in.D, Dt = in.teacher_D;
   const int64_t C = std::max<int64_t>(1, std::min(in.chunk_rows, N));
   // Counted scratch, so the planner's and the run's peak both see it.
@@ -62,7 +59,6 @@ std::array<double, 2> fused_linear_divergence(const LinearDivergenceInputs<T>& i
   Tensor dh_buf = Tensor::empty({g ? C : 0, D}, dtype_of<T>());
   T *zs = zs_buf.data<T>(), *zt = zt_buf.data<T>();
   T *hs = hs_buf.data<T>(), *ht = ht_buf.data<T>(), *dhc = dh_buf.data<T>();
-  const detail::DenseHead<T> student{in.W, D, V}, teacher{in.teacher_W, Dt, V};
   std::vector<int64_t> rows;
   rows.reserve(size_t(C));
   std::vector<std::array<double, 2>> row_loss(static_cast<size_t>(C));
@@ -94,6 +90,51 @@ std::array<double, 2> fused_linear_divergence(const LinearDivergenceInputs<T>& i
     if (g->dW) gemm<T>(true, false, V, D, c, T(1), zs, V, hs, D, T(1), g->dW, D);
   }
   return total;
+}
+
+// A bf16 head widened a tile at a time into its own counted scratch; calls run(head).
+template <class Run>
+std::array<double, 2> with_bf16_head(const uint16_t* W, int64_t D, int64_t V, const Run& run) {
+  const int64_t tr = bf16_tile_rows(V, D);
+  Tensor tile = Tensor::empty({tr, D}, DType::F32);
+  return run(detail::BF16Head<float>{{W, D}, D, V, tr, tile.data<float>()});
+}
+
+// Float: each head dense or bf16.
+std::array<double, 2> fused_float(const LinearDivergenceInputs<float>& in,
+                                  const LinearDivergenceGrads<float>* g) {
+  const auto with_teacher = [&](const auto& student) {
+    if (!in.teacher_W_bf16)
+      return fused_divergence(in, student,
+                              detail::DenseHead<float>{in.teacher_W, in.teacher_D, in.V}, g);
+    return with_bf16_head(in.teacher_W_bf16, in.teacher_D, in.V, [&](const auto& teacher) {
+      return fused_divergence(in, student, teacher, g);
+    });
+  };
+  if (!in.W_bf16) return with_teacher(detail::DenseHead<float>{in.W, in.D, in.V});
+  return with_bf16_head(in.W_bf16, in.D, in.V, with_teacher);
+}
+
+}  // namespace
+
+int64_t fused_divergence_scratch_bytes(const DivergenceScratchShape& s) {
+  const int64_t C = s.chunk_rows;
+  int64_t elems = 2 * C * s.V + C * (s.D + s.teacher_D) + (s.grads ? C * s.D : 0);
+  if (s.student_bf16) elems += bf16_tile_rows(s.V, s.D) * s.D;
+  if (s.teacher_bf16) elems += bf16_tile_rows(s.V, s.teacher_D) * s.teacher_D;
+  return elems * s.elem_bytes;
+}
+
+template <class T>
+std::array<double, 2> fused_linear_divergence(const LinearDivergenceInputs<T>& in,
+                                              const LinearDivergenceGrads<T>* g) {
+  if constexpr (std::is_same_v<T, float>) {
+    return fused_float(in, g);
+  } else {
+    FT_CHECK(!in.W_bf16 && !in.teacher_W_bf16, "fused_linear_divergence: bf16 heads need float");
+    return fused_divergence(in, detail::DenseHead<T>{in.W, in.D, in.V},
+                            detail::DenseHead<T>{in.teacher_W, in.teacher_D, in.V}, g);
+  }
 }
 
 template std::array<double, 2> fused_linear_divergence<float>(const LinearDivergenceInputs<float>&,

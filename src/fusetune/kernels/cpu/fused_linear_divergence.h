@@ -8,7 +8,9 @@
 //   dz = dce (softmax(zs) - onehot(y)) + dkd d(divergence)/dzs
 //   dh_c = dz Ws;  dWs += dz^T hs_c
 // so no [tokens x vocab] tensor of either model exists. The teacher is a constant (no
-// gradient), as torchtune runs it under no_grad. Dense heads, float or double.
+// gradient), as torchtune runs it under no_grad. Dense heads, float or double; in float either
+// head may instead be bf16 (a `dtype: bf16` run), widened a tile of rows at a time inside the
+// chunk's GEMMs as the fused cross-entropy does (head_gemm.h): no fp32 copy of a whole head.
 #include <array>
 #include <cstdint>
 
@@ -18,11 +20,13 @@ namespace fusetune::kernels {
 
 template <class T>
 struct LinearDivergenceInputs {
-  const T* h = nullptr;  // student hidden [N, D]
-  const T* W = nullptr;  // student head [V, D]
+  const T* h = nullptr;              // student hidden [N, D]
+  const T* W = nullptr;              // student head [V, D]
+  const uint16_t* W_bf16 = nullptr;  // or that head in bf16 (T = float only)
   int64_t D = 0;
-  const T* teacher_h = nullptr;  // teacher hidden [N, teacher_D]
-  const T* teacher_W = nullptr;  // teacher head [V, teacher_D]
+  const T* teacher_h = nullptr;              // teacher hidden [N, teacher_D]
+  const T* teacher_W = nullptr;              // teacher head [V, teacher_D]
+  const uint16_t* teacher_W_bf16 = nullptr;  // or that head in bf16 (T = float only)
   int64_t teacher_D = 0;
   const int32_t* labels = nullptr;  // [N], -100: ignored
   int64_t N = 0, V = 0;
@@ -45,8 +49,12 @@ std::array<double, 2> fused_linear_divergence(const LinearDivergenceInputs<T>& i
                                               const LinearDivergenceGrads<T>* grads);
 
 // Bytes of the counted scratch the kernel allocates: both [C, V] logits blocks, the gathered
-// hidden rows of both models and, with gradients, the chunk's dh.
-int64_t fused_divergence_scratch_bytes(int64_t chunk_rows, int64_t D, int64_t teacher_D, int64_t V,
-                                       int64_t elem_bytes, bool grads);
+// hidden rows of both models, with gradients the chunk's dh, and a widened tile of each bf16
+// head.
+struct DivergenceScratchShape {
+  int64_t chunk_rows = 1, D = 0, teacher_D = 0, V = 0, elem_bytes = 4;
+  bool grads = false, student_bf16 = false, teacher_bf16 = false;
+};
+int64_t fused_divergence_scratch_bytes(const DivergenceScratchShape& s);
 
 }  // namespace fusetune::kernels
