@@ -4,6 +4,7 @@
 // float64 finite differences; masked rows (label -100) count nothing.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -131,6 +132,44 @@ TEST(Distillation, MaskedRowsGetNoGradientAndIdenticalModelsNoLoss) {
     EXPECT_NEAR(kernels::divergence_sum<double>(x.student.data(), x.student.data(), x.labels.data(),
                                                 N, V, {kind, 0.3, 1.5}),
                 0.0, 1e-12);
+}
+
+// The float rows (vectorized exps, sums in blocks of 512 lanes then double) against the
+// double rows the test above checks against the definitions: rows of 1,100 logits (three
+// blocks, the last partial), every kind, beta and temperature, the gradient written over the
+// teacher's own logits as the fused kernel does.
+TEST(Distillation, FloatRowsMatchTheDoubleRowsWithinFloatRounding) {
+  constexpr int64_t R = 4, W = 1100;
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<double> u(-8, 8);
+  std::vector<double> s(R * W), t(R * W);
+  for (double& x : s) x = u(rng);
+  for (double& x : t) x = u(rng);
+  const std::vector<int32_t> labels = {1, -100, 7, 3};
+  for (const DistillationLoss& l : all_losses()) {
+    SCOPED_TRACE(std::string(l.name()) + " beta " + std::to_string(l.beta) + " T " +
+                 std::to_string(l.temperature));
+    const kernels::DivergenceParams p{kernels::DivergenceKind(int(l.kind)), l.beta, l.temperature};
+    const std::vector<float> sf(s.begin(), s.end()), tf(t.begin(), t.end());
+    std::vector<double> sd(sf.begin(), sf.end()), td(tf.begin(), tf.end()), dd(R * W);
+    const double want =
+        kernels::divergence_sum<double>(sd.data(), td.data(), labels.data(), R, W, p);
+    EXPECT_NEAR(kernels::divergence_sum<float>(sf.data(), tf.data(), labels.data(), R, W, p), want,
+                2e-6 * std::abs(want) + 1e-6);
+    kernels::divergence_backward<double>(0.7, sd.data(), td.data(), labels.data(), dd.data(), R, W,
+                                         p);
+    std::vector<float> df = tf;  // in place over the teacher's logits
+    for (int64_t r = 0; r < R; ++r)
+      if (labels[size_t(r)] != -100)
+        kernels::divergence_row<float>(&sf[r * W], &df[r * W], W, p, &df[r * W], 0.7);
+    double max_d = 0, err = 0;
+    for (int64_t i = 0; i < R * W; ++i) {
+      if (labels[size_t(i / W)] == -100) continue;
+      max_d = std::max(max_d, std::abs(dd[size_t(i)]));
+      err = std::max(err, std::abs(double(df[size_t(i)]) - dd[size_t(i)]));
+    }
+    EXPECT_LT(err, 1e-5 * max_d);
+  }
 }
 
 TEST(Distillation, BadParametersAreErrors) {

@@ -13,19 +13,25 @@
 #include "fusetune/kernels/cpu/bf16.h"
 #include "fusetune/kernels/cpu/head_gemm.h"
 #include "fusetune/kernels/cpu/kernels.h"
+#include "fusetune/kernels/cpu/row_softmax.h"
+#include "fusetune/kernels/cpu/vexp.h"
 #include "fusetune/util/error.h"
 
 namespace fusetune::kernels {
 namespace {
 
-// logsumexp of x[0..V), in double.
-template <class T>
-double row_lse(const T* x, int64_t V) {
+// logsumexp of x[0..V): in double for double rows; for float rows vexp in float lanes, summed
+// as the fused cross-entropy sums (row_softmax.h).
+double row_lse(const double* x, int64_t V) {
   double mx = -INFINITY;
-  for (int64_t v = 0; v < V; ++v) mx = std::max(mx, double(x[v]));
+  for (int64_t v = 0; v < V; ++v) mx = std::max(mx, x[v]);
   double s = 0;
-  for (int64_t v = 0; v < V; ++v) s += std::exp(double(x[v]) - mx);
+  for (int64_t v = 0; v < V; ++v) s += std::exp(x[v] - mx);
   return mx + std::log(s);
+}
+double row_lse(const float* x, int64_t V) {
+  const float mx = detail::row_max(x, V);
+  return double(mx) + std::log(detail::sum_exp(x, mx, static_cast<float*>(nullptr), V));
 }
 
 // One labelled row: returns {ce, kd}. With gradients, zs := dz, the row's gradient w.r.t. the
@@ -39,7 +45,9 @@ std::array<double, 2> row_losses(T* zs, T* zt, int32_t y, int64_t V, const Diver
   // The divergence's gradient lands in zt: divergence_row reads each teacher logit before
   // it writes that slot (divergence.h).
   const double kd = divergence_row<T>(zs, zt, V, p, zt, g->dkd);
-  for (int64_t v = 0; v < V; ++v) zs[v] = T(g->dce * std::exp(double(zs[v]) - lse) + double(zt[v]));
+  const T dce = T(g->dce), l = T(lse);
+#pragma omp simd
+  for (int64_t v = 0; v < V; ++v) zs[v] = dce * detail::vexp(zs[v] - l) + zt[v];
   zs[y] = T(double(zs[y]) - g->dce);
   return {ce, kd};
 }
