@@ -6,6 +6,7 @@
 
 #include "fusetune/kernels/cpu/kernels.h"
 #include "fusetune/kernels/cpu/vexp.h"
+#include "fusetune/kernels/cpu/vlog.h"
 #include "fusetune/util/error.h"
 #include "kernels_test_util.h"
 
@@ -176,4 +177,24 @@ TEST(KernelsElementwise, VectorExpAccuracy) {
   EXPECT_EQ(kernels::detail::vexp(-1000.0f), 0.0f);
   EXPECT_EQ(kernels::detail::vexp(89.0f), std::numeric_limits<float>::infinity());
   EXPECT_TRUE(std::isnan(kernels::detail::vexp(std::nanf(""))));
+}
+
+TEST(KernelsElementwise, VectorLogAccuracy) {
+  // Relative error within 2 ulp of the result (absolute near x = 1, where log x -> 0) across
+  // the normal floats, and the special values.
+  double worst = 0.0;
+  for (int i = 0; i <= 200000; ++i) {
+    const float x = std::ldexp(1.0f + float(i % 1000) / 1000.0f, i / 1000 - 120);
+    const double want = std::log(static_cast<double>(x));
+    const double err = std::fabs(double(kernels::detail::vlog(x)) - want);
+    worst = std::max(worst, err / std::max(std::fabs(want), 1.0));
+  }
+  EXPECT_LT(worst, 2.0 * std::numeric_limits<float>::epsilon());
+  EXPECT_EQ(kernels::detail::vlog(1.0f), 0.0f);
+  EXPECT_EQ(kernels::detail::vlog(0.0f), -std::numeric_limits<float>::infinity());
+  EXPECT_EQ(kernels::detail::vlog(1e-45f), -std::numeric_limits<float>::infinity());
+  EXPECT_EQ(kernels::detail::vlog(std::numeric_limits<float>::infinity()),
+            std::numeric_limits<float>::infinity());
+  EXPECT_TRUE(std::isnan(kernels::detail::vlog(-1.0f)));
+  EXPECT_TRUE(std::isnan(kernels::detail::vlog(std::nanf(""))));
 }

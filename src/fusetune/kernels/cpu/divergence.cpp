@@ -1,6 +1,7 @@
 // Row-wise divergences for knowledge distillation (divergence.h). Every row is independent:
-// rows run in parallel, each summed in double in the same order whatever the thread count,
-// and the row values are added in row order, so results are bitwise reproducible.
+// rows run in parallel, each summed in the same order whatever the thread count (float rows:
+// vectorized float terms in blocks, the blocks in double; double rows: in double), and the row
+// values are added in row order, so results are bitwise reproducible.
 #include "fusetune/kernels/cpu/divergence.h"
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 
 #include "fusetune/kernels/cpu/row_softmax.h"
 #include "fusetune/kernels/cpu/vexp.h"
+#include "fusetune/kernels/cpu/vlog.h"
 #include "fusetune/util/error.h"
 
 namespace fusetune::kernels {
@@ -78,41 +80,80 @@ inline float kl_term_f32(float log_x, float log_y) {
   return x > 0.f ? x * (log_x - log_y) : 0.f;
 }
 
-// Forward KL (-sum p log q, or with `true_kl` sum p (log p - log q)) and reverse KL in float.
-double kl_row_f32(const float* s, const float* t, int64_t V, DivergenceKind kind, bool true_kl,
-                  float inv_t, float* ds, double grad_scale) {
-  const float ls = float(scaled_lse_f32(s, V, inv_t)), lt = float(scaled_lse_f32(t, V, inv_t));
-  double loss;
-  if (kind == DivergenceKind::ForwardKL) {
-    loss =
-        true_kl
-            ? blocked_sum(
-                  V, [&](int64_t v) { return kl_term_f32(t[v] * inv_t - lt, s[v] * inv_t - ls); })
-            : blocked_sum(V, [&](int64_t v) {
-                return -detail::vexp(t[v] * inv_t - lt) * (s[v] * inv_t - ls);
-              });
-  } else {
-    loss = blocked_sum(
-        V, [&](int64_t v) { return kl_term_f32(s[v] * inv_t - ls, t[v] * inv_t - lt); });
-  }
-  if (!ds) return loss;
-  const float k = float(grad_scale) * inv_t;
-  if (kind == DivergenceKind::ForwardKL) {  // dz = (q - p) / T
+// Each kind's row in float: the loss, and with ds its gradient w.r.t. the student's logits.
+// ds may alias s or t: each iteration reads its own index before writing it.
+struct RowF32 {
+  const float *s, *t;
+  int64_t V;
+  float inv_t, ls, lt;  // 1/T and both log-sum-exps of the scaled logits
+  float lq(int64_t v) const { return s[v] * inv_t - ls; }
+  float lp(int64_t v) const { return t[v] * inv_t - lt; }
+};
+
+// Forward KL: -sum p log q (torchtune), or with `true_kl` sum p (log p - log q); dz = (q - p)/T.
+double forward_kl_f32(const RowF32& r, bool true_kl, float* ds, float k) {
+  const double loss =
+      true_kl ? blocked_sum(r.V, [&](int64_t v) { return kl_term_f32(r.lp(v), r.lq(v)); })
+              : blocked_sum(r.V, [&](int64_t v) { return -detail::vexp(r.lp(v)) * r.lq(v); });
+  if (ds) {
 #pragma omp simd
-    for (int64_t v = 0; v < V; ++v)
-      ds[v] = k * (detail::vexp(s[v] * inv_t - ls) - detail::vexp(t[v] * inv_t - lt));
-    return loss;
-  }
-  // Reverse KL: dz = q (log q - log p - loss) / T. ds may alias s or t: each iteration reads
-  // its own index before writing it.
-  const float mean = float(loss);
-#pragma omp simd
-  for (int64_t v = 0; v < V; ++v) {
-    const float lq = s[v] * inv_t - ls, lp = t[v] * inv_t - lt;
-    const float q = detail::vexp(lq);
-    ds[v] = q > 0.f ? k * q * (lq - lp - mean) : 0.f;
+    for (int64_t v = 0; v < r.V; ++v) ds[v] = k * (detail::vexp(r.lq(v)) - detail::vexp(r.lp(v)));
   }
   return loss;
+}
+
+// Reverse KL: sum q (log q - log p); dz = q (log q - log p - loss) / T.
+double reverse_kl_f32(const RowF32& r, float* ds, float k) {
+  const double loss = blocked_sum(r.V, [&](int64_t v) { return kl_term_f32(r.lq(v), r.lp(v)); });
+  if (ds) {
+    const float mean = float(loss);
+#pragma omp simd
+    for (int64_t v = 0; v < r.V; ++v) {
+      const float lq = r.lq(v), q = detail::vexp(lq);
+      ds[v] = q > 0.f ? k * q * (lq - r.lp(v) - mean) : 0.f;
+    }
+  }
+  return loss;
+}
+
+// Generalized JSD, 0 < beta < 1: beta KL(p||m) + (1 - beta) KL(q||m), m = beta p + (1-beta) q;
+// g = (1 - beta)(log q - log m), dz = q (g - sum q g) / T.
+double jsd_f32(const RowF32& r, float beta, float* ds, float k) {
+  const float b1 = 1.f - beta;
+  const auto log_m = [&](float lp, float lq) {
+    return detail::vlog(beta * detail::vexp(lp) + b1 * detail::vexp(lq));
+  };
+  const double loss = blocked_sum(r.V, [&](int64_t v) {
+    const float lp = r.lp(v), lq = r.lq(v), lm = log_m(lp, lq);
+    return beta * kl_term_f32(lp, lm) + b1 * kl_term_f32(lq, lm);
+  });
+  if (!ds) return loss;
+  const float mean = float(blocked_sum(r.V, [&](int64_t v) {
+    const float lp = r.lp(v), lq = r.lq(v);
+    return b1 * kl_term_f32(lq, log_m(lp, lq));
+  }));
+#pragma omp simd
+  for (int64_t v = 0; v < r.V; ++v) {
+    const float lp = r.lp(v), lq = r.lq(v), q = detail::vexp(lq);
+    ds[v] = q > 0.f ? k * q * (b1 * (lq - log_m(lp, lq)) - mean) : 0.f;
+  }
+  return loss;
+}
+
+double divergence_row_f32(const float* s, const float* t, int64_t V, DivergenceKind kind,
+                          bool true_kl, float beta, float inv_t, float* ds, double grad_scale) {
+  const RowF32 r{
+      s, t, V, inv_t, float(scaled_lse_f32(s, V, inv_t)), float(scaled_lse_f32(t, V, inv_t))};
+  const float k = float(grad_scale) * inv_t;
+  switch (kind) {
+    case DivergenceKind::ForwardKL:
+      return forward_kl_f32(r, true_kl, ds, k);
+    case DivergenceKind::ReverseKL:
+      return reverse_kl_f32(r, ds, k);
+    case DivergenceKind::GeneralizedJSD:
+      break;
+  }
+  return jsd_f32(r, beta, ds, k);
 }
 
 }  // namespace
@@ -127,11 +168,9 @@ double divergence_row(const T* student, const T* teacher, int64_t V, const Diver
   if (kind == DivergenceKind::GeneralizedJSD && p.beta == 0) kind = DivergenceKind::ForwardKL;
   if (kind == DivergenceKind::GeneralizedJSD && p.beta == 1) kind = DivergenceKind::ReverseKL;
   const bool true_kl = p.kind == DivergenceKind::GeneralizedJSD;  // beta 0: KL(p||q) itself
-  if constexpr (std::is_same_v<T, float>) {
-    // The generalized JSD needs log m per element: it keeps the double path.
-    if (kind != DivergenceKind::GeneralizedJSD)
-      return kl_row_f32(student, teacher, V, kind, true_kl, float(inv_t), ds, grad_scale);
-  }
+  if constexpr (std::is_same_v<T, float>)
+    return divergence_row_f32(student, teacher, V, kind, true_kl, float(p.beta), float(inv_t), ds,
+                              grad_scale);
   const double lse_s = scaled_lse(student, V, inv_t), lse_t = scaled_lse(teacher, V, inv_t);
   auto log_q = [&](int64_t v) { return double(student[v]) * inv_t - lse_s; };
   auto log_p = [&](int64_t v) { return double(teacher[v]) * inv_t - lse_t; };
