@@ -7,17 +7,21 @@
 // boundary is bitwise the uninterrupted run, and bad keys are refused by name.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "fusetune/cli/command.h"
+#include "fusetune/config/builtin_configs.h"
 #include "fusetune/config/config.h"
 #include "fusetune/config/recipe_schemas.h"
 #include "fusetune/config/schema.h"
 #include "fusetune/data/datasets/prompts.h"
 #include "fusetune/recipes/grpo_recipes.h"
+#include "fusetune/recipes/recipe_setup.h"
+#include "fusetune/recipes/step_plan.h"
 #include "fusetune/tokenizers/load_tokenizer.h"
 #include "fusetune/util/error.h"
 #include "fusetune/util/fs.h"
@@ -207,6 +211,58 @@ TEST(GrpoRecipe, ResumeAtARolloutBoundaryIsBitwiseAndMidCycleRegenerates) {
       EXPECT_EQ(got.size(), 3u);
     }
   }
+}
+
+// `fusetune plan` plans the GRPO step it runs (recipes/grpo_plan.h): the update on the
+// rollout's rows (2 prompts x 4 samples, a 24-token prompt + 6 generated, padded to 32) and
+// the rollout before it; its peak is within 10% of the measured one (log_peak_memory_stats,
+// two steps: the second holds the optimizer state) in every mode, full and LoRA with a
+// reference (the base). Full GRPO with beta != 0 plans a frozen copy of the weights.
+TEST(GrpoPlan, PlansTheRolloutsRowsAndItsPeakIsTheMeasuredOne) {
+  TempDir tmp;
+  write_problems(tmp / "p.jsonl", 12);
+  write_file_atomic(tmp / "full.yaml", grpo_yaml(tmp / "p.jsonl", false));
+  write_file_atomic(tmp / "lora.yaml", grpo_yaml(tmp / "p.jsonl", true));
+  const auto plan = [&](const std::string& recipe, const std::vector<std::string>& keys) {
+    const bool lora = recipe[0] == 'l';
+    Config cfg = load_config((tmp / (lora ? "lora.yaml" : "full.yaml")).string());
+    cfg.apply_overrides(keys);
+    cfg = with_defaults(cfg, lora ? lora_grpo_schema() : grpo_full_schema());
+    return plan_step(cfg, recipe, model_architecture(cfg));
+  };
+  const std::vector<std::string> shape = {"dataset.max_seq_len=24", "max_steps_per_epoch=2",
+                                          "log_peak_memory_stats=true"};
+  std::vector<std::string> with_reference = shape;
+  with_reference.push_back("loss.beta=0.05");
+  for (const std::string recipe :
+       {"grpo_full_finetune_single_device", "lora_grpo_finetune_single_device"})
+    for (const char* mode : {"false", "model", "true"}) {
+      SCOPED_TRACE(recipe + " compile " + mode);
+      std::vector<std::string> keys = recipe[0] == 'l' ? with_reference : shape;
+      keys.push_back(std::string("compile=") + mode);
+      const fs::path out = tmp / (recipe + mode);
+      ASSERT_EQ(run_grpo(recipe, tmp / (recipe[0] == 'l' ? "lora.yaml" : "full.yaml"), out, keys),
+                0);
+      const PlannedStep s = plan(recipe, keys);
+      ASSERT_TRUE(s.grpo.has_value());
+      EXPECT_EQ(s.options.batch_size, 8);
+      EXPECT_EQ(s.options.seq_len, 32);
+      EXPECT_FALSE(s.grpo->reference_copy);
+      const ModePlan p = plan_step_mode(s, parse_compile_mode(mode));
+      EXPECT_TRUE(std::any_of(p.passes.begin(), p.passes.end(), [](const std::string& l) {
+        return l.rfind("rollout (8 rows", 0) == 0;
+      })) << ::testing::PrintToString(p.passes);
+      const double planned = double(run_peak_bytes(s, p));
+      const double measured = double(logged_peak_bytes(out));
+      std::printf("%s compile %s: measured %.0f B, planned %.0f B\n", recipe.c_str(), mode,
+                  measured, planned);
+      EXPECT_NEAR(planned / measured, 1.0, 0.10);
+    }
+  const PlannedStep alone = plan("grpo_full_finetune_single_device", shape);
+  const PlannedStep copy = plan("grpo_full_finetune_single_device", with_reference);
+  ASSERT_TRUE(copy.grpo && copy.grpo->reference_copy);
+  EXPECT_EQ(plan_step_mode(copy, CompileMode::Full).memory.parameters,
+            2 * plan_step_mode(alone, CompileMode::Full).memory.parameters);
 }
 
 TEST(GrpoRecipe, SchemaRefusesOtherObjectivesAndAcceptsItsKeys) {

@@ -106,7 +106,8 @@ int cmd_plan(const std::vector<std::string>& argv) {
   const peft::ParameterCount params = count_step_parameters(step);
   std::printf(
       "recipe %s: %s model, %lld layers, vocab %lld; step of %lld x %lld tokens%s, the largest "
-      "batch shape the config allows (batch_size x max_seq_len, two rows per DPO pair)\n",
+      "batch shape the config allows (batch_size x max_seq_len, two rows per DPO pair; GRPO: "
+      "grpo_samples rows per prompt, max_generated_tokens after it)\n",
       recipe.c_str(), model.model_type.c_str(), (long long)model.num_hidden_layers,
       (long long)model.vocab_size, (long long)o.batch_size, (long long)T,
       o.packed ? " (packed)" : "");

@@ -32,8 +32,13 @@ std::vector<double> logits_row(const Tensor& logits, int64_t b) {
 }  // namespace
 
 Generator::Generator(const ModelConfig& cfg, const TensorMap& params, LlamaOptions llama,
-                     CompileMode mode, DType dtype)
-    : cfg_(cfg), params_(params), llama_(std::move(llama)), mode_(mode), dtype_(dtype) {}
+                     CompileMode mode, DType dtype, std::shared_ptr<SharedArena> arena)
+    : cfg_(cfg),
+      params_(params),
+      llama_(std::move(llama)),
+      mode_(mode),
+      dtype_(dtype),
+      arena_(std::move(arena)) {}
 
 Executor& Generator::step(int64_t batch, int64_t tokens, int64_t cache_len,
                           double* compile_seconds) {

@@ -49,8 +49,10 @@ struct GenerationResult {
 class Generator {
  public:
   // params: the model's weights by name (adapters included when `llama` applies them).
+  // `arena`: the buffer the compiled steps share; a caller whose own graphs never run during a
+  // generation (GRPO's update) passes theirs, so one buffer serves both.
   Generator(const ModelConfig& cfg, const TensorMap& params, LlamaOptions llama, CompileMode mode,
-            DType dtype);
+            DType dtype, std::shared_ptr<SharedArena> arena = std::make_shared<SharedArena>());
 
   // on_token(row, token) is called as each token is chosen (streaming).
   GenerationResult generate(const std::vector<std::vector<int32_t>>& prompts,
@@ -68,7 +70,7 @@ class Generator {
   LlamaOptions llama_;
   CompileMode mode_;
   DType dtype_;
-  std::shared_ptr<SharedArena> arena_ = std::make_shared<SharedArena>();
+  std::shared_ptr<SharedArena> arena_;
   std::map<std::vector<int64_t>, std::unique_ptr<Executor>> steps_;  // by (B, T, S)
 };
 

@@ -177,7 +177,7 @@ class GrpoStep final : public TrainingStep {
     if (!generator_)
       generator_ = std::make_unique<Generator>(*o_.policy.model, *o_.policy.params,
                                                o_.policy.eval_llama.value_or(o_.policy.llama),
-                                               o_.policy.passes.mode, o_.policy.dtype);
+                                               o_.policy.passes.mode, o_.policy.dtype, arena_);
     return *generator_;
   }
 
@@ -185,6 +185,8 @@ class GrpoStep final : public TrainingStep {
   std::vector<ScoredCompletion> completions(const GrpoRollout& r, const Prepared& p) const;
 
   GrpoStepOptions o_;
+  // The update's, the scoring forwards' and the rollout's graphs run one after the other: one
+  // arena serves them all.
   std::shared_ptr<SharedArena> arena_ = std::make_shared<SharedArena>();
   CompiledGraphs policy_, score_, reference_;
   std::unique_ptr<Generator> generator_;

@@ -4,11 +4,13 @@
 
 #include "fusetune/compile/compiler.h"
 #include "fusetune/distributed/grad_allreduce.h"
+#include "fusetune/models/grpo_graph.h"
 #include "fusetune/models/parameters.h"
 #include "fusetune/peft/lora.h"
 #include "fusetune/quant/qat.h"
 #include "fusetune/recipes/distillation_recipe.h"
 #include "fusetune/recipes/dpo_step.h"
+#include "fusetune/recipes/grpo_recipes.h"
 #include "fusetune/recipes/kd_step.h"
 #include "fusetune/recipes/lora_finetune_single_device.h"
 #include "fusetune/recipes/recipe_setup.h"
@@ -103,6 +105,12 @@ PlannedStep plan_step(const Config& cfg, const std::string& recipe, const ModelC
     s.teacher = model_architecture(teacher_config(cfg));
     o.loss = distillation_loss_builder(distillation_loss_from(cfg), cfg.f64("kd_ratio", 0.5));
   }
+  if (is_grpo_recipe(recipe)) {  // the update on the rollout's rows (grpo_plan.h)
+    s.grpo = grpo_plan_from(cfg, recipe, model, T);
+    o.batch_size = s.grpo->rows;
+    o.seq_len = s.grpo->seq_len;
+    o.loss = grpo_loss_builder(grpo_loss_from(cfg));
+  }
   s.optimizer_state = optimizer_state_ratio(cfg);
   s.optimizer_in_bwd = cfg.boolean("optimizer_in_bwd", false);
   s.activation_checkpointing = cfg.boolean("enable_activation_checkpointing", false);
@@ -147,6 +155,7 @@ ModePlan plan_step_mode(const PlannedStep& s, CompileMode mode, bool ordinary) {
       plan_mode(fused ? s.fused_kd_graph->graph : s.graph.graph, step_pass_options(s, mode),
                 s.optimizer_state, s.optimizer_in_bwd && !ordinary);
   if (s.teacher) add_teacher(s, mode, fused, p);
+  if (s.grpo) add_rollout(*s.grpo, s.model, s.options, step_pass_options(s, mode), p);
   return p;
 }
 

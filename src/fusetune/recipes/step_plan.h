@@ -16,6 +16,7 @@
 #include "fusetune/models/training_graph.h"
 #include "fusetune/peft/nf4_weight.h"
 #include "fusetune/peft/parameter_count.h"
+#include "fusetune/recipes/grpo_plan.h"
 #include "fusetune/util/system_memory.h"
 
 namespace fusetune {
@@ -36,6 +37,9 @@ struct PlannedStep {
   // both heads (fused_distillation_loss_builder; empty when it keeps the logits).
   std::optional<ModelConfig> teacher;
   std::optional<TrainingGraph> fused_kd_graph;
+  // The GRPO recipes: the rollout before each update (grpo_plan.h); `options` and `graph` are
+  // then the update's, on the rollout's rows.
+  std::optional<GrpoPlan> grpo;
   OptimizerStateSize optimizer_state;
   bool optimizer_in_bwd = false;
   bool activation_checkpointing = false;
@@ -68,7 +72,8 @@ bool streams_gradients(const PlannedStep& s);
 // The step in `mode` (activation checkpointing as configured); optimizer_in_bwd as configured
 // unless `ordinary` (the ordinary step, for comparison). A KD step adds its teacher: its
 // weights, and its forward's activations when they exceed the student's step (the teacher
-// runs first, its output, logits or hidden states, is an input of the student's graph).
+// runs first, its output, logits or hidden states, is an input of the student's graph). A GRPO
+// step adds its rollout (grpo_plan.h: add_rollout).
 ModePlan plan_step_mode(const PlannedStep& s, CompileMode mode, bool ordinary = false);
 
 // What the run holds at its peak in `mode`: the step's peak plus, with
