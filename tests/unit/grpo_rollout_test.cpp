@@ -81,6 +81,27 @@ TEST(GrpoRollout, IsSeededAndReadsTheTrainingWeightsInPlace) {
   EXPECT_NE(c.logps, a.logps);
 }
 
+// With a seed per prompt (GRPO's: the step and the prompt's dataset index), a prompt's
+// completions are the same whatever other prompts share its batch (as on another rank, or in
+// another micro-batch), and differ between its samples and from another seed's.
+TEST(GrpoRollout, PerPromptSeedsMakeAPromptsCompletionsIndependentOfItsBatch) {
+  TinyPolicy m;
+  Generator gen(m.cfg, m.params, {}, CompileMode::None, DType::F32);
+  const std::vector<std::vector<int32_t>> prompts = {{3, 7, 1, 20}, {11, 5, 9, 4}, {6, 6, 2, 8}};
+  const GrpoRollout all = generate_rollout(gen, prompts, 3, sampling(9), {101, 202, 303});
+  const GrpoRollout second = generate_rollout(gen, {prompts[1]}, 3, sampling(9), {202});
+  const GrpoRollout last_two =
+      generate_rollout(gen, {prompts[2], prompts[1]}, 3, sampling(9), {303, 202});
+  for (size_t s = 0; s < 3; ++s) {
+    EXPECT_EQ(second.completions[s], all.completions[3 + s]) << "sample " << s;
+    EXPECT_EQ(last_two.completions[3 + s], all.completions[3 + s]) << "sample " << s;
+    EXPECT_EQ(last_two.completions[s], all.completions[6 + s]) << "sample " << s;
+  }
+  EXPECT_NE(all.completions[3], all.completions[4]);
+  EXPECT_NE(generate_rollout(gen, {prompts[1]}, 3, sampling(9), {203}).completions,
+            second.completions);
+}
+
 TEST(GrpoRollout, BatchLabelsTheCompletionTokensOnly) {
   GrpoRollout r;
   r.prompts = {{5, 6, 7}, {8}};

@@ -96,7 +96,12 @@ GenerationResult Generator::generate(const std::vector<std::vector<int32_t>>& pr
     cache.emplace(cfg_, B, S, compute_dtype(dtype_));
     r.stats.kv_cache_bytes = cache->bytes();
   }
-  Sampler sampler(o.sampling, o.seed);
+  FT_CHECK(o.row_seeds.empty() || int64_t(o.row_seeds.size()) == B,
+           "generate: " + std::to_string(o.row_seeds.size()) + " row seeds for " +
+               std::to_string(B) + " prompts");
+  std::vector<Sampler> samplers;
+  if (o.row_seeds.empty()) samplers.emplace_back(o.sampling, o.seed);
+  for (uint64_t seed : o.row_seeds) samplers.emplace_back(o.sampling, seed);
 
   // Runs the step on slots [from, len) of every row; returns the last slot's logits [B, V].
   auto run = [&](int64_t from, int64_t len) {
@@ -140,6 +145,7 @@ GenerationResult Generator::generate(const std::vector<std::vector<int32_t>>& pr
       int32_t id = 0;  // what a finished row is fed (its output is never read)
       if (r.finish_reason[size_t(b)].empty()) {
         const std::vector<double> row = logits_row(logits, b);
+        Sampler& sampler = samplers[o.row_seeds.empty() ? 0 : size_t(b)];
         id = sampler.next(row.data(), int64_t(row.size()));
         r.tokens[size_t(b)].push_back(id);
         ++r.stats.generated_tokens;

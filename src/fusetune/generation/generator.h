@@ -28,6 +28,10 @@ struct GenerationOptions {
   int64_t max_new_tokens = 300;
   SamplingOptions sampling;
   uint64_t seed = 1234;
+  // When set (one per row): each row draws from its own generator seeded so, and its tokens
+  // then do not depend on which other rows share the batch (GRPO's rollouts over any number
+  // of ranks). Otherwise one generator seeded by `seed` draws every row in turn.
+  std::vector<uint64_t> row_seeds;
   std::vector<int32_t> stop_tokens;  // e.g. EOS and the chat template's end of turn
   bool use_kv_cache = true;
 };

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "fusetune/util/error.h"
+#include "fusetune/util/mix64.h"
 
 namespace fusetune {
 
@@ -25,15 +26,6 @@ bool ends_with(const std::string& s, const std::string& suffix) {
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// SplitMix64's output function: a bijective 64-bit mixer.
-inline uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-constexpr uint64_t kGamma = 0x9e3779b97f4a7c15ull;  // SplitMix64's increment
-
 uint64_t name_hash(const std::string& s) {  // FNV-1a
   uint64_t h = 0xcbf29ce484222325ull;
   for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
@@ -42,7 +34,7 @@ uint64_t name_hash(const std::string& s) {  // FNV-1a
 
 // The stream key of one parameter.
 uint64_t stream_key(uint64_t seed, const std::string& name) {
-  return mix64(mix64(seed + kGamma) ^ name_hash(name));
+  return mix64(mix64(seed + kMix64Gamma) ^ name_hash(name));
 }
 
 inline float as_float(uint32_t b) {
@@ -103,7 +95,7 @@ inline void sincos_quarter(float y, float* c, float* s) {
 // 4e10 draws) and 32 for the angle; Box-Muller turns them into two independent standard
 // normals r cos(psi), r sin(psi) with r = sqrt(-2 ln u1) and psi uniform on a full turn.
 inline void normal_pair(uint64_t key, uint64_t j, float* a, float* b) {
-  const uint64_t bits = mix64(key + (j + 1) * kGamma);
+  const uint64_t bits = mix64(key + (j + 1) * kMix64Gamma);
   // Signed 31-bit integers: their conversion to float is one instruction on every SIMD ISA.
   const float u1 = (float(int32_t(bits >> 33)) + 0.5f) * 0x1p-31f;
   // The low 32 bits: the quadrant q (2 bits), then the angle within it (30 bits).

@@ -29,6 +29,8 @@
 #include <cstring>
 #include <string_view>
 
+#include "fusetune/util/mix64.h"
+
 namespace fusetune::bf16 {
 
 inline float to_f32(uint16_t v) {
@@ -58,13 +60,6 @@ inline uint16_t round_stochastic(float v, uint16_t r) {
   return uint16_t((quiet_nan & nan_mask) | (rounded & ~nan_mask));
 }
 
-// SplitMix64's output function (Steele, Lea & Flood 2014): a bijective 64-bit mix.
-inline uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
 // FNV-1a, 64-bit: a parameter name's hash that is the same on every platform and build
 // (std::hash is not).
 inline uint64_t name_hash(std::string_view name) {
@@ -80,13 +75,12 @@ enum class Buffer : int { Value = 0, ExpAvg = 1, ExpAvgSq = 2, Momentum = 3 };
 // The random bits of one (seed, step, parameter): bits(i, buffer) for element i.
 class Stream {
  public:
-  static constexpr uint64_t kGamma = 0x9E3779B97F4A7C15ull;  // SplitMix64's increment
   Stream(uint64_t seed, int64_t step, uint64_t name_hash)
-      : key_(mix64(mix64(mix64(seed + kGamma) ^ uint64_t(step)) + name_hash)) {}
+      : key_(mix64(mix64(mix64(seed + kMix64Gamma) ^ uint64_t(step)) + name_hash)) {}
   Stream(uint64_t seed, int64_t step, std::string_view name)
       : Stream(seed, step, name_hash(name)) {}
   // SplitMix64's i-th output from the key: consecutive indices give independent-looking bits.
-  uint64_t hash(int64_t i) const { return mix64(key_ + (uint64_t(i) + 1) * kGamma); }
+  uint64_t hash(int64_t i) const { return mix64(key_ + (uint64_t(i) + 1) * kMix64Gamma); }
   uint16_t bits(int64_t i, Buffer b) const { return uint16_t(hash(i) >> (48 - 16 * int(b))); }
   uint16_t round(float v, int64_t i, Buffer b) const { return round_stochastic(v, bits(i, b)); }
 

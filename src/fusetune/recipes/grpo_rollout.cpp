@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "fusetune/util/error.h"
+#include "fusetune/util/mix64.h"
 
 namespace fusetune {
 namespace {
@@ -22,11 +23,19 @@ double rollout_token_logp(const Tensor& logits, int64_t row, int32_t token, doub
 }  // namespace
 
 GrpoRollout generate_rollout(Generator& generator, const std::vector<std::vector<int32_t>>& prompts,
-                             int64_t samples, const GenerationOptions& o) {
+                             int64_t samples, const GenerationOptions& o,
+                             const std::vector<uint64_t>& prompt_seeds) {
   FT_CHECK(samples >= 1, "grpo_samples must be >= 1");
+  FT_CHECK(prompt_seeds.empty() || prompt_seeds.size() == prompts.size(),
+           "generate_rollout: one seed per prompt");
   GrpoRollout r;
-  for (const auto& p : prompts)
-    for (int64_t s = 0; s < samples; ++s) r.prompts.push_back(p);
+  GenerationOptions go = o;
+  for (size_t p = 0; p < prompts.size(); ++p)
+    for (int64_t s = 0; s < samples; ++s) {
+      r.prompts.push_back(prompts[p]);
+      if (!prompt_seeds.empty())
+        go.row_seeds.push_back(mix64(prompt_seeds[p] + uint64_t(s + 1) * kMix64Gamma));
+    }
   // Each run's logits [rows, V]; run k chose every unfinished row's k-th token.
   std::vector<Tensor> runs;
   generator.on_logits = [&runs](const Tensor& logits) {
@@ -41,7 +50,7 @@ GrpoRollout generate_rollout(Generator& generator, const std::vector<std::vector
     runs.push_back(std::move(f));
   };
   const double t = o.sampling.temperature > 0 ? o.sampling.temperature : 1.0;
-  GenerationResult g = generator.generate(r.prompts, o);
+  GenerationResult g = generator.generate(r.prompts, go);
   generator.on_logits = nullptr;
   r.completions = std::move(g.tokens);
   for (size_t b = 0; b < r.completions.size(); ++b) {

@@ -19,10 +19,14 @@ struct GrpoRollout {
   std::vector<std::vector<double>> logps;
 };
 
-// Rows p * samples .. p * samples + samples - 1 are prompt p's group. Seeded by o.seed: the
-// same seed, weights and prompts give the same rollout.
+// Rows p * samples .. p * samples + samples - 1 are prompt p's group. With `prompt_seeds`
+// (one per prompt) row (p, s) draws from its own generator seeded by both, so a prompt's
+// completions do not depend on the other prompts of the batch, nor on which rank holds it;
+// without, one generator seeded by o.seed draws every row. Either way the same seeds, weights
+// and prompts give the same rollout.
 GrpoRollout generate_rollout(Generator& generator, const std::vector<std::vector<int32_t>>& prompts,
-                             int64_t samples, const GenerationOptions& o);
+                             int64_t samples, const GenerationOptions& o,
+                             const std::vector<uint64_t>& prompt_seeds = {});
 
 // The rows as a training batch: prompt + completion from position 0, right-padded with pad_id
 // to the longest row rounded up to a multiple of `pad_to`; labels (already shifted) are the

@@ -11,6 +11,7 @@
 #include "fusetune/models/grpo_graph.h"
 #include "fusetune/recipes/grpo_rollout.h"
 #include "fusetune/util/error.h"
+#include "fusetune/util/mix64.h"
 
 namespace fusetune {
 namespace {
@@ -76,7 +77,7 @@ class GrpoStep final : public TrainingStep {
     const bool keep = step % o_.num_iterations != 0 && prepared_.size() == micro.size();
     if (!keep) {
       prepared_.clear();
-      for (size_t k = 0; k < micro.size(); ++k) prepared_.push_back(prepare(micro[k], step, k));
+      for (size_t k = 0; k < micro.size(); ++k) prepared_.push_back(prepare(micro[k], step));
     }
     // A kept rollout trains in place of the batch the loop hands its micro-batch now.
     for (size_t k = 0; k < micro.size(); ++k) prepared_[k].key = micro[k].items;
@@ -181,7 +182,7 @@ class GrpoStep final : public TrainingStep {
     return *generator_;
   }
 
-  Prepared prepare(const Batch& prompts, int64_t step, size_t micro);
+  Prepared prepare(const Batch& prompts, int64_t step);
   std::vector<ScoredCompletion> completions(const GrpoRollout& r, const Prepared& p) const;
 
   GrpoStepOptions o_;
@@ -211,15 +212,19 @@ std::vector<ScoredCompletion> GrpoStep::completions(const GrpoRollout& r, const 
   return out;
 }
 
-Prepared GrpoStep::prepare(const Batch& prompts, int64_t step, size_t micro) {
+Prepared GrpoStep::prepare(const Batch& prompts, int64_t step) {
   Prepared p;
   p.items = prompts.items;
   std::vector<std::vector<int32_t>> ids;
   for (int64_t i : p.items) ids.push_back(o_.prompts->get(i).tokens);
-  GenerationOptions g = o_.generation;
-  g.seed = o_.generation.seed + 1000003ull * uint64_t(step) + uint64_t(micro);
+  // Each prompt's completions are seeded by the run's seed, the step and the prompt's dataset
+  // index: the same whichever micro-batch or rank holds it, or how many ranks there are.
+  std::vector<uint64_t> seeds;
+  for (int64_t i : p.items)
+    seeds.push_back(mix64(mix64(o_.generation.seed + kMix64Gamma) ^ uint64_t(step)) +
+                    uint64_t(i) * kMix64Gamma);
   const auto t0 = std::chrono::steady_clock::now();
-  const GrpoRollout r = generate_rollout(generator(), ids, o_.samples, g);
+  const GrpoRollout r = generate_rollout(generator(), ids, o_.samples, o_.generation, seeds);
   const double gen_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   p.batch = rollout_batch(r, int32_t(o_.tokenizer->pad_id()), o_.pad_to);
   p.mask = completion_mask(p.batch);

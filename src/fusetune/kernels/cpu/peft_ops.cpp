@@ -3,26 +3,16 @@
 #include <cmath>
 
 #include "fusetune/kernels/cpu/parallel.h"
+#include "fusetune/util/mix64.h"
 
 namespace fusetune::kernels {
-namespace {
-
-// splitmix64's finalizer: a well-mixed 64-bit hash of a counter.
-inline uint64_t mix(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-}  // namespace
-
 template <class T>
 void dropout(const T* x, T* out, int64_t n, double p, uint64_t seed, uint64_t salt) {
-  const uint64_t key = mix(mix(seed + 0x9e3779b97f4a7c15ull) ^ (salt * 0xd1b54a32d192ed03ull));
+  const uint64_t key = mix64(mix64(seed + kMix64Gamma) ^ (salt * 0xd1b54a32d192ed03ull));
   const T keep_scale = T(1.0 / (1.0 - p));
 #pragma omp parallel for schedule(static) if (n >= detail::kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
-    const double u = double(mix(key + uint64_t(i)) >> 11) * (1.0 / 9007199254740992.0);
+    const double u = double(mix64(key + uint64_t(i)) >> 11) * (1.0 / 9007199254740992.0);
     out[i] = u >= p ? x[i] * keep_scale : T(0);
   }
 }
