@@ -587,8 +587,8 @@ TEST(TorchtuneConfigsSweep, NextGemmaConfigsRunTwoSteps) {
 }
 
 // torchtune_configs_next/dev/3B_full_grpo (torchtune's dev GRPO recipe; its header launches
-// dev/grpo_full_finetune_distributed, which fusetune does not have: validate names
-// grpo_full_finetune_single_device, which runs it here): Llama 3.2's family, validated and run
+// dev/grpo_full_finetune_distributed, fusetune's grpo_full_finetune_distributed, run here as
+// one rank): Llama 3.2's family, validated as pasted (only its Hub dataset is missing) and run
 // for two steps with the paths made local and a local GSM8K-like file, one micro-batch per
 // step. CI also shortens the rollout (max_generated_tokens=16, grpo_samples=4; the config's
 // 16 x 512 tokens over the 128K vocabulary take about a minute); FUSETUNE_TORCHTUNE_SWEEP=1
@@ -601,9 +601,12 @@ TEST(TorchtuneConfigsSweep, NextDevGrpoConfigRunsTwoSteps) {
   Sweep sweep(tmp.path(), "torchtune_configs_next");
   const fs::path path = sweep.configs_dir() / "dev/3B_full_grpo.yaml";
   auto v = fusetune::testing::run_fusetune("validate " + quote(path.string()));
+  // As pasted it reads GSM8K from the Hub: the only problem is the missing local source.
   EXPECT_NE(v.code, 0);
-  EXPECT_TRUE(contains(v.out, "pass --recipe grpo_full_finetune_single_device")) << v.out;
-  const Row row = sweep.run("dev/3B_full_grpo", "grpo_full_finetune_single_device", 2,
+  EXPECT_TRUE(contains(v.out, "1 problem in the config for recipe grpo_full_finetune_distributed"))
+      << v.out;
+  EXPECT_TRUE(contains(v.out, "dataset.source")) << v.out;
+  const Row row = sweep.run("dev/3B_full_grpo", "grpo_full_finetune_distributed", 2,
                             std::string(" gradient_accumulation_steps=1") +
                                 (all ? "" : " max_generated_tokens=16 grpo_samples=4"),
                             "llama3_2/3B_full");

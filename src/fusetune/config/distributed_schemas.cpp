@@ -123,6 +123,30 @@ const Schema& full_dpo_distributed_schema() {
   return s;
 }
 
+// GRPO: the rollout generates on whole parameters, which ZeRO-3 does not hold.
+Schema grpo_distributed(const Schema& single, const char* recipe) {
+  Schema s = distributed(single, recipe);
+  s.checks.push_back([](const Config& root, const Config&, Problems& p) {
+    if (root.has("zero_stage") && root.node("zero_stage").IsScalar() &&
+        root.node("zero_stage").Scalar() == "3")
+      p.errors.push_back(
+          "zero_stage 3 shards the parameters, and the GRPO recipes generate their rollouts on "
+          "whole parameters: use zero_stage 0, 1 or 2 (" +
+          root.where("zero_stage") + ")");
+  });
+  return s;
+}
+
+const Schema& grpo_full_distributed_schema() {
+  static const Schema s = grpo_distributed(grpo_full_schema(), "grpo_full_finetune_distributed");
+  return s;
+}
+
+const Schema& lora_grpo_distributed_schema() {
+  static const Schema s = grpo_distributed(lora_grpo_schema(), "lora_grpo_finetune_distributed");
+  return s;
+}
+
 const Schema& lora_finetune_distributed_schema() {
   static const Schema s = distributed(lora_finetune_schema(), "lora_finetune_distributed");
   return s;

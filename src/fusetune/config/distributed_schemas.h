@@ -12,5 +12,8 @@ const Schema& qat_distributed_schema();
 const Schema& qat_lora_finetune_distributed_schema();
 const Schema& lora_dpo_distributed_schema();
 const Schema& full_dpo_distributed_schema();
+// GRPO over ranks: ZeRO 0-2 (the rollout generates on whole parameters).
+const Schema& grpo_full_distributed_schema();
+const Schema& lora_grpo_distributed_schema();
 
 }  // namespace fusetune

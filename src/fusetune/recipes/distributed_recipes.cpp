@@ -5,6 +5,7 @@
 
 #include "fusetune/distributed/communicator.h"
 #include "fusetune/recipes/dpo_recipes.h"
+#include "fusetune/recipes/grpo_recipes.h"
 #include "fusetune/recipes/lora_finetune_single_device.h"
 #include "fusetune/recipes/qat_recipes.h"
 #include "fusetune/recipes/train_loop.h"
@@ -59,6 +60,14 @@ int lora_dpo_distributed(const Config& cfg) {
 
 int full_dpo_distributed(const Config& cfg) {
   return run_ranks(cfg, full_dpo_job("full_dpo_distributed"));
+}
+
+int grpo_full_finetune_distributed(const Config& cfg) {
+  return run_ranks(cfg, full_grpo_job("grpo_full_finetune_distributed"));
+}
+
+int lora_grpo_finetune_distributed(const Config& cfg) {
+  return run_ranks(cfg, lora_grpo_job(cfg, "lora_grpo_finetune_distributed"));
 }
 
 }  // namespace fusetune

@@ -16,5 +16,11 @@ int qat_lora_finetune_distributed(const Config& cfg);
 // is the global pair count (TrainingStep::loss_units).
 int lora_dpo_distributed(const Config& cfg);
 int full_dpo_distributed(const Config& cfg);
+// GRPO: each rank generates, scores and trains its own prompts; a prompt's group lives on one
+// rank (its advantages are local) and its completions are seeded by its dataset index, so
+// they are the same on any number of ranks. The normalizer (micro-batches, or dapo's tokens)
+// is all-reduced as DPO's is.
+int grpo_full_finetune_distributed(const Config& cfg);
+int lora_grpo_finetune_distributed(const Config& cfg);
 
 }  // namespace fusetune

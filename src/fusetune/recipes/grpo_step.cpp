@@ -129,6 +129,12 @@ class GrpoStep final : public TrainingStep {
     return true;
   }
 
+  // The update's order over the micro-batch's rollout rows (ZeRO-2 reduces each gradient as
+  // the backward hands it over, in the order rank 0 broadcasts).
+  std::vector<std::string> gradient_order(const Batch& b) override {
+    return policy_.gradient_order(find(b).batch, &compile_s_);
+  }
+
   // The update's training step and the scoring forwards (half of what a frozen model's
   // forward and input gradients cost), over the rollout's rows; generation is not counted.
   double flops(const Batch& b) const override {

@@ -90,6 +90,12 @@ const std::vector<RecipeInfo>& recipes() {
       {"lora_grpo_finetune_single_device",
        "GRPO of LoRA adapters on one device; the reference is the base without the adapters",
        &lora_grpo_schema(), lora_grpo_finetune_single_device, kLora},
+      {"grpo_full_finetune_distributed",
+       "GRPO of every weight over N data-parallel ranks (MPI): each rank generates and trains "
+       "its own prompts",
+       &grpo_full_distributed_schema(), grpo_full_finetune_distributed, on_ranks(kFull)},
+      {"lora_grpo_finetune_distributed", "GRPO of LoRA adapters over N data-parallel ranks (MPI)",
+       &lora_grpo_distributed_schema(), lora_grpo_finetune_distributed, on_ranks(kLora)},
       {"generate",
        "Generate text from a model (and adapter) with a KV cache; also `fusetune generate`",
        &generate_schema(), generate_recipe, kInference},
