@@ -13,6 +13,7 @@
 #include "fusetune/recipes/lora_finetune_single_device.h"
 #include "fusetune/recipes/qat_recipes.h"
 #include "fusetune/recipes/recipe_inference.h"
+#include "fusetune/recipes/reward_recipes.h"
 #include "fusetune/util/error.h"
 #include "fusetune/util/strings.h"
 
@@ -25,6 +26,7 @@ constexpr RecipeTraits kQat{.trains = true, .qat = true};
 constexpr RecipeTraits kQatLora{.trains = true, .lora = true, .qat = true};
 constexpr RecipeTraits kFullDpo{.trains = true, .dpo = true};
 constexpr RecipeTraits kLoraDpo{.trains = true, .lora = true, .dpo = true};
+constexpr RecipeTraits kReward{.trains = true, .reward = true};
 constexpr RecipeTraits kInference{};
 
 constexpr RecipeTraits on_ranks(RecipeTraits t) {
@@ -90,6 +92,11 @@ const std::vector<RecipeInfo>& recipes() {
       {"lora_grpo_finetune_single_device",
        "GRPO of LoRA adapters on one device; the reference is the base without the adapters",
        &lora_grpo_schema(), lora_grpo_finetune_single_device, kLora},
+      {"reward_model_finetune_single_device",
+       "Reward model training on one device: a sequence classifier (score head) trained on "
+       "preference pairs with TRL RewardTrainer's loss, saved as a Hugging Face "
+       "*ForSequenceClassification checkpoint",
+       &reward_model_schema(), reward_model_finetune_single_device, kReward},
       {"generate",
        "Generate text from a model (and adapter) with a KV cache; also `fusetune generate`",
        &generate_schema(), generate_recipe, kInference},

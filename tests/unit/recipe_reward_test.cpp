@@ -1,0 +1,153 @@
+// reward_model_finetune_single_device without assets: a tiny random classifier (or a causal LM
+// checkpoint turned into one) with the byte tokenizer on preference pairs written here. The
+// compile modes give the same losses, the first loss is about log 2 (scores near 0), the metrics
+// TRL logs are there, and the checkpoint written is a Hugging Face
+// LlamaForSequenceClassification that loads back.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "checks.h"
+#include "fusetune/cli/command.h"
+#include "fusetune/io/hf_checkpoint.h"
+#include "fusetune/util/fs.h"
+#include "metrics_log.h"
+#include "test_support.h"
+#include "tiny_llama.h"
+
+using namespace fusetune;
+using namespace fusetune::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string reward_yaml(const fs::path& out, const fs::path& data) {
+  std::ostringstream s;
+  s << "output_dir: " << out.string() << "\n"
+    << tiny_model_yaml(128) << "  num_labels: 1\n"
+    << "tokenizer:\n  _component_: byte\n  max_seq_len: 64\n"
+    << "dataset:\n  _component_: preference\n  source: " << data.string() << "\n"
+    << "seed: 1\nshuffle: true\nbatch_size: 2\nepochs: 2\n"
+    << "optimizer:\n  _component_: AdamW\n  lr: 1e-2\n  weight_decay: 0.0\n"
+    << "compile: false\nnum_threads: 1\nlog_every_n_steps: 1\nlog_peak_memory_stats: false\n";
+  return s.str();
+}
+
+void write_pairs(const fs::path& p, int n, bool margins = false) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (int i = 0; i < n; ++i) {
+    nlohmann::json row = {{"prompt", "Name a color " + std::to_string(i) + "."},
+                          {"chosen", i % 2 ? "Blue, like the sky." : "Green."},
+                          {"rejected", i % 2 ? "I will not." : "Seven is a number."}};
+    if (margins) row["margin"] = 0.25 * i;
+    rows.push_back(row);
+  }
+  write_file_atomic(p, rows.dump());
+}
+
+}  // namespace
+
+TEST(RewardRecipe, CompileModesAgreeAndItWritesASequenceClassifier) {
+  TempDir tmp;
+  write_pairs(tmp / "pairs.json", 8);
+  write_file_atomic(tmp / "cfg.yaml", reward_yaml(tmp / "run", tmp / "pairs.json"));
+  std::vector<double> by_mode[3];
+  int m = 0;
+  for (const char* mode : {"false", "model", "true"}) {
+    const fs::path out = tmp / (std::string("run_") + mode);
+    ASSERT_EQ(cli::cmd_run({"reward_model_finetune_single_device", "--config",
+                            (tmp / "cfg.yaml").string(), std::string("compile=") + mode,
+                            "output_dir=" + out.string(), "center_rewards_coefficient=0.01"}),
+              0);
+    by_mode[m++] = logged_values(out, "loss");
+  }
+  ASSERT_EQ(by_mode[0].size(), 8u);
+  EXPECT_NEAR(by_mode[0][0], std::log(2.0), 0.05);  // random scores near 0
+  for (int k = 1; k < 3; ++k)
+    for (size_t i = 0; i < by_mode[0].size(); ++i)
+      EXPECT_NEAR(by_mode[k][i], by_mode[0][i], 1e-4 * std::max(1.0, std::abs(by_mode[0][i])))
+          << "mode " << k << " step " << i + 1;
+  const fs::path out = tmp / "run_true";
+  for (const nlohmann::json& j : metrics_lines(out))
+    for (const char* key : {"accuracy", "rewards/chosen", "rewards/rejected", "rewards/margins"})
+      EXPECT_TRUE(j.contains(key)) << key << " in " << j.dump();
+  const nlohmann::json config = nlohmann::json::parse(read_file(out / "epoch_1" / "config.json"));
+  EXPECT_EQ(config.at("architectures"), nlohmann::json::array({"LlamaForSequenceClassification"}));
+  EXPECT_EQ(config.at("pad_token_id"), 258) << "the byte tokenizer's pad id";
+  HFCheckpoint ck = load_hf_checkpoint(out / "epoch_1");
+  EXPECT_EQ(ck.config.num_labels, 1);
+  EXPECT_EQ(ck.tensors.count("score.weight"), 1u);
+  EXPECT_EQ(ck.tensors.count("lm_head.weight"), 0u);
+}
+
+// How users start: a causal LM checkpoint, loaded as a classifier with a fresh score head (no
+// num_labels needed: the recipe trains a classifier of one score).
+TEST(RewardRecipe, StartsFromACausalLmCheckpoint) {
+  TempDir tmp;
+  const fs::path ckpt = write_tiny_checkpoint(tmp.path());
+  write_pairs(tmp / "pairs.json", 4);
+  std::ostringstream s;
+  s << "output_dir: " << (tmp / "run").string() << "\nmodel:\n  init: checkpoint\n"
+    << "checkpointer:\n  checkpoint_dir: " << ckpt.string() << "\n"
+    << "tokenizer:\n  _component_: byte\n  max_seq_len: 64\n"
+    << "dataset:\n  _component_: preference\n  source: " << (tmp / "pairs.json").string() << "\n"
+    << "batch_size: 2\noptimizer:\n  _component_: AdamW\n  lr: 1e-3\nnum_threads: 1\n"
+    << "log_peak_memory_stats: false\n";
+  write_file_atomic(tmp / "cfg.yaml", s.str());
+  ASSERT_EQ(cli::cmd_run(
+                {"reward_model_finetune_single_device", "--config", (tmp / "cfg.yaml").string()}),
+            0);
+  HFCheckpoint ck = load_hf_checkpoint(tmp / "run" / "epoch_0");
+  EXPECT_EQ(ck.config.num_labels, 1);
+  EXPECT_EQ(ck.tensors.count("lm_head.weight"), 0u);
+  EXPECT_EQ(ck.tensors.at("score.weight").shape(), (Shape{1, 32}));
+}
+
+// The margin column enters the loss: lr 0 keeps the scores fixed, so the first step's loss
+// with margins differs from the one without.
+TEST(RewardRecipe, MarginColumnEntersTheLossAndABadOneNamesFileAndLine) {
+  TempDir tmp;
+  write_pairs(tmp / "plain.json", 4);
+  write_pairs(tmp / "margins.json", 4, true);
+  std::vector<double> loss[2];
+  for (int k = 0; k < 2; ++k) {
+    const fs::path data = tmp / (k ? "margins.json" : "plain.json");
+    write_file_atomic(tmp / "cfg.yaml", reward_yaml(tmp / ("run" + std::to_string(k)), data));
+    ASSERT_EQ(cli::cmd_run({"reward_model_finetune_single_device", "--config",
+                            (tmp / "cfg.yaml").string(), "optimizer.lr=0", "shuffle=false"}),
+              0);
+    loss[k] = logged_values(tmp / ("run" + std::to_string(k)), "loss");
+  }
+  ASSERT_EQ(loss[0].size(), loss[1].size());
+  EXPECT_GT(loss[1][1], loss[0][1] + 1e-3) << "margins 0.5, 0.75 raise the second step's loss";
+  write_file_atomic(tmp / "bad.jsonl",
+                    "{\"prompt\": \"a\", \"chosen\": \"b\", \"rejected\": \"c\"}\n"
+                    "{\"prompt\": \"a\", \"chosen\": \"b\", \"rejected\": \"d\", \"margin\": "
+                    "\"big\"}\n");
+  write_file_atomic(tmp / "cfg.yaml", reward_yaml(tmp / "bad", tmp / "bad.jsonl"));
+  const std::string e = error_of([&] {
+    cli::cmd_run({"reward_model_finetune_single_device", "--config", (tmp / "cfg.yaml").string()});
+  });
+  EXPECT_TRUE(contains(e, "bad.jsonl line 2")) << e;
+  EXPECT_TRUE(contains(e, "margin")) << e;
+}
+
+TEST(RewardRecipe, ALossSectionOrSampleDataIsRefused) {
+  TempDir tmp;
+  write_pairs(tmp / "pairs.json", 4);
+  write_file_atomic(tmp / "cfg.yaml", reward_yaml(tmp / "run", tmp / "pairs.json"));
+  const std::string cfg = (tmp / "cfg.yaml").string();
+  EXPECT_TRUE(contains(error_of([&] {
+                         cli::cmd_run({"reward_model_finetune_single_device", "--config", cfg,
+                                       "loss._component_=DPOLoss"});
+                       }),
+                       "center_rewards_coefficient"));
+  EXPECT_TRUE(contains(error_of([&] {
+                         cli::cmd_run({"reward_model_finetune_single_device", "--config", cfg,
+                                       "dataset._component_=text_completion"});
+                       }),
+                       "needs preference pairs"));
+}
