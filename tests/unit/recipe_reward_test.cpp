@@ -12,8 +12,15 @@
 
 #include "checks.h"
 #include "fusetune/cli/command.h"
+#include "fusetune/compile/compiler.h"
 #include "fusetune/io/hf_checkpoint.h"
+#include "fusetune/models/training_graph.h"
+#include "fusetune/recipes/reward_model_scorer.h"
+#include "fusetune/rewards/reward_set.h"
+#include "fusetune/runtime/eager_executor.h"
+#include "fusetune/tokenizers/load_tokenizer.h"
 #include "fusetune/util/fs.h"
+#include "fusetune/util/strings.h"
 #include "metrics_log.h"
 #include "test_support.h"
 #include "tiny_llama.h"
@@ -150,4 +157,87 @@ TEST(RewardRecipe, ALossSectionOrSampleDataIsRefused) {
                                        "dataset._component_=text_completion"});
                        }),
                        "needs preference pairs"));
+}
+
+// The classifier's score of prompt + completion, from the scoring graph run eagerly on that one
+// text.
+double classifier_score(const HFCheckpoint& ck, const Tokenizer& tok, const std::string& text) {
+  const TensorMap params(ck.tensors.begin(), ck.tensors.end());
+  const std::vector<int32_t> ids = tok.encode(text, tok.default_add_bos(), false);
+  const int64_t T = int64_t(ids.size());
+  Graph g = build_sequence_scores_graph(ck.config, 1, T, DType::F32);
+  Tensor tokens = Tensor::empty({1, T}, DType::I32), positions = Tensor::empty({1, T}, DType::I32);
+  Tensor mask = Tensor::zeros({T}, DType::F32);
+  for (int64_t t = 0; t < T; ++t) {
+    tokens.data<int32_t>()[t] = ids[size_t(t)];
+    positions.data<int32_t>()[t] = int32_t(t);
+  }
+  mask.data<float>()[T - 1] = 1.0f;
+  const TensorMap in = {{"tokens", tokens}, {"positions", positions}, {"last_token_mask", mask}};
+  return double(EagerExecutor(g).run(in, params)[0].data<float>()[0]);
+}
+
+// GRPO with a `reward_model` reward: the classifier trained by the recipe scores each completion.
+// The reward set's scorer gives the classifier's score of prompt + completion (one batch of
+// texts of different lengths, every compile mode), and a GRPO run with it as its only weighted
+// reward logs that term as its reward.
+TEST(RewardRecipe, GrpoScoresCompletionsWithTheTrainedRewardModel) {
+  TempDir tmp;
+  write_pairs(tmp / "pairs.json", 4);
+  write_file_atomic(tmp / "rm.yaml", reward_yaml(tmp / "rm", tmp / "pairs.json"));
+  ASSERT_EQ(cli::cmd_run({"reward_model_finetune_single_device", "--config",
+                          (tmp / "rm.yaml").string(), "epochs=1"}),
+            0);
+  const fs::path rm = tmp / "rm" / "epoch_0";
+  const HFCheckpoint ck = load_hf_checkpoint(rm);
+  auto tok = load_tokenizer("byte", "");
+  std::vector<ScoredCompletion> batch(3);
+  batch[0] = {"Q What is 1 plus 2? A", " It is 3.", 9, true, {}};
+  batch[1] = {"Q What is 5 plus 2? A", " Seven is a number and more words follow", 40, false, {}};
+  batch[2] = {"Q x A", "!", 1, true, {}};
+  const Config section =
+      Config::from_string("reward_model: {checkpoint_dir: " + rm.string() + "}\n", "r.yaml");
+  for (CompileMode mode : {CompileMode::None, CompileMode::Model, CompileMode::Full}) {
+    const RewardSet set = RewardSet::from_config(
+        section, [&](const Config& c) { return reward_model_scorer(c, *tok, mode); });
+    const RewardSet::Scores s = set.score(batch);
+    for (size_t i = 0; i < batch.size(); ++i)
+      EXPECT_NEAR(s.total[i], classifier_score(ck, *tok, batch[i].prompt + batch[i].completion),
+                  1e-5)
+          << "completion " << i << " compile " << compile_mode_name(mode);
+  }
+  EXPECT_TRUE(contains(error_of([&] { RewardSet::from_config(section); }), "GRPO recipes"));
+
+  std::string rows;
+  for (int i = 0; i < 4; ++i)
+    rows += nlohmann::json({{"question", "What is " + std::to_string(i) + " plus 2?"},
+                            {"answer", "#### " + std::to_string(i + 2)}})
+                .dump() +
+            "\n";
+  write_file_atomic(tmp / "p.jsonl", rows);
+  std::ostringstream y;
+  y << "output_dir: " << (tmp / "grpo").string() << "\n"
+    << tiny_model_yaml(128) << "tokenizer:\n  _component_: byte\n"
+    << "dataset:\n  _component_: gsm8k\n  source: " << (tmp / "p.jsonl").string()
+    << "\n  prompt_template: \"Q {question} A\"\n"
+    << "seed: 3\nshuffle: true\nbatch_size: 2\nepochs: 1\nmax_steps_per_epoch: 2\n"
+    << "grpo_samples: 4\nmax_generated_tokens: 6\n"
+    << "rewards:\n  reward_model: {checkpoint_dir: " << rm.string() << "}\n"
+    << "  stop_token: {weight: 0}\n"
+    << "optimizer:\n  _component_: AdamW\n  lr: 1e-2\n  weight_decay: 0.0\n"
+    << "loss:\n  _component_: GRPOLoss\n  beta: 0.0\n"
+    << "compile: true\nnum_threads: 1\nlog_every_n_steps: 1\nlog_peak_memory_stats: false\n";
+  write_file_atomic(tmp / "grpo.yaml", y.str());
+  ASSERT_EQ(
+      cli::cmd_run({"grpo_full_finetune_single_device", "--config", (tmp / "grpo.yaml").string()}),
+      0);
+  const std::vector<double> term = logged_values(tmp / "grpo", "rewards/reward_model");
+  const std::vector<double> reward = logged_values(tmp / "grpo", "reward");
+  const std::vector<double> spread = logged_values(tmp / "grpo", "reward_std");
+  ASSERT_EQ(term.size(), 2u);
+  for (size_t i = 0; i < term.size(); ++i) {
+    EXPECT_TRUE(std::isfinite(term[i]));
+    EXPECT_EQ(reward[i], term[i]) << "step " << i + 1;
+    EXPECT_GT(spread[i], 0.0) << "the completions of a prompt score differently";
+  }
 }

@@ -462,7 +462,8 @@ Schema build_grpo(bool lora) {
             .def("true")
             .doc("divide each advantage by its group's reward standard deviation (TRL's)"));
   s.add(Field::Map("rewards").doc(
-      "the rewards, by kind (answer_match, format, length, stop_token, target_word, external; "
+      "the rewards, by kind (answer_match, format, length, stop_token, target_word, external, "
+      "reward_model; "
       "docs/grpo.md); default: format and answer_match"));
   s.add(Field::Int("num_steps")
             .min(1)
