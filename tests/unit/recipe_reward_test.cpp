@@ -22,6 +22,8 @@
 #include "fusetune/util/fs.h"
 #include "fusetune/util/strings.h"
 #include "metrics_log.h"
+#include "mpi_runs.h"
+#include "recipe_runs.h"
 #include "test_support.h"
 #include "tiny_llama.h"
 
@@ -240,4 +242,70 @@ TEST(RewardRecipe, GrpoScoresCompletionsWithTheTrainedRewardModel) {
     EXPECT_EQ(reward[i], term[i]) << "step " << i + 1;
     EXPECT_GT(spread[i], 0.0) << "the completions of a prompt score differently";
   }
+}
+
+// ---- reward_model_finetune_distributed (2 ranks x 1 thread): 2 ranks x b pairs give the losses
+// and metrics of one process x 2b pairs (fp32, relative 1e-5), since the loss is a mean over the
+// step's pairs and the normalizer is all-reduced over the ranks; a rerun is bitwise identical.
+// (Named Dist*: ctest runs it with the MPI tests.)
+
+namespace {
+
+// Answers of different lengths, so each rank's rows are padded differently.
+fs::path write_reward_pairs(const fs::path& dir) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (int i = 0; i < 32; ++i) {
+    const std::string tail(size_t(i * 7 % 23), char('a' + i % 26));
+    rows.push_back({{"prompt", "Name a color " + std::to_string(i) + "."},
+                    {"chosen", (i % 2 ? "Blue, like the sky " : "Green ") + tail},
+                    {"rejected", (i % 3 ? "I will not " : "Seven is a number ") +
+                                     std::string(size_t(i * 5 % 17), 'z')},
+                    {"margin", 0.1 * (i % 4)}});
+  }
+  const fs::path p = dir / "pairs.json";
+  write_text(p, rows.dump());
+  return p;
+}
+
+std::string dist_reward_yaml(const fs::path& pairs) {
+  std::ostringstream s;
+  s << tiny_model_yaml(128) << "  num_labels: 1\n"
+    << "tokenizer:\n  _component_: byte\n  max_seq_len: 64\n"
+    << "dataset:\n  _component_: preference\n  source: " << pairs.string() << "\n"
+    << "seed: 1\nshuffle: true\nepochs: 1\nmax_steps_per_epoch: 6\n"
+    // lr 1e-3: at 1e-2 AdamW's normalized steps grow the summation-order differences of the
+    // rank sums past 1e-5 by step 6.
+    << "optimizer:\n  _component_: AdamW\n  lr: 1e-3\n  weight_decay: 0.0\n"
+    << "center_rewards_coefficient: 0.01\nclip_grad_norm: 1.0\ncompile: false\n"
+    << "num_threads: 1\nlog_every_n_steps: 1\nlog_peak_memory_stats: false\n";
+  return s.str();
+}
+
+}  // namespace
+
+TEST(DistReward, TwoRanksMatchOneProcessAndRerunsBitwise) {
+  FT_REQUIRE_MPIRUN();
+  const TempDir tmp;
+  const fs::path config = tmp / "reward.yaml";
+  write_text(config, dist_reward_yaml(write_reward_pairs(tmp.path())));
+  const fs::path ref = tmp / "one";
+  run_ok(run_command("reward_model_finetune_single_device", config.string(),
+                     {{"output_dir", ref.string()}, {"batch_size", "4"}}),
+         tmp / "s_one");
+  const std::vector<double> want = losses_of(logged_steps(ref));
+  ASSERT_EQ(want.size(), 6u);
+  Overrides o{{"output_dir", (tmp / "two").string()}, {"batch_size", "2"}, {"zero_stage", "2"}};
+  run_ok(mpirun_command(2, "reward_model_finetune_distributed", config.string(), o), tmp / "s_two");
+  const std::vector<double> got = losses_of(logged_steps(tmp / "two"));
+  expect_same_curve(got, want, "2 ranks x 2 pairs vs 1 x 4");
+  for (const char* key : {"rewards/chosen", "rewards/rejected", "rewards/margins"}) {
+    const std::vector<double> a = logged_values(tmp / "two", key), b = logged_values(ref, key);
+    ASSERT_EQ(a.size(), b.size()) << key;
+    for (size_t i = 0; i < a.size(); ++i)
+      EXPECT_LE(std::abs(a[i] - b[i]), 1e-5 * std::abs(b[i]) + 1e-6) << key << " step " << i + 1;
+  }
+  o["output_dir"] = (tmp / "again").string();
+  run_ok(mpirun_command(2, "reward_model_finetune_distributed", config.string(), o),
+         tmp / "s_again");
+  EXPECT_EQ(losses_of(logged_steps(tmp / "again")), got) << "rerun, bitwise";
 }

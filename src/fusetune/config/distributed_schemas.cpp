@@ -123,6 +123,12 @@ const Schema& full_dpo_distributed_schema() {
   return s;
 }
 
+const Schema& reward_model_distributed_schema() {
+  static const Schema s =
+      distributed(reward_model_schema(), "reward_model_finetune_distributed", true);
+  return s;
+}
+
 const Schema& lora_finetune_distributed_schema() {
   static const Schema s = distributed(lora_finetune_schema(), "lora_finetune_distributed");
   return s;

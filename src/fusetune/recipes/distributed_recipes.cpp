@@ -7,6 +7,7 @@
 #include "fusetune/recipes/dpo_recipes.h"
 #include "fusetune/recipes/lora_finetune_single_device.h"
 #include "fusetune/recipes/qat_recipes.h"
+#include "fusetune/recipes/reward_recipes.h"
 #include "fusetune/recipes/train_loop.h"
 #include "fusetune/util/error.h"
 
@@ -59,6 +60,10 @@ int lora_dpo_distributed(const Config& cfg) {
 
 int full_dpo_distributed(const Config& cfg) {
   return run_ranks(cfg, full_dpo_job("full_dpo_distributed"));
+}
+
+int reward_model_finetune_distributed(const Config& cfg) {
+  return run_ranks(cfg, reward_model_job(cfg, "reward_model_finetune_distributed"));
 }
 
 }  // namespace fusetune

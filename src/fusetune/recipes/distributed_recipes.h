@@ -16,5 +16,7 @@ int qat_lora_finetune_distributed(const Config& cfg);
 // is the global pair count (TrainingStep::loss_units).
 int lora_dpo_distributed(const Config& cfg);
 int full_dpo_distributed(const Config& cfg);
+// The reward model (reward_recipes.h): its loss is a mean over pairs too.
+int reward_model_finetune_distributed(const Config& cfg);
 
 }  // namespace fusetune

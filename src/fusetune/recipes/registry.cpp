@@ -97,6 +97,10 @@ const std::vector<RecipeInfo>& recipes() {
        "preference pairs with TRL RewardTrainer's loss, saved as a Hugging Face "
        "*ForSequenceClassification checkpoint",
        &reward_model_schema(), reward_model_finetune_single_device, kReward},
+      {"reward_model_finetune_distributed",
+       "Reward model training over N data-parallel ranks (MPI): the loss's mean spans every "
+       "rank's pairs",
+       &reward_model_distributed_schema(), reward_model_finetune_distributed, on_ranks(kReward)},
       {"generate",
        "Generate text from a model (and adapter) with a KV cache; also `fusetune generate`",
        &generate_schema(), generate_recipe, kInference},

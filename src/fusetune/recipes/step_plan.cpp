@@ -116,8 +116,8 @@ PlannedStep plan_step(const Config& cfg, const std::string& recipe, const ModelC
   s.activation_checkpointing = cfg.boolean("enable_activation_checkpointing", false);
   s.gradient_accumulation_steps = cfg.i64("gradient_accumulation_steps", 1);
   s.reshard_after_forward = cfg.boolean("fsdp_reshard_after_forward", true);
-  s.overlap_grad_allreduce =
-      cfg.boolean("overlap_grad_allreduce", false) && !traits.dpo && !s.optimizer_in_bwd;
+  s.overlap_grad_allreduce = cfg.boolean("overlap_grad_allreduce", false) && !traits.dpo &&
+                             !traits.reward && !s.optimizer_in_bwd;
   s.bucket_elements = cfg.has("bucket_cap_mb")
                           ? dist::bucket_elements_of_mib(cfg.f64("bucket_cap_mb"))
                           : dist::kBucketElements;
