@@ -121,7 +121,8 @@ TEST(RecipeRegistry, FindRecipe) {
             "lora_finetune_distributed, qat_distributed, qat_lora_finetune_distributed, "
             "lora_dpo_distributed, full_dpo_distributed, grpo_full_finetune_single_device, "
             "lora_grpo_finetune_single_device, grpo_full_finetune_distributed, "
-            "lora_grpo_finetune_distributed, generate, "
+            "lora_grpo_finetune_distributed, reward_model_finetune_single_device, "
+            "reward_model_finetune_distributed, generate, "
             "eval");
 }
 

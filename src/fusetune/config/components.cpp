@@ -367,8 +367,10 @@ ComponentTable checkpointer_table() {
                     "*.safetensors"),
            Field::Enum("model_type", {"LLAMA2", "LLAMA3", "LLAMA3_2", "MISTRAL", "QWEN2", "QWEN3",
                                       "GEMMA", "GEMMA2", "GEMMA3", "llama", "mistral", "qwen2",
-                                      "qwen3", "gemma", "gemma2", "gemma3_text"})
-               .doc("architecture family (also read from config.json)"),
+                                      "qwen3", "gemma", "gemma2", "gemma3_text", "REWARD"})
+               .doc("architecture family (also read from config.json); REWARD: a sequence "
+                    "classifier with one score (a reward or value model; a causal LM "
+                    "checkpoint gets a fresh score head)"),
            Field::String("output_dir").def("${output_dir}").doc("where checkpoints are written"),
            Field::String("recipe_checkpoint")
                .doc("recipe_state file to resume from (default: the latest "

@@ -123,6 +123,8 @@ const Schema& full_dpo_distributed_schema() {
   return s;
 }
 
+namespace {
+
 // GRPO: the rollout generates on whole parameters, which ZeRO-3 does not hold.
 Schema grpo_distributed(const Schema& single, const char* recipe) {
   Schema s = distributed(single, recipe);
@@ -137,6 +139,8 @@ Schema grpo_distributed(const Schema& single, const char* recipe) {
   return s;
 }
 
+}  // namespace
+
 const Schema& grpo_full_distributed_schema() {
   static const Schema s = grpo_distributed(grpo_full_schema(), "grpo_full_finetune_distributed");
   return s;
@@ -144,6 +148,12 @@ const Schema& grpo_full_distributed_schema() {
 
 const Schema& lora_grpo_distributed_schema() {
   static const Schema s = grpo_distributed(lora_grpo_schema(), "lora_grpo_finetune_distributed");
+  return s;
+}
+
+const Schema& reward_model_distributed_schema() {
+  static const Schema s =
+      distributed(reward_model_schema(), "reward_model_finetune_distributed", true);
   return s;
 }
 

@@ -15,5 +15,6 @@ const Schema& full_dpo_distributed_schema();
 // GRPO over ranks: ZeRO 0-2 (the rollout generates on whole parameters).
 const Schema& grpo_full_distributed_schema();
 const Schema& lora_grpo_distributed_schema();
+const Schema& reward_model_distributed_schema();
 
 }  // namespace fusetune

@@ -108,7 +108,12 @@ Field model_field(bool lora_recipe) {
        Field::Float("rms_norm_eps").min(0).doc("RMSNorm epsilon"),
        Field::Bool("tie_word_embeddings").doc("output head shares the embedding matrix"),
        Field::Bool("attention_bias").doc("q/k/v projections have biases (Qwen2)"),
-       int_pos("max_position_embeddings", "longest sequence the model is built for")});
+       int_pos("max_position_embeddings", "longest sequence the model is built for"),
+       int_pos("num_labels",
+               "a sequence classifier (reward / value model) with this many scores: the head "
+               "is `score` [num_labels, hidden_size], read at each sequence's last token; a "
+               "causal LM checkpoint gets it initialized fresh, as transformers does"),
+       int_pos("num_classes", "torchtune's classifier builders' name for num_labels")});
   model.req().doc("the model: from a checkpoint, or a new one (init: random)");
   model.check([lora_recipe](const Config& m, const Config& root, Problems& p) {
     check_model(m, root, p, lora_recipe);
@@ -118,7 +123,8 @@ Field model_field(bool lora_recipe) {
 
 namespace {
 
-void check_objective(const Config& root, bool preference, Problems& p, bool grpo = false);
+void check_objective(const Config& root, bool preference, Problems& p, bool grpo = false,
+                     bool reward = false);
 
 // dataset.packed needs a row length.
 void check_packing(const Config& root, const Config&, Problems& p) {
@@ -131,8 +137,8 @@ void check_packing(const Config& root, const Config&, Problems& p) {
 }
 
 // preference: the DPO recipes' objective (a preference loss on pairs); grpo: the GRPO recipes'
-// (a policy loss on prompts).
-Schema build_full(bool preference = false, bool grpo = false) {
+// (a policy loss on prompts); reward: the reward model's (its own loss on pairs).
+Schema build_full(bool preference = false, bool grpo = false, bool reward = false) {
   Schema s;
   s.recipe = "full_finetune_single_device";
   auto pos_int = [](const char* name, const char* def, const char* help) {
@@ -208,10 +214,12 @@ Schema build_full(bool preference = false, bool grpo = false) {
                  "(enable_activation_checkpointing is what saves activation memory here)"));
   s.add(Field::String("log_level").ignore("fusetune has one log level"));
   s.checks.push_back(check_packing);
-  s.checks.push_back([preference](const Config& root, const Config&, Problems& p) {
+  s.checks.push_back([preference, reward](const Config& root, const Config&, Problems& p) {
     if (!root.has("optimizer_in_bwd") || !root.boolean("optimizer_in_bwd", false)) return;
     const std::string at = " (" + root.where("optimizer_in_bwd") + ")";
-    if (preference)
+    if (reward)
+      p.errors.push_back("optimizer_in_bwd: true is not supported by the reward-model recipe" + at);
+    else if (preference)
       p.errors.push_back("optimizer_in_bwd: true is not supported by the DPO recipes" + at);
     if (root.has("clip_grad_norm") && root.opt_f64("clip_grad_norm"))
       p.errors.push_back(
@@ -225,8 +233,8 @@ Schema build_full(bool preference = false, bool grpo = false) {
           "updated as soon as its gradient is ready)" +
           at);
   });
-  s.checks.push_back([preference, grpo](const Config& root, const Config&, Problems& p) {
-    check_objective(root, preference, p, grpo);
+  s.checks.push_back([preference, grpo, reward](const Config& root, const Config&, Problems& p) {
+    check_objective(root, preference, p, grpo, reward);
   });
   {  // validation loss (torchtune's keys)
     s.add(component_section("dataset_val")
@@ -306,7 +314,7 @@ Schema build_lora(bool preference = false, bool grpo = false) {
 
 // Which losses and datasets a recipe takes: the supervised recipes cross-entropy on samples,
 // the DPO recipes a preference loss on pairs.
-void check_objective(const Config& root, bool preference, Problems& p, bool grpo) {
+void check_objective(const Config& root, bool preference, Problems& p, bool grpo, bool reward) {
   auto component = [&](const char* section, const std::string& def) {
     if (!root.has(section) || !root.is_map(section)) return def;
     Config m = root.sub(section);
@@ -316,6 +324,23 @@ void check_objective(const Config& root, bool preference, Problems& p, bool grpo
       if (c.matches(v)) return c.name;
     return def;  // an unknown name is reported by the section's own check
   };
+  if (reward) {  // TRL RewardTrainer's loss; its one option is center_rewards_coefficient
+    if (root.has("loss"))
+      p.errors.push_back(
+          "config key 'loss': the reward-model recipe trains with TRL RewardTrainer's loss "
+          "(-log sigmoid(r_chosen - r_rejected - margin)), set by center_rewards_coefficient; "
+          "remove the loss section (" +
+          root.where("loss") + ")");
+    for (const char* section : {"dataset", "dataset_val"}) {
+      const std::string data = component(section, "");
+      if (!data.empty() && data != "preference")
+        p.errors.push_back("config key '" + std::string(section) + "._component_' is " + data +
+                           ", but the reward-model recipe needs preference pairs (_component_: "
+                           "preference) (" +
+                           root.where(section) + ")");
+    }
+    return;
+  }
   const std::string loss = component("loss", "cross_entropy");
   const bool grpo_loss = loss == "GRPOSimpleLoss" || loss == "GRPOLoss";
   if (grpo_loss != grpo) {
@@ -389,6 +414,23 @@ Schema build_full_dpo() {
   return s;
 }
 
+// reward_model_finetune_single_device: full fine-tuning's keys on preference pairs, the loss
+// TRL RewardTrainer's (docs/design.md §12).
+Schema build_reward() {
+  Schema s = build_full(true, false, true);
+  s.recipe = "reward_model_finetune_single_device";
+  // The loss is fixed: a `loss` section is refused with the reason (check_objective).
+  std::erase_if(s.fields, [](const Field& f) { return f.name == "loss"; });
+  s.add(Field::Map("loss").doc(
+      "not accepted: the loss is TRL RewardTrainer's, set by center_rewards_coefficient"));
+  s.add(Field::Float("center_rewards_coefficient")
+            .def("0.0")
+            .min(0)
+            .doc("TRL's: adds c * mean((r_chosen + r_rejected)^2) to the loss, which keeps the "
+                 "rewards centred on 0"));
+  return s;
+}
+
 // The GRPO recipes: the training loop's keys, prompts (dataset kind gsm8k) as data, the
 // rollout's keys (torchtune's names; TRL's num_iterations and scale_rewards), the rewards.
 Schema build_grpo(bool lora) {
@@ -420,7 +462,8 @@ Schema build_grpo(bool lora) {
             .def("true")
             .doc("divide each advantage by its group's reward standard deviation (TRL's)"));
   s.add(Field::Map("rewards").doc(
-      "the rewards, by kind (answer_match, format, length, stop_token, target_word, external; "
+      "the rewards, by kind (answer_match, format, length, stop_token, target_word, external, "
+      "reward_model; "
       "docs/grpo.md); default: format and answer_match"));
   s.add(Field::Int("num_steps")
             .min(1)
@@ -556,6 +599,11 @@ const Schema& grpo_full_schema() {
 
 const Schema& lora_grpo_schema() {
   static const Schema s = build_grpo(true);
+  return s;
+}
+
+const Schema& reward_model_schema() {
+  static const Schema s = build_reward();
   return s;
 }
 

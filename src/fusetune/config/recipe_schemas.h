@@ -34,6 +34,10 @@ const Schema& lora_grpo_schema();
 const Schema& qat_schema();
 const Schema& qat_lora_schema();
 
+// reward_model_finetune_single_device: full_finetune's keys on preference pairs (dataset kind
+// preference, no loss section) plus center_rewards_coefficient.
+const Schema& reward_model_schema();
+
 // The `model` map every recipe shares (architecture keys, init, the torchtune builder);
 // lora_recipe: LoRA builder names (lora_*, qlora_*) are accepted.
 Field model_field(bool lora_recipe);

@@ -20,6 +20,10 @@ struct Batch {
                                    // inside a document); empty = plain causal attention
   std::vector<int64_t> items;      // the dataset indices the batch was made from (set by the
                                    // loader; a preference batch has one per pair)
+  std::vector<int32_t> lengths;    // unpacked rows: each row's real tokens, before its padding
+                                   // (a classifier scores the last one; set by collate)
+  std::vector<float> margins;      // preference batches: each pair's `margin` column (0 when
+                                   // absent; the reward model's loss subtracts it)
   int64_t num_valid_labels() const {
     int64_t n = 0;
     for (int32_t l : labels) n += l != kIgnoreIndex;

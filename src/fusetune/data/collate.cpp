@@ -62,6 +62,7 @@ Batch collate(const std::vector<const Sample*>& items, const CollateOptions& o) 
                          " (max_seq_len " + std::to_string(o.max_seq_len) + ")");
     FT_CHECK(!packed || n == T, "collate: packed rows differ in length");
     std::vector<int32_t> shifted = shift_labels(s->labels, s->doc_ids);
+    b.lengths.push_back(static_cast<int32_t>(n));
     b.tokens.insert(b.tokens.end(), s->tokens.begin(), s->tokens.end());
     b.tokens.insert(b.tokens.end(), T - n, o.pad_id);
     b.labels.insert(b.labels.end(), shifted.begin(), shifted.end());

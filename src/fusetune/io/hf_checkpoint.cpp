@@ -108,7 +108,11 @@ std::vector<std::pair<std::string, Shape>> expected_parameters(const ModelConfig
     out.push_back({p + "mlp.down_proj.weight", {D, F}});
   }
   out.push_back({"model.norm.weight", {D}});
-  if (!c.tie_word_embeddings) out.push_back({"lm_head.weight", {V, D}});
+  // A sequence classifier's head is `score` (no bias) instead of lm_head (docs/design.md §12).
+  if (c.num_labels > 0)
+    out.push_back({"score.weight", {c.num_labels, D}});
+  else if (!c.tie_word_embeddings)
+    out.push_back({"lm_head.weight", {V, D}});
   return out;
 }
 

@@ -127,6 +127,27 @@ void parse_layer_options(const Reader& r, const json& j, const ModelFamily& fami
     c.layer_types.push_back((i + 1) % pattern ? "sliding_attention" : "full_attention");
 }
 
+// Whether config.json's `architectures` names a sequence classifier (docs/design.md §12).
+bool names_classifier(const json& j) {
+  if (!j.contains("architectures") || !j["architectures"].is_array() || j["architectures"].empty())
+    return false;
+  const json& a = j["architectures"][0];
+  const std::string suffix = "ForSequenceClassification";
+  return a.is_string() && a.get<std::string>().size() > suffix.size() &&
+         a.get<std::string>().compare(a.get<std::string>().size() - suffix.size(), suffix.size(),
+                                      suffix) == 0;
+}
+
+// transformers' *ForSequenceClassification: num_labels from the key, else from id2label's size,
+// else transformers' default 2; pad_token_id finds each row's last real token there.
+void parse_classifier(const Reader& r, const json& j, ModelConfig& c) {
+  if (!names_classifier(j)) return;
+  int64_t labels = 2;
+  if (j.contains("id2label") && j["id2label"].is_object()) labels = int64_t(j["id2label"].size());
+  c.num_labels = r.integer("num_labels", labels);
+  c.pad_token_id = r.integer("pad_token_id", -1);
+}
+
 }  // namespace
 
 void validate_model_config(const ModelConfig& c, const std::string& src) {
@@ -155,6 +176,8 @@ void validate_model_config(const ModelConfig& c, const std::string& src) {
   FT_CHECK(c.rope_theta > 0 && std::isfinite(c.rope_theta),
            src + ": 'rope_theta' must be positive and finite");
   FT_CHECK(c.sliding_window >= 0, src + ": 'sliding_window' must be positive or null");
+  FT_CHECK(c.num_labels >= 0 && c.num_labels <= (int64_t(1) << 24),
+           src + ": 'num_labels' must be positive, got " + std::to_string(c.num_labels));
   for (auto [key, v] : {std::pair{"attn_logit_softcapping", c.attn_logit_softcapping},
                         {"final_logit_softcapping", c.final_logit_softcapping},
                         {"query_pre_attn_scalar", c.query_pre_attn_scalar},
@@ -259,10 +282,35 @@ ModelConfig parse_model_config(const json& j, const std::string& src) {
        r.boolean("use_sliding_window", false)))
     c.sliding_window = r.integer("sliding_window", family.default_sliding_window);
   parse_layer_options(r, j, family, c, src);
+  parse_classifier(r, j, c);
   c.raw = j;
   validate_model_config(c, src);
   return c;
 }
+
+namespace {
+
+// A classifier's config.json (docs/design.md §12): its *ForSequenceClassification class (also
+// for a causal LM turned into one), id2label/label2id of num_labels entries as transformers
+// writes them, and pad_token_id.
+void write_classifier_keys(const ModelConfig& c, const ModelFamily& family, json& j) {
+  if (!names_classifier(j))
+    j["architectures"] = json::array({sequence_classification_architecture(family)});
+  if (!j.contains("id2label") || !j["id2label"].is_object() ||
+      int64_t(j["id2label"].size()) != c.num_labels) {
+    json id2label = json::object(), label2id = json::object();
+    for (int64_t i = 0; i < c.num_labels; ++i) {
+      id2label[std::to_string(i)] = "LABEL_" + std::to_string(i);
+      label2id["LABEL_" + std::to_string(i)] = i;
+    }
+    j["id2label"] = id2label;
+    j["label2id"] = label2id;
+  }
+  if (j.contains("num_labels")) j["num_labels"] = c.num_labels;
+  if (c.pad_token_id >= 0) j["pad_token_id"] = c.pad_token_id;
+}
+
+}  // namespace
 
 json model_config_to_json(const ModelConfig& c) {
   json j = c.raw.is_object() ? c.raw : json::object();
@@ -331,6 +379,7 @@ json model_config_to_json(const ModelConfig& c) {
   if (family.reads_query_pre_attn_scalar) j["query_pre_attn_scalar"] = c.query_pre_attn_scalar;
   if (family.default_rope_local_base_freq > 0) j["rope_local_base_freq"] = c.rope_local_base_freq;
   if (j.contains("layer_types") || !c.layer_types.empty()) j["layer_types"] = c.layer_types;
+  if (c.num_labels > 0) write_classifier_keys(c, family, j);
   return j;
 }
 

@@ -20,6 +20,8 @@ double training_flops_per_token(const ModelConfig& c, int64_t seq_len,
              linear(p + "mlp.down_proj.weight", F, D);
     total += 3 * 2 * 2 * double(seq_len) * hd * H;
   }
+  // A classifier's head is `score` [num_labels, D] (docs/design.md §12).
+  if (c.num_labels > 0) return total + linear("score.weight", D, double(c.num_labels));
   const std::string head = c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
   total += linear(head, D, double(c.vocab_size));
   return total;

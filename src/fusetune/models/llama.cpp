@@ -171,20 +171,29 @@ LlamaOutputs build_llama(Builder& b, const ModelConfig& cfg, const LlamaInputs& 
   // Gemma 2's final-logit soft-cap: the model returns capped logits, and compile: true folds
   // the Softcap into the fused head kernels (docs/design.md §3).
   const double cap = cfg.final_logit_softcapping;
+  if (cfg.num_labels > 0) {  // a classifier: the score head instead of lm_head (§12)
+    FT_CHECK(!options.head, "build_llama: a sequence classifier's score head takes no head hook");
+    Value score = g.param("score.weight", {cfg.num_labels, D}, trainable("score.weight"));
+    LlamaOutputs out;
+    out.hidden = hidden;
+    out.scores = b.matmul(hidden, score, false, true);
+    return out;
+  }
   if (options.head) {
     // The head as a linear site; a tied head's weight is the embedding.
     const std::string w = cfg.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
     LinearSite site{"lm_head", V, D, trainable(w), w};
     Value logits = options.head(b, hidden, site);
-    return {hidden, Value{}, cap > 0 ? b.softcap(logits, cap) : logits};
+    return {hidden, Value{}, cap > 0 ? b.softcap(logits, cap) : logits, Value{}};
   }
   FT_CHECK(!cfg.tie_word_embeddings || embed.valid(),
            "build_llama: a tied model with an embedding hook needs a head hook too");
   Value head = cfg.tie_word_embeddings
                    ? embed
                    : g.param("lm_head.weight", {V, D}, trainable("lm_head.weight"));
-  if (cap > 0) return {hidden, Value{}, b.softcap(b.matmul(hidden, head, false, true), cap)};
-  return {hidden, head, Value{}};
+  if (cap > 0)
+    return {hidden, Value{}, b.softcap(b.matmul(hidden, head, false, true), cap), Value{}};
+  return {hidden, head, Value{}, Value{}};
 }
 
 }  // namespace fusetune

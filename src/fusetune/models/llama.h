@@ -27,6 +27,9 @@ struct LlamaOutputs {
   Value hidden;   // [B*T, D] after the final norm
   Value lm_head;  // [V, D]: lm_head.weight, or embed_tokens when tied (invalid when `logits`)
   Value logits;   // [B*T, V] only when LlamaOptions::head is set
+  // A sequence classifier (ModelConfig::num_labels > 0) has no LM head: `score.weight`
+  // [num_labels, D] at every position, [B*T, num_labels] (docs/design.md §12).
+  Value scores;
 };
 
 using TrainablePredicate = std::function<bool(const std::string& param_name)>;

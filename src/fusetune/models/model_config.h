@@ -52,6 +52,12 @@ struct ModelConfig {
   // Per layer, "sliding_attention" (attends within sliding_window) or "full_attention"; empty
   // for families without windowed layers (models/model_family.h).
   std::vector<std::string> layer_types;
+  // A sequence classifier (transformers' *ForSequenceClassification, a reward or value model):
+  // the LM head is replaced by `score.weight` [num_labels, hidden_size] (no bias), read at each
+  // sequence's last real token (docs/design.md §12). 0: a causal LM.
+  int64_t num_labels = 0;
+  // config.json's pad_token_id (-1: none), which a classifier's checkpoint keeps.
+  int64_t pad_token_id = -1;
   nlohmann::json raw;  // the config.json as read (or as built for a new model)
 };
 

@@ -59,6 +59,15 @@ bool is_sliding_layer(const ModelConfig& config, int64_t layer) {
          config.layer_types[size_t(layer)] == "sliding_attention";
 }
 
+std::string sequence_classification_architecture(const ModelFamily& family) {
+  std::string arch(family.hf_architecture);
+  const std::string causal = "ForCausalLM";
+  if (arch.size() > causal.size() &&
+      arch.compare(arch.size() - causal.size(), causal.size(), causal) == 0)
+    arch.resize(arch.size() - causal.size());
+  return arch + "ForSequenceClassification";
+}
+
 std::string model_type_list() {
   std::vector<std::string> names;
   for (const ModelFamily& f : model_families()) names.emplace_back(f.model_type);

@@ -86,6 +86,10 @@ const std::vector<ModelFamily>& model_families();
 // and the closest one.
 const ModelFamily& model_family(std::string_view model_type, const std::string& where = "");
 
+// transformers' sequence-classification class of a family ("LlamaForSequenceClassification"):
+// its causal-LM architecture with ForCausalLM replaced (docs/design.md §12).
+std::string sequence_classification_architecture(const ModelFamily& family);
+
 // "llama, mistral, qwen2, qwen3": for messages and schema docs.
 std::string model_type_list();
 

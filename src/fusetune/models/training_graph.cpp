@@ -5,11 +5,16 @@
 #include "fusetune/losses/cross_entropy.h"
 #include "fusetune/losses/distillation.h"
 #include "fusetune/losses/preference.h"
+#include "fusetune/losses/reward.h"
 #include "fusetune/util/error.h"
 
 namespace fusetune {
 
 LossOutputs cross_entropy_loss(Builder& b, const LossContext& c) {
+  FT_CHECK(!c.model.scores.valid(),
+           "the model is a sequence classifier (config.json's architectures names a "
+           "*ForSequenceClassification): it has a score head, no LM head to train with "
+           "cross-entropy; train it with reward_model_finetune_single_device");
   LossOutputs out;
   out.loss = c.model.logits.valid()
                  ? build_cross_entropy_from_logits(b, c.model.logits, c.labels, c.scale)
@@ -35,6 +40,27 @@ LossBuilder preference_loss_builder(const PreferenceLoss& loss) {
                   {"rejected_rewards", l.rejected_rewards},
                   {"policy_logps", s.logps},
                   {"logit_sums", s.logit_sums}};
+    return out;
+  };
+}
+
+LossBuilder reward_loss_builder(const RewardLoss& loss) {
+  return [loss](Builder& b, const LossContext& c) {
+    Graph& g = b.graph();
+    FT_CHECK(c.model.scores.valid(),
+             "a reward model is a sequence classifier: its config needs num_labels (a "
+             "*ForSequenceClassification checkpoint, or model.num_labels)");
+    const int64_t rows = c.batch_size, N = rows * c.seq_len;
+    const DType fd = g.compute_dtype();
+    Value last = g.input("last_token_mask", {N}, fd);
+    Value margins = g.input("margins", {rows / 2}, fd);
+    Value scores = build_last_token_scores(b, c.model.scores, last, rows);  // [rows, L]
+    FT_CHECK(b.shape(scores)[1] == 1, "a reward model has one score (num_labels: 1), this one " +
+                                          std::to_string(b.shape(scores)[1]));
+    RewardLossOutputs l = build_reward_loss(b, loss, b.reshape(scores, {rows}), margins, c.scale);
+    LossOutputs out;
+    out.loss = l.loss;
+    out.report = {{"chosen_rewards", l.chosen_rewards}, {"rejected_rewards", l.rejected_rewards}};
     return out;
   };
 }
@@ -121,6 +147,21 @@ Graph build_hidden_graph(const ModelConfig& cfg, int64_t batch_size, int64_t seq
   in.positions = g.input("positions", {batch_size, seq_len}, DType::I32);
   LlamaOutputs m = build_llama(b, cfg, in, [](const std::string&) { return false; });
   g.mark_output("hidden", m.hidden);
+  verify_graph(g);
+  return g;
+}
+
+Graph build_sequence_scores_graph(const ModelConfig& cfg, int64_t rows, int64_t seq_len,
+                                  DType dtype) {
+  Graph g(dtype);
+  Builder b(g);
+  LlamaInputs in;
+  in.tokens = g.input("tokens", {rows, seq_len}, DType::I32);
+  in.positions = g.input("positions", {rows, seq_len}, DType::I32);
+  Value last = g.input("last_token_mask", {rows * seq_len}, compute_dtype(dtype));
+  LlamaOutputs m = build_llama(b, cfg, in, [](const std::string&) { return false; });
+  FT_CHECK(m.scores.valid(), "build_sequence_scores_graph: the model is not a sequence classifier");
+  g.mark_output("scores", build_last_token_scores(b, m.scores, last, rows));
   verify_graph(g);
   return g;
 }

@@ -49,6 +49,12 @@ LossBuilder distillation_loss_builder(const DistillationLoss& loss, double kd_ra
 LossBuilder fused_distillation_loss_builder(const DistillationLoss& loss, double kd_ratio,
                                             int64_t teacher_dim);
 
+struct RewardLoss;
+// A reward model's loss (losses/reward.h) over 2B rows of a sequence classifier, chosen then
+// rejected. Its inputs: "last_token_mask" [2B*T] (1 at each row's last real token) and
+// "margins" [B]. It reports "chosen_rewards" and "rejected_rewards" [B] (docs/design.md §12).
+LossBuilder reward_loss_builder(const RewardLoss& loss);
+
 struct TrainingGraphOptions {
   int64_t batch_size = 1;
   int64_t seq_len = 1;
@@ -73,6 +79,12 @@ Graph build_logits_graph(const ModelConfig& cfg, int64_t batch_size, int64_t seq
 // Forward only to the final norm, returning "hidden" [B*T, D] (a KD teacher under
 // `compile: true`: its head runs inside the fused divergence).
 Graph build_hidden_graph(const ModelConfig& cfg, int64_t batch_size, int64_t seq_len, DType dtype);
+
+// Forward only, for a sequence classifier (a reward model scoring, evaluation): inputs
+// "tokens", "positions" [rows, T] and "last_token_mask" [rows*T]; output "scores"
+// [rows, num_labels], each row's score at its last real token (docs/design.md §12).
+Graph build_sequence_scores_graph(const ModelConfig& cfg, int64_t rows, int64_t seq_len,
+                                  DType dtype);
 
 // Forward only, for a preference reference model and for evaluation: inputs "tokens",
 // "labels", "positions" [rows, T] (and "doc_ids" when packed) and "response_mask" [rows*T];

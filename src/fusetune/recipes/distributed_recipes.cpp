@@ -8,6 +8,7 @@
 #include "fusetune/recipes/grpo_recipes.h"
 #include "fusetune/recipes/lora_finetune_single_device.h"
 #include "fusetune/recipes/qat_recipes.h"
+#include "fusetune/recipes/reward_recipes.h"
 #include "fusetune/recipes/train_loop.h"
 #include "fusetune/util/error.h"
 
@@ -68,6 +69,10 @@ int grpo_full_finetune_distributed(const Config& cfg) {
 
 int lora_grpo_finetune_distributed(const Config& cfg) {
   return run_ranks(cfg, lora_grpo_job(cfg, "lora_grpo_finetune_distributed"));
+}
+
+int reward_model_finetune_distributed(const Config& cfg) {
+  return run_ranks(cfg, reward_model_job(cfg, "reward_model_finetune_distributed"));
 }
 
 }  // namespace fusetune

@@ -22,5 +22,7 @@ int full_dpo_distributed(const Config& cfg);
 // is all-reduced as DPO's is.
 int grpo_full_finetune_distributed(const Config& cfg);
 int lora_grpo_finetune_distributed(const Config& cfg);
+// The reward model (reward_recipes.h): its loss is a mean over pairs too.
+int reward_model_finetune_distributed(const Config& cfg);
 
 }  // namespace fusetune

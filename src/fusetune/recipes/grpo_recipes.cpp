@@ -9,6 +9,7 @@
 #include "fusetune/recipes/grpo_step.h"
 #include "fusetune/recipes/lora_finetune_single_device.h"
 #include "fusetune/recipes/recipe_setup.h"
+#include "fusetune/recipes/reward_model_scorer.h"
 #include "fusetune/recipes/train_settings.h"
 #include "fusetune/util/error.h"
 
@@ -17,9 +18,13 @@ namespace {
 
 // Without a `rewards` map: the GSM8K rewards the default prompt asks for (tagged reasoning,
 // the answer after "####").
-std::shared_ptr<const RewardSet> rewards_from(const Config& cfg) {
+// A `reward_model` reward's classifier is scored in the policy's compile mode.
+std::shared_ptr<const RewardSet> rewards_from(const Config& cfg, const Tokenizer& tok,
+                                              CompileMode mode) {
   if (cfg.has("rewards"))
-    return std::make_shared<RewardSet>(RewardSet::from_config(cfg.sub("rewards")));
+    return std::make_shared<RewardSet>(RewardSet::from_config(
+        cfg.sub("rewards"),
+        [&tok, mode](const Config& section) { return reward_model_scorer(section, tok, mode); }));
   const Config def = Config::from_string("{format: {}, answer_match: {}}", "the default rewards");
   return std::make_shared<RewardSet>(RewardSet::from_config(def));
 }
@@ -58,7 +63,7 @@ GrpoStepOptions grpo_options(const StepContext& ctx, const Tokenizer& tok) {
            "the GRPO recipes generate from prompts: set dataset._component_: gsm8k "
            "(torchtune.dev.grpo.gsm8k.gsm8k_dataset)");
   o.tokenizer = &tok;
-  o.rewards = rewards_from(cfg);
+  o.rewards = rewards_from(cfg, tok, ctx.step.passes.mode);
   return o;
 }
 

@@ -62,11 +62,14 @@ LoadedModel load_model(const Config& cfg, DType dtype, ParamSink* sink) {
   const std::string init = cfg.str("model.init", "checkpoint");
   if (init == "random") {
     out.config = random_model_config(cfg.sub("model"));
+    if (out.config.num_labels == 0) out.config.num_labels = requested_num_labels(cfg);
     TrainingGraphOptions o;
     o.dtype = dtype;
-    TrainingGraph tg = build_training_graph(out.config, o);
+    // A classifier's parameters: the scoring graph's (it has no LM head to train with CE).
+    const Graph g = out.config.num_labels > 0 ? build_sequence_scores_graph(out.config, 1, 1, dtype)
+                                              : build_training_graph(out.config, o).graph;
     // Gemma's (1 + w) norms start at w = 0, an effective scale of 1 (as transformers').
-    out.params = init_parameters(graph_parameters(tg.graph), config_seed(cfg), dtype,
+    out.params = init_parameters(graph_parameters(g), config_seed(cfg), dtype,
                                  cfg.f64("model.initializer_range", 0.02), sink,
                                  model_family(out.config.model_type).norm_adds_one);
     out.description = "random init (seed " + std::to_string(config_seed(cfg)) + ")";
@@ -82,12 +85,49 @@ LoadedModel load_model(const Config& cfg, DType dtype, ParamSink* sink) {
   out.config = ck.config;
   for (auto& [name, t] : ck.tensors) out.params[name] = std::move(t);
   out.description = out.checkpoint_dir.string();
+  if (const int64_t labels = requested_num_labels(cfg); labels > 0)
+    to_sequence_classifier(out, labels, config_seed(cfg), cfg.f64("model.initializer_range", 0.02));
   return out;
 }
 
 ModelConfig model_architecture(const Config& cfg) {
-  if (cfg.str("model.init", "checkpoint") == "random") return random_model_config(cfg.sub("model"));
-  return load_model_config(cfg.str("checkpointer.checkpoint_dir"));
+  ModelConfig c = cfg.str("model.init", "checkpoint") == "random"
+                      ? random_model_config(cfg.sub("model"))
+                      : load_model_config(cfg.str("checkpointer.checkpoint_dir"));
+  if (const int64_t labels = requested_num_labels(cfg); labels > 0 && c.num_labels == 0)
+    c.num_labels = labels;
+  return c;
+}
+
+int64_t requested_num_labels(const Config& cfg) {
+  if (cfg.has("model.num_labels")) return cfg.i64("model.num_labels");
+  if (cfg.has("model.num_classes")) return cfg.i64("model.num_classes");
+  std::string builder = cfg.str("model._component_", "");
+  builder = builder.substr(builder.rfind('.') == std::string::npos ? 0 : builder.rfind('.') + 1);
+  if (builder.find("_reward_") != std::string::npos) return 1;  // llama2_reward_7b
+  FT_CHECK(builder.size() < 11 || builder.compare(builder.size() - 11, 11, "_classifier") != 0,
+           "model._component_ " + cfg.str("model._component_") +
+               " (torchtune's classifier builder) needs model.num_classes, the number of scores");
+  return cfg.str("checkpointer.model_type", "") == "REWARD" ? 1 : 0;
+}
+
+void to_sequence_classifier(LoadedModel& m, int64_t num_labels, uint64_t seed, double init_std) {
+  if (m.config.num_labels > 0) {
+    FT_CHECK(m.config.num_labels == num_labels,
+             "the checkpoint is a sequence classifier of " + std::to_string(m.config.num_labels) +
+                 " labels, but the config asks for " + std::to_string(num_labels) +
+                 " (model.num_labels)");
+    return;
+  }
+  m.config.num_labels = num_labels;
+  const auto embed = m.params.find("model.embed_tokens.weight");
+  const DType dtype =
+      embed != m.params.end() ? embed->second.dtype() : m.params.begin()->second.dtype();
+  m.params.erase("lm_head.weight");
+  Tensor score = Tensor::empty({num_labels, m.config.hidden_size}, dtype);
+  init_parameter("score.weight", seed, init_std, score);
+  m.params["score.weight"] = std::move(score);
+  m.description += " (as a sequence classifier: score initialized fresh)";
 }
 
 int64_t configured_max_seq_len(const Config& cfg) {

@@ -42,6 +42,17 @@ LoadedModel load_model(const Config& cfg, DType dtype, ParamSink* sink = nullptr
 // The architecture alone (no weights read): for planning.
 ModelConfig model_architecture(const Config& cfg);
 
+// The sequence classifier the config asks for (docs/design.md §12): model.num_labels (or
+// torchtune's num_classes), 1 for torchtune's *_reward_* builders and for
+// checkpointer.model_type REWARD; 0 when it asks for none (the checkpoint decides).
+int64_t requested_num_labels(const Config& cfg);
+
+// Makes `m` a sequence classifier of `num_labels` scores when it is a causal LM, as transformers
+// loads a *ForCausalLM checkpoint into a *ForSequenceClassification: lm_head dropped, `score`
+// initialized fresh (normal, std `init_std`, from `seed`). A classifier with another number of
+// labels is an error; one with as many is left as it is.
+void to_sequence_classifier(LoadedModel& m, int64_t num_labels, uint64_t seed, double init_std);
+
 // The training sequence length the config asks for (dataset.max_seq_len, else
 // tokenizer.max_seq_len), or 0 when unbounded.
 int64_t configured_max_seq_len(const Config& cfg);

@@ -13,6 +13,7 @@
 #include "fusetune/recipes/lora_finetune_single_device.h"
 #include "fusetune/recipes/qat_recipes.h"
 #include "fusetune/recipes/recipe_inference.h"
+#include "fusetune/recipes/reward_recipes.h"
 #include "fusetune/util/error.h"
 #include "fusetune/util/strings.h"
 
@@ -25,6 +26,7 @@ constexpr RecipeTraits kQat{.trains = true, .qat = true};
 constexpr RecipeTraits kQatLora{.trains = true, .lora = true, .qat = true};
 constexpr RecipeTraits kFullDpo{.trains = true, .dpo = true};
 constexpr RecipeTraits kLoraDpo{.trains = true, .lora = true, .dpo = true};
+constexpr RecipeTraits kReward{.trains = true, .reward = true};
 constexpr RecipeTraits kInference{};
 
 constexpr RecipeTraits on_ranks(RecipeTraits t) {
@@ -96,6 +98,15 @@ const std::vector<RecipeInfo>& recipes() {
        &grpo_full_distributed_schema(), grpo_full_finetune_distributed, on_ranks(kFull)},
       {"lora_grpo_finetune_distributed", "GRPO of LoRA adapters over N data-parallel ranks (MPI)",
        &lora_grpo_distributed_schema(), lora_grpo_finetune_distributed, on_ranks(kLora)},
+      {"reward_model_finetune_single_device",
+       "Reward model training on one device: a sequence classifier (score head) trained on "
+       "preference pairs with TRL RewardTrainer's loss, saved as a Hugging Face "
+       "*ForSequenceClassification checkpoint",
+       &reward_model_schema(), reward_model_finetune_single_device, kReward},
+      {"reward_model_finetune_distributed",
+       "Reward model training over N data-parallel ranks (MPI): the loss's mean spans every "
+       "rank's pairs",
+       &reward_model_distributed_schema(), reward_model_finetune_distributed, on_ranks(kReward)},
       {"generate",
        "Generate text from a model (and adapter) with a KV cache; also `fusetune generate`",
        &generate_schema(), generate_recipe, kInference},

@@ -19,6 +19,7 @@ struct RecipeTraits {
   bool qat = false;          // the linear layers are fake-quantized (quant/qat.h)
   bool dpo = false;          // a preference objective on pairs (dpo_step.h)
   bool distributed = false;  // data-parallel ranks (MPI)
+  bool reward = false;       // a sequence classifier trained on pairs (reward_step.h)
 };
 
 struct RecipeInfo {

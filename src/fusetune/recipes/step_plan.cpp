@@ -4,6 +4,7 @@
 
 #include "fusetune/compile/compiler.h"
 #include "fusetune/distributed/grad_allreduce.h"
+#include "fusetune/losses/reward.h"
 #include "fusetune/models/grpo_graph.h"
 #include "fusetune/models/parameters.h"
 #include "fusetune/peft/lora.h"
@@ -101,6 +102,13 @@ PlannedStep plan_step(const Config& cfg, const std::string& recipe, const ModelC
     o.batch_size *= 2;
     o.loss = preference_loss_builder(*s.preference);
   }
+  if (traits.reward) {  // a classifier of one score on B pairs = 2B rows (reward_step.h)
+    if (s.model.num_labels == 0) s.model.num_labels = 1;
+    o.batch_size *= 2;
+    RewardLoss loss;
+    loss.center_rewards_coefficient = cfg.f64("center_rewards_coefficient", 0.0);
+    o.loss = reward_loss_builder(loss);
+  }
   if (is_distillation(recipe)) {  // the student's loss against the teacher (kd_step.h)
     s.teacher = model_architecture(teacher_config(cfg));
     o.loss = distillation_loss_builder(distillation_loss_from(cfg), cfg.f64("kd_ratio", 0.5));
@@ -116,13 +124,13 @@ PlannedStep plan_step(const Config& cfg, const std::string& recipe, const ModelC
   s.activation_checkpointing = cfg.boolean("enable_activation_checkpointing", false);
   s.gradient_accumulation_steps = cfg.i64("gradient_accumulation_steps", 1);
   s.reshard_after_forward = cfg.boolean("fsdp_reshard_after_forward", true);
-  s.overlap_grad_allreduce =
-      cfg.boolean("overlap_grad_allreduce", false) && !traits.dpo && !s.optimizer_in_bwd;
+  s.overlap_grad_allreduce = cfg.boolean("overlap_grad_allreduce", false) && !traits.dpo &&
+                             !traits.reward && !s.optimizer_in_bwd;
   s.bucket_elements = cfg.has("bucket_cap_mb")
                           ? dist::bucket_elements_of_mib(cfg.f64("bucket_cap_mb"))
                           : dist::kBucketElements;
   s.configured_mode = parse_compile_mode(cfg.str("compile", "false"));
-  s.graph = build_training_graph(model, o);
+  s.graph = build_training_graph(s.model, o);
   if (s.teacher && kd_fuses_heads(CompileMode::Full, o.llama, model, *s.teacher)) {
     TrainingGraphOptions f = o;
     f.loss = fused_distillation_loss_builder(distillation_loss_from(cfg), cfg.f64("kd_ratio", 0.5),
@@ -147,7 +155,9 @@ PassOptions step_pass_options(const PlannedStep& s, CompileMode mode) {
   return po;
 }
 
-bool streams_gradients(const PlannedStep& s) { return !s.preference; }
+bool streams_gradients(const PlannedStep& s) {
+  return !s.preference && !recipe_traits(s.recipe).reward;
+}
 
 ModePlan plan_step_mode(const PlannedStep& s, CompileMode mode, bool ordinary) {
   const bool fused = s.fused_kd_graph && mode == CompileMode::Full;
@@ -215,7 +225,8 @@ FitAdvice find_fitting_settings(const Config& cfg, const std::string& recipe,
     advice.hint = std::string("(beyond this list: train adapters instead, with ") +
                   "lora_finetune_single_device and model.quantize_base: true" +
                   (eight_bit ? "" : "; or optimizer: AdamW8bit") +
-                  (in_bwd || traits.dpo ? "" : "; or optimizer_in_bwd: true") + ")";
+                  (in_bwd || traits.dpo || traits.reward ? "" : "; or optimizer_in_bwd: true") +
+                  ")";
   }
   // Combined: the changes that keep the training the same first, then smaller batches, then
   // shorter sequences; the first combination that fits.

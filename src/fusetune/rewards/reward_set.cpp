@@ -45,8 +45,17 @@ void check_reward_keys(const Config& section, const std::vector<std::string>& al
   }
 }
 
-std::function<std::vector<double>(const Completions&)> reward_scorer(const std::string& kind,
-                                                                     const Config& c) {
+CompletionScorer reward_scorer(const std::string& kind, const Config& c,
+                               const RewardModelLoader& reward_model) {
+  if (kind == "reward_model") {
+    FT_CHECK(reward_model, "config key '" + c.full_key("") +
+                               "': a reward model scores completions only in a recipe that "
+                               "loads it (the GRPO recipes)");
+    FT_CHECK(!c.str("checkpoint_dir", "").empty(),
+             "config key '" + c.full_key("checkpoint_dir") +
+                 "' is required: the trained reward model's checkpoint directory");
+    return reward_model(c);
+  }
   if (kind == "answer_match") {
     const std::string marker = c.str("marker", "####"), column = c.str("answer_column", "answer");
     return each_completion(
@@ -88,14 +97,18 @@ std::function<std::vector<double>(const Completions&)> reward_scorer(const std::
 
 const std::vector<std::pair<std::string, std::vector<std::string>>>& RewardSet::kinds() {
   static const std::vector<std::pair<std::string, std::vector<std::string>>> k = {
-      {"answer_match", {"marker", "answer_column"}}, {"format", {"think_tag", "answer_tag"}},
-      {"length", {"min_tokens", "max_tokens"}},      {"stop_token", {}},
-      {"target_word", {"word", "ignore_case"}},      {"external", {"command", "timeout_s"}},
+      {"answer_match", {"marker", "answer_column"}},
+      {"format", {"think_tag", "answer_tag"}},
+      {"length", {"min_tokens", "max_tokens"}},
+      {"stop_token", {}},
+      {"target_word", {"word", "ignore_case"}},
+      {"external", {"command", "timeout_s"}},
+      {"reward_model", {"checkpoint_dir", "checkpoint_files"}},
   };
   return k;
 }
 
-RewardSet RewardSet::from_config(const Config& rewards) {
+RewardSet RewardSet::from_config(const Config& rewards, const RewardModelLoader& reward_model) {
   RewardSet set;
   std::vector<std::string> names;
   for (const auto& [name, keys] : kinds()) names.push_back(name);
@@ -116,7 +129,7 @@ RewardSet RewardSet::from_config(const Config& rewards) {
     auto term = std::make_shared<Term>();
     term->kind = kind;
     term->weight = rewards.is_map(kind) ? c.f64("weight", 1.0) : 1.0;
-    term->score = reward_scorer(kind, c);
+    term->score = reward_scorer(kind, c, reward_model);
     set.terms_.push_back(std::move(term));
   }
   FT_CHECK(!set.terms_.empty(), "config key '" + rewards.full_key("") +

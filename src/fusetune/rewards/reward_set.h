@@ -10,8 +10,10 @@
 //     stop_token: {}
 //     target_word: {word: dog, ignore_case: false}
 //     external: {command: "python3 score.py", timeout_s: 60}  # external_reward.h
+//     reward_model: {checkpoint_dir: /path/to/reward_model}  # a trained classifier's score
 //
 // An unknown kind or key is an Error naming it and the closest known one.
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -22,10 +24,17 @@
 
 namespace fusetune {
 
+// Scores a batch of completions, one value each.
+using CompletionScorer = std::function<std::vector<double>(const std::vector<ScoredCompletion>&)>;
+// Makes the scorer of a `reward_model` reward from its section: the recipe supplies it, since
+// a model lives in a layer above this one (docs/design.md §12).
+using RewardModelLoader = std::function<CompletionScorer(const Config& section)>;
+
 class RewardSet {
  public:
   // `rewards` is the config's `rewards` map (a view: its errors name `rewards.<kind>.<key>`).
-  static RewardSet from_config(const Config& rewards);
+  // `reward_model` loads a `reward_model` reward's classifier (none: that kind is an error).
+  static RewardSet from_config(const Config& rewards, const RewardModelLoader& reward_model = {});
   // The reward kinds and their keys, for validation and the docs.
   static const std::vector<std::pair<std::string, std::vector<std::string>>>& kinds();
 

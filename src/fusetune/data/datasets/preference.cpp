@@ -1,5 +1,7 @@
 #include "fusetune/data/datasets/preference.h"
 
+#include <cmath>
+
 #include "fusetune/data/chat_format.h"
 #include "fusetune/data/datasets/chat.h"
 #include "fusetune/data/datasets/common.h"
@@ -39,13 +41,13 @@ std::unique_ptr<PreferenceDataset> build_preference_dataset(const DatasetOptions
   const std::string& style = opts.conversation_style;
   FT_CHECK(style == "auto" || style == "openai" || style == "sharegpt",
            "dataset.conversation_style is '" + style + "', expected openai, sharegpt or auto");
-  check_column_map(opts, {"chosen", "rejected", "prompt", "conversations", "messages"},
+  check_column_map(opts, {"chosen", "rejected", "prompt", "conversations", "messages", "margin"},
                    "preference");
   auto format =
       make_chat_format(resolve_chat_format(opts.template_name, opts.model_family, tok), tok);
   const std::string chosen_col = mapped(opts, "chosen"), rejected_col = mapped(opts, "rejected"),
                     prompt_col = mapped(opts, "prompt"), conv_col = mapped(opts, "conversations"),
-                    msg_col = mapped(opts, "messages");
+                    msg_col = mapped(opts, "messages"), margin_col = mapped(opts, "margin");
 
   auto side = [&](const nlohmann::json& row, const std::string& col) -> std::vector<Message> {
     const nlohmann::json& v = column(row, col);
@@ -84,6 +86,11 @@ std::unique_ptr<PreferenceDataset> build_preference_dataset(const DatasetOptions
     // leaves one side without a reply token to score.
     FT_CHECK(p.chosen.tokens != p.rejected.tokens || p.chosen.labels != p.rejected.labels,
              "the chosen and rejected answers are identical: the pair expresses no preference");
+    if (const nlohmann::json* m = optional_column(row, margin_col)) {
+      FT_CHECK(m->is_number() && std::isfinite(m->get<double>()),
+               "column '" + margin_col + "' is " + json_kind(*m) + ", expected a finite number");
+      p.margin = m->get<double>();
+    }
     bool cut = truncate_sample(p.chosen, opts.max_seq_len);
     cut = truncate_sample(p.rejected, opts.max_seq_len) || cut;
     rep.truncated += cut;
@@ -107,7 +114,9 @@ Batch collate_preference(const std::vector<const PreferencePair*>& pairs,
   rows.reserve(pairs.size() * 2);
   for (const PreferencePair* p : pairs) rows.push_back(&p->chosen);
   for (const PreferencePair* p : pairs) rows.push_back(&p->rejected);
-  return collate(rows, opts);
+  Batch b = collate(rows, opts);
+  for (const PreferencePair* p : pairs) b.margins.push_back(static_cast<float>(p->margin));
+  return b;
 }
 
 }  // namespace fusetune

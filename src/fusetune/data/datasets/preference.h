@@ -23,6 +23,7 @@ namespace fusetune {
 struct PreferencePair {
   Sample chosen;
   Sample rejected;
+  double margin = 0;  // the row's optional `margin` column (a reward model's loss subtracts it)
 };
 
 class PreferenceDataset {
