@@ -20,6 +20,11 @@ struct Batch {
                                    // inside a document); empty = plain causal attention
   std::vector<int64_t> items;      // the dataset indices the batch was made from (set by the
                                    // loader; a preference batch has one per pair)
+  // Preference batches: per row, 1 where its answer is desirable (chosen), 0 where not. Paired
+  // batches are B chosen rows then B rejected ones (1s then 0s); unpaired ones (KTO on TRL's
+  // prompt / completion / label rows) mix the kinds in any order, each row one example.
+  std::vector<uint8_t> desirable;
+  bool unpaired = false;
   int64_t num_valid_labels() const {
     int64_t n = 0;
     for (int32_t l : labels) n += l != kIgnoreIndex;
