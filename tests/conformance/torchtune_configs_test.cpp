@@ -94,7 +94,8 @@ TEST(TorchtuneConfigs, EveryConfigNamesItsRecipe) {
   EXPECT_EQ(by_recipe["qat_lora_finetune_distributed"], 4);
   EXPECT_EQ(by_recipe["lora_dpo_distributed"], 2);
   EXPECT_EQ(by_recipe["full_dpo_distributed"], 1);
-  EXPECT_EQ(supported, 81);
+  EXPECT_EQ(by_recipe["knowledge_distillation_distributed"], 1);
+  EXPECT_EQ(supported, 82);
   std::string summary;
   for (const auto& [name, n] : by_recipe)
     summary += "  " + name + (is_registered_recipe(name) ? "" : " (not in fusetune)") + ": " +

@@ -12,5 +12,6 @@ const Schema& qat_distributed_schema();
 const Schema& qat_lora_finetune_distributed_schema();
 const Schema& lora_dpo_distributed_schema();
 const Schema& full_dpo_distributed_schema();
+const Schema& knowledge_distillation_distributed_schema();
 
 }  // namespace fusetune

@@ -4,6 +4,7 @@
 #include <exception>
 
 #include "fusetune/distributed/communicator.h"
+#include "fusetune/recipes/distillation_recipe.h"
 #include "fusetune/recipes/dpo_recipes.h"
 #include "fusetune/recipes/lora_finetune_single_device.h"
 #include "fusetune/recipes/qat_recipes.h"
@@ -59,6 +60,10 @@ int lora_dpo_distributed(const Config& cfg) {
 
 int full_dpo_distributed(const Config& cfg) {
   return run_ranks(cfg, full_dpo_job("full_dpo_distributed"));
+}
+
+int knowledge_distillation_distributed(const Config& cfg) {
+  return run_ranks(cfg, distillation_job(cfg, "knowledge_distillation_distributed"));
 }
 
 }  // namespace fusetune
