@@ -119,10 +119,10 @@ TEST(RecipeRegistry, FindRecipe) {
             "knowledge_distillation_single_device, "
             "qat_single_device, qat_lora_finetune_single_device, full_finetune_distributed, "
             "lora_finetune_distributed, qat_distributed, qat_lora_finetune_distributed, "
-            "lora_dpo_distributed, full_dpo_distributed, grpo_full_finetune_single_device, "
-            "lora_grpo_finetune_single_device, grpo_full_finetune_distributed, "
-            "lora_grpo_finetune_distributed, reward_model_finetune_single_device, "
-            "reward_model_finetune_distributed, generate, "
+            "lora_dpo_distributed, full_dpo_distributed, knowledge_distillation_distributed, "
+            "grpo_full_finetune_single_device, lora_grpo_finetune_single_device, "
+            "grpo_full_finetune_distributed, lora_grpo_finetune_distributed, "
+            "reward_model_finetune_single_device, reward_model_finetune_distributed, generate, "
             "eval");
 }
 

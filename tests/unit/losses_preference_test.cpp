@@ -296,6 +296,74 @@ TEST(PreferenceLoss, ValueAndGradientsMatchTheFormulasAndFiniteDifferences) {
   }
 }
 
+// KTO on unpaired rows (TRL's prompt / completion / label data): each row is one example of the
+// kind its mask says, and the loss is the mean over the rows of Ethayarajh et al. 2024's
+// per-example value (eq. 7-8), written out here:
+//   desirable:   w_d (1 - sigmoid(beta (log-ratio - z)))
+//   undesirable: w_u (1 - sigmoid(beta (z - log-ratio)))
+// on a mixed batch and on batches of one kind, with float64 finite-difference gradients; and
+// B pairs give the paired loss when written as 2B unpaired rows.
+TEST(PreferenceLoss, UnpairedKtoIsThePapersMeanOverRowsOfEitherKind) {
+  const std::vector<double> pol = {-4.0, -2.5, -7.0, -5.0, -2.0, -6.5};
+  const std::vector<double> ref = {-4.5, -2.0, -6.0, -4.0, -2.2, -6.0};
+  const int64_t R = 6;
+  PreferenceLoss l = all_losses().back();
+  ASSERT_EQ(l.kind, PreferenceLossKind::KTO);
+  l.unpaired = true;
+  // The loss (and the rewards into *rewards); with check, the gradients against finite
+  // differences (a graph whose only output is the loss).
+  auto run = [&](const PreferenceLoss& loss, const std::vector<double>& mask, double scale,
+                 std::vector<double>* rewards, bool check = false) {
+    Graph g(DType::F64);
+    Builder b(g);
+    Value p = g.param("policy", {R}, true);
+    Value r = g.input("ref", {R}, DType::F64);
+    Value sc = g.input("scale", {}, DType::F64);
+    Value kl = g.input("kl", {}, DType::F64);
+    Value d = loss.unpaired ? g.input("desirable", {R}, DType::F64) : Value{};
+    PreferenceLossOutputs out = build_preference_loss(b, loss, p, r, {}, sc, kl, d);
+    g.mark_output("loss", out.loss);
+    if (rewards) g.mark_output("rewards", out.rewards);
+    TensorMap params{{"policy", Tensor::empty({R}, DType::F64)}};
+    TensorMap in{{"ref", Tensor::empty({R}, DType::F64)},
+                 {"desirable", Tensor::empty({R}, DType::F64)},
+                 {"scale", scalar_tensor(scale, DType::F64)},
+                 {"kl", scalar_tensor(kKtoKl, DType::F64)}};
+    for (int64_t i = 0; i < R; ++i) {
+      params["policy"].data<double>()[i] = pol[size_t(i)];
+      in["ref"].data<double>()[i] = ref[size_t(i)];
+      in["desirable"].data<double>()[i] = mask[size_t(i)];
+    }
+    const auto o = EagerExecutor(g).run(in, params);
+    if (rewards)
+      for (int64_t i = 0; i < R; ++i) rewards->push_back(o[1].data<double>()[i]);
+    if (check) check_gradients(g, out.loss, params, in, 12, 1e-7);
+    return o[0].data<double>()[0];
+  };
+  for (const std::vector<double>& mask :
+       {std::vector<double>{1, 0, 0, 1, 0, 1}, std::vector<double>(6, 1.0),
+        std::vector<double>(6, 0.0)}) {
+    double expected = 0;
+    for (int64_t i = 0; i < R; ++i) {
+      const double lr = pol[size_t(i)] - ref[size_t(i)], z = kKtoKl;
+      expected += mask[size_t(i)] != 0
+                      ? l.desirable_weight * (1 - 1 / (1 + std::exp(-l.beta * (lr - z))))
+                      : l.undesirable_weight * (1 - 1 / (1 + std::exp(-l.beta * (z - lr))));
+    }
+    expected /= double(R);
+    std::vector<double> rewards;
+    EXPECT_NEAR(run(l, mask, 1.0 / double(R), &rewards), expected, 1e-12);
+    run(l, mask, 1.0 / double(R), nullptr, /*check=*/true);
+    for (int64_t i = 0; i < R; ++i)
+      EXPECT_NEAR(rewards[size_t(i)], l.beta * (pol[size_t(i)] - ref[size_t(i)]), 1e-12);
+  }
+  // 3 pairs (chosen rows, then rejected) = the same 6 rows unpaired, 3 desirable then 3 not.
+  PreferenceLoss paired = l;
+  paired.unpaired = false;
+  EXPECT_NEAR(run(l, {1, 1, 1, 0, 0, 0}, 1.0 / double(R), nullptr),
+              run(paired, {1, 1, 1, 0, 0, 0}, 1.0 / double(R / 2), nullptr), 1e-14);
+}
+
 // ---- the whole step: the three compile modes agree ----------------------------------------
 
 // A preference batch of B pairs over the tiny model: rows 0..B-1 chosen, B..2B-1 rejected,
@@ -388,6 +456,40 @@ TEST(PreferenceStep, CompileModesAgreeOnEveryLossAndNoLogitsExistWhenCompiled) {
                 << l.name() << " mode " << m << " output " << tg.graph.outputs()[k].first;
           }
       }
+}
+
+// Unpaired KTO's step graph: the three compile modes agree, with the head fused under true.
+TEST(PreferenceStep, CompileModesAgreeOnUnpairedKto) {
+  const ModelConfig cfg = tiny_config(false, false);
+  const int64_t R = 4, T = 8;
+  PreferenceLoss l = all_losses().back();
+  l.unpaired = true;
+  TrainingGraphOptions o;
+  o.batch_size = R;
+  o.seq_len = T;
+  o.loss = preference_loss_builder(l);
+  TrainingGraph tg = build_training_graph(cfg, o);
+  TensorMap params = init_parameters(graph_parameters(tg.graph), 7, DType::F32, 0.3);
+  TensorMap in =
+      pair_inputs(pair_batch(R / 2, T, cfg.vocab_size, 11), DType::F32, {-20, -22, -21, -19});
+  in["loss_scale"] = scalar_tensor(1.0 / double(R), DType::F32);
+  Tensor desirable = Tensor::empty({R}, DType::F32);
+  for (int64_t i = 0; i < R; ++i) desirable.data<float>()[i] = i == 1 ? 1.0f : 0.0f;
+  in["desirable"] = desirable;
+  std::vector<std::vector<Tensor>> outs;
+  for (CompileMode mode : {CompileMode::None, CompileMode::Model, CompileMode::Full}) {
+    PassOptions po;
+    po.mode = mode;
+    outs.push_back(compile_graph(tg.graph, po).executor->run(in, params));
+    if (mode == CompileMode::Full) {
+      EXPECT_EQ(count_ops(run_passes(tg.graph, po, nullptr), Op::FusedLinearLogProbsBackward), 1);
+    }
+  }
+  for (size_t m = 1; m < outs.size(); ++m)
+    for (size_t k = 0; k < outs[0].size(); ++k) {
+      EXPECT_LT(max_rel_diff(outs[m][k], outs[0][k]), k == 0 ? 1e-5 : 1e-4)
+          << "mode " << m << " output " << tg.graph.outputs()[k].first;
+    }
 }
 
 // Gemma 2 under DPO: the soft-capped logits fold into the fused log-prob kernels (trainable

@@ -367,6 +367,116 @@ TEST(DpoRecipe, KtoFirstStepLossIsHalfTheMeanWeightWhileThePolicyIsTheReference)
   EXPECT_TRUE(contains(bad, "KTOLoss needs dataset.train_on_input: false")) << bad;
 }
 
+namespace {
+
+// The pairs in `pairs` written as TRL's unpaired rows (prompt, completion, label), in the order
+// an unshuffled paired batch of `per_batch` pairs lays out its rows (their chosen answers, then
+// their rejected ones): an unpaired batch of 2 x per_batch rows is then that paired batch.
+void write_unpaired(const fs::path& p, const fs::path& pairs, size_t per_batch) {
+  const nlohmann::json in = nlohmann::json::parse(read_file(pairs));
+  nlohmann::json rows = nlohmann::json::array();
+  for (size_t start = 0; start < in.size(); start += per_batch)
+    for (const char* side : {"chosen", "rejected"})
+      for (size_t i = start; i < std::min(in.size(), start + per_batch); ++i)
+        rows.push_back({{"prompt", in[i]["prompt"]},
+                        {"completion", in[i][side]},
+                        {"label", std::string(side) == "chosen"}});
+  write_file_atomic(p, rows.dump());
+}
+
+std::vector<std::string> kto_run(const TempDir& tmp, const std::string& name,
+                                 std::vector<std::string> extra) {
+  std::vector<std::string> args = {"lora_dpo_single_device",
+                                   "--config",
+                                   (tmp / "cfg.yaml").string(),
+                                   "~loss",
+                                   "loss={_component_: KTOLoss, beta: 0.2, desirable_weight: 2.0, "
+                                   "undesirable_weight: 1.0}",
+                                   "shuffle=false",
+                                   "output_dir=" + (tmp / name).string()};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+}  // namespace
+
+// KTO on TRL's unpaired rows goes through the same loss as on pairs: the pairs written as
+// unpaired rows (a paired batch's chosen rows, then its rejected ones) train to the same losses
+// and metrics, step by step (each loss the mean over the batch's examples, TRL's).
+TEST(DpoRecipe, KtoOnPairsAndOnThemWrittenUnpairedTrainsTheSame) {
+  TempDir tmp;
+  write_pairs(tmp / "pairs.json", 8);
+  write_unpaired(tmp / "rows.json", tmp / "pairs.json", 2);
+  write_file_atomic(tmp / "cfg.yaml", dpo_yaml(tmp / "run", tmp / "pairs.json"));
+  ASSERT_EQ(cli::cmd_run(kto_run(tmp, "paired", {"batch_size=2", "epochs=1"})), 0);
+  ASSERT_EQ(
+      cli::cmd_run(kto_run(tmp, "unpaired",
+                           {"batch_size=4", "epochs=1", "dataset._component_=unpaired_preference",
+                            "dataset.source=" + (tmp / "rows.json").string()})),
+      0);
+  const auto paired = metrics_lines(tmp / "paired"), unpaired = metrics_lines(tmp / "unpaired");
+  ASSERT_EQ(paired.size(), 4u);
+  ASSERT_EQ(unpaired.size(), paired.size());
+  for (size_t i = 0; i < paired.size(); ++i)
+    for (const char* key :
+         {"loss", "kl", "rewards/chosen", "rewards/rejected", "rewards/margins", "log_probs/chosen",
+          "log_probs/rejected", "logits/chosen", "logits/rejected"}) {
+      ASSERT_TRUE(unpaired[i].contains(key)) << key;
+      const double want = paired[i].value(key, 0.0);
+      EXPECT_NEAR(unpaired[i].value(key, 1e9), want, 1e-5 * std::max(1.0, std::abs(want)))
+          << key << " step " << i + 1;
+    }
+  EXPECT_GT(paired.back().value("kl", 0.0) + std::abs(paired.back().value("rewards/margins", 0.0)),
+            0.0);                                            // it trained
+  EXPECT_FALSE(unpaired[0].contains("rewards/accuracies"));  // no pairs to compare
+}
+
+// Unpaired KTO at steps where the policy is the reference (lr 0): every log-ratio and z are 0, so
+// a row's loss is w / 2 and the step's their mean over the rows: (3 w_d + w_u) / 8 for a batch
+// of 3 desirable rows and 1 undesirable. A batch of one kind is defined: its other kind's metrics
+// log 0. DPOLoss refuses unpaired data, and validation data must be of the training data's kind.
+TEST(DpoRecipe, UnpairedKtoFirstStepsAreTheWeightedMeanAndOneKindBatchesAreDefined) {
+  TempDir tmp;
+  nlohmann::json rows = nlohmann::json::array();
+  for (bool label : {true, true, true, false, true, true, true, true})
+    rows.push_back(
+        {{"prompt", "Say a word."}, {"completion", label ? "Yes." : "No!"}, {"label", label}});
+  write_file_atomic(tmp / "rows.json", rows.dump());
+  write_file_atomic(tmp / "cfg.yaml", dpo_yaml(tmp / "run", tmp / "rows.json"));
+  ASSERT_EQ(cli::cmd_run(kto_run(tmp, "run",
+                                 {"batch_size=4", "epochs=1", "optimizer.lr=0",
+                                  "dataset._component_=unpaired_preference"})),
+            0);
+  const auto lines = metrics_lines(tmp / "run");
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_NEAR(lines[0].value("loss", 0.0), (3 * 2.0 + 1.0) / 8, 1e-6);
+  EXPECT_NEAR(lines[1].value("loss", 0.0), 2.0 / 2, 1e-6);
+  for (const auto& j : lines)
+    for (const char* key : {"kl", "rewards/chosen", "rewards/rejected", "rewards/margins"})
+      EXPECT_NEAR(j.value(key, 1.0), 0.0, 1e-6) << key;
+  EXPECT_LT(lines[1].value("log_probs/chosen", 0.0), -1.0);
+  EXPECT_EQ(lines[1].value("log_probs/rejected", 1.0), 0.0);  // no undesirable row
+  // The run's config with DPOLoss: refused at validation, as is validation data of another kind.
+  std::string base = dpo_yaml(tmp / "run", tmp / "rows.json");
+  base.replace(base.find("_component_: preference"), 23, "_component_: unpaired_preference");
+  const std::string dpo =
+      error_of([&] { validate(Config::from_string(base, "t.yaml"), lora_dpo_schema()); });
+  EXPECT_TRUE(contains(dpo,
+                       "'dataset._component_' is unpaired_preference, which only KTOLoss "
+                       "trains on; DPOLoss needs preference pairs"))
+      << dpo;
+  base.replace(base.find("_component_: DPOLoss"), 20, "_component_: KTOLoss");
+  const std::string val = error_of([&] {
+    validate(Config::from_string(
+                 base + "dataset_val:\n  _component_: preference\n  source: p.json\n", "t.yaml"),
+             lora_dpo_schema());
+  });
+  EXPECT_TRUE(contains(val,
+                       "'dataset_val._component_' is preference, but dataset is "
+                       "unpaired_preference"))
+      << val;
+}
+
 // ORPO (Hong et al. 2024) has no reference. With m_c, m_r the mean log-probs of the chosen and
 // rejected responses (logged as log_probs/*), the paper's loss of a pair is
 //   L = -m_c - beta log sigmoid(log(odds_c / odds_r)),  odds = exp(m) / (1 - exp(m)),

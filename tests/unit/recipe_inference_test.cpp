@@ -108,10 +108,10 @@ TEST(RecipeInference, TorchtuneRecipesFusetuneLacksAreNamed) {
   EXPECT_EQ(missing_torchtune_recipe("full_dpo_distributed"), "");
   EXPECT_EQ(missing_torchtune_recipe("qat_lora_finetune_distributed"), "");
   EXPECT_EQ(missing_torchtune_recipe("qat_distributed.py"), "");
+  EXPECT_EQ(missing_torchtune_recipe("knowledge_distillation_distributed"), "");
   EXPECT_EQ(missing_torchtune_recipe("qat_single_device"), "");  // fusetune has it
   EXPECT_TRUE(contains(missing_torchtune_recipe("eleuther_eval"), "closest is eval"));
-  for (const char* none :
-       {"ppo_full_finetune_single_device", "quantize"}) {
+  for (const char* none : {"ppo_full_finetune_single_device", "quantize"}) {
     m = missing_torchtune_recipe(none);
     EXPECT_TRUE(contains(m, std::string("recipe '") + none + "'")) << m;
     EXPECT_TRUE(contains(m, "nor a single-device recipe close to it")) << m;
@@ -125,14 +125,14 @@ TEST(RecipeInference, TorchtuneRecipesFusetuneLacksAreNamed) {
   } catch (const fusetune::Error& e) {
     EXPECT_TRUE(contains(e.what(), "fusetune has no such recipe yet")) << e.what();
   }
-  const fusetune::RecipeChoice c{"knowledge_distillation_distributed",
+  const fusetune::RecipeChoice c{"dev/generate_v2_distributed",
                                  "from the config's `tune run` line"};
   try {
     fusetune::chosen_recipe(c);
     ADD_FAILURE() << "no error";
   } catch (const fusetune::Error& e) {
     EXPECT_TRUE(contains(e.what(),
-                         "recipe 'knowledge_distillation_distributed' (from the config's "
+                         "recipe 'dev/generate_v2_distributed' (from the config's "
                          "`tune run` line)"))
         << e.what();
   }
@@ -160,13 +160,13 @@ TEST(RecipeInferenceCli, ValidateFindsAndPrintsTheRecipe) {
       << r.out;
 
   const fs::path dist = dir / "dist.yaml";
-  std::ofstream(dist) << "#   tune run --nproc_per_node 2 knowledge_distillation_distributed "
+  std::ofstream(dist) << "#   tune run --nproc_per_node 2 dev/generate_v2_distributed "
                          "--config x\n"
                          "output_dir: /tmp/o\n";
   r = run_fusetune("validate " + dist.string());
   EXPECT_EQ(r.code, 1);
   EXPECT_TRUE(contains(r.out,
-                       "recipe 'knowledge_distillation_distributed' (from the config's `tune run` "
+                       "recipe 'dev/generate_v2_distributed' (from the config's `tune run` "
                        "line) is one of torchtune's recipes; fusetune has no such recipe yet"))
       << r.out;
 
@@ -243,7 +243,7 @@ TEST(RecipeInferenceCli, CpCopiesTorchtuneConfigsFromTheAssetsFolder) {
   fs::create_directories(assets / "torchtune_configs/fam");
   fs::create_directories(out);
   const std::string dist =
-      "#   tune run --nproc_per_node 2 knowledge_distillation_distributed --config "
+      "#   tune run --nproc_per_node 2 dev/generate_v2_distributed --config "
       "fam/7B_lora\noutput_dir: /o\n"
       "dataset: {_component_: torchtune.datasets.alpaca_cleaned_dataset}\n";
   std::ofstream(assets / "torchtune_configs/fam/7B_lora.yaml") << dist;
@@ -257,7 +257,7 @@ TEST(RecipeInferenceCli, CpCopiesTorchtuneConfigsFromTheAssetsFolder) {
   std::ifstream in(out / "a.yaml");
   EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), dist);
   EXPECT_TRUE(contains(r.out, "torchtune's config fam/7B_lora")) << r.out;
-  EXPECT_TRUE(contains(r.out, "recipe 'knowledge_distillation_distributed'")) << r.out;
+  EXPECT_TRUE(contains(r.out, "recipe 'dev/generate_v2_distributed'")) << r.out;
   EXPECT_TRUE(contains(r.out, "fusetune has no such recipe yet")) << r.out;
   EXPECT_TRUE(contains(r.out,
                        "Its dataset reads the Hugging Face Hub dataset yahma/alpaca-cleaned: "
@@ -276,7 +276,7 @@ TEST(RecipeInferenceCli, CpCopiesTorchtuneConfigsFromTheAssetsFolder) {
   EXPECT_TRUE(
       contains(r.out, "2 of torchtune's configs in " + (assets / "torchtune_configs").string()))
       << r.out;
-  EXPECT_TRUE(contains(r.out, "knowledge_distillation_distributed (not in fusetune yet)")) << r.out;
+  EXPECT_TRUE(contains(r.out, "dev/generate_v2_distributed (not in fusetune yet)")) << r.out;
   // A built-in config of the same name wins.
   fs::create_directories(assets / "torchtune_configs/demo");
   std::ofstream(assets / "torchtune_configs/demo/tiny_full.yaml") << "not: this\n";

@@ -1,7 +1,8 @@
 // knowledge_distillation_single_device (recipes/kd_step.h, losses/distillation.h): the KD
 // step graph gives the same loss and gradients in every compile mode, the recipe trains a
 // student against a teacher and logs class_loss and kd_loss, and a teacher of another
-// vocabulary is refused at validation, naming both sizes.
+// vocabulary is refused at validation, naming both sizes. knowledge_distillation_distributed:
+// 2 ranks train like one process with their global batch, and resume with another rank count.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -21,6 +22,7 @@
 #include "fusetune/recipes/step_plan.h"
 #include "fusetune/util/error.h"
 #include "graph_compare.h"
+#include "mpi_runs.h"
 #include "recipe_runs.h"
 #include "test_support.h"
 #include "tiny_models.h"
@@ -369,6 +371,57 @@ TEST(KdRecipe, TrainsAStudentAndLogsClassAndKdLoss) {
     EXPECT_TRUE(contains(r.out, "kd_loss:")) << r.out;
     EXPECT_TRUE(fs::exists(tmp / "out" / "epoch_0" / "model.safetensors"));
   }
+}
+
+// The KD run of the distributed test: the demo's tiny model as the student (every weight), a
+// random teacher twice its size, the uneven corpus (each rank's label count differs), `batch`
+// rows per rank, 6 steps, a checkpoint at step 3.
+Overrides dist_kd_overrides(const fs::path& out, const fs::path& corpus, int batch,
+                            const Overrides& extra) {
+  Overrides kd = {{"model.hidden_size", "16"},
+                  {"model.intermediate_size", "32"},
+                  {"model.num_hidden_layers", "1"},
+                  {"teacher_model.init", "random"},
+                  {"teacher_model.vocab_size", "259"},
+                  {"teacher_model.hidden_size", "32"},
+                  {"teacher_model.intermediate_size", "64"},
+                  {"teacher_model.num_hidden_layers", "2"},
+                  {"teacher_model.num_attention_heads", "4"},
+                  {"kd_loss._component_", "ForwardKLLoss"},
+                  {"kd_ratio", "0.7"},
+                  {"save_every_n_steps", "3"}};
+  for (const auto& [k, v] : extra) kd[k] = v;
+  return rank_run_overrides(out, corpus, batch, 6, kd);
+}
+
+// knowledge_distillation_distributed, 2 ranks x 1 thread at ZeRO-3 (the student sharded, the
+// frozen teacher whole on each rank, compile: true as the demo config: the fused heads): 2 ranks
+// x 2 rows give the losses and the class_loss / kd_loss of one process x 4 rows (the loss is a
+// mean over the global unmasked labels, the metrics' sums and counts are reduced before
+// dividing), and the 2-rank checkpoint of step 3 resumes in one process on that curve.
+TEST(DistKd, TwoRanksMatchOneProcessAndResumeInOne) {
+  FT_REQUIRE_MPIRUN();
+  TempDir tmp;
+  const fs::path corpus = write_uneven_corpus(tmp / "data");
+  const fs::path ref = tmp / "ref", two = tmp / "two", to_one = tmp / "to_one";
+  run_ok(run_command("knowledge_distillation_single_device", "demo/tiny_full",
+                     dist_kd_overrides(ref, corpus, 4, {})),
+         tmp / "s_ref");
+  const std::vector<double> want = losses_of(logged_steps(ref));
+  ASSERT_EQ(want.size(), 6u);
+  run_ok(mpirun_command(2, "knowledge_distillation_distributed", "demo/tiny_full",
+                        dist_kd_overrides(two, corpus, 2, {{"zero_stage", "3"}})),
+         tmp / "s_two");
+  expect_same_curve(losses_of(logged_steps(two)), want, "2 ranks x 2 vs 1 x 4");
+  for (const char* key : {"class_loss", "kd_loss"})
+    expect_same_curve(logged_values(two, key), logged_values(ref, key), key);
+  fs::create_directories(to_one);
+  fs::copy(two / "step_3", to_one / "step_3", fs::copy_options::recursive);
+  run_ok(run_command("knowledge_distillation_distributed", "demo/tiny_full",
+                     dist_kd_overrides(to_one, corpus, 4, {{"resume_from_checkpoint", "true"}})),
+         tmp / "s_to_one");
+  expect_same_curve(losses_of(logged_steps(to_one)),
+                    std::vector<double>(want.begin() + 3, want.end()), "resumed 2 ranks -> 1");
 }
 
 }  // namespace kd_recipe_test

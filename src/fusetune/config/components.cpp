@@ -485,6 +485,15 @@ ComponentTable dataset_table() {
                       .def("auto")
                       .doc("turn layout: openai {role, content}, sharegpt {from, value}"),
                   Field::String("new_system_prompt").doc("system prompt added to each sample")}),
+       // TRL's unpaired preference rows (its KTOTrainer's dataset type), for KTOLoss.
+       Component("unpaired_preference", {},
+                 "prompt + completion + label (true: desirable) rows, TRL's unpaired format "
+                 "(the DPO recipes with KTOLoss only)",
+                 {column_map(), train_on_input("false"),
+                  Field::Enum("conversation_style", {"auto", "openai", "sharegpt"})
+                      .def("auto")
+                      .doc("turn layout: openai {role, content}, sharegpt {from, value}"),
+                  Field::String("new_system_prompt").doc("system prompt added to each sample")}),
        Component(
            "gsm8k",
            {"torchtune.dev.grpo.gsm8k.gsm8k_dataset", "torchtune.dev.grpo.data.gsm8k_dataset"},

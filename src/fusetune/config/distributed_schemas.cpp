@@ -172,4 +172,10 @@ const Schema& qat_lora_finetune_distributed_schema() {
   return s;
 }
 
+const Schema& knowledge_distillation_distributed_schema() {
+  static const Schema s =
+      distributed(knowledge_distillation_schema(), "knowledge_distillation_distributed");
+  return s;
+}
+
 }  // namespace fusetune

@@ -16,5 +16,6 @@ const Schema& full_dpo_distributed_schema();
 const Schema& grpo_full_distributed_schema();
 const Schema& lora_grpo_distributed_schema();
 const Schema& reward_model_distributed_schema();
+const Schema& knowledge_distillation_distributed_schema();
 
 }  // namespace fusetune

@@ -375,11 +375,17 @@ void check_objective(const Config& root, bool preference, Problems& p, bool grpo
         " (" + root.where("loss") + ")");
   for (const char* section : {"dataset", "dataset_val"}) {
     const std::string data = component(section, "");
+    const bool unpaired = data == "unpaired_preference";
     if (!data.empty() && data == "gsm8k")
       p.errors.push_back("config key '" + std::string(section) +
                          "._component_' is gsm8k, prompts for the GRPO recipes (" +
                          root.where(section) + ")");
-    else if (!data.empty() && (data == "preference") != preference)
+    else if (unpaired && preference && loss != "KTOLoss")
+      p.errors.push_back("config key '" + std::string(section) +
+                         "._component_' is unpaired_preference, which only KTOLoss trains on; " +
+                         loss + " needs preference pairs (_component_: preference) (" +
+                         root.where(section) + ")");
+    else if (!data.empty() && (data == "preference" || unpaired) != preference)
       p.errors.push_back("config key '" + std::string(section) + "._component_' is " + data +
                          ", but this recipe " +
                          (preference ? "needs preference pairs (_component_: preference)"
@@ -387,6 +393,13 @@ void check_objective(const Config& root, bool preference, Problems& p, bool grpo
                                        "recipes") +
                          " (" + root.where(section) + ")");
   }
+  // The step's graphs are built for one layout: validation data of the training data's kind.
+  const std::string train_data = component("dataset", ""), val_data = component("dataset_val", "");
+  if (preference && !val_data.empty() && !train_data.empty() && val_data != train_data &&
+      (train_data == "unpaired_preference" || val_data == "unpaired_preference"))
+    p.errors.push_back("config key 'dataset_val._component_' is " + val_data + ", but dataset is " +
+                       train_data + ": KTOLoss validates on data of the kind it trains on (" +
+                       root.where("dataset_val") + ")");
 }
 
 Field precompute_ref_field() {

@@ -24,6 +24,11 @@ struct Batch {
                                    // (a classifier scores the last one; set by collate)
   std::vector<float> margins;      // preference batches: each pair's `margin` column (0 when
                                    // absent; the reward model's loss subtracts it)
+  // Preference batches: per row, 1 where its answer is desirable (chosen), 0 where not. Paired
+  // batches are B chosen rows then B rejected ones (1s then 0s); unpaired ones (KTO on TRL's
+  // prompt / completion / label rows) mix the kinds in any order, each row one example.
+  std::vector<uint8_t> desirable;
+  bool unpaired = false;
   int64_t num_valid_labels() const {
     int64_t n = 0;
     for (int32_t l : labels) n += l != kIgnoreIndex;

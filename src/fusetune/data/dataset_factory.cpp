@@ -34,10 +34,10 @@ std::unique_ptr<Dataset> build_dataset(const DatasetOptions& opts, const Tokeniz
     return datasets::load_prompts(
         opts, tok,
         opts.prompt_template.empty() ? datasets::kDefaultReasoningPrompt : opts.prompt_template);
-  } else if (opts.kind == "preference") {
-    throw Error(
-        "dataset kind 'preference' holds pairs: build it with build_preference_dataset "
-        "(the DPO recipe does)");
+  } else if (opts.kind == "preference" || opts.kind == "unpaired_preference") {
+    throw Error("dataset kind '" + opts.kind +
+                "' holds preference data: build it with build_preference_dataset "
+                "(the DPO recipe does)");
   } else {
     std::string hint = closest_match(opts.kind, dataset_kinds());
     throw Error("unknown dataset kind '" + opts.kind + "'" +

@@ -41,8 +41,8 @@ DataLoader::DataLoader(int64_t num_items, const std::string& what, LoaderOptions
   FT_CHECK(steps_per_epoch_ > 0,
            "dataset " + what + " has " + std::to_string(num_items_) +
                " items, fewer than one batch of " + std::to_string(global) +
-               (opts_.num_shards > 1 ? " (batch_size " + std::to_string(opts_.batch_size) +
-                                           " x " + std::to_string(opts_.num_shards) + " ranks)"
+               (opts_.num_shards > 1 ? " (batch_size " + std::to_string(opts_.batch_size) + " x " +
+                                           std::to_string(opts_.num_shards) + " ranks)"
                                      : std::string()) +
                " (lower batch_size)");
 }
@@ -57,12 +57,11 @@ DataLoader::DataLoader(const Dataset& dataset, LoaderOptions opts)
                  }) {}
 
 DataLoader::DataLoader(const PreferenceDataset& dataset, LoaderOptions opts)
-    : DataLoader(dataset.size(), dataset.report().name + " (preference pairs)", opts,
-                 [&dataset, collate_opts = opts.collate](const std::vector<int64_t>& items) {
-                   std::vector<const PreferencePair*> pairs;
-                   pairs.reserve(items.size());
-                   for (int64_t i : items) pairs.push_back(&dataset.get(i));
-                   return collate_preference(pairs, collate_opts);
+    : DataLoader(dataset.size(),
+                 dataset.report().name +
+                     (dataset.unpaired() ? " (unpaired preference rows)" : " (preference pairs)"),
+                 opts, [&dataset, collate_opts = opts.collate](const std::vector<int64_t>& items) {
+                   return dataset.collate(items, collate_opts);
                  }) {}
 
 std::vector<int64_t> DataLoader::epoch_order(int64_t epoch) const {

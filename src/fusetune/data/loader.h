@@ -57,7 +57,7 @@ class DataLoader {
   // fewer items than one batch with drop_last.
   DataLoader(const Dataset& dataset, LoaderOptions opts);
   // Preference pairs: each batch has 2 x batch_size rows, chosen then rejected
-  // (collate_preference).
+  // (collate_preference); unpaired preference rows (KTO): batch_size rows (collate_unpaired).
   DataLoader(const PreferenceDataset& dataset, LoaderOptions opts);
 
   int64_t steps_per_epoch() const { return steps_per_epoch_; }

@@ -24,6 +24,30 @@ Value sigmoid_loss(Builder& b, Value d, double beta, double e) {
   return loss;
 }
 
+// KTO on unpaired rows (losses/preference.h): each row's loss by its kind, summed.
+PreferenceLossOutputs unpaired_kto_loss(Builder& b, const PreferenceLoss& loss, Value p, Value r,
+                                        Value scale, Value kl, Value desirable) {
+  Graph& g = b.graph();
+  FT_CHECK(r.valid() && kl.valid() && desirable.valid(),
+           "unpaired KTOLoss needs the reference log-probs, the KL reference point and the "
+           "rows' desirable mask");
+  Attrs at;
+  at.shape = b.shape(p);
+  Value logratio = sub(b, p, r);
+  Value d = sub(b, logratio, g.add1(Op::Expand, {kl}, at));  // [R]
+  // 1 - sigmoid(beta d) for a desirable row, 1 - sigmoid(-beta d) for an undesirable one.
+  Value desirable_loss =
+      b.scale(g.add1(Op::Sigmoid, {b.scale(d, -loss.beta)}), loss.desirable_weight);
+  Value undesirable_loss =
+      b.scale(g.add1(Op::Sigmoid, {b.scale(d, loss.beta)}), loss.undesirable_weight);
+  Value undesirable = add_const(b, b.scale(desirable, -1.0), 1.0);
+  Value losses = b.add(b.mul(desirable_loss, desirable), b.mul(undesirable_loss, undesirable));
+  PreferenceLossOutputs out;
+  out.loss = b.mul(b.sum(losses), scale);
+  out.rewards = b.scale(logratio, loss.beta);
+  return out;
+}
+
 }  // namespace
 
 const char* PreferenceLoss::name() const {
@@ -65,9 +89,17 @@ SequenceLogProbs build_sequence_log_probs(Builder& b, Value hidden, Value head, 
 
 PreferenceLossOutputs build_preference_loss(Builder& b, const PreferenceLoss& loss,
                                             Value policy_logps, Value ref_logps, Value inv_lengths,
-                                            Value scale, Value kl) {
+                                            Value scale, Value kl, Value desirable) {
   Graph& g = b.graph();
   g.set_region(1);
+  if (loss.unpaired) {
+    FT_CHECK(loss.kind == PreferenceLossKind::KTO,
+             std::string(loss.name()) + " compares pairs: only KTOLoss trains on unpaired rows");
+    PreferenceLossOutputs out =
+        unpaired_kto_loss(b, loss, policy_logps, ref_logps, scale, kl, desirable);
+    g.set_region(0);
+    return out;
+  }
   const int64_t rows = b.shape(policy_logps)[0];
   FT_CHECK(rows % 2 == 0,
            "a preference batch has an even number of rows, got " + std::to_string(rows));

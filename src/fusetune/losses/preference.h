@@ -26,6 +26,11 @@
 //         detached and clamped at 0; recipes/dpo_step.cpp), the examples' losses are
 //         w_d (1 - sigmoid(beta ((pc - rc) - z))) and w_u (1 - sigmoid(beta (z - (pr - rr)))),
 //         a pair's loss their mean (TRL: the mean over examples);      rewards beta (p - r)
+//         Unpaired (TRL's prompt / completion / label rows, `unpaired`): each of the R rows is
+//         one example, its kind given by the input `desirable` [R] (1 or 0), its loss
+//         w_d (1 - sigmoid(beta ((p - r) - z))) when desirable, else
+//         w_u (1 - sigmoid(beta (z - (p - r)))); the loss is their sum, so with `scale` = 1 /
+//         the optimizer step's rows it is TRL's mean over examples;       rewards beta (p - r)
 // The step's loss is the sum over pairs times `scale` (1 / pairs in the optimizer step).
 #include <string>
 
@@ -43,6 +48,8 @@ struct PreferenceLoss {
   double tau = 0.1;                 // IPO
   double desirable_weight = 1.0;    // KTO: the chosen (desirable) examples' weight
   double undesirable_weight = 1.0;  // KTO: the rejected (undesirable) examples'
+  // KTO on unpaired rows (the batch's per-row desirable mask) instead of B chosen + B rejected.
+  bool unpaired = false;
   bool needs_reference() const {
     return kind != PreferenceLossKind::SimPO && kind != PreferenceLossKind::ORPO;
   }
@@ -66,14 +73,15 @@ SequenceLogProbs build_sequence_log_probs(Builder& b, Value hidden, Value head, 
 
 // The loss of `policy_logps` [2B] against `ref_logps` [2B] (invalid without a reference);
 // inv_lengths [2B] = 1 / response tokens per row (SimPO's mean log-probs); scale []; kl [] KTO's
-// reference point.
+// reference point. Unpaired KTO: [R] rows of either kind, `desirable` [R] 1 or 0 per row.
 struct PreferenceLossOutputs {
   Value loss;              // []
-  Value chosen_rewards;    // [B]
-  Value rejected_rewards;  // [B]
+  Value chosen_rewards;    // [B] (paired)
+  Value rejected_rewards;  // [B] (paired)
+  Value rewards;           // [R] (unpaired KTO: each row's, its kind in `desirable`)
 };
 PreferenceLossOutputs build_preference_loss(Builder& b, const PreferenceLoss& loss,
                                             Value policy_logps, Value ref_logps, Value inv_lengths,
-                                            Value scale, Value kl = {});
+                                            Value scale, Value kl = {}, Value desirable = {});
 
 }  // namespace fusetune

@@ -33,13 +33,17 @@ LossBuilder preference_loss_builder(const PreferenceLoss& loss) {
     SequenceLogProbs s = build_sequence_log_probs(b, c.model.hidden, c.model.lm_head,
                                                   c.model.logits, c.labels, mask, rows);
     Value kl = loss.kind == PreferenceLossKind::KTO ? g.input("kto_kl", {}, fd) : Value{};
-    PreferenceLossOutputs l = build_preference_loss(b, loss, s.logps, ref, inv_len, c.scale, kl);
+    Value desirable = loss.unpaired ? g.input("desirable", {rows}, fd) : Value{};
+    PreferenceLossOutputs l =
+        build_preference_loss(b, loss, s.logps, ref, inv_len, c.scale, kl, desirable);
     LossOutputs out;
     out.loss = l.loss;
-    out.report = {{"chosen_rewards", l.chosen_rewards},
-                  {"rejected_rewards", l.rejected_rewards},
-                  {"policy_logps", s.logps},
-                  {"logit_sums", s.logit_sums}};
+    if (loss.unpaired)
+      out.report = {{"rewards", l.rewards}};
+    else
+      out.report = {{"chosen_rewards", l.chosen_rewards}, {"rejected_rewards", l.rejected_rewards}};
+    out.report.push_back({"policy_logps", s.logps});
+    out.report.push_back({"logit_sums", s.logit_sums});
     return out;
   };
 }

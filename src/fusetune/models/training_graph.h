@@ -33,8 +33,9 @@ LossOutputs cross_entropy_loss(Builder& b, const LossContext& ctx);
 struct PreferenceLoss;
 // A preference loss (losses/preference.h) over 2B rows, chosen then rejected. Its inputs:
 // "response_mask" [2B*T], "ref_logps" [2B] (unless reference-free), "inv_response_len" [2B]
-// (length-normalized losses). It reports "chosen_rewards", "rejected_rewards" [B],
-// "policy_logps" and "logit_sums" [2B].
+// (length-normalized losses), "kto_kl" [] (KTO). It reports "chosen_rewards",
+// "rejected_rewards" [B], "policy_logps" and "logit_sums" [2B]. Unpaired KTO (loss.unpaired):
+// R rows of either kind, the input "desirable" [R]; it reports "rewards" [R] instead.
 LossBuilder preference_loss_builder(const PreferenceLoss& loss);
 
 struct DistillationLoss;

@@ -1,7 +1,8 @@
 // knowledge_distillation_single_device: the shared training loop (train_loop.h) with the KD
-// step (kd_step.h). The student is LoRA adapters on a frozen base when `model` names LoRA
-// keys (model.lora_attn_modules, as torchtune's KD configs do), else every weight; the
-// teacher (teacher_model + teacher_checkpointer) is loaded once, frozen, in the run's dtype.
+// step (kd_step.h); knowledge_distillation_distributed runs the same job as ranks. The student is
+// LoRA adapters on a frozen base when `model` names LoRA keys (model.lora_attn_modules, as
+// torchtune's KD configs do), else every weight; the teacher (teacher_model + teacher_checkpointer)
+// is loaded once, frozen, in the run's dtype.
 #include "fusetune/recipes/distillation_recipe.h"
 
 #include <memory>
@@ -48,8 +49,7 @@ void check_same_vocabulary(const ModelConfig& student, const ModelConfig& teache
                std::to_string(teacher.vocab_size));
 }
 
-int knowledge_distillation_single_device(const Config& cfg) {
-  const std::string recipe = "knowledge_distillation_single_device";
+TrainJob distillation_job(const Config& cfg, const std::string& recipe) {
   // Both architectures before any weight is read.
   const Config tcfg = teacher_config(cfg);
   check_same_vocabulary(model_architecture(cfg), model_architecture(tcfg));
@@ -77,7 +77,11 @@ int knowledge_distillation_single_device(const Config& cfg) {
     o.teacher_params = &teacher->params;
     return make_kd_step(std::move(o));
   };
-  return run_training(cfg, job);
+  return job;
+}
+
+int knowledge_distillation_single_device(const Config& cfg) {
+  return run_training(cfg, distillation_job(cfg, "knowledge_distillation_single_device"));
 }
 
 }  // namespace fusetune

@@ -4,6 +4,7 @@
 #include <exception>
 
 #include "fusetune/distributed/communicator.h"
+#include "fusetune/recipes/distillation_recipe.h"
 #include "fusetune/recipes/dpo_recipes.h"
 #include "fusetune/recipes/grpo_recipes.h"
 #include "fusetune/recipes/lora_finetune_single_device.h"
@@ -73,6 +74,10 @@ int lora_grpo_finetune_distributed(const Config& cfg) {
 
 int reward_model_finetune_distributed(const Config& cfg) {
   return run_ranks(cfg, reward_model_job(cfg, "reward_model_finetune_distributed"));
+}
+
+int knowledge_distillation_distributed(const Config& cfg) {
+  return run_ranks(cfg, distillation_job(cfg, "knowledge_distillation_distributed"));
 }
 
 }  // namespace fusetune

@@ -1,6 +1,7 @@
 #pragma once
 // full_finetune_distributed, lora_finetune_distributed, qat_distributed,
-// qat_lora_finetune_distributed, lora_dpo_distributed and full_dpo_distributed: the
+// qat_lora_finetune_distributed, lora_dpo_distributed, full_dpo_distributed and
+// knowledge_distillation_distributed: the
 // single-device recipes' jobs run as data-parallel ranks
 // (train_loop.h, TrainJob::comm). Started by mpirun/srun, or by
 // `fusetune run --nproc_per_node N`; started plainly, a single process.
@@ -24,5 +25,8 @@ int grpo_full_finetune_distributed(const Config& cfg);
 int lora_grpo_finetune_distributed(const Config& cfg);
 // The reward model (reward_recipes.h): its loss is a mean over pairs too.
 int reward_model_finetune_distributed(const Config& cfg);
+// Knowledge distillation: each rank runs the frozen teacher (whole on every rank, at every
+// ZeRO stage) on its share of the batch; the loss is a mean over the global unmasked labels.
+int knowledge_distillation_distributed(const Config& cfg);
 
 }  // namespace fusetune

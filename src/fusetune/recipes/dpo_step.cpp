@@ -40,6 +40,33 @@ void add_orpo_metrics(const std::vector<double>& lp, int64_t B, std::vector<Step
   m.push_back({"log_odds_ratio", ratio, double(B)});
 }
 
+// KTO's metrics on unpaired rows, as TRL's KTOTrainer logs them: rewards, log-probs and mean
+// logits over the rows of each kind (a kind absent from the whole step logs 0), the margin as
+// the difference of the two mean rewards, no accuracy (there are no pairs to compare).
+std::vector<StepMetric> unpaired_metrics(const Batch& b, const float* rewards, const float* logps,
+                                         const float* logit_sums, double vocab) {
+  double reward[2] = {0, 0}, lp[2] = {0, 0}, logit[2] = {0, 0}, rows[2] = {0, 0},
+         tokens[2] = {0, 0};
+  for (int64_t i = 0; i < b.batch_size; ++i) {
+    const int k = b.desirable[size_t(i)] ? 0 : 1;
+    reward[k] += double(rewards[i]);
+    lp[k] += double(logps[i]);
+    logit[k] += double(logit_sums[i]);
+    rows[k] += 1;
+    for (int64_t t = 0; t < b.seq_len; ++t)
+      tokens[k] += b.labels[size_t(i * b.seq_len + t)] != kIgnoreIndex;
+  }
+  std::vector<StepMetric> m = {{"rewards/chosen", reward[0], rows[0]},
+                               {"rewards/rejected", reward[1], rows[1]},
+                               {"rewards/margins", 0, 0},
+                               {"log_probs/chosen", lp[0], rows[0]},
+                               {"log_probs/rejected", lp[1], rows[1]},
+                               {"logits/chosen", logit[0], vocab * tokens[0]},
+                               {"logits/rejected", logit[1], vocab * tokens[1]}};
+  m[2].difference_of = {"rewards/chosen", "rewards/rejected"};
+  return m;
+}
+
 // The values of a per-row report output, which must be fp32.
 const float* f32_data(const Tensor& t) {
   FT_CHECK(t.dtype() == DType::F32,
@@ -71,6 +98,10 @@ class DpoStep final : public TrainingStep {
             o_.policy.passes, arena_) {
     FT_CHECK(!o_.loss.needs_reference() || o_.ref_params,
              std::string(o_.loss.name()) + " needs a reference model");
+    FT_CHECK(!o_.loss.unpaired || kto(),
+             std::string(o_.loss.name()) +
+                 " compares pairs: only KTOLoss trains on unpaired rows (dataset "
+                 "unpaired_preference); use preference pairs (_component_: preference)");
     FT_CHECK(!(o_.precompute_ref && kto()),
              "precompute_ref_log_probs: KTOLoss's KL rows pair each prompt with another row's "
              "completion, different in every batch, so the reference runs every step: set it "
@@ -78,11 +109,13 @@ class DpoStep final : public TrainingStep {
     if (o_.precompute_ref && o_.loss.needs_reference()) precompute();
   }
 
-  int64_t loss_units(const Batch& b) const override { return b.batch_size / 2; }
+  // Pairs, or unpaired KTO's rows (each one example, as TRL averages its loss over examples).
+  int64_t loss_units(const Batch& b) const override {
+    return b.unpaired ? b.batch_size : b.batch_size / 2;
+  }
 
   StepOutputs run(const Batch& b, double loss_scale, int64_t step, int64_t micro) override {
-    FT_CHECK(b.batch_size % 2 == 0 && b.doc_ids.empty(),
-             "a preference batch has 2B unpacked rows (chosen, then rejected)");
+    check_layout(b);
     const int64_t rows = b.batch_size, B = rows / 2;
     TensorMap in = inputs(b);
     in["loss_scale"] = scalar_input(loss_scale, DType::F32);
@@ -95,6 +128,13 @@ class DpoStep final : public TrainingStep {
     StepOutputs r;
     r.loss = element_as_double(out.at("loss"), 0);
     r.grads = gradients_of(out);
+    if (b.unpaired) {
+      r.metrics = unpaired_metrics(
+          b, f32_data(out.at("report:rewards")), f32_data(out.at("report:policy_logps")),
+          f32_data(out.at("report:logit_sums")), double(o_.policy.model->vocab_size));
+      r.metrics.push_back({"kl", kl, 1.0});
+      return r;
+    }
     // fp32 in an fp32 step, and in a bf16 one (sequence-level values stay fp32, graph.h).
     const float* cr = f32_data(out.at("report:chosen_rewards"));
     const float* rr = f32_data(out.at("report:rejected_rewards"));
@@ -133,6 +173,7 @@ class DpoStep final : public TrainingStep {
   // The preference loss of `b`'s pairs summed (loss_scale 1), no gradients, no dropout; the
   // reference computed for the batch (precomputed log-probs cover the training pairs only).
   double evaluate(const Batch& b) override {
+    check_layout(b);
     TensorMap in = inputs(b);
     in["loss_scale"] = scalar_input(1.0, DType::F32);
     if (o_.loss.needs_reference())
@@ -173,6 +214,21 @@ class DpoStep final : public TrainingStep {
 
   bool kto() const { return o_.loss.kind == PreferenceLossKind::KTO; }
 
+  // The graphs are built for the loss's layout: pairs (2B rows, chosen then rejected) or
+  // unpaired KTO rows with their desirable mask.
+  void check_layout(const Batch& b) const {
+    FT_CHECK(b.doc_ids.empty(), "a preference batch has unpacked rows");
+    FT_CHECK(b.unpaired == o_.loss.unpaired,
+             std::string("a batch of ") + (b.unpaired ? "unpaired rows" : "preference pairs") +
+                 " reached a step built for " +
+                 (o_.loss.unpaired ? "unpaired rows" : "preference pairs") +
+                 ": dataset and dataset_val must be of one kind");
+    FT_CHECK(b.unpaired || b.batch_size % 2 == 0,
+             "a preference batch has 2B unpacked rows (chosen, then rejected)");
+    FT_CHECK(!b.unpaired || int64_t(b.desirable.size()) == b.batch_size,
+             "an unpaired preference batch without its rows' labels");
+  }
+
   // KTO's KL reference point for `b` (kto_kl.h): the mean over its mismatched rows (and over
   // the ranks, as TRL gathers it) of the policy's minus the reference's summed log-probs,
   // clamped at 0. Forward passes only: it reaches the loss as an input, detached.
@@ -191,9 +247,15 @@ class DpoStep final : public TrainingStep {
   }
 
   // The batch's tensors plus the response mask and 1 / response length of each row.
+  // Unpaired rows: also `desirable` [rows], 1 or 0.
   static TensorMap inputs(const Batch& b) {
     TensorMap in = batch_inputs(b);
     add_response_inputs(b, in);
+    if (b.unpaired) {
+      Tensor d = Tensor::empty({b.batch_size}, DType::F32);
+      for (int64_t i = 0; i < b.batch_size; ++i) d.data<float>()[i] = b.desirable[size_t(i)];
+      in["desirable"] = d;
+    }
     return in;
   }
 
@@ -350,6 +412,8 @@ PreferenceLoss preference_loss_from(const Config& cfg) {
     FT_CHECK(!cfg.boolean("dataset.train_on_input", false),
              "KTOLoss needs dataset.train_on_input: false: its KL reference point pairs each "
              "prompt with another row's completion, so the prompt must be told apart");
+    l.unpaired = cfg.has("dataset._component_") &&
+                 canonical_component(cfg, "dataset") == "unpaired_preference";
   } else {
     throw Error("config key 'loss._component_' is " + kind +
                 ": the DPO recipes train with DPOLoss, RSOLoss, IPOLoss, SimPOLoss, ORPOLoss or "

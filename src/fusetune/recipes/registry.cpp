@@ -85,6 +85,11 @@ const std::vector<RecipeInfo>& recipes() {
        "data-parallel "
        "ranks (MPI)",
        &full_dpo_distributed_schema(), full_dpo_distributed, on_ranks(kFullDpo)},
+      {"knowledge_distillation_distributed",
+       "Knowledge distillation over N data-parallel ranks (MPI): the student as on one device, "
+       "the frozen teacher on every rank",
+       &knowledge_distillation_distributed_schema(), knowledge_distillation_distributed,
+       on_ranks(kFull)},
       {"grpo_full_finetune_single_device",
        "GRPO of every weight on one device: sampled completions scored by rewards, "
        "group-normalized advantages, the clipped policy loss (torchtune's and TRL's)",

@@ -97,9 +97,9 @@ PlannedStep plan_step(const Config& cfg, const std::string& recipe, const ModelC
                                                      std::make_shared<ModelConfig>(model), true);
     o.llama = traits.lora ? peft::lora_llama_options(lora_config_from(cfg), nullptr, &fq) : fq;
   }
-  if (traits.dpo) {  // B pairs = 2B rows, chosen then rejected
+  if (traits.dpo) {  // B pairs = 2B rows, chosen then rejected (unpaired KTO: B rows)
     s.preference = preference_loss_from(cfg);
-    o.batch_size *= 2;
+    if (!s.preference->unpaired) o.batch_size *= 2;
     o.loss = preference_loss_builder(*s.preference);
   }
   if (traits.reward) {  // a classifier of one score on B pairs = 2B rows (reward_step.h)

@@ -473,6 +473,7 @@ StepResult train_step(Run& r, const std::string& at_step) {
     if (k == 0) s.metrics.assign(out.metrics.size(), {});
     for (size_t i = 0; i < out.metrics.size(); ++i) {
       s.metrics[i].name = out.metrics[i].name;
+      s.metrics[i].difference_of = out.metrics[i].difference_of;
       s.metrics[i].sum += out.metrics[i].sum;
       s.metrics[i].count += out.metrics[i].count;
     }
@@ -485,6 +486,20 @@ StepResult train_step(Run& r, const std::string& at_step) {
   s.compile_s = r.step->take_compile_seconds();
   apply_update(r, s);
   return s;
+}
+
+// A metric's logged value: sum / count over the step (0 without a count), or the difference of
+// two such values (StepMetric::difference_of).
+double metric_value(const StepResult& s, const StepMetric& mv) {
+  auto mean = [](const StepMetric& x) { return x.count > 0 ? x.sum / x.count : 0.0; };
+  if (mv.difference_of.first.empty()) return mean(mv);
+  const StepMetric *a = nullptr, *b = nullptr;
+  for (const StepMetric& x : s.metrics) {
+    if (x.name == mv.difference_of.first) a = &x;
+    if (x.name == mv.difference_of.second) b = &x;
+  }
+  FT_CHECK(a && b, "metric " + mv.name + " is the difference of metrics the step does not log");
+  return a->count > 0 && b->count > 0 ? mean(*a) - mean(*b) : 0.0;
 }
 
 // The step's line (every log_every_n_steps, and the first); the time counters are taken every
@@ -507,8 +522,7 @@ void log_step(Run& r, const StepResult& s, double step_s) {
   m.grad_norm = s.grad_norm;
   double flops = 0;
   for (const Batch& b : s.micro) flops += r.step->flops(b);
-  for (const StepMetric& mv : s.metrics)
-    m.extra.push_back({mv.name, mv.count > 0 ? mv.sum / mv.count : 0.0, 4});
+  for (const StepMetric& mv : s.metrics) m.extra.push_back({mv.name, metric_value(s, mv), 4});
   m.extra.push_back({"mfu", flops / step_s / (r.peak_gflops * 1e9), 3});
   if (s.compile_s > 0) m.extra.push_back({"compile_s", s.compile_s, 3});
   // Ranks: rank 0's time in collectives this step, waiting for the others included.

@@ -26,9 +26,15 @@ using GradientHook = std::function<void(const std::string& param, Tensor grad)>;
 // A logged metric as a sum and what it divides by (pairs, tokens): the loop sums both over the
 // step's micro-batches and ranks and logs sum / count, the value over all the step's samples.
 struct StepMetric {
+  StepMetric() = default;
+  StepMetric(std::string n, double s, double c) : name(std::move(n)), sum(s), count(c) {}
   std::string name;
   double sum = 0;
   double count = 0;
+  // When set, the logged value is instead the first named metric's value minus the second's
+  // (0 when either has no count): a difference of two means over the whole step, which no
+  // sum / count can carry (unpaired KTO's rewards/margins).
+  std::pair<std::string, std::string> difference_of;
 };
 
 struct StepOutputs {

@@ -5,6 +5,7 @@
 #include "fusetune/data/chat_format.h"
 #include "fusetune/data/datasets/chat.h"
 #include "fusetune/data/datasets/common.h"
+#include "fusetune/data/datasets/unpaired_preference.h"
 #include "fusetune/util/error.h"
 
 namespace fusetune {
@@ -27,16 +28,44 @@ void check_reply(const std::vector<Message>& messages, const std::string& side) 
 PreferenceDataset::PreferenceDataset(std::vector<PreferencePair> pairs, DatasetReport report)
     : pairs_(std::move(pairs)), report_(std::move(report)) {}
 
+PreferenceDataset::PreferenceDataset(std::vector<UnpairedExample> examples, DatasetReport report)
+    : unpaired_(true), examples_(std::move(examples)), report_(std::move(report)) {}
+
 const PreferencePair& PreferenceDataset::get(int64_t i) const {
+  FT_CHECK(!unpaired_, "preference dataset " + report_.name +
+                           " holds unpaired examples (prompt, completion, label), not pairs");
   FT_CHECK(i >= 0 && i < size(), "preference dataset " + report_.name + ": index " +
                                      std::to_string(i) + " out of range [0, " +
                                      std::to_string(size()) + ")");
   return pairs_[i];
 }
 
+const UnpairedExample& PreferenceDataset::example(int64_t i) const {
+  FT_CHECK(unpaired_, "preference dataset " + report_.name + " holds pairs, not unpaired examples");
+  FT_CHECK(i >= 0 && i < size(), "preference dataset " + report_.name + ": index " +
+                                     std::to_string(i) + " out of range [0, " +
+                                     std::to_string(size()) + ")");
+  return examples_[size_t(i)];
+}
+
+Batch PreferenceDataset::collate(const std::vector<int64_t>& items,
+                                 const CollateOptions& opts) const {
+  if (unpaired_) {
+    std::vector<const UnpairedExample*> rows;
+    rows.reserve(items.size());
+    for (int64_t i : items) rows.push_back(&example(i));
+    return collate_unpaired(rows, opts);
+  }
+  std::vector<const PreferencePair*> pairs;
+  pairs.reserve(items.size());
+  for (int64_t i : items) pairs.push_back(&get(i));
+  return collate_preference(pairs, opts);
+}
+
 std::unique_ptr<PreferenceDataset> build_preference_dataset(const DatasetOptions& opts,
                                                             const Tokenizer& tok) {
   using namespace datasets;
+  if (opts.kind == "unpaired_preference") return build_unpaired_preference_dataset(opts, tok);
   FT_CHECK(!opts.packed, "dataset.packed is not supported for preference (DPO) data");
   const std::string& style = opts.conversation_style;
   FT_CHECK(style == "auto" || style == "openai" || style == "sharegpt",
@@ -114,8 +143,21 @@ Batch collate_preference(const std::vector<const PreferencePair*>& pairs,
   rows.reserve(pairs.size() * 2);
   for (const PreferencePair* p : pairs) rows.push_back(&p->chosen);
   for (const PreferencePair* p : pairs) rows.push_back(&p->rejected);
-  Batch b = collate(rows, opts);
+  Batch b = fusetune::collate(rows, opts);
   for (const PreferencePair* p : pairs) b.margins.push_back(static_cast<float>(p->margin));
+  b.desirable.assign(pairs.size(), 1);
+  b.desirable.resize(2 * pairs.size(), 0);
+  return b;
+}
+
+Batch collate_unpaired(const std::vector<const UnpairedExample*>& examples,
+                       const CollateOptions& opts) {
+  std::vector<const Sample*> rows;
+  rows.reserve(examples.size());
+  for (const UnpairedExample* e : examples) rows.push_back(&e->sample);
+  Batch b = fusetune::collate(rows, opts);
+  for (const UnpairedExample* e : examples) b.desirable.push_back(e->desirable ? 1 : 0);
+  b.unpaired = true;
   return b;
 }
 
