@@ -144,6 +144,24 @@ Family family_of(const std::string& name) {
     c["sliding_window"] = 4096;
     return {"gemma2", "llama2", c};
   }
+  if (dir == "phi3" || dir == "phi4") {
+    // Phi-3 mini and Phi-4 (both HF model_type phi3: fused qkv_proj and gate_up_proj). Neither
+    // tokenizer is among the assets: Llama 2's tokenizer.model stands in for Phi-3's (which is
+    // Llama 2's with added tokens), GPT-2's byte-level BPE (as vocab.json + merges.txt) for
+    // Phi-4's; the vocabularies and ids are the real ones.
+    const bool phi3 = dir == "phi3";
+    c["model_type"] = "phi3";
+    c["vocab_size"] = phi3 ? 32064 : 100352;
+    c["rms_norm_eps"] = 1e-5;
+    c["rope_theta"] = phi3 ? 10000.0 : 250000.0;
+    c["bos_token_id"] = phi3 ? 1 : 100257;
+    c["eos_token_id"] = phi3 ? 32000 : 100265;
+    c["tie_word_embeddings"] = false;
+    c["max_position_embeddings"] = phi3 ? 4096 : 16384;
+    c["original_max_position_embeddings"] = phi3 ? 4096 : 16384;
+    if (phi3) c["sliding_window"] = 2047;
+    return {dir, phi3 ? "llama2" : "phi4", c};
+  }
   return {"", "", c};
 }
 
@@ -323,6 +341,16 @@ class Sweep {
 
   const fs::path& configs_dir() const { return configs_dir_; }
 
+  // GPT-2's tokenizer.json as vocab.json + merges.txt (Phi-4's stand-in), written once.
+  fs::path gpt2_tok() {
+    const fs::path dir = tmp_ / "gpt2_tokenizer";
+    if (!fs::exists(dir / "merges.txt")) {
+      fs::create_directories(dir);
+      write_qwen_vocab_merges(a_ / "tokenizers/gpt2/tokenizer.json", dir);
+    }
+    return dir;
+  }
+
   // Validates and runs `config` (its recipe `recipe`, from training_recipe) for `steps`
   // optimizer steps (epochs=1 max_steps_per_epoch=steps, then `extra` key=value overrides); a
   // recipe fusetune lacks must be named by validate and run. Failures are reported
@@ -376,6 +404,9 @@ class Sweep {
       o += " tokenizer.path=" + quote((a_ / "tokenizers/llama2/tokenizer.model").string());
     else if (fam.tokenizer == "llama3")
       o += " tokenizer.path=" + quote((a_ / "tokenizers/llama3/original/tokenizer.model").string());
+    else if (fam.tokenizer == "phi4")
+      o += " tokenizer.vocab_path=" + quote((gpt2_tok() / "vocab.json").string()) +
+           " tokenizer.merges_path=" + quote((gpt2_tok() / "merges.txt").string());
     else
       o += " tokenizer.path=" + quote((qwen_tok_ / "vocab.json").string()) +
            " tokenizer.merges_file=" + quote((qwen_tok_ / "merges.txt").string());
@@ -556,8 +587,8 @@ TEST(TorchtuneConfigsSweep, OneConfigPerFamilyAndRecipeRunsOneStep) {
 // families fusetune builds, gemma/ (Gemma 1), validated and run for two steps as pasted with the
 // paths made local, one micro-batch per step (gradient_accumulation_steps=1, as the slice
 // above). CI runs 2B_lora_single_device; with FUSETUNE_TORCHTUNE_SWEEP=1 every training config
-// of gemma/ (8, all OK: about 140 s on a busy 2-core machine). gemma2/ has its own test below;
-// phi3/, phi4/ (another helper's) are left out; dev/ holds no family.
+// of gemma/ (8, all OK: about 140 s on a busy 2-core machine). gemma2/, phi3/ and phi4/ have
+// their own tests below; dev/ holds no family.
 // Runs the training configs of `family`/ in torchtune_configs_next for two steps (CI: `ci_config`
 // alone; FUSETUNE_TORCHTUNE_SWEEP=1: all of them) and returns how many ran.
 size_t run_next_family_configs(const std::string& family, const std::string& ci_config) {
@@ -622,6 +653,25 @@ TEST(TorchtuneConfigsSweep, NextGemma2ConfigsRunTwoSteps) {
   FT_REQUIRE_ASSET("torchtune_configs_next/gemma2/2B_lora_single_device.yaml");
   const bool all = std::getenv("FUSETUNE_TORCHTUNE_SWEEP") != nullptr;
   EXPECT_EQ(run_next_family_configs("gemma2", "gemma2/2B_lora_single_device"), all ? 12u : 1u);
+}
+
+// phi3/ (Phi-3 mini) and phi4/ (Phi-4 14B) the same way: CI runs each family's
+// lora_single_device (its q_proj/v_proj-only LoRA on the fused qkv_proj); with
+// FUSETUNE_TORCHTUNE_SWEEP=1 every training config: full (distributed, as one rank), full low
+// memory, LoRA distributed and single-device, QLoRA (10, all OK: about 80 s here).
+TEST(TorchtuneConfigsSweep, NextPhi3ConfigsRunTwoSteps) {
+  FT_REQUIRE_SWEEP_ASSETS();
+  FT_REQUIRE_ASSET("torchtune_configs_next/phi3/mini_lora_single_device.yaml");
+  const bool all = std::getenv("FUSETUNE_TORCHTUNE_SWEEP") != nullptr;
+  EXPECT_EQ(run_next_family_configs("phi3", "phi3/mini_lora_single_device"), all ? 5u : 1u);
+}
+
+TEST(TorchtuneConfigsSweep, NextPhi4ConfigsRunTwoSteps) {
+  FT_REQUIRE_SWEEP_ASSETS();
+  FT_REQUIRE_ASSET("torchtune_configs_next/phi4/14B_lora_single_device.yaml");
+  FT_REQUIRE_ASSET("tokenizers/gpt2/tokenizer.json");
+  const bool all = std::getenv("FUSETUNE_TORCHTUNE_SWEEP") != nullptr;
+  EXPECT_EQ(run_next_family_configs("phi4", "phi4/14B_lora_single_device"), all ? 5u : 1u);
 }
 
 }  // namespace

@@ -72,6 +72,13 @@ inline ModelConfig tiny_gemma3_config() {
   return c;
 }
 
+// The same as a Phi-3: q, k and v in one qkv_proj, gate and up in one gate_up_proj (GQA, untied).
+inline ModelConfig tiny_phi3_config() {
+  ModelConfig c = tiny_config(false, false);
+  c.model_type = "phi3";
+  return c;
+}
+
 // A random batch with shifted labels, some ignored; packed adds two documents per row.
 inline Batch random_batch(int64_t B, int64_t T, int64_t V, uint64_t seed, bool packed = false) {
   Batch b;

@@ -28,6 +28,7 @@ struct ModeCase {
   bool gemma = false;   // tiny_gemma_config(): GeGLU, (1 + w) norms, MQA (tied, no bias)
   bool gemma2 = false;  // tiny_gemma2_config(): post-norms, soft-caps, a window of 3
   bool gemma3 = false;  // tiny_gemma3_config(): q/k norms, two RoPE bases, no caps
+  bool phi3 = false;    // tiny_phi3_config(): fused qkv_proj and gate_up_proj
 };
 
 void check_modes(const ModeCase& c, DType dt, double loss_tol, double grad_tol) {
@@ -35,6 +36,7 @@ void check_modes(const ModeCase& c, DType dt, double loss_tol, double grad_tol) 
                     : c.gemma  ? tiny_gemma_config()
                     : c.gemma2 ? tiny_gemma2_config()
                     : c.gemma3 ? tiny_gemma3_config()
+                    : c.phi3   ? tiny_phi3_config()
                                : tiny_config(c.tied, c.bias, c.kv);
   cfg.vocab_size = 37;
   TrainingGraphOptions o;
@@ -74,6 +76,7 @@ const ModeCase kModeCases[] = {
     {"gemma2_softcaps_window", true, false, false, 1, false, false, true},
     {"gemma2_softcaps_window_packed", true, false, true, 1, false, false, true},
     {"gemma3_qk_norms_local_rope_packed", true, false, true, 1, false, false, false, true},
+    {"phi3_fused_projections_packed", false, false, true, 2, false, false, false, false, true},
 };
 
 }  // namespace

@@ -51,6 +51,12 @@ TEST(ConfigTokenizer, TorchtuneBuildersAreComponents) {
        "sentencepiece"},
       {"{_component_: torchtune.models.gemma.gemma_tokenizer, path: /m/tokenizer.model}",
        "sentencepiece"},
+      {"{_component_: torchtune.models.phi3.phi3_mini_tokenizer, path: /m/tokenizer.model, "
+       "max_seq_len: null}",
+       "phi3_mini"},
+      {"{_component_: torchtune.models.phi4.phi4_tokenizer, vocab_path: /m/vocab.json, "
+       "merges_path: /m/merges.txt, max_seq_len: null}",
+       "phi4"},
       {"{_component_: hf, path: /m/tokenizer.json}", "hf"}};
   for (const auto& [yaml, comp] : cases) {
     EXPECT_EQ(tokenizer_problems(yaml), "") << yaml;

@@ -1,6 +1,6 @@
 // The whole model's gradient (embedding, attention with GQA and RoPE, MLP, norms, tied or
 // untied head, qkv bias, Qwen3's q/k norms, Gemma's GeGLU, (1 + w) norms and scaled embeddings,
-// Gemma 2's post-norms, soft-caps and sliding window,
+// Gemma 2's post-norms, soft-caps and sliding window, Phi-3's fused qkv_proj and gate_up_proj,
 // cross-entropy with ignored labels) against finite differences.
 #include <gtest/gtest.h>
 
@@ -76,3 +76,6 @@ TEST(LlamaTrainingGraph, OutputsLossThenOneGradPerTrainableParam) {
   // Tied: the embedding appears once and lm_head is not a parameter.
   for (const auto& p : graph_parameters(tg.graph)) EXPECT_NE(p.name, "lm_head.weight");
 }
+
+// The fused projections' slices (q, k, v of qkv_proj; gate, up of gate_up_proj), packed.
+TEST(LlamaGradcheck, Phi3FusedQkvAndGateUpPacked) { check_model(tiny_phi3_config(), true); }

@@ -365,9 +365,10 @@ ComponentTable checkpointer_table() {
                .doc("weight files in checkpoint_dir (a list, or torchtune's "
                     "{filename_format, max_filename}); default: all "
                     "*.safetensors"),
-           Field::Enum("model_type", {"LLAMA2", "LLAMA3", "LLAMA3_2", "MISTRAL", "QWEN2", "QWEN3",
-                                      "GEMMA", "GEMMA2", "GEMMA3", "llama", "mistral", "qwen2",
-                                      "qwen3", "gemma", "gemma2", "gemma3_text", "REWARD"})
+           Field::Enum("model_type",
+                       {"LLAMA2", "LLAMA3", "LLAMA3_2",  "MISTRAL",     "QWEN2", "QWEN3",   "GEMMA",
+                        "GEMMA2", "GEMMA3", "PHI3_MINI", "PHI4",        "llama", "mistral", "qwen2",
+                        "qwen3",  "gemma",  "gemma2",    "gemma3_text", "phi3",  "REWARD"})
                .doc("architecture family (also read from config.json); REWARD: a sequence "
                     "classifier with one score (a reward or value model; a causal LM "
                     "checkpoint gets a fresh score head)"),
@@ -418,31 +419,43 @@ ComponentTable tokenizer_table() {
         Field::Int("bpe_cache_size").doc("not supported: fusetune's BPE cache has a fixed size")};
     return tokenizer_torchtune_keys(std::move(f));
   };
-  return {"tokenizer",
-          {Component("byte", {}, "UTF-8 bytes, ids 0..255 + BOS/EOS/PAD (needs no file)"),
-           Component("hf", {}, "Hugging Face tokenizer.json",
-                     {Field::String("path").req().doc("the tokenizer.json file")}),
-           Component(
-               "llama3", {"torchtune.models.llama3.llama3_tokenizer"},
-               "Llama 3 (3.1, 3.2, 3.3): tiktoken original/tokenizer.model, or tokenizer.json",
-               tokenizer_torchtune_keys({Field::String("path").req().doc(
-                                             "the tiktoken tokenizer.model (or a tokenizer.json)"),
-                                         special_tokens_path()})),
-           Component("qwen2_5", {"torchtune.models.qwen2_5.qwen2_5_tokenizer"},
-                     "Qwen2.5: vocab.json + merges.txt (or tokenizer.json)", qwen_fields()),
-           Component("qwen2", {"torchtune.models.qwen2.qwen2_tokenizer"},
-                     "Qwen2: vocab.json + merges.txt (or tokenizer.json)", qwen_fields()),
-           Component("qwen3", {"torchtune.models.qwen3.qwen3_tokenizer"},
-                     "Qwen3: vocab.json + merges.txt (or tokenizer.json); <think> is special",
-                     qwen_fields()),
-           Component("sentencepiece",
-                     {"torchtune.models.llama2.llama2_tokenizer",
-                      "torchtune.models.mistral.mistral_tokenizer",
-                      "torchtune.models.gemma.gemma_tokenizer"},
-                     "SentencePiece tokenizer.model (Llama 2, Mistral, Gemma)",
-                     tokenizer_torchtune_keys(
-                         {Field::String("path").req().doc("the tokenizer.model file")}))},
-          ""};
+  return {
+      "tokenizer",
+      {Component("byte", {}, "UTF-8 bytes, ids 0..255 + BOS/EOS/PAD (needs no file)"),
+       Component("hf", {}, "Hugging Face tokenizer.json",
+                 {Field::String("path").req().doc("the tokenizer.json file")}),
+       Component(
+           "llama3", {"torchtune.models.llama3.llama3_tokenizer"},
+           "Llama 3 (3.1, 3.2, 3.3): tiktoken original/tokenizer.model, or tokenizer.json",
+           tokenizer_torchtune_keys({Field::String("path").req().doc(
+                                         "the tiktoken tokenizer.model (or a tokenizer.json)"),
+                                     special_tokens_path()})),
+       Component("qwen2_5", {"torchtune.models.qwen2_5.qwen2_5_tokenizer"},
+                 "Qwen2.5: vocab.json + merges.txt (or tokenizer.json)", qwen_fields()),
+       Component("qwen2", {"torchtune.models.qwen2.qwen2_tokenizer"},
+                 "Qwen2: vocab.json + merges.txt (or tokenizer.json)", qwen_fields()),
+       Component("qwen3", {"torchtune.models.qwen3.qwen3_tokenizer"},
+                 "Qwen3: vocab.json + merges.txt (or tokenizer.json); <think> is special",
+                 qwen_fields()),
+       Component(
+           "phi3_mini", {"torchtune.models.phi3.phi3_mini_tokenizer"},
+           "Phi-3 (mini): SentencePiece tokenizer.model with Phi-3's added tokens "
+           "32000..32010",
+           tokenizer_torchtune_keys({Field::String("path").req().doc("the tokenizer.model file")})),
+       Component(
+           "phi4", {"torchtune.models.phi4.phi4_tokenizer"},
+           "Phi-4: byte-level BPE vocab.json + merges.txt with Phi-4's special tokens",
+           tokenizer_torchtune_keys({Field::String("vocab_path").req().doc("the vocab.json file"),
+                                     Field::String("merges_path").req().doc("the merges.txt file"),
+                                     special_tokens_path()})),
+       Component(
+           "sentencepiece",
+           {"torchtune.models.llama2.llama2_tokenizer",
+            "torchtune.models.mistral.mistral_tokenizer", "torchtune.models.gemma.gemma_tokenizer"},
+           "SentencePiece tokenizer.model (Llama 2, Mistral, Gemma)",
+           tokenizer_torchtune_keys(
+               {Field::String("path").req().doc("the tokenizer.model file")}))},
+      ""};
 }
 
 // Training (and validation) data.

@@ -94,7 +94,7 @@ Field model_field(bool lora_recipe) {
                 "model from model.config or the keys below"),
        Field::String("config").doc("with init: random, a Hugging Face config.json"),
        Field::Enum("model_type",
-                   {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text"})
+                   {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3"})
            .doc("HF model_type (models/model_family.cpp)"),
        int_pos("vocab_size", "vocabulary size (>= the tokenizer's)"),
        int_pos("hidden_size", "model width"), int_pos("intermediate_size", "MLP width"),

@@ -172,6 +172,89 @@ class GemmaFormat : public ChatFormat {
   int32_t start_, end_;
 };
 
+// Phi-3's chat template: BOS, then <|system|>, <|user|> or <|assistant|>, "\n", the content,
+// <|end|> and "\n" per message.
+class Phi3Format : public ChatFormat {
+ public:
+  explicit Phi3Format(const Tokenizer& tok)
+      : tok_(tok),
+        system_(require_special(tok, "phi3", "<|system|>")),
+        user_(require_special(tok, "phi3", "<|user|>")),
+        assistant_(require_special(tok, "phi3", "<|assistant|>")),
+        end_(require_special(tok, "phi3", "<|end|>")) {}
+  std::string_view name() const override { return "phi3"; }
+  Sample render(const std::vector<Message>& messages) const override {
+    Builder b(tok_);
+    if (tok_.bos_id() >= 0) b.id(tok_.bos_id(), false);
+    for (size_t i = 0; i < messages.size(); ++i) {
+      const Message& m = messages[i];
+      FT_CHECK(m.role != Role::kTool, "chat template 'phi3': message " + std::to_string(i) +
+                                          " is a tool message, which Phi-3's template has no "
+                                          "role for");
+      b.id(m.role == Role::kSystem ? system_ : m.role == Role::kUser ? user_ : assistant_, false);
+      b.text("\n", false);
+      b.text(m.content, m.trained);
+      b.id(end_, m.trained);
+      b.text("\n", false);
+    }
+    return b.take();
+  }
+  Sample render_prompt(const std::vector<Message>& messages) const override {
+    Sample s = render(messages);
+    Builder b(tok_);
+    b.id(assistant_, false);
+    b.text("\n", false);
+    append(s, b.take());
+    return s;
+  }
+  std::vector<int32_t> end_of_turn_tokens() const override {
+    std::vector<int32_t> ids{end_};
+    if (tok_.eos_id() >= 0 && tok_.eos_id() != end_) ids.push_back(tok_.eos_id());
+    return ids;
+  }
+
+ private:
+  const Tokenizer& tok_;
+  int32_t system_, user_, assistant_, end_;
+};
+
+// Phi-4's: <|im_start|>{role}<|im_sep|>{content}<|im_end|> per message, no newlines.
+class Phi4Format : public ChatFormat {
+ public:
+  explicit Phi4Format(const Tokenizer& tok)
+      : tok_(tok),
+        start_(require_special(tok, "phi4", "<|im_start|>")),
+        sep_(require_special(tok, "phi4", "<|im_sep|>")),
+        end_(require_special(tok, "phi4", "<|im_end|>")) {}
+  std::string_view name() const override { return "phi4"; }
+  Sample render(const std::vector<Message>& messages) const override {
+    Builder b(tok_);
+    for (const Message& m : messages) {
+      header(b, m.role == Role::kTool ? "tool" : role_name(m.role));
+      b.text(m.content, m.trained);
+      b.id(end_, m.trained);
+    }
+    return b.take();
+  }
+  Sample render_prompt(const std::vector<Message>& messages) const override {
+    Sample s = render(messages);
+    Builder b(tok_);
+    header(b, "assistant");
+    append(s, b.take());
+    return s;
+  }
+  std::vector<int32_t> end_of_turn_tokens() const override { return {end_}; }
+
+ private:
+  void header(Builder& b, std::string_view role) const {
+    b.id(start_, false);
+    b.text(role, false);
+    b.id(sep_, false);
+  }
+  const Tokenizer& tok_;
+  int32_t start_, sep_, end_;
+};
+
 // Llama 2 chat and Mistral instruct: [INST] ... [/INST] around user turns.
 class InstFormat : public ChatFormat {
  public:
@@ -252,7 +335,8 @@ std::string lower(std::string_view s) {
 }  // namespace
 
 std::vector<std::string> chat_format_names() {
-  return {"llama3", "chatml", "qwen", "llama2", "mistral", "gemma", "plain", "alpaca"};
+  return {"llama3", "chatml", "qwen", "llama2", "mistral",
+          "gemma",  "phi3",   "phi4", "plain",  "alpaca"};
 }
 
 std::string resolve_chat_format(std::string_view template_name, std::string_view model_family,
@@ -266,6 +350,9 @@ std::string resolve_chat_format(std::string_view template_name, std::string_view
   if (starts_with(f, "llama2") || starts_with(f, "codellama")) return "llama2";
   if (starts_with(f, "mistral")) return "mistral";
   if (tok.token_to_id("<|start_header_id|>") && tok.token_to_id("<|eot_id|>")) return "llama3";
+  // Phi-3 and Phi-4 are both model_type phi3: their tokenizers tell them apart.
+  if (tok.token_to_id("<|im_sep|>") && tok.token_to_id("<|im_start|>")) return "phi4";
+  if (tok.token_to_id("<|user|>") && tok.token_to_id("<|end|>")) return "phi3";
   if (tok.token_to_id("<|im_start|>") && tok.token_to_id("<|im_end|>")) return "chatml";
   if (tok.token_to_id("<start_of_turn>") && tok.token_to_id("<end_of_turn>")) return "gemma";
   return "plain";
@@ -278,6 +365,8 @@ std::unique_ptr<ChatFormat> make_chat_format(std::string_view name, const Tokeni
   if (n == "llama2") return std::make_unique<InstFormat>(tok, /*mistral=*/false);
   if (n == "mistral") return std::make_unique<InstFormat>(tok, /*mistral=*/true);
   if (n == "gemma") return std::make_unique<GemmaFormat>(tok);
+  if (n == "phi3") return std::make_unique<Phi3Format>(tok);
+  if (n == "phi4") return std::make_unique<Phi4Format>(tok);
   if (n == "plain" || n == "alpaca") return std::make_unique<PlainFormat>(tok);
   std::string hint = closest_match(n, chat_format_names());
   throw Error("unknown chat template '" + std::string(name) + "'" +

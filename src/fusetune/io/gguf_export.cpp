@@ -153,7 +153,8 @@ std::string gguf_tensor_name(const std::string& hf_name, bool post_norms) {
       {"self_attn.o_proj", "attn_output"}, {"post_attention_layernorm", "ffn_norm"},
       {"self_attn.q_norm", "attn_q_norm"}, {"self_attn.k_norm", "attn_k_norm"},
       {"mlp.gate_proj", "ffn_gate"},       {"mlp.up_proj", "ffn_up"},
-      {"mlp.down_proj", "ffn_down"}};
+      {"mlp.down_proj", "ffn_down"},       {"self_attn.qkv_proj", "attn_qkv"},
+      {"mlp.gate_up_proj", "ffn_up"}};  // Phi-3's fused projections, stored as HF does
   static const std::pair<const char*, const char*> post_norm_names[] = {
       {"post_attention_layernorm", "post_attention_norm"},
       {"pre_feedforward_layernorm", "ffn_norm"},
@@ -231,6 +232,21 @@ std::string gguf_architecture(const ModelConfig& c) {
   return std::string(family.gguf_arch);
 }
 
+namespace {
+
+// What convert_hf_to_gguf.py writes for a Phi-3: the window (every layer), and for LongRoPE the
+// original context and the cos/sin scale (the factors themselves are tensors).
+void add_phi3_metadata(Writer& w, const std::string& arch, const ModelConfig& c) {
+  if (c.sliding_window > 0)
+    w.add_u32(arch + ".attention.sliding_window", uint32_t(c.sliding_window));
+  if (c.rope_scaling.rope_type != "longrope") return;
+  w.add_u32(arch + ".rope.scaling.original_context_length",
+            uint32_t(c.rope_scaling.original_max_position_embeddings));
+  w.add_f32(arch + ".rope.scaling.attn_factor", float(c.rope_scaling.attention_factor));
+}
+
+}  // namespace
+
 ExportResult export_gguf(const fs::path& dir, const fs::path& output, FileType type) {
   auto ck = std::make_shared<HFCheckpoint>(load_hf_checkpoint(dir, {}, DType::F32));
   const ModelConfig& c = ck->config;
@@ -269,6 +285,7 @@ ExportResult export_gguf(const fs::path& dir, const fs::path& output, FileType t
     w.add_string(arch + ".rope.scaling.type", "linear");
     w.add_f32(arch + ".rope.scaling.factor", float(c.rope_scaling.factor));
   }
+  if (family.fused_projections) add_phi3_metadata(w, arch, c);
   const GGUFTokenizer tokenizer =
       read_gguf_tokenizer(dir, c.vocab_size, c.bos_token_id, c.eos_token_id);
   add_tokenizer_metadata(w, tokenizer);
@@ -282,6 +299,17 @@ ExportResult export_gguf(const fs::path& dir, const fs::path& output, FileType t
     result.bytes += type_bytes(e.type, n);
     w.add_tensor(std::move(e));
   };
+  // Phi-3's LongRoPE: llama.cpp divides its frequencies by these, the long ones when the
+  // context exceeds rope.scaling.original_context_length.
+  if (c.rope_scaling.rope_type == "longrope")
+    for (const auto& [gguf, factors] :
+         {std::pair{"rope_factors_long.weight", c.rope_scaling.long_factor},
+          std::pair{"rope_factors_short.weight", c.rope_scaling.short_factor}}) {
+      std::vector<float> f(factors.begin(), factors.end());
+      add({gguf, {int64_t(f.size())}, TensorType::F32, [f] {
+             return encode(TensorType::F32, f.data(), int64_t(f.size()));
+           }});
+    }
   if (c.rope_scaling.rope_type == "llama3") {
     auto f = llama3_rope_factors(c);
     add({"rope_freqs.weight", {int64_t(f.size())}, TensorType::F32, [f] {

@@ -87,11 +87,13 @@ std::vector<std::pair<std::string, Shape>> expected_parameters(const ModelConfig
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
     out.push_back({p + "input_layernorm.weight", {D}});
-    out.push_back({p + "self_attn.q_proj.weight", {q, D}});
+    const bool fused = model_family(c.model_type).fused_projections;
+    if (fused) out.push_back({p + "self_attn.qkv_proj.weight", {q + 2 * kv, D}});  // Phi-3
+    if (!fused) out.push_back({p + "self_attn.q_proj.weight", {q, D}});
     if (c.attention_bias) out.push_back({p + "self_attn.q_proj.bias", {q}});
-    out.push_back({p + "self_attn.k_proj.weight", {kv, D}});
+    if (!fused) out.push_back({p + "self_attn.k_proj.weight", {kv, D}});
     if (c.attention_bias) out.push_back({p + "self_attn.k_proj.bias", {kv}});
-    out.push_back({p + "self_attn.v_proj.weight", {kv, D}});
+    if (!fused) out.push_back({p + "self_attn.v_proj.weight", {kv, D}});
     if (c.attention_bias) out.push_back({p + "self_attn.v_proj.bias", {kv}});
     if (model_family(c.model_type).qk_norm) {
       out.push_back({p + "self_attn.q_norm.weight", {c.head_dim}});
@@ -103,8 +105,9 @@ std::vector<std::pair<std::string, Shape>> expected_parameters(const ModelConfig
       out.push_back({p + "pre_feedforward_layernorm.weight", {D}});
       out.push_back({p + "post_feedforward_layernorm.weight", {D}});
     }
-    out.push_back({p + "mlp.gate_proj.weight", {F, D}});
-    out.push_back({p + "mlp.up_proj.weight", {F, D}});
+    if (fused) out.push_back({p + "mlp.gate_up_proj.weight", {2 * F, D}});
+    if (!fused) out.push_back({p + "mlp.gate_proj.weight", {F, D}});
+    if (!fused) out.push_back({p + "mlp.up_proj.weight", {F, D}});
     out.push_back({p + "mlp.down_proj.weight", {D, F}});
   }
   out.push_back({"model.norm.weight", {D}});

@@ -59,7 +59,45 @@ class Reader {
   const std::string& src_;
 };
 
-RopeScaling parse_rope_scaling(const json& rs, const std::string& src) {
+// LongRoPE (Phi-3's 128k models) as transformers' _compute_longrope_parameters reads it: a
+// top-level original_max_position_embeddings (Phi-3's) sets factor = max_position_embeddings /
+// it; attention_factor defaults to sqrt(1 + ln(factor) / ln(original)) when factor > 1.
+void parse_longrope(const Reader& r, const json& rs, const std::string& src, const json& config,
+                    int64_t max_positions, RopeScaling& out) {
+  auto factors = [&](const char* key) {
+    FT_CHECK(rs.contains(key) && rs[key].is_array(),
+             src + ": rope_scaling of type 'longrope' needs '" + key + "' (a list of numbers)");
+    std::vector<double> v;
+    for (const json& x : rs[key]) {
+      FT_CHECK(x.is_number() && x.get<double>() > 0 && std::isfinite(x.get<double>()),
+               src + ": rope_scaling '" + key + "' must hold positive numbers, got " + x.dump());
+      v.push_back(x.get<double>());
+    }
+    return v;
+  };
+  out.short_factor = factors("short_factor");
+  out.long_factor = factors("long_factor");
+  const Reader top(config, src);
+  if (top.present("original_max_position_embeddings")) {
+    out.original_max_position_embeddings = top.integer("original_max_position_embeddings", 0);
+    FT_CHECK(out.original_max_position_embeddings > 0,
+             src + ": 'original_max_position_embeddings' must be positive");
+    out.factor = double(max_positions) / double(out.original_max_position_embeddings);
+  } else {
+    out.original_max_position_embeddings =
+        r.integer("original_max_position_embeddings", max_positions);
+    out.factor = r.number("factor", 1.0);
+  }
+  out.attention_factor =
+      r.present("attention_factor") ? r.number("attention_factor", 1.0)
+      : out.factor <= 1.0
+          ? 1.0
+          : std::sqrt(1 + std::log(out.factor) /
+                              std::log(double(out.original_max_position_embeddings)));
+}
+
+RopeScaling parse_rope_scaling(const json& rs, const std::string& src, const json& config,
+                               int64_t max_positions) {
   RopeScaling out;
   if (rs.is_null()) return out;
   FT_CHECK(rs.is_object(), src + ": 'rope_scaling' must be null or an object, got " + rs.dump());
@@ -84,9 +122,12 @@ RopeScaling parse_rope_scaling(const json& rs, const std::string& src) {
     out.low_freq_factor = r.number("low_freq_factor", 1.0);
     out.high_freq_factor = r.number("high_freq_factor", 4.0);
     out.original_max_position_embeddings = r.integer("original_max_position_embeddings", 8192);
+  } else if (type == "longrope") {
+    out.rope_type = type;
+    parse_longrope(r, rs, src, config, max_positions, out);
   } else {
     throw Error(src + ": rope_scaling type '" + type +
-                "' is not supported (supported: llama3, linear)");
+                "' is not supported (supported: llama3, linear, longrope)");
   }
   return out;
 }
@@ -208,9 +249,16 @@ void validate_model_config(const ModelConfig& c, const std::string& src) {
                "' (only qwen2's q/k/v biases are)");
   const auto& rs = c.rope_scaling;
   if (!rs.rope_type.empty()) {
-    FT_CHECK(rs.rope_type == "llama3" || rs.rope_type == "linear",
+    FT_CHECK(rs.rope_type == "llama3" || rs.rope_type == "linear" || rs.rope_type == "longrope",
              src + ": rope_scaling type '" + rs.rope_type +
-                 "' is not supported (supported: llama3, linear)");
+                 "' is not supported (supported: llama3, linear, longrope)");
+    if (rs.rope_type == "longrope")
+      FT_CHECK(int64_t(rs.short_factor.size()) == c.head_dim / 2 &&
+                   int64_t(rs.long_factor.size()) == c.head_dim / 2,
+               src + ": rope_scaling 'short_factor' and 'long_factor' need head_dim / 2 = " +
+                   std::to_string(c.head_dim / 2) + " entries each, got " +
+                   std::to_string(rs.short_factor.size()) + " and " +
+                   std::to_string(rs.long_factor.size()));
     FT_CHECK(rs.factor > 0 && std::isfinite(rs.factor),
              src + ": rope_scaling 'factor' must be positive and finite");
     if (rs.rope_type == "llama3") {
@@ -260,7 +308,13 @@ ModelConfig parse_model_config(const json& j, const std::string& src) {
   // Qwen2 always has q/k/v biases and its config has no attention_bias key.
   c.attention_bias = family.qkv_bias ? true : r.boolean("attention_bias", false);
   c.mlp_bias = r.boolean("mlp_bias", false);
-  if (j.contains("rope_scaling")) c.rope_scaling = parse_rope_scaling(j["rope_scaling"], src);
+  if (j.contains("rope_scaling"))
+    c.rope_scaling = parse_rope_scaling(j["rope_scaling"], src, j, c.max_position_embeddings);
+  // Phi-3's partial_rotary_factor (Phi-4-mini: 0.75) rotates only part of each head.
+  FT_CHECK(r.number("partial_rotary_factor", 1.0) == 1.0,
+           src +
+               ": partial_rotary_factor other than 1 is not supported (RoPE rotates every "
+               "dimension of a head here)");
   c.bos_token_id = r.integer("bos_token_id", family.default_bos_token_id);
   if (r.present("eos_token_id")) {
     const json& e = j["eos_token_id"];
@@ -345,9 +399,20 @@ json model_config_to_json(const ModelConfig& c) {
   } else {
     json o = j.contains("rope_scaling") && j["rope_scaling"].is_object() ? j["rope_scaling"]
                                                                          : json::object();
-    o.erase("type");
-    o["rope_type"] = rs.rope_type;
-    o["factor"] = rs.factor;
+    if (rs.rope_type == "longrope") {
+      // Kept as read (Phi3Config wants exactly type, short_factor and long_factor); a new
+      // model's original_max_position_embeddings is Phi-3's top-level key.
+      if (!o.contains("type") && !o.contains("rope_type")) o["type"] = rs.rope_type;
+      o["short_factor"] = rs.short_factor;
+      o["long_factor"] = rs.long_factor;
+      if (!j.contains("original_max_position_embeddings") &&
+          !o.contains("original_max_position_embeddings"))
+        j["original_max_position_embeddings"] = rs.original_max_position_embeddings;
+    } else {
+      o.erase("type");
+      o["rope_type"] = rs.rope_type;
+      o["factor"] = rs.factor;
+    }
     if (rs.rope_type == "llama3") {
       o["low_freq_factor"] = rs.low_freq_factor;
       o["high_freq_factor"] = rs.high_freq_factor;

@@ -1,5 +1,7 @@
 #include "fusetune/models/flops.h"
 
+#include "fusetune/models/model_family.h"
+
 namespace fusetune {
 
 double training_flops_per_token(const ModelConfig& c, int64_t seq_len,
@@ -12,6 +14,13 @@ double training_flops_per_token(const ModelConfig& c, int64_t seq_len,
   double total = 0;
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
+    if (model_family(c.model_type).fused_projections) {  // Phi-3: qkv_proj, gate_up_proj
+      total += linear(p + "self_attn.qkv_proj.weight", D, (H + 2 * KV) * hd) +
+               linear(p + "self_attn.o_proj.weight", H * hd, D) +
+               linear(p + "mlp.gate_up_proj.weight", D, 2 * F) +
+               linear(p + "mlp.down_proj.weight", F, D) + 3 * 2 * 2 * double(seq_len) * hd * H;
+      continue;
+    }
     total += linear(p + "self_attn.q_proj.weight", D, H * hd) +
              linear(p + "self_attn.k_proj.weight", D, KV * hd) +
              linear(p + "self_attn.v_proj.weight", D, KV * hd) +

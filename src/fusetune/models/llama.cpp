@@ -23,9 +23,10 @@ struct Layer {
     return b.graph().param(full, std::move(shape), trainable(full));
   }
   // x W^T for the projection `name` ("self_attn.q_proj") with W [out, in].
-  Value linear(Value x, const std::string& name, int64_t out, int64_t in) {
+  Value linear(Value x, const std::string& name, int64_t out, int64_t in,
+               std::vector<int64_t> parts = {}) {
     const std::string weight = prefix + name + ".weight";
-    LinearSite site{prefix + name, out, in, trainable(weight), weight};
+    LinearSite site{prefix + name, out, in, trainable(weight), weight, std::move(parts)};
     return linear_fn(b, x, site);
   }
 };
@@ -44,7 +45,15 @@ Value attention(Layer& L, Value x, const LlamaInputs& in, Value cos, Value sin, 
   const ModelConfig& c = L.cfg;
   const int64_t H = c.num_attention_heads, KV = c.num_key_value_heads, hd = c.head_dim,
                 D = c.hidden_size;
+  // Phi-3's qkv_proj: one product, sliced into q, k and v (rows in that order).
+  Value qkv;
+  if (model_family(c.model_type).fused_projections)
+    qkv = L.linear(x, "self_attn.qkv_proj", (H + 2 * KV) * hd, D, {H * hd, KV * hd, KV * hd});
   auto proj = [&](const std::string& name, int64_t heads) {
+    if (qkv.valid()) {
+      const int64_t start = name == "q_proj" ? 0 : name == "k_proj" ? H * hd : (H + KV) * hd;
+      return b.reshape(b.slice(qkv, 2, start, heads * hd), {B, T, heads, hd});
+    }
     Value y = L.linear(x, "self_attn." + name, heads * hd, D);
     if (c.attention_bias) y = b.add(y, L.param("self_attn." + name + ".bias", {heads * hd}));
     return b.reshape(y, {B, T, heads, hd});
@@ -91,8 +100,17 @@ Value attention(Layer& L, Value x, const LlamaInputs& in, Value cos, Value sin, 
 Value mlp(Layer& L, Value x) {
   Builder& b = L.b;
   const int64_t D = L.cfg.hidden_size, F = L.cfg.intermediate_size;
-  Value gate = L.linear(x, "mlp.gate_proj", F, D);
-  Value up = L.linear(x, "mlp.up_proj", F, D);
+  Value gate, up;
+  if (model_family(L.cfg.model_type).fused_projections) {
+    // Phi-3's gate_up_proj: gate rows, then up rows.
+    Value gate_up = L.linear(x, "mlp.gate_up_proj", 2 * F, D, {F, F});
+    const int last = int(b.shape(gate_up).size()) - 1;
+    gate = b.slice(gate_up, last, 0, F);
+    up = b.slice(gate_up, last, F, F);
+  } else {
+    gate = L.linear(x, "mlp.gate_proj", F, D);
+    up = L.linear(x, "mlp.up_proj", F, D);
+  }
   // SwiGLU, or Gemma's GeGLU (compile/fuse_swiglu matches Silu only and leaves it alone).
   Value act = L.cfg.hidden_act == kGeluTanh ? b.gelu_tanh(gate) : b.silu(gate);
   return L.linear(b.mul(act, up), "mlp.down_proj", D, F);

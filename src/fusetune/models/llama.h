@@ -4,6 +4,7 @@
 // Hugging Face's, so checkpoints load and save without renaming.
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "fusetune/graph/builder.h"
 #include "fusetune/models/model_config.h"
@@ -42,6 +43,9 @@ struct LinearSite {
   bool trainable = false;  // what the predicate says of `weight`
   std::string weight;      // the weight's parameter name: module + ".weight", except a tied
                            // head (module "lm_head", weight "model.embed_tokens.weight")
+  // A fused projection's row blocks, in order (Phi-3's qkv_proj: q, k, v; gate_up_proj: gate,
+  // up); empty for a plain one. LoRA reads it to adapt only some of the blocks.
+  std::vector<int64_t> parts = {};
 };
 
 // Computes x W^T for a site: x [..., in] -> [..., out]. It creates whatever leaves it needs

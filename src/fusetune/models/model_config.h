@@ -12,11 +12,16 @@
 namespace fusetune {
 
 struct RopeScaling {
-  std::string rope_type;  // "" (none), "llama3", "linear"
+  std::string rope_type;  // "" (none), "llama3", "linear", "longrope"
   double factor = 1.0;
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
   int64_t original_max_position_embeddings = 8192;
+  // LongRoPE (Phi-3's 128k models): per-frequency divisors of the inverse frequencies, the
+  // long ones for sequences longer than original_max_position_embeddings, and the scale of
+  // cos and sin (transformers' _compute_longrope_parameters).
+  std::vector<double> short_factor, long_factor;
+  double attention_factor = 1.0;
 };
 
 struct ModelConfig {

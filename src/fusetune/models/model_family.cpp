@@ -49,6 +49,15 @@ const std::vector<ModelFamily>& model_families() {
        true,  true,  0.0, 0.0,
        true,  6,     4096,
        /*rope_theta=*/1000000.0, /*rope_local_base_freq=*/10000.0},
+      // Phi-3 / Phi-4 (HF Phi3ForCausalLM): a Llama with fused qkv_proj and gate_up_proj.
+      {"phi3",    "Phi3ForCausalLM",    "phi3",   4096,     1,  32000, 0,
+       false, false, false, SW::Always,
+       false, false, true,
+       "hidden_act", "silu", false,
+       false, false,
+       false, false, 0.0, 0.0,
+       false, 0,     0,
+       10000.0, 0.0, /*fused_projections=*/true},
   };
   // clang-format on
   return families;
@@ -66,6 +75,19 @@ std::string sequence_classification_architecture(const ModelFamily& family) {
       arch.compare(arch.size() - causal.size(), causal.size(), causal) == 0)
     arch.resize(arch.size() - causal.size());
   return arch + "ForSequenceClassification";
+}
+
+std::vector<LayerProjection> layer_projections(const ModelConfig& c) {
+  const int64_t D = c.hidden_size, F = c.intermediate_size, hd = c.head_dim;
+  const int64_t q = c.num_attention_heads * hd, kv = c.num_key_value_heads * hd;
+  if (model_family(c.model_type).fused_projections)
+    return {{"self_attn.qkv_proj", q + 2 * kv, D},
+            {"self_attn.o_proj", D, q},
+            {"mlp.gate_up_proj", 2 * F, D},
+            {"mlp.down_proj", D, F}};
+  return {{"self_attn.q_proj", q, D}, {"self_attn.k_proj", kv, D}, {"self_attn.v_proj", kv, D},
+          {"self_attn.o_proj", D, q}, {"mlp.gate_proj", F, D},     {"mlp.up_proj", F, D},
+          {"mlp.down_proj", D, F}};
 }
 
 std::string model_type_list() {

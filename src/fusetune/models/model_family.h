@@ -69,6 +69,11 @@ struct ModelFamily {
   // (read when this default is > 0); sliding_window_pattern, when given, overrides the pattern.
   double default_rope_theta = 10000.0;
   double default_rope_local_base_freq = 0.0;
+  // Phi-3 / Phi-4: q, k and v are one projection `self_attn.qkv_proj` [(H + 2 KV) head_dim,
+  // hidden] (q rows, then k, then v) and gate and up one `mlp.gate_up_proj` [2 ffn, hidden]
+  // (gate rows first), as the checkpoint stores them; the builder slices the product
+  // (docs/design.md §1).
+  bool fused_projections = false;
 };
 
 // transformers' name of the tanh-approximated GELU: Gemma's GeGLU gate (Op::GeluTanh); the
@@ -78,6 +83,14 @@ inline constexpr const char* kGeluTanh = "gelu_pytorch_tanh";
 struct ModelConfig;
 // Whether layer `layer` attends within config.sliding_window (Gemma 2's local layers).
 bool is_sliding_layer(const ModelConfig& config, int64_t layer);
+
+// One decoder layer's projection weights as the family stores them: the module under
+// "model.layers.N." ("self_attn.q_proj", or Phi-3's "self_attn.qkv_proj"), [out, in].
+struct LayerProjection {
+  std::string module;
+  int64_t out = 0, in = 0;
+};
+std::vector<LayerProjection> layer_projections(const ModelConfig& config);
 
 // Every family fusetune builds, in the order error messages list them.
 const std::vector<ModelFamily>& model_families();

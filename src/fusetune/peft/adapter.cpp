@@ -40,7 +40,12 @@ void save_peft_adapter(const fs::path& dir, const LoraConfig& c, const TensorMap
   j["r"] = c.rank;
   j["lora_alpha"] = c.alpha;
   j["lora_dropout"] = c.dropout;
-  j["target_modules"] = target_modules(c);
+  // Phi-3's adapters sit on its fused projections (qkv_proj, gate_up_proj), as PEFT names them.
+  bool fused = false;
+  for (const auto& [name, t] : params)
+    fused = fused || name.find(".qkv_proj.lora_") != std::string::npos ||
+            name.find(".gate_up_proj.lora_") != std::string::npos;
+  j["target_modules"] = target_modules(c, fused);
   j["use_dora"] = c.use_dora;
   j["use_rslora"] = false;
   j["bias"] = "none";

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <random>
 
+#include "fusetune/models/model_family.h"
 #include "fusetune/util/error.h"
 
 namespace fusetune::peft {
@@ -59,12 +60,17 @@ void LoraConfig::validate() const {
            "nothing would be trained");
 }
 
-std::vector<std::string> target_modules(const LoraConfig& c) {
+std::vector<std::string> target_modules(const LoraConfig& c, bool fused) {
   std::vector<std::string> out;
   for (const char* m : {"q_proj", "k_proj", "v_proj", "output_proj"})
-    if (std::find(c.attn_modules.begin(), c.attn_modules.end(), m) != c.attn_modules.end())
-      out.push_back(hf_attn_name(m));
-  if (c.apply_to_mlp)
+    if (std::find(c.attn_modules.begin(), c.attn_modules.end(), m) != c.attn_modules.end()) {
+      const std::string hf =
+          fused && std::string(m) != "output_proj" ? "qkv_proj" : hf_attn_name(m);
+      if (std::find(out.begin(), out.end(), hf) == out.end()) out.push_back(hf);
+    }
+  if (c.apply_to_mlp && fused)
+    for (const char* m : {"gate_up_proj", "down_proj"}) out.push_back(m);
+  else if (c.apply_to_mlp)
     for (const char* m : {"gate_proj", "up_proj", "down_proj"}) out.push_back(m);
   if (c.apply_to_output) out.push_back("lm_head");
   return out;
@@ -74,20 +80,36 @@ void set_targets_from_hf(LoraConfig& c, const std::vector<std::string>& hf) {
   auto has = [&](const char* m) { return std::find(hf.begin(), hf.end(), m) != hf.end(); };
   c.attn_modules.clear();
   for (const char* m : {"q_proj", "k_proj", "v_proj"})
-    if (has(m)) c.attn_modules.push_back(m);
+    if (has(m) || has("qkv_proj")) c.attn_modules.push_back(m);
   if (has("o_proj")) c.attn_modules.push_back("output_proj");
-  c.apply_to_mlp = has("gate_proj") || has("up_proj") || has("down_proj");
-  FT_CHECK(!c.apply_to_mlp || (has("gate_proj") && has("up_proj") && has("down_proj")),
-           "adapter target_modules name only some of gate_proj, up_proj, down_proj: not supported");
+  const bool fused_mlp = has("gate_up_proj");
+  c.apply_to_mlp = has("gate_proj") || has("up_proj") || has("down_proj") || fused_mlp;
+  FT_CHECK(!c.apply_to_mlp || (fused_mlp ? has("down_proj") && !has("gate_proj") && !has("up_proj")
+                                         : has("gate_proj") && has("up_proj") && has("down_proj")),
+           "adapter target_modules name only some of gate_proj, up_proj, down_proj (or "
+           "gate_up_proj, down_proj): not supported");
   c.apply_to_output = has("lm_head");
   for (const auto& m : hf)
     FT_CHECK(m == "q_proj" || m == "k_proj" || m == "v_proj" || m == "o_proj" || m == "gate_proj" ||
-                 m == "up_proj" || m == "down_proj" || m == "lm_head",
+                 m == "up_proj" || m == "down_proj" || m == "lm_head" || m == "qkv_proj" ||
+                 m == "gate_up_proj",
              "adapter target module '" + m + "' is not a Llama linear layer");
 }
 
+std::vector<bool> adapted_parts(const LoraConfig& c, const LinearSite& site) {
+  if (site.parts.empty()) return {};
+  if (leaf(site.module) == "gate_up_proj") return std::vector<bool>(site.parts.size(), true);
+  std::vector<bool> on;
+  for (const char* m : {"q_proj", "k_proj", "v_proj"})
+    on.push_back(std::find(c.attn_modules.begin(), c.attn_modules.end(), m) !=
+                 c.attn_modules.end());
+  FT_CHECK(on.size() == site.parts.size(), "LoRA: '" + site.module + "' is not q, k, v");
+  return on;
+}
+
 std::vector<LinearSite> lora_sites(const ModelConfig& m, const LoraConfig& c) {
-  const auto targets = target_modules(c);
+  const bool fused = model_family(m.model_type).fused_projections;
+  const auto targets = target_modules(c, fused);
   auto on = [&](const std::string& n) {
     return std::find(targets.begin(), targets.end(), n) != targets.end();
   };
@@ -99,6 +121,17 @@ std::vector<LinearSite> lora_sites(const ModelConfig& m, const LoraConfig& c) {
     auto add = [&](const std::string& sub, int64_t o, int64_t i) {
       if (on(leaf(sub))) out.push_back({p + sub, o, i, false, p + sub + ".weight"});
     };
+    if (fused) {  // Phi-3: the row blocks as the builder slices them (models/llama.cpp)
+      add("self_attn.qkv_proj", (H + 2 * KV) * hd, D);
+      if (!out.empty() && leaf(out.back().module) == "qkv_proj" && out.back().parts.empty())
+        out.back().parts = {H * hd, KV * hd, KV * hd};
+      add("self_attn.o_proj", D, H * hd);
+      add("mlp.gate_up_proj", 2 * F, D);
+      if (!out.empty() && leaf(out.back().module) == "gate_up_proj" && out.back().parts.empty())
+        out.back().parts = {F, F};
+      add("mlp.down_proj", D, F);
+      continue;
+    }
     add("self_attn.q_proj", H * hd, D);
     add("self_attn.k_proj", KV * hd, D);
     add("self_attn.v_proj", KV * hd, D);
@@ -151,10 +184,29 @@ void init_adapters(TensorMap& params, const ModelConfig& model, const LoraConfig
 
 namespace {
 
+// B with the rows of the blocks of a fused projection that the config does not target times 0
+// (a constant 0/1 mask [out, r]), so they stay 0 and get no gradient; B itself otherwise.
+Value mask_unadapted_rows(Builder& b, Value B, const LoraConfig& c, const LinearSite& site) {
+  const std::vector<bool> on = adapted_parts(c, site);
+  if (std::find(on.begin(), on.end(), false) == on.end()) return B;
+  FT_CHECK(!c.use_dora, "LoRA: DoRA on only some of q_proj, k_proj, v_proj of the fused '" +
+                            site.module + "' is not supported (target all three or none)");
+  Tensor mask = Tensor::zeros({site.out, c.rank}, DType::F64);
+  int64_t row = 0;
+  for (size_t p = 0; p < on.size(); ++p) {
+    for (int64_t r = row; r < row + site.parts[p]; ++r)
+      for (int64_t k = 0; k < c.rank; ++k) mask.data<double>()[r * c.rank + k] = on[p] ? 1 : 0;
+    row += site.parts[p];
+  }
+  Graph& g = b.graph();
+  return b.mul(B, g.constant(mask.to(g.type(B).dtype), site.module + ".lora_B.mask"));
+}
+
 // The hooks for the modules `c` targets (none: the frozen base alone).
 LlamaOptions hooks_for(const LoraConfig& c, std::shared_ptr<const NF4Store> nf4,
                        const LlamaOptions& base = {}) {
-  const auto targets = target_modules(c);
+  std::vector<std::string> targets = target_modules(c);
+  for (const std::string& fused : target_modules(c, true)) targets.push_back(fused);
   FT_CHECK(!(nf4 && (base.linear || base.head)), "LoRA: an NF4 base and a base hook together");
   LinearFn fn = [c, targets, nf4, base](Builder& b, Value x, const LinearSite& site) -> Value {
     Graph& g = b.graph();
@@ -185,6 +237,7 @@ LlamaOptions hooks_for(const LoraConfig& c, std::shared_ptr<const NF4Store> nf4,
     }
     Value A = g.param(site.module + ".lora_A.weight", {c.rank, site.in}, true);
     Value B = g.param(site.module + ".lora_B.weight", {site.out, c.rank}, true);
+    B = mask_unadapted_rows(b, B, c, site);
     Value lora = b.matmul(b.matmul(x2, A, false, true), B, false, true);  // [rows, out]
     Value out = b.add(y2, b.scale(lora, c.scale()));
     if (c.use_dora) {

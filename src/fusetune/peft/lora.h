@@ -36,10 +36,19 @@ struct LoraConfig {
 };
 
 // Hugging Face module names that get adapters ("q_proj", "o_proj", "gate_proj", "lm_head"...),
-// as PEFT's adapter_config.json lists target_modules.
-std::vector<std::string> target_modules(const LoraConfig& c);
-// The inverse: torchtune-style config from PEFT target_modules (o_proj -> output_proj, ...).
+// as PEFT's adapter_config.json lists target_modules. `fused`: the model stores Phi-3's fused
+// projections, so any of q/k/v is "qkv_proj" and the MLP's gate and up are "gate_up_proj".
+std::vector<std::string> target_modules(const LoraConfig& c, bool fused = false);
+// The inverse: torchtune-style config from PEFT target_modules (o_proj -> output_proj,
+// qkv_proj -> q_proj, k_proj, v_proj, ...).
 void set_targets_from_hf(LoraConfig& c, const std::vector<std::string>& hf_modules);
+
+// Phi-3's fused projections (docs/design.md §1). An adapter on qkv_proj is PEFT's: one
+// lora_A [r, in] and one lora_B [(H + 2 KV) hd, r], so q, k and v share A and each has its
+// rows of B. A config that targets only some of q/k/v gets that adapter with the rows of B of
+// the others held at 0 (B times a 0/1 row mask), which PEFT loads as it is. Whether each row
+// block of a fused site is adapted (empty: the site is not fused).
+std::vector<bool> adapted_parts(const LoraConfig& c, const LinearSite& site);
 
 // The linear layers of `model` that carry an adapter (module, out, in, weight name).
 std::vector<LinearSite> lora_sites(const ModelConfig& model, const LoraConfig& c);

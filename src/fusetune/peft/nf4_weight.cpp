@@ -5,6 +5,7 @@
 #include <exception>
 #include <vector>
 
+#include "fusetune/models/model_family.h"
 #include "fusetune/util/error.h"
 
 namespace fusetune::peft {
@@ -113,18 +114,12 @@ namespace {
 // What quantize_base stores as NF4, with shapes: the layers' projections, the embedding and
 // the untied head.
 std::vector<std::pair<std::string, Shape>> quantized_weights(const ModelConfig& cfg) {
-  const int64_t D = cfg.hidden_size, F = cfg.intermediate_size, hd = cfg.head_dim;
-  const int64_t H = cfg.num_attention_heads, KV = cfg.num_key_value_heads, V = cfg.vocab_size;
+  const int64_t D = cfg.hidden_size, V = cfg.vocab_size;
   std::vector<std::pair<std::string, Shape>> out;
   for (int64_t l = 0; l < cfg.num_hidden_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
-    out.push_back({p + "self_attn.q_proj.weight", {H * hd, D}});
-    out.push_back({p + "self_attn.k_proj.weight", {KV * hd, D}});
-    out.push_back({p + "self_attn.v_proj.weight", {KV * hd, D}});
-    out.push_back({p + "self_attn.o_proj.weight", {D, H * hd}});
-    out.push_back({p + "mlp.gate_proj.weight", {F, D}});
-    out.push_back({p + "mlp.up_proj.weight", {F, D}});
-    out.push_back({p + "mlp.down_proj.weight", {D, F}});
+    for (const LayerProjection& proj : layer_projections(cfg))
+      out.push_back({p + proj.module + ".weight", {proj.out, proj.in}});
   }
   out.push_back({"model.embed_tokens.weight", {V, D}});
   if (!cfg.tie_word_embeddings) out.push_back({"lm_head.weight", {V, D}});
@@ -152,7 +147,7 @@ bool NF4BaseSink::takes(const std::string& name) const {
   for (const char* suffix :
        {".self_attn.q_proj.weight", ".self_attn.k_proj.weight", ".self_attn.v_proj.weight",
         ".self_attn.o_proj.weight", ".mlp.gate_proj.weight", ".mlp.up_proj.weight",
-        ".mlp.down_proj.weight"}) {
+        ".mlp.down_proj.weight", ".self_attn.qkv_proj.weight", ".mlp.gate_up_proj.weight"}) {
     const size_t n = std::strlen(suffix);
     if (name.size() > n && name.compare(name.size() - n, n, suffix) == 0) return true;
   }

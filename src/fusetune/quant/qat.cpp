@@ -1,6 +1,7 @@
 #include "fusetune/quant/qat.h"
 
 #include "fusetune/config/schema.h"
+#include "fusetune/models/model_family.h"
 #include "fusetune/util/error.h"
 
 namespace fusetune::quant {
@@ -170,19 +171,18 @@ SiteQuant site_quant(const QatConfig& c, const ModelConfig& model, const LinearS
 }
 
 std::vector<std::string> check_model(const QatConfig& c, const ModelConfig& m) {
-  const int64_t D = m.hidden_size, F = m.intermediate_size, hd = m.head_dim;
-  const int64_t H = m.num_attention_heads, KV = m.num_key_value_heads;
+  const int64_t D = m.hidden_size;
   const std::string p = "model.layers.0.";
   std::vector<std::string> float_sites;
   auto site = [](const std::string& module, int64_t out, int64_t in) {
     return LinearSite{module, out, in, true, module + ".weight"};
   };
-  for (const LinearSite& s :
-       {site(p + "self_attn.q_proj", H * hd, D), site(p + "self_attn.k_proj", KV * hd, D),
-        site(p + "self_attn.v_proj", KV * hd, D), site(p + "self_attn.o_proj", D, H * hd),
-        site(p + "mlp.gate_proj", F, D), site(p + "mlp.up_proj", F, D),
-        site(p + "mlp.down_proj", D, F), site("lm_head", m.vocab_size, D),
-        site("model.embed_tokens", m.vocab_size, D)}) {
+  std::vector<LinearSite> sites;
+  for (const LayerProjection& proj : layer_projections(m))
+    sites.push_back(site(p + proj.module, proj.out, proj.in));
+  sites.push_back(site("lm_head", m.vocab_size, D));
+  sites.push_back(site("model.embed_tokens", m.vocab_size, D));
+  for (const LinearSite& s : sites) {
     const SiteQuant q = site_quant(c, m, s);
     if (q.weight.scheme != FakeQuant::None || q.activation.scheme != FakeQuant::None) continue;
     const bool layer = s.module.rfind(p, 0) == 0;

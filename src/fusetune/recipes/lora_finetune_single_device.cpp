@@ -11,6 +11,7 @@
 
 #include "fusetune/io/hf_checkpoint.h"
 #include "fusetune/io/safetensors.h"
+#include "fusetune/models/model_family.h"
 #include "fusetune/peft/adapter.h"
 #include "fusetune/peft/parameter_count.h"
 #include "fusetune/recipes/recipe_state.h"
@@ -98,6 +99,14 @@ void save_lora_checkpoint(const LoraRun& run, bool adapter_only, const fs::path&
       state);
 }
 
+// Whether a saved adapter targets the modules the config does. On Phi-3's fused qkv_proj a
+// config naming only some of q/k/v saves an adapter on all of qkv_proj (peft/lora.h).
+bool same_targets(const peft::LoraConfig& saved, const peft::LoraConfig& config,
+                  const ModelConfig& model) {
+  const bool fused = model_family(model.model_type).fused_projections;
+  return peft::target_modules(saved, fused) == peft::target_modules(config, fused);
+}
+
 // The adapters of a PEFT adapter directory in the run's dtype: they are saved as fp32 (which
 // holds bf16 values exactly, so a bf16 run's adapters come back bit for bit).
 TensorMap adapters_in(peft::Adapter& a, DType dtype) {
@@ -113,7 +122,7 @@ ResumedState load_lora_checkpoint(const LoraRun& run, const fs::path& dir, DType
   r.progress = *progress;
   peft::Adapter a = peft::load_peft_adapter(dir, run.model);
   FT_CHECK(a.config.rank == run.lora.rank && a.config.use_dora == run.lora.use_dora &&
-               peft::target_modules(a.config) == peft::target_modules(run.lora),
+               same_targets(a.config, run.lora, run.model),
            "cannot resume from " + dir.string() +
                ": its adapter (r, target_modules, use_dora) differs from the config's");
   r.params = adapters_in(a, dtype);
@@ -186,8 +195,7 @@ LoraJob lora_training_job(const Config& cfg, const std::string& recipe) {
       const fs::path dir = fs::path(cfg.str("checkpointer.checkpoint_dir")) /
                            cfg.str("checkpointer.adapter_checkpoint");
       peft::Adapter a = peft::load_peft_adapter(dir, m.config);
-      FT_CHECK(a.config.rank == run->lora.rank &&
-                   peft::target_modules(a.config) == peft::target_modules(run->lora) &&
+      FT_CHECK(a.config.rank == run->lora.rank && same_targets(a.config, run->lora, m.config) &&
                    a.config.use_dora == run->lora.use_dora,
                "checkpointer.adapter_checkpoint: the adapter in " + dir.string() +
                    " does not match the model's LoRA settings");

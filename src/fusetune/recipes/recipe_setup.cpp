@@ -191,8 +191,10 @@ std::unique_ptr<Tokenizer> build_tokenizer(const Config& cfg) {
   spec.type = canonical_component(cfg, "tokenizer");
   if (spec.type == "byte") return load_tokenizer(spec);
   const Config tok = cfg.sub("tokenizer");
-  spec.path = tok.str("path");
-  spec.merges_file = tok.str("merges_file", "");
+  // torchtune's phi4_tokenizer names its two files vocab_path and merges_path.
+  const bool phi4 = spec.type == "phi4";
+  spec.path = tok.str(phi4 ? "vocab_path" : "path");
+  spec.merges_file = tok.str(phi4 ? "merges_path" : "merges_file", "");
   spec.special_tokens_path = tok.str("special_tokens_path", "");
   // Absent: torchtune's default; null: none.
   auto token = [&](const char* key) -> std::optional<std::string> {

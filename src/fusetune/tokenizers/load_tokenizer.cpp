@@ -2,6 +2,7 @@
 
 #include "fusetune/tokenizers/byte_tokenizer.h"
 #include "fusetune/tokenizers/hf_tokenizer.h"
+#include "fusetune/tokenizers/phi_tokenizers.h"
 #include "fusetune/tokenizers/qwen2_tokenizer.h"
 #include "fusetune/tokenizers/sentencepiece_tokenizer.h"
 #include "fusetune/tokenizers/tiktoken_tokenizer.h"
@@ -124,8 +125,9 @@ std::unique_ptr<Tokenizer> load_model_file(const TokenizerSpec& s, const fs::pat
 }  // namespace
 
 const std::vector<std::string>& tokenizer_types() {
-  static const std::vector<std::string> kTypes = {"auto",  "byte",    "hf",    "llama3",
-                                                  "qwen2", "qwen2_5", "qwen3", "sentencepiece"};
+  static const std::vector<std::string> kTypes = {"auto",      "byte",    "hf",    "llama3",
+                                                  "qwen2",     "qwen2_5", "qwen3", "sentencepiece",
+                                                  "phi3_mini", "phi4"};
   return kTypes;
 }
 
@@ -152,6 +154,27 @@ std::unique_ptr<Tokenizer> load_tokenizer(const TokenizerSpec& s) {
                  "' is a tiktoken file (Llama 3's original/tokenizer.model); load it with "
                  "torchtune.models.llama3.llama3_tokenizer / llama3");
     return SentencePieceTokenizer::from_file(p);
+  }
+  if (type == "phi3_mini") {
+    fs::path p = resolve(path, "tokenizer.model");
+    FT_CHECK(!p.empty(),
+             "tokenizer type 'phi3_mini' needs a tokenizer.model file or a directory "
+             "holding one; found neither at '" +
+                 path.string() + "'");
+    return Phi3MiniTokenizer::from_file(p);
+  }
+  if (type == "phi4") {
+    FT_CHECK(
+        !s.merges_file.empty() && fs::is_regular_file(path) && fs::is_regular_file(s.merges_file),
+        "tokenizer type 'phi4' needs vocab_path (vocab.json) and merges_path (merges.txt); "
+        "found '" +
+            path.string() + "' and '" + s.merges_file.string() + "'");
+    Qwen2Options o;
+    o.special_tokens_path = s.special_tokens_path;
+    o.bos_token = s.bos_token;
+    o.eos_token = s.eos_token;
+    o.pad_token = s.pad_token;
+    return load_phi4_tokenizer(path, s.merges_file, o);
   }
   if (type == "llama3") return load_llama3(s);
   if (type == "qwen2" || type == "qwen2_5" || type == "qwen3") return load_qwen(s);

@@ -123,7 +123,8 @@ std::unique_ptr<HfTokenizer> build(StringMap<int32_t> vocab,
                            " " + b + "': " + missing + " not in vocab.json");
   }
   auto model = std::make_unique<BpeModel>(std::move(vocab), merges, BpeOptions{}, name);
-  const Json pipeline = byte_level_pipeline(kQwen2Pattern, /*nfc=*/true, specials);
+  const Json pipeline =
+      byte_level_pipeline(o.pattern.empty() ? kQwen2Pattern : o.pattern, o.nfc, specials);
   Json config = Json::object();
   auto choose = [&](const char* key, const std::optional<std::string>& set, const char* def) {
     const std::string tok = set ? *set : def;
@@ -133,9 +134,9 @@ std::unique_ptr<HfTokenizer> build(StringMap<int32_t> vocab,
     config[key] = tok;
     return tok;
   };
-  const std::string bos = choose("bos_token", o.bos_token, "");
-  const std::string eos = choose("eos_token", o.eos_token, "<|im_end|>");
-  choose("pad_token", o.pad_token, "<|endoftext|>");
+  const std::string bos = choose("bos_token", o.bos_token, o.default_bos.c_str());
+  const std::string eos = choose("eos_token", o.eos_token, o.default_eos.c_str());
+  choose("pad_token", o.pad_token, o.default_pad.c_str());
   // unk_token names the id torchtune gives a BPE result missing from vocab.json; with all 256
   // byte-level characters checked above, BpeModel never yields one, so only the name is
   // checked.
@@ -153,8 +154,10 @@ std::unique_ptr<HfTokenizer> qwen2_tokenizer_from_text(std::string_view vocab_js
                                                        const std::vector<SpecialToken>& specials,
                                                        const Qwen2Options& options,
                                                        const std::string& name) {
-  const std::vector<SpecialToken> table =
-      !specials.empty() ? specials : qwen_special_tokens(options.version);
+  const std::vector<SpecialToken> table = !specials.empty() ? specials
+                                          : !options.builtin_specials.empty()
+                                              ? options.builtin_specials
+                                              : qwen_special_tokens(options.version);
   std::vector<size_t> lines;
   auto merges = parse_merges_txt(merges_txt, name + " (merges.txt)", &lines);
   return build(parse_vocab_json(vocab_json, name + " (vocab.json)"), merges, lines,
@@ -175,8 +178,9 @@ std::unique_ptr<HfTokenizer> load_qwen2_tokenizer(const std::filesystem::path& v
     specials = read_special_tokens_file(o.special_tokens_path);
     specials_name = "the added_tokens of special_tokens_path " + o.special_tokens_path.string();
   } else {
-    specials = qwen_special_tokens(o.version);
-    specials_name = std::string(version_name(o.version)) + "'s special tokens";
+    specials = o.builtin_specials.empty() ? qwen_special_tokens(o.version) : o.builtin_specials;
+    specials_name = (o.family_name.empty() ? std::string(version_name(o.version)) : o.family_name) +
+                    "'s special tokens";
   }
   return build(std::move(vocab), merges, lines, mname, specials, o, vname + " + " + mname,
                specials_name);

@@ -49,6 +49,14 @@ struct Qwen2Options {
   // torchtune's bos_token / eos_token / pad_token / unk_token: nullopt = the default above,
   // "" = none (YAML null); else a special token's text.
   std::optional<std::string> bos_token, eos_token, pad_token, unk_token;
+  // Another family's byte-level BPE on the same two files (Phi-4: tokenizers/phi_tokenizers.h):
+  // its split regex (empty: kQwen2Pattern), NFC or not, BOS/EOS/PAD when not set above, and
+  // its special tokens (non-empty: used instead of `version`'s).
+  std::string pattern;
+  bool nfc = true;
+  std::string default_bos, default_eos = "<|im_end|>", default_pad = "<|endoftext|>";
+  std::vector<SpecialToken> builtin_specials;
+  std::string family_name;  // in messages ("Phi-4"); empty: the Qwen version's
 };
 
 // Throws fusetune::Error naming the file and line/key at fault, a special token name that is
