@@ -92,6 +92,36 @@ std::map<std::string, Tensor> by_name(const Graph& g, const std::vector<Tensor>&
   return m;
 }
 
+// The fused graph in every compile mode against `want` (the unfused graph's outputs by name,
+// the loss within `loss_tol`, the rest within `tol`), over chunks of 16 rows; under `compile:
+// true` the pass fuses it, merges its forward into the backward and leaves no [N x vocab]
+// tensor.
+void expect_fused_matches(const TrainingGraph& fused, const TensorMap& in, const TensorMap& params,
+                          const std::map<std::string, Tensor>& want, int64_t N, int64_t V,
+                          double loss_tol, double tol) {
+  for (CompileMode mode : {CompileMode::None, CompileMode::Model, CompileMode::Full}) {
+    SCOPED_TRACE(std::string("compile ") + compile_mode_name(mode));
+    PassOptions po;
+    po.mode = mode;
+    po.ce_chunk_budget_bytes = po.tiled_head_ce_chunk_budget_bytes = 1;  // the 16-row floor
+    const CompiledStep step = compile_graph(fused.graph, po);
+    const auto got = by_name(fused.graph, step.executor->run(in, params));
+    ASSERT_EQ(got.size(), want.size());
+    for (const auto& [name, t] : want) {
+      ASSERT_TRUE(got.count(name)) << name;
+      EXPECT_LT(max_rel_diff(got.at(name), t), name == "loss" ? loss_tol : tol) << name;
+    }
+    if (mode != CompileMode::Full) continue;
+    EXPECT_TRUE(std::count(step.report.begin(), step.report.end(),
+                           "fuse_linear_divergence: fused 1 (chunk 16 tokens)"))
+        << ::testing::PrintToString(step.report);
+    for (const Node& n : step.executor->graph().nodes()) {
+      EXPECT_NE(n.op, Op::FusedLinearDivergence) << "the forward was not merged";
+      for (const TensorType& t : n.outputs) EXPECT_NE(t.shape, (Shape{N, V})) << op_name(n.op);
+    }
+  }
+}
+
 // Under `compile: true` the KD step hands both models' final hidden states and heads to
 // FusedLinearDivergence (fused_distillation_loss_builder). That graph, in every compile mode,
 // gives the eager unfused graph's loss, reports and gradients (its teacher logits formed from
@@ -126,29 +156,9 @@ TEST(KdStepGraph, FusedHeadsMatchTheUnfusedGraphInEveryCompileMode) {
       const auto want = by_name(
           eager.graph,
           compile_graph(eager.graph, {.mode = CompileMode::None}).executor->run(ein, params));
-      for (CompileMode mode : {CompileMode::None, CompileMode::Model, CompileMode::Full}) {
-        SCOPED_TRACE(std::string(l.name()) + " tied " + std::to_string(head.tied) + " frozen " +
-                     std::to_string(head.frozen) + " compile " + compile_mode_name(mode));
-        PassOptions po;
-        po.mode = mode;
-        po.ce_chunk_budget_bytes = 1;  // the 16-row floor: 3 chunks
-        const CompiledStep step = compile_graph(fused.graph, po);
-        const auto got = by_name(fused.graph, step.executor->run(in, params));
-        ASSERT_EQ(got.size(), want.size());
-        for (const auto& [name, t] : want) {
-          ASSERT_TRUE(got.count(name)) << name;
-          EXPECT_LT(max_rel_diff(got.at(name), t), name == "loss" ? 1e-5 : 1e-4) << name;
-        }
-        if (mode != CompileMode::Full) continue;
-        EXPECT_TRUE(std::count(step.report.begin(), step.report.end(),
-                               "fuse_linear_divergence: fused 1 (chunk 16 tokens)"))
-            << ::testing::PrintToString(step.report);
-        for (const Node& n : step.executor->graph().nodes()) {
-          EXPECT_NE(n.op, Op::FusedLinearDivergence) << "the forward was not merged";
-          for (const TensorType& t : n.outputs)
-            EXPECT_NE(t.shape, (Shape{N, cfg.vocab_size})) << op_name(n.op);
-        }
-      }
+      SCOPED_TRACE(std::string(l.name()) + " tied " + std::to_string(head.tied) + " frozen " +
+                   std::to_string(head.frozen));
+      expect_fused_matches(fused, in, params, want, N, cfg.vocab_size, 1e-5, 1e-4);
     }
 }
 
@@ -184,26 +194,7 @@ TEST(KdStepGraph, Bf16HeadsFuseAndMatchTheUnfusedBf16Graph) {
     const auto want =
         by_name(eager.graph,
                 compile_graph(eager.graph, {.mode = CompileMode::None}).executor->run(ein, params));
-    for (CompileMode mode : {CompileMode::None, CompileMode::Model, CompileMode::Full}) {
-      SCOPED_TRACE(std::string("compile ") + compile_mode_name(mode));
-      PassOptions po;
-      po.mode = mode;
-      po.ce_chunk_budget_bytes = po.tiled_head_ce_chunk_budget_bytes = 1;  // 3 chunks of 16
-      const CompiledStep step = compile_graph(fused.graph, po);
-      const auto got = by_name(fused.graph, step.executor->run(in, params));
-      ASSERT_EQ(got.size(), want.size());
-      for (const auto& [name, t] : want) {
-        ASSERT_TRUE(got.count(name)) << name;
-        EXPECT_LT(max_rel_diff(got.at(name), t), name == "loss" ? 1e-2 : 3e-2) << name;
-      }
-      if (mode != CompileMode::Full) continue;
-      EXPECT_TRUE(std::count(step.report.begin(), step.report.end(),
-                             "fuse_linear_divergence: fused 1 (chunk 16 tokens)"))
-          << ::testing::PrintToString(step.report);
-      for (const Node& n : step.executor->graph().nodes())
-        for (const TensorType& t : n.outputs)
-          EXPECT_NE(t.shape, (Shape{N, cfg.vocab_size})) << op_name(n.op);
-    }
+    expect_fused_matches(fused, in, params, want, N, cfg.vocab_size, 1e-2, 3e-2);
   }
 }
 
