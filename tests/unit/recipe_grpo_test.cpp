@@ -21,6 +21,7 @@
 #include "fusetune/data/datasets/prompts.h"
 #include "fusetune/recipes/grpo_recipes.h"
 #include "fusetune/recipes/recipe_setup.h"
+#include "fusetune/recipes/registry.h"
 #include "fusetune/recipes/step_plan.h"
 #include "fusetune/tokenizers/load_tokenizer.h"
 #include "fusetune/util/error.h"
@@ -294,6 +295,35 @@ TEST(GrpoRecipe, SchemaRefusesOtherObjectivesAndAcceptsItsKeys) {
             std::string::npos);
   EXPECT_NE(errors_of(grpo_full_schema(), good + "grpo_sample: 4\n").find("grpo_samples"),
             std::string::npos);
+}
+
+// The registered GRPO recipes' schemas also check the `rewards` map (grpo_recipes.h:
+// with_rewards_check): an unknown kind or key is a validation error naming the closest one.
+TEST(GrpoRecipe, ValidationNamesAnUnknownRewardKindOrKey) {
+  TempDir tmp;
+  write_problems(tmp / "p.jsonl", 4);
+  const std::string good = grpo_yaml(tmp / "p.jsonl", false);
+  const std::string rewards =
+      "rewards:\n  external: {command: \"awk '{print gsub(/e/, \\\"e\\\")}'\"}\n";
+  ASSERT_NE(good.find(rewards), std::string::npos);
+  for (const char* recipe :
+       {"grpo_full_finetune_single_device", "grpo_full_finetune_distributed"}) {
+    SCOPED_TRACE(recipe);
+    const Schema& schema = *find_recipe(recipe).schema;
+    auto errors_with = [&](const std::string& r) {
+      std::string yaml = good;
+      yaml.replace(yaml.find(rewards), rewards.size(), r);
+      std::string all;
+      for (const std::string& e : check_config(Config::from_string(yaml, "x.yaml"), schema).errors)
+        all += e + "\n";
+      return all;
+    };
+    EXPECT_EQ(errors_with("rewards:\n  target_word: {word: dog}\n"), "");
+    const std::string kind = errors_with("rewards:\n  target_wrd: {word: dog}\n");
+    EXPECT_NE(kind.find("did you mean 'target_word'"), std::string::npos) << kind;
+    const std::string key = errors_with("rewards:\n  target_word: {wrd: dog}\n");
+    EXPECT_NE(key.find("rewards.target_word.wrd"), std::string::npos) << key;
+  }
 }
 
 TEST(GrpoLossConfig, TorchtunesAndTrlsLossesReadTheirKeys) {

@@ -69,6 +69,19 @@ GrpoStepOptions grpo_options(const StepContext& ctx, const Tokenizer& tok) {
 
 }  // namespace
 
+Schema with_rewards_check(const Schema& schema) {
+  Schema s = schema;
+  s.checks.push_back([](const Config& root, const Config&, Problems& p) {
+    if (!root.has("rewards") || !root.is_map("rewards")) return;  // the field's own check
+    try {
+      RewardSet::from_config(root.sub("rewards"), [](const Config&) { return CompletionScorer(); });
+    } catch (const Error& e) {
+      p.errors.push_back(e.what());
+    }
+  });
+  return s;
+}
+
 GrpoLoss grpo_loss_from(const Config& cfg) {
   const std::string kind = canonical_component(cfg, "loss");
   const Config c = cfg.sub("loss");

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "fusetune/config/config.h"
+#include "fusetune/config/schema.h"
 #include "fusetune/losses/grpo.h"
 #include "fusetune/recipes/train_loop.h"
 
@@ -21,5 +22,11 @@ TrainJob lora_grpo_job(const Config& cfg, const std::string& recipe);
 // The loss the config names: GRPOSimpleLoss (torchtune: kl_coeff, epsilon) or GRPOLoss (TRL's
 // keys: loss_type, beta, epsilon, epsilon_high); its temperature is the sampling temperature.
 GrpoLoss grpo_loss_from(const Config& cfg);
+
+// `schema` (a GRPO recipe's) plus a check of the `rewards` map's kinds and keys, which
+// rewards/ knows, a layer above config/: `fusetune validate` then names a bad reward key
+// instead of the run stopping at its start. A `reward_model` reward's checkpoint is not
+// opened.
+Schema with_rewards_check(const Schema& schema);
 
 }  // namespace fusetune

@@ -1,5 +1,8 @@
 #include "fusetune/recipes/registry.h"
 
+#include <map>
+#include <memory>
+
 #include "fusetune/config/distributed_schemas.h"
 #include "fusetune/config/inference_schemas.h"
 #include "fusetune/config/recipe_schemas.h"
@@ -28,6 +31,14 @@ constexpr RecipeTraits kFullDpo{.trains = true, .dpo = true};
 constexpr RecipeTraits kLoraDpo{.trains = true, .lora = true, .dpo = true};
 constexpr RecipeTraits kReward{.trains = true, .reward = true};
 constexpr RecipeTraits kInference{};
+
+// A GRPO recipe's schema with its `rewards` check (grpo_recipes.h), built once per schema.
+const Schema* rewards_checked(const Schema& base) {
+  static std::map<const Schema*, std::unique_ptr<Schema>> made;
+  std::unique_ptr<Schema>& s = made[&base];
+  if (!s) s = std::make_unique<Schema>(with_rewards_check(base));
+  return s.get();
+}
 
 constexpr RecipeTraits on_ranks(RecipeTraits t) {
   t.distributed = true;
@@ -93,16 +104,18 @@ const std::vector<RecipeInfo>& recipes() {
       {"grpo_full_finetune_single_device",
        "GRPO of every weight on one device: sampled completions scored by rewards, "
        "group-normalized advantages, the clipped policy loss (torchtune's and TRL's)",
-       &grpo_full_schema(), grpo_full_finetune_single_device, kFull},
+       rewards_checked(grpo_full_schema()), grpo_full_finetune_single_device, kFull},
       {"lora_grpo_finetune_single_device",
        "GRPO of LoRA adapters on one device; the reference is the base without the adapters",
-       &lora_grpo_schema(), lora_grpo_finetune_single_device, kLora},
+       rewards_checked(lora_grpo_schema()), lora_grpo_finetune_single_device, kLora},
       {"grpo_full_finetune_distributed",
        "GRPO of every weight over N data-parallel ranks (MPI): each rank generates and trains "
        "its own prompts",
-       &grpo_full_distributed_schema(), grpo_full_finetune_distributed, on_ranks(kFull)},
+       rewards_checked(grpo_full_distributed_schema()), grpo_full_finetune_distributed,
+       on_ranks(kFull)},
       {"lora_grpo_finetune_distributed", "GRPO of LoRA adapters over N data-parallel ranks (MPI)",
-       &lora_grpo_distributed_schema(), lora_grpo_finetune_distributed, on_ranks(kLora)},
+       rewards_checked(lora_grpo_distributed_schema()), lora_grpo_finetune_distributed,
+       on_ranks(kLora)},
       {"reward_model_finetune_single_device",
        "Reward model training on one device: a sequence classifier (score head) trained on "
        "preference pairs with TRL RewardTrainer's loss, saved as a Hugging Face "
