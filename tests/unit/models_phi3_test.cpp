@@ -121,7 +121,8 @@ TEST(Phi3, EqualsALlamaHoldingTheSplitWeights) {
   const int64_t F = phi.intermediate_size;
   const TensorMap p = phi3_params(phi, DType::F64);
   TensorMap split;
-  for (const auto& [name, t] : p) {
+  for (const auto& [key, t] : p) {
+    const std::string& name = key;  // a lambda may not capture a structured binding (clang 14)
     const auto at = [&](const char* fused) { return name.find(fused) != std::string::npos; };
     const std::string layer = name.substr(0, name.find("self_attn"));
     if (at("self_attn.qkv_proj")) {
