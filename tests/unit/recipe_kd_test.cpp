@@ -92,6 +92,43 @@ std::map<std::string, Tensor> by_name(const Graph& g, const std::vector<Tensor>&
   return m;
 }
 
+// The unfused and the fused KD graphs of `cfg` (3 x 12 tokens, a 24-wide teacher) in `dtype`,
+// the inputs of the fused one (the teacher's hidden states and head, in `dtype`), and the
+// unfused graph's eager outputs by name on the same teacher (its logits formed from them).
+struct KdCase {
+  TrainingGraph fused;
+  TensorMap in, params;
+  std::map<std::string, Tensor> want;
+  int64_t N = 0;
+};
+KdCase kd_case(const ModelConfig& cfg, const DistillationLoss& l, bool frozen, DType dtype) {
+  const int64_t B = 3, T = 12, Dt = 24;
+  KdCase k;
+  k.N = B * T;
+  TrainingGraphOptions o;
+  o.batch_size = B;
+  o.seq_len = T;
+  o.dtype = dtype;
+  if (frozen) o.trainable = [](const std::string& n) { return n != "lm_head.weight"; };
+  o.loss = distillation_loss_builder(l, 0.4);
+  const TrainingGraph eager = build_training_graph(cfg, o);
+  o.loss = fused_distillation_loss_builder(l, 0.4, Dt);
+  k.fused = build_training_graph(cfg, o);
+  k.params = init_parameters(graph_parameters(eager.graph), 7, dtype, 0.3);
+  const Batch b = random_batch(B, T, cfg.vocab_size, 11);
+  k.in = batch_inputs(b, DType::F32, 1.0 / double(b.num_valid_labels()));
+  TensorMap ein = k.in;
+  const Tensor th = random_tensor({k.N, Dt}, DType::F32, 5, -0.6, 0.6).to(dtype);
+  const Tensor tw = random_tensor({cfg.vocab_size, Dt}, DType::F32, 6, -0.6, 0.6).to(dtype);
+  k.in["teacher_hidden"] = th;
+  k.in["teacher_head"] = tw;
+  ein["teacher_logits"] = teacher_logits_of(th.to(DType::F32), tw.to(DType::F32)).to(dtype);
+  k.want =
+      by_name(eager.graph,
+              compile_graph(eager.graph, {.mode = CompileMode::None}).executor->run(ein, k.params));
+  return k;
+}
+
 // The fused graph in every compile mode against `want` (the unfused graph's outputs by name,
 // the loss within `loss_tol`, the rest within `tol`), over chunks of 16 rows; under `compile:
 // true` the pass fuses it, merges its forward into the backward and leaves no [N x vocab]
@@ -137,28 +174,10 @@ TEST(KdStepGraph, FusedHeadsMatchTheUnfusedGraphInEveryCompileMode) {
   for (Head head : {Head{false, false}, Head{true, false}, Head{false, true}})
     for (const DistillationLoss& l : losses) {
       const ModelConfig cfg = tiny_config(head.tied, false);
-      const int64_t B = 3, T = 12, N = B * T, Dt = 24;
-      TrainingGraphOptions o;
-      o.batch_size = B;
-      o.seq_len = T;
-      if (head.frozen) o.trainable = [](const std::string& n) { return n != "lm_head.weight"; };
-      o.loss = distillation_loss_builder(l, 0.4);
-      const TrainingGraph eager = build_training_graph(cfg, o);
-      o.loss = fused_distillation_loss_builder(l, 0.4, Dt);
-      const TrainingGraph fused = build_training_graph(cfg, o);
-      const TensorMap params = init_parameters(graph_parameters(eager.graph), 7, DType::F32, 0.3);
-      const Batch b = random_batch(B, T, cfg.vocab_size, 11);
-      TensorMap in = batch_inputs(b, DType::F32, 1.0 / double(b.num_valid_labels()));
-      TensorMap ein = in;
-      in["teacher_hidden"] = random_tensor({N, Dt}, DType::F32, 5, -0.6, 0.6);
-      in["teacher_head"] = random_tensor({cfg.vocab_size, Dt}, DType::F32, 6, -0.6, 0.6);
-      ein["teacher_logits"] = teacher_logits_of(in.at("teacher_hidden"), in.at("teacher_head"));
-      const auto want = by_name(
-          eager.graph,
-          compile_graph(eager.graph, {.mode = CompileMode::None}).executor->run(ein, params));
+      const KdCase k = kd_case(cfg, l, head.frozen, DType::F32);
       SCOPED_TRACE(std::string(l.name()) + " tied " + std::to_string(head.tied) + " frozen " +
                    std::to_string(head.frozen));
-      expect_fused_matches(fused, in, params, want, N, cfg.vocab_size, 1e-5, 1e-4);
+      expect_fused_matches(k.fused, k.in, k.params, k.want, k.N, cfg.vocab_size, 1e-5, 1e-4);
     }
 }
 
@@ -172,29 +191,8 @@ TEST(KdStepGraph, Bf16HeadsFuseAndMatchTheUnfusedBf16Graph) {
   for (bool frozen : {false, true}) {
     SCOPED_TRACE("frozen " + std::to_string(frozen));
     const ModelConfig cfg = tiny_config(false, false);
-    const int64_t B = 3, T = 12, N = B * T, Dt = 24;
-    TrainingGraphOptions o;
-    o.batch_size = B;
-    o.seq_len = T;
-    o.dtype = DType::BF16;
-    if (frozen) o.trainable = [](const std::string& n) { return n != "lm_head.weight"; };
-    o.loss = distillation_loss_builder(l, 0.4);
-    const TrainingGraph eager = build_training_graph(cfg, o);
-    o.loss = fused_distillation_loss_builder(l, 0.4, Dt);
-    const TrainingGraph fused = build_training_graph(cfg, o);
-    const TensorMap params = init_parameters(graph_parameters(eager.graph), 7, DType::BF16, 0.3);
-    const Batch b = random_batch(B, T, cfg.vocab_size, 11);
-    TensorMap in = batch_inputs(b, DType::F32, 1.0 / double(b.num_valid_labels()));
-    TensorMap ein = in;
-    const Tensor th = random_tensor({N, Dt}, DType::F32, 5, -0.6, 0.6).to(DType::BF16);
-    const Tensor tw = random_tensor({cfg.vocab_size, Dt}, DType::F32, 6, -0.6, 0.6).to(DType::BF16);
-    in["teacher_hidden"] = th;
-    in["teacher_head"] = tw;
-    ein["teacher_logits"] = teacher_logits_of(th.to(DType::F32), tw.to(DType::F32)).to(DType::BF16);
-    const auto want =
-        by_name(eager.graph,
-                compile_graph(eager.graph, {.mode = CompileMode::None}).executor->run(ein, params));
-    expect_fused_matches(fused, in, params, want, N, cfg.vocab_size, 1e-2, 3e-2);
+    const KdCase k = kd_case(cfg, l, frozen, DType::BF16);
+    expect_fused_matches(k.fused, k.in, k.params, k.want, k.N, cfg.vocab_size, 1e-2, 3e-2);
   }
 }
 
