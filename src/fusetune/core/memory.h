@@ -14,4 +14,13 @@ int64_t current_bytes();
 int64_t peak_bytes();
 void reset_peak();  // peak := current
 
+// Freed buffers of 2 MiB or more are kept for reuse by the next allocation of the same size
+// (their pages stay resident: no page faults, no kernel zeroing), as long as the live bytes plus
+// the kept ones stay within 9/8 of the largest live total the process has had. Not counted as
+// live.
+// FUSETUNE_MEMORY_CACHE=0 turns it off.
+int64_t cached_bytes();
+int64_t lifetime_peak_bytes();  // the largest live total so far (never reset)
+void release_cached();          // frees every kept buffer
+
 }  // namespace fusetune::memory
