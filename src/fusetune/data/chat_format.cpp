@@ -85,38 +85,49 @@ class Llama3Format : public ChatFormat {
   int32_t begin_, start_header_, end_header_, eot_;
 };
 
+// ChatML (Qwen): <|im_start|>{role}\n{content}<|im_end|>\n per message. Phi-4 writes the same
+// turns with an <|im_sep|> token after the role and no newlines.
 class ChatMLFormat : public ChatFormat {
  public:
-  explicit ChatMLFormat(const Tokenizer& tok)
+  ChatMLFormat(const Tokenizer& tok, std::string_view name, bool im_sep)
       : tok_(tok),
-        start_(require_special(tok, "chatml", "<|im_start|>")),
-        end_(require_special(tok, "chatml", "<|im_end|>")) {}
-  std::string_view name() const override { return "chatml"; }
+        name_(name),
+        start_(require_special(tok, name_.c_str(), "<|im_start|>")),
+        sep_(im_sep ? require_special(tok, name_.c_str(), "<|im_sep|>") : -1),
+        end_(require_special(tok, name_.c_str(), "<|im_end|>")) {}
+  std::string_view name() const override { return name_; }
   Sample render(const std::vector<Message>& messages) const override {
     Builder b(tok_);
     for (const Message& m : messages) {
-      b.id(start_, false);
-      std::string role(m.role == Role::kTool ? "tool" : role_name(m.role));
-      b.text(role + "\n", false);
+      header(b, m.role == Role::kTool ? "tool" : role_name(m.role));
       b.text(m.content, m.trained);
       b.id(end_, m.trained);
-      b.text("\n", false);
+      if (sep_ < 0) b.text("\n", false);
     }
     return b.take();
   }
   Sample render_prompt(const std::vector<Message>& messages) const override {
     Sample s = render(messages);
     Builder b(tok_);
-    b.id(start_, false);
-    b.text("assistant\n", false);
+    header(b, "assistant");
     append(s, b.take());
     return s;
   }
   std::vector<int32_t> end_of_turn_tokens() const override { return {end_}; }
 
  private:
+  void header(Builder& b, std::string_view role) const {
+    b.id(start_, false);
+    if (sep_ < 0) {
+      b.text(std::string(role) + "\n", false);
+    } else {
+      b.text(role, false);
+      b.id(sep_, false);
+    }
+  }
   const Tokenizer& tok_;
-  int32_t start_, end_;
+  std::string name_;
+  int32_t start_, sep_, end_;
 };
 
 // Gemma's chat template (transformers' Gemma 3 one; Gemma 1/2 have the same turns): BOS, then
@@ -216,43 +227,6 @@ class Phi3Format : public ChatFormat {
  private:
   const Tokenizer& tok_;
   int32_t system_, user_, assistant_, end_;
-};
-
-// Phi-4's: <|im_start|>{role}<|im_sep|>{content}<|im_end|> per message, no newlines.
-class Phi4Format : public ChatFormat {
- public:
-  explicit Phi4Format(const Tokenizer& tok)
-      : tok_(tok),
-        start_(require_special(tok, "phi4", "<|im_start|>")),
-        sep_(require_special(tok, "phi4", "<|im_sep|>")),
-        end_(require_special(tok, "phi4", "<|im_end|>")) {}
-  std::string_view name() const override { return "phi4"; }
-  Sample render(const std::vector<Message>& messages) const override {
-    Builder b(tok_);
-    for (const Message& m : messages) {
-      header(b, m.role == Role::kTool ? "tool" : role_name(m.role));
-      b.text(m.content, m.trained);
-      b.id(end_, m.trained);
-    }
-    return b.take();
-  }
-  Sample render_prompt(const std::vector<Message>& messages) const override {
-    Sample s = render(messages);
-    Builder b(tok_);
-    header(b, "assistant");
-    append(s, b.take());
-    return s;
-  }
-  std::vector<int32_t> end_of_turn_tokens() const override { return {end_}; }
-
- private:
-  void header(Builder& b, std::string_view role) const {
-    b.id(start_, false);
-    b.text(role, false);
-    b.id(sep_, false);
-  }
-  const Tokenizer& tok_;
-  int32_t start_, sep_, end_;
 };
 
 // Llama 2 chat and Mistral instruct: [INST] ... [/INST] around user turns.
@@ -361,12 +335,12 @@ std::string resolve_chat_format(std::string_view template_name, std::string_view
 std::unique_ptr<ChatFormat> make_chat_format(std::string_view name, const Tokenizer& tok) {
   std::string n = lower(name);
   if (n == "llama3") return std::make_unique<Llama3Format>(tok);
-  if (n == "chatml" || n == "qwen") return std::make_unique<ChatMLFormat>(tok);
+  if (n == "chatml" || n == "qwen") return std::make_unique<ChatMLFormat>(tok, "chatml", false);
   if (n == "llama2") return std::make_unique<InstFormat>(tok, /*mistral=*/false);
   if (n == "mistral") return std::make_unique<InstFormat>(tok, /*mistral=*/true);
   if (n == "gemma") return std::make_unique<GemmaFormat>(tok);
   if (n == "phi3") return std::make_unique<Phi3Format>(tok);
-  if (n == "phi4") return std::make_unique<Phi4Format>(tok);
+  if (n == "phi4") return std::make_unique<ChatMLFormat>(tok, "phi4", true);
   if (n == "plain" || n == "alpaca") return std::make_unique<PlainFormat>(tok);
   std::string hint = closest_match(n, chat_format_names());
   throw Error("unknown chat template '" + std::string(name) + "'" +
