@@ -36,6 +36,31 @@ void BM_AdamWStep(benchmark::State& state) {
 }
 BENCHMARK(BM_AdamWStep)->Arg(1 << 20)->Arg(1 << 24)->Unit(benchmark::kMillisecond);
 
+// An L3-micro embedding table [128256, 256] whose gradient touches range(0) rows (a batch of 4 x
+// 256 tokens touches a few hundred): AdamW's lazy rows (optim/adamw.cpp) read only those rows and
+// decay the others' values (weight_decay 0.01) or skip them (range(1) = 1: weight_decay 0).
+// range(0) = 128256 is the dense update of the same table, in the same run.
+void BM_AdamWEmbeddingRows(benchmark::State& state) {
+  const int64_t V = 128256, D = 256, touched = state.range(0);
+  Tensor p = Tensor::empty({V, D}, DType::F32), g = Tensor::zeros({V, D}, DType::F32);
+  for (int64_t i = 0; i < V * D; ++i) p.data<float>()[i] = std::sin(float(i));
+  for (int64_t k = 0; k < touched; ++k) {
+    const int64_t row = k * (V / touched);
+    for (int64_t j = 0; j < D; ++j) g.data<float>()[row * D + j] = 1e-3f * std::cos(float(j + k));
+  }
+  AdamWOptions o;
+  if (state.range(1)) o.weight_decay = 0;
+  AdamW opt(o);
+  std::vector<ParamRef> refs = {{"tok_embeddings.weight", &p, &g}};
+  for (auto _ : state) opt.step(refs, 1e-4);
+  state.counters["touched_rows"] = double(touched);
+}
+BENCHMARK(BM_AdamWEmbeddingRows)
+    ->Args({128256, 0})
+    ->Args({1024, 0})
+    ->Args({1024, 1})
+    ->Unit(benchmark::kMillisecond);
+
 void BM_AdamW8bitStep(benchmark::State& state) {
   Params ps(state.range(0));
   AdamW8bit opt;

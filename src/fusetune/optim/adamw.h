@@ -9,7 +9,9 @@
 //   p += -(lr / (1 - beta1^step)) * m / denom
 // Scalars are computed in double, as Python does, and applied in the parameter's dtype;
 // moments have the parameter's dtype (fp32 for F32 params, double for F64). Elementwise and
-// OpenMP-parallel, so results do not depend on the thread count.
+// OpenMP-parallel, so results do not depend on the thread count. Rows (dim 0) with an all-zero
+// gradient and all-zero moments (an embedding table's untouched rows) are updated lazily, with
+// bitwise the dense result (adamw.cpp).
 //
 // BF16 parameters (with BF16 gradients) are read in fp32, updated in fp32 with the same
 // expressions, and written back with stochastic rounding (stochastic_rounding.h; the random
@@ -21,6 +23,7 @@
 // gradient spike would never decay out of it), while stochastic rounding keeps it unbiased.
 #include <map>
 #include <string>
+#include <vector>
 
 #include "fusetune/optim/optimizer.h"
 
@@ -58,6 +61,9 @@ class AdamW : public Optimizer {
   struct State {
     Tensor exp_avg, exp_avg_sq;
     int64_t step = 0;
+    // Per row (dim 0): may its moments be non-zero? Clear rows with an all-zero gradient get
+    // the dense update's result without reading their moments (adamw.cpp, lazy rows).
+    std::vector<uint8_t> active_rows;
   };
   AdamWOptions options_;
   std::map<std::string, State> state_;
