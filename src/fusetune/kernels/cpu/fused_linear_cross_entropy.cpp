@@ -54,7 +54,7 @@ double fused_ce(const Head& head, const T* h, const int32_t* labels, T scale, in
   rows.reserve(size_t(C));
 
   std::memset(dh, 0, sizeof(T) * size_t(N * D));
-  if (dW) std::memset(dW, 0, sizeof(T) * size_t(V * D));
+  bool dW_written = false;  // the first chunk's GEMM writes dW (beta 0): no pass to zero it
   double total = 0.0;
 
   for (int64_t r0 = 0; r0 < N; r0 += C) {
@@ -86,8 +86,10 @@ double fused_ce(const Head& head, const T* h, const int32_t* labels, T scale, in
     head.grad_h(z, c, dhc);
     for (int64_t i = 0; i < c; ++i)
       std::memcpy(dh + rows[i] * D, dhc + i * D, sizeof(T) * size_t(D));
-    if (dW) gemm<T>(true, false, V, D, c, T(1), z, V, hc, D, T(1), dW, D);
+    if (dW) gemm<T>(true, false, V, D, c, T(1), z, V, hc, D, T(dW_written ? 1 : 0), dW, D);
+    dW_written = true;
   }
+  if (dW && !dW_written) std::memset(dW, 0, sizeof(T) * size_t(V * D));  // no labelled row
   return total * double(scale);
 }
 
