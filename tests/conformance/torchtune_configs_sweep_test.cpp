@@ -396,6 +396,37 @@ class Sweep {
     if (cfg.has("ref_checkpointer"))
       o += " ref_checkpointer.checkpoint_dir=" + quote(ckpt.string()) +
            " ref_checkpointer.checkpoint_files=" + quote(files);
+    // PPO: the reference is the policy's weights; the value and reward models a classifier of
+    // one score of the family's tiny architecture, which the builder keys are made to name.
+    if (cfg.has("reward_checkpointer")) {
+      Family cls = fam;
+      cls.key += "_reward";
+      cls.config["architectures"] = json::array({"LlamaForSequenceClassification"});
+      cls.config["num_labels"] = 1;
+      const fs::path rm = tmp_ / ("ckpt_" + cls.key);
+      if (!checkpoints_.count(cls.key)) checkpoints_[cls.key] = write_checkpoint(cls, rm);
+      std::string rm_files = "[";
+      for (const auto& f : checkpoints_[cls.key]) rm_files += (rm_files.size() > 1 ? "," : "") + f;
+      rm_files += "]";
+      o += " ref_policy_checkpointer.checkpoint_dir=" + quote(ckpt.string()) +
+           " ref_policy_checkpointer.checkpoint_files=" + quote(files);
+      for (const char* c : {"value_checkpointer", "reward_checkpointer"})
+        o += std::string(" ") + c + ".checkpoint_dir=" + quote(rm.string()) + " " + c +
+             ".checkpoint_files=" + quote(rm_files);
+      const std::pair<const char*, const char*> arch[] = {
+          {"num_layers", "num_hidden_layers"},
+          {"num_heads", "num_attention_heads"},
+          {"num_kv_heads", "num_key_value_heads"},
+          {"embed_dim", "hidden_size"},
+          {"intermediate_dim", "intermediate_size"},
+          {"max_seq_len", "max_position_embeddings"},
+          {"vocab_size", "vocab_size"},
+          {"norm_eps", "rms_norm_eps"}};
+      for (const char* section : {"policy_model", "reward_and_value_model"})
+        for (const auto& [key, hf] : arch)
+          if (cfg.has(std::string(section) + "." + key))
+            o += std::string(" ") + section + "." + key + "=" + fam.config[hf].dump();
+    }
     // Knowledge distillation's teacher: the same family's checkpoint (a shared vocabulary).
     if (cfg.has("teacher_checkpointer"))
       o += " teacher_checkpointer.checkpoint_dir=" + quote(ckpt.string()) +
@@ -524,7 +555,8 @@ TEST(TorchtuneConfigsSweep, EveryTrainingConfigRunsTwoStepsFromLocalFiles) {
 
 // What CI runs of the sweep by default: one config for each model family folder and for each
 // training recipe the folder's configs name (single-device and distributed, LoRA/QLoRA/DoRA,
-// DPO, QAT, knowledge distillation, PPO and generation's "no such recipe"), Llama 2's 32K
+// DPO, QAT, knowledge distillation, PPO (its builder keys made to name the tiny model) and
+// generation's "no such recipe"), Llama 2's 32K
 // vocabulary where there is a choice, for one optimizer step with gradient_accumulation_steps=1
 // (everything else as written). The configs' 8 micro-batches of 4 preference pairs or rows per
 // step, over vocabularies up to 152K with the logits materialized (compile: False), made the

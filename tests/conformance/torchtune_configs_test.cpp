@@ -95,7 +95,8 @@ TEST(TorchtuneConfigs, EveryConfigNamesItsRecipe) {
   EXPECT_EQ(by_recipe["lora_dpo_distributed"], 2);
   EXPECT_EQ(by_recipe["full_dpo_distributed"], 1);
   EXPECT_EQ(by_recipe["knowledge_distillation_distributed"], 1);
-  EXPECT_EQ(supported, 82);
+  EXPECT_EQ(by_recipe["ppo_full_finetune_single_device"], 2);
+  EXPECT_EQ(supported, 84);
   std::string summary;
   for (const auto& [name, n] : by_recipe)
     summary += "  " + name + (is_registered_recipe(name) ? "" : " (not in fusetune)") + ": " +

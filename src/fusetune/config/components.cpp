@@ -481,7 +481,10 @@ ComponentTable dataset_table() {
       "dataset",
       {Component("text_completion", {"torchtune.datasets.text_completion_dataset"},
                  "plain text, trained on every token",
-                 {Field::String("column").def("text").doc("text column of a json/jsonl source")}),
+                 {Field::String("column").def("text").doc("text column of a json/jsonl source"),
+                  Field::Bool("add_eos").def("true").doc(
+                      "append the tokenizer's EOS to each document (torchtune's; false for "
+                      "prompts a model continues, as torchtune's PPO configs)")}),
        Component("pretokenized", {}, "token ids already computed (jsonl of id lists)",
                  {Field::String("column").def("input_ids").doc("column holding the ids")}),
        Component("alpaca",

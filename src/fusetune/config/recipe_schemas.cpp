@@ -560,6 +560,10 @@ Schema build_ppo() {
            f.name == "batch_size_val" || f.name == "memory_check";
   });
   s.field("batch_size").doc("prompts per trajectory (one rollout, then its PPO updates)");
+  // torchtune's PPO has no epochs key: it runs num_steps // batch_size steps, over as many
+  // passes of the data as that takes (a checkpoint at the end of each).
+  s.field("epochs").def("1000000").doc(
+      "passes over the dataset (default: as many as num_steps needs, as torchtune's PPO)");
   s.field("gradient_accumulation_steps").doc("micro-batches per PPO update (of ppo_batch_size)");
   s.add(ppo_model_field("policy_model", false)
             .doc("the policy: trained, read by checkpointer; its reference by "

@@ -216,7 +216,6 @@ TrainJob ppo_job(const Config& cfg, const std::string& recipe) {
                              cfg.str("batch_size") +
                              "): it counts prompts, num_steps // batch_size steps");
     s.num_steps = steps;
-    if (!cfg.has("epochs")) s.epochs = steps;  // as many passes as the steps need
     s.grad_accum = 1;
   };
   job.save = [models](const fs::path& dir, const CheckpointContent& c) {
