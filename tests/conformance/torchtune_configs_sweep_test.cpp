@@ -309,7 +309,8 @@ class Sweep {
         tmp_(tmp),
         qwen_tok_(tmp / "qwen2_5_tokenizer"),
         dpo_data_(tmp / "stack_exchange_paired_from_alpaca.json"),
-        gsm8k_data_(tmp / "gsm8k_like.jsonl") {
+        gsm8k_data_(tmp / "gsm8k_like.jsonl"),
+        prompts_data_(tmp / "story_openings.txt") {
     fs::create_directories(qwen_tok_);
     write_qwen_vocab_merges(a_ / "tokenizers/qwen3/tokenizer.json", qwen_tok_);
     // The DPO configs' stack_exchange_paired_dataset (question / response_j / response_k) takes
@@ -337,6 +338,15 @@ class Sweep {
               .dump() +
           "\n";
     write_text(gsm8k_data_, gsm8k);
+    // torchtune's PPO configs continue prompts (text_completion, column prompt, 16 to 128 a
+    // step): 256 short story openings, one document each (two steps of the 7B config's 128).
+    std::string openings;
+    const char* names[] = {"Tom", "Lily", "Ben", "Mia"};
+    const char* animals[] = {"cat", "dog", "bird", "fox"};
+    for (int i = 0; i < 256; ++i)
+      openings += std::string("Once upon a time, ") + names[i % 4] + " found a little " +
+                  animals[(i / 4) % 4] + " number " + std::to_string(i) + ".\n\n";
+    write_text(prompts_data_, openings);
   }
 
   const fs::path& configs_dir() const { return configs_dir_; }
@@ -446,6 +456,8 @@ class Sweep {
       o += " dataset.source=" + quote(gsm8k_data_.string());
     else if (contains(ds, "stack_exchange_paired"))
       o += " dataset.source=" + quote(dpo_data_.string());
+    else if (contains(ds, "text_completion") && cfg.has("reward_checkpointer"))
+      o += " dataset.source=" + quote(prompts_data_.string());  // PPO's prompts
     else if (contains(ds, "text_completion"))
       o += " dataset.source=" + quote((a_ / "datasets/tinystories_sample.txt").string());
     else
@@ -494,7 +506,7 @@ class Sweep {
   }
 
  private:
-  fs::path a_, configs_dir_, tmp_, qwen_tok_, dpo_data_, gsm8k_data_;
+  fs::path a_, configs_dir_, tmp_, qwen_tok_, dpo_data_, gsm8k_data_, prompts_data_;
   std::map<std::string, std::vector<std::string>> checkpoints_;  // family key -> shard files
   int ran_ = 0;
 };
