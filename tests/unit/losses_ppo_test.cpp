@@ -18,6 +18,7 @@
 #include "fusetune/models/ppo_graph.h"
 #include "fusetune/recipes/ppo_step.h"
 #include "fusetune/runtime/eager_executor.h"
+#include "fusetune/util/error.h"
 #include "gradcheck.h"
 #include "graph_compare.h"
 #include "tiny_models.h"
