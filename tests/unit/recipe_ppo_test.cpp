@@ -192,6 +192,31 @@ TEST(PpoRecipe, ResumeContinuesBitwise) {
   EXPECT_EQ(logged_values(out, "scores").back(), logged_values(ref, "scores").back());
 }
 
+// optimizer_in_bwd (torchtune's PPO configs set it): each parameter of the policy and the
+// value model is updated as its gradient is ready, mini-batch after mini-batch; the run is the
+// one whose updates the loop applies after each mini-batch.
+TEST(PpoRecipe, OptimizerInBackwardUpdatesBothModelsAsTheLoopDoes) {
+  TempDir tmp;
+  const PpoFiles f = write_ppo_files(tmp.path(), ppo_byte_id('e'));
+  write_file_atomic(tmp / "cfg.yaml", ppo_yaml(f));
+  const std::vector<std::string> keys = {"ppo_epochs=2", "ppo_batch_size=2", "optimizer.lr=1e-2"};
+  std::vector<double> loss[2], value_loss[2];
+  for (int bwd = 0; bwd < 2; ++bwd) {
+    const fs::path out = tmp / ("run" + std::to_string(bwd));
+    std::vector<std::string> k = keys;
+    k.push_back(bwd ? "optimizer_in_bwd=true" : "optimizer_in_bwd=false");
+    ASSERT_EQ(run_ppo(tmp / "cfg.yaml", out, k), 0);
+    loss[bwd] = logged_values(out, "loss");
+    value_loss[bwd] = logged_values(out, "value_loss");
+  }
+  ASSERT_EQ(loss[0].size(), 3u);
+  for (size_t i = 0; i < loss[0].size(); ++i) {
+    EXPECT_NEAR(loss[1][i], loss[0][i], 1e-5) << "step " << i + 1;
+    EXPECT_NEAR(value_loss[1][i], value_loss[0][i], 1e-5) << "step " << i + 1;
+  }
+  EXPECT_NE(value_loss[0][2], value_loss[0][0]) << "the value model should train";
+}
+
 // The reward model scores how close each response's last token is to 'e': PPO raises the
 // mean score over a few dozen steps, well beyond the spread of the first steps.
 TEST(PpoRecipe, RaisesTheRewardModelsScore) {
