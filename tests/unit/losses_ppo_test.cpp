@@ -38,7 +38,7 @@ std::vector<double> ppo_test_random(size_t n, unsigned seed, double lo, double h
 
 // torchtune's masked mean (its denominator + 1e-8) and unbiased masked variance, written
 // directly.
-std::pair<double, double> mean_var(const std::vector<double>& x, const std::vector<double>& m) {
+std::pair<double, double> ppo_mean_var(const std::vector<double>& x, const std::vector<double>& m) {
   double n = 0, s = 0;
   for (size_t i = 0; i < x.size(); ++i)
     if (m[i] != 0) {
@@ -56,12 +56,12 @@ TEST(PpoAdvantages, MaskedWhiteningIsItsFormula) {
   const std::vector<double> x = ppo_test_random(15, 1, -3, 5);
   std::vector<double> m(15, 1.0);
   for (size_t i : {2u, 7u, 8u, 14u}) m[i] = 0;
-  const auto [mean, var] = mean_var(x, m);
+  const auto [mean, var] = ppo_mean_var(x, m);
   const std::vector<double> w = masked_whiten(x, m);
   for (size_t i = 0; i < x.size(); ++i)
     EXPECT_NEAR(w[i], (x[i] - mean) / std::sqrt(var + 1e-8) + mean, 1e-9) << i;
   // Over the mask the result has unit variance (the mean shifted back in).
-  const auto [wm, wv] = mean_var(w, m);
+  const auto [wm, wv] = ppo_mean_var(w, m);
   EXPECT_NEAR(wm, mean, 1e-7);
   EXPECT_NEAR(wv, 1.0, 1e-6);
   EXPECT_TRUE(contains(error_of([] { masked_whiten({1, 2}, {1, 0}); }), "at least 2"));
@@ -89,7 +89,7 @@ TEST(PpoAdvantages, GaeIsADirectReverseLoopAndWhitenedOverTheResponse) {
         next_value = values[k];
       }
     }
-    const auto [mean, var] = mean_var(adv, mask);
+    const auto [mean, var] = ppo_mean_var(adv, mask);
     const PpoAdvantages got = ppo_advantages(values, rewards, gamma, lmbda, mask, W);
     for (size_t k = 0; k < adv.size(); ++k) {
       EXPECT_NEAR(got.returns[k], ret[k], 1e-12) << k;
@@ -143,7 +143,7 @@ PpoReference ppo_reference(const PpoLoss& l, const std::vector<double>& lp,
   return {policy + l.value_coeff * value, policy, value};
 }
 
-Tensor f64_tensor(const std::vector<double>& v) {
+Tensor ppo_f64_tensor(const std::vector<double>& v) {
   Tensor t = Tensor::empty({int64_t(v.size())}, DType::F64);
   std::copy(v.begin(), v.end(), t.data<double>());
   return t;
@@ -200,10 +200,11 @@ TEST(PpoLoss, BothPartsMatchPpoLossAndFiniteDifferences) {
     if (report) g.mark_output("value_loss", out.value_loss);
     return out.loss;
   };
-  const TensorMap pin{{"old", f64_tensor(old)}, {"adv", f64_tensor(adv)}, {"w", f64_tensor(w)}};
+  const TensorMap pin{
+      {"old", ppo_f64_tensor(old)}, {"adv", ppo_f64_tensor(adv)}, {"w", ppo_f64_tensor(w)}};
   const TensorMap vin{
-      {"old_v", f64_tensor(old_v)}, {"ret", f64_tensor(ret)}, {"vw", f64_tensor(vw)}};
-  const TensorMap pparams{{"logps", f64_tensor(lp)}}, vparams{{"values", f64_tensor(v)}};
+      {"old_v", ppo_f64_tensor(old_v)}, {"ret", ppo_f64_tensor(ret)}, {"vw", ppo_f64_tensor(vw)}};
+  const TensorMap pparams{{"logps", ppo_f64_tensor(lp)}}, vparams{{"values", ppo_f64_tensor(v)}};
   Graph pg(DType::F64), vg(DType::F64);
   policy_graph(pg);
   value_graph(vg, true);

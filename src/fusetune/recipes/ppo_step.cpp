@@ -41,7 +41,7 @@ Tensor ppo_f32(const std::vector<double>& v) {
 
 // A rollout and everything the updates read from it; per-token arrays are [rows * W] by
 // response index (ppo_advantages.h), the graphs' inputs [rows * T] by position.
-struct Trajectory {
+struct PpoTrajectory {
   std::vector<int64_t> key;  // the loop batch's dataset indices
   Batch batch;               // prompt + response rows (rollout_batch)
   int64_t W = 0;
@@ -108,7 +108,7 @@ class PpoStep final : public TrainingStep {
   bool updates_itself() const override { return true; }
 
   StepOutputs run(const Batch& b, double, int64_t step, int64_t) override {
-    const Trajectory& t = find(b);
+    const PpoTrajectory& t = find(b);
     const int64_t rows = t.batch.batch_size;
     FT_CHECK(rows % o_.ppo_batch_size == 0, "batch_size (" + std::to_string(rows) +
                                                 ") must be exactly divisible by ppo_batch_size (" +
@@ -196,7 +196,7 @@ class PpoStep final : public TrainingStep {
     return out;
   }
 
-  const Trajectory& find(const Batch& b) const {
+  const PpoTrajectory& find(const Batch& b) const {
     FT_CHECK(trajectory_ && trajectory_->key == b.items,
              "PPO: no trajectory was prepared for this batch (begin_step was not called)");
     return *trajectory_;
@@ -227,7 +227,7 @@ class PpoStep final : public TrainingStep {
   std::vector<double> forward(CompiledGraphs& graphs, const std::string& name, const Batch& rb,
                               const TensorMap& params,
                               const std::function<void(TensorMap&, const Batch&)>& extra = {}) {
-    const int64_t rows = rb.batch_size, T = rb.seq_len;
+    const int64_t rows = rb.batch_size;
     const int64_t chunk = o_.forward_batch_size > 0 ? o_.forward_batch_size : rows;
     std::vector<double> out;
     for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
@@ -239,17 +239,16 @@ class PpoStep final : public TrainingStep {
       const Tensor t = graphs.run(part, in, params, &compile_s_).at(name);
       for (int64_t i = 0; i < t.numel(); ++i) out.push_back(element_as_double(t, i));
     }
-    FT_CHECK(int64_t(out.size()) % T == 0 || int64_t(out.size()) == rows, "PPO: forward sizes");
     return out;
   }
 
-  std::unique_ptr<Trajectory> prepare(const Batch& prompts, int64_t step);
-  void generate(Trajectory& t, const Batch& prompts, int64_t step);
-  void score(Trajectory& t);
-  void rollout_metrics(Trajectory& t, const std::vector<double>& kl,
+  std::unique_ptr<PpoTrajectory> prepare(const Batch& prompts, int64_t step);
+  void generate(PpoTrajectory& t, const Batch& prompts, int64_t step);
+  void score(PpoTrajectory& t);
+  void rollout_metrics(PpoTrajectory& t, const std::vector<double>& kl,
                        const std::vector<double>& kl_reward, double gen_s);
-  void update(const Trajectory& t, const std::vector<int64_t>& mini, PpoStats& st);
-  void micro_step(const Trajectory& t, const std::vector<int64_t>& rows, PpoStats& st,
+  void update(const PpoTrajectory& t, const std::vector<int64_t>& mini, PpoStats& st);
+  void micro_step(const PpoTrajectory& t, const std::vector<int64_t>& rows, PpoStats& st,
                   TensorMap& grads, bool first);
 
   PpoStepOptions o_;
@@ -257,13 +256,13 @@ class PpoStep final : public TrainingStep {
   CompiledGraphs policy_, value_, score_, values_fwd_, reward_fwd_;
   TensorMap generator_params_;
   std::unique_ptr<Generator> generator_;
-  std::unique_ptr<Trajectory> trajectory_;
+  std::unique_ptr<PpoTrajectory> trajectory_;
   GradientHook hook_;
 };
 
 // Step 1: the responses, forward_batch_size prompts at a time, each prompt seeded by the run's
 // seed, the step and its dataset index (the same response whatever the chunking).
-void PpoStep::generate(Trajectory& t, const Batch& prompts, int64_t step) {
+void PpoStep::generate(PpoTrajectory& t, const Batch& prompts, int64_t step) {
   FT_CHECK(int64_t(prompts.lengths.size()) == prompts.batch_size,
            "PPO's prompts need each row's length (collate sets Batch::lengths)");
   std::vector<std::vector<int32_t>> ids;
@@ -300,7 +299,7 @@ void PpoStep::generate(Trajectory& t, const Batch& prompts, int64_t step) {
 }
 
 // Steps 2 and 3: log-probs, reference log-probs, values and scores.
-void PpoStep::score(Trajectory& t) {
+void PpoStep::score(PpoTrajectory& t) {
   const Batch& rb = t.batch;
   const int64_t rows = rb.batch_size, W = t.W;
   const auto [policy, value] = split_params();
@@ -347,8 +346,8 @@ void PpoStep::score(Trajectory& t) {
   }
 }
 
-std::unique_ptr<Trajectory> PpoStep::prepare(const Batch& prompts, int64_t step) {
-  auto t = std::make_unique<Trajectory>();
+std::unique_ptr<PpoTrajectory> PpoStep::prepare(const Batch& prompts, int64_t step) {
+  auto t = std::make_unique<PpoTrajectory>();
   t->key = prompts.items;
   const auto t0 = std::chrono::steady_clock::now();
   generate(*t, prompts, step);
@@ -364,7 +363,7 @@ std::unique_ptr<Trajectory> PpoStep::prepare(const Batch& prompts, int64_t step)
   return t;
 }
 
-void PpoStep::rollout_metrics(Trajectory& t, const std::vector<double>& kl,
+void PpoStep::rollout_metrics(PpoTrajectory& t, const std::vector<double>& kl,
                               const std::vector<double>& kl_reward, double gen_s) {
   const double rows = double(t.batch.batch_size);
   double scores = 0, kl_sum = 0, klr_sum = 0, padded = 0;
@@ -382,7 +381,7 @@ void PpoStep::rollout_metrics(Trajectory& t, const std::vector<double>& kl,
 }
 
 // One optimizer update over the mini-batch's rows, gradient_accumulation_steps micro-batches.
-void PpoStep::update(const Trajectory& t, const std::vector<int64_t>& mini, PpoStats& st) {
+void PpoStep::update(const PpoTrajectory& t, const std::vector<int64_t>& mini, PpoStats& st) {
   const int64_t micro = o_.ppo_batch_size / o_.gradient_accumulation_steps;
   TensorMap grads;
   for (int64_t j = 0; j < o_.ppo_batch_size; j += micro) {
@@ -396,7 +395,7 @@ void PpoStep::update(const Trajectory& t, const std::vector<int64_t>& mini, PpoS
   o_.apply_update(std::move(list));
 }
 
-void PpoStep::micro_step(const Trajectory& t, const std::vector<int64_t>& rows, PpoStats& st,
+void PpoStep::micro_step(const PpoTrajectory& t, const std::vector<int64_t>& rows, PpoStats& st,
                          TensorMap& grads, bool first) {
   const Batch mb = ppo_select_rows(t.batch, rows);
   const int64_t T = mb.seq_len, W = t.W, n = mb.batch_size;
