@@ -71,7 +71,7 @@ TEST(Stories260KPpo, RaisesAHandMadeRewardModelsScore) {
                      "reward_checkpointer.checkpoint_dir=" + (tmp / "reward").string(),
                      "dataset.source=" + (assets / "datasets/tinystories_197k.txt").string(),
                      "num_steps=480", "max_generated_tokens=6", "min_response_length=null",
-                     "num_threads=1", "log_peak_memory_stats=false"});
+                     "optimizer.lr=1e-3", "num_threads=1", "log_peak_memory_stats=false"});
   write_file_atomic(tmp / "ppo.yaml", c.to_yaml());
   ASSERT_EQ(
       cli::cmd_run({"ppo_full_finetune_single_device", "--config", (tmp / "ppo.yaml").string()}),
