@@ -274,6 +274,34 @@ TEST(PpoRecipe, BadInputsAreNamed) {
   // Batch sizes that do not divide.
   e = run_error({"ppo_batch_size=3"});
   EXPECT_TRUE(contains(e, "ppo_batch_size (3)")) << e;
+  // Keys torchtune's recipe reads that fusetune cannot honour are refused by name.
+  auto schema_errors = [&](const std::string& extra) {
+    std::string all;
+    const Config c = Config::from_string(ppo_yaml(f) + extra, "ppo.yaml");
+    for (const std::string& err : check_config(c, ppo_schema()).errors) all += err + "\n";
+    return all;
+  };
+  EXPECT_EQ(schema_errors(""), "");
+  EXPECT_TRUE(contains(schema_errors("whiten_rewards: true\n"), "whiten_rewards")) << "whiten";
+  EXPECT_TRUE(contains(schema_errors("model:\n  init: checkpoint\n"), "model"));
+  std::string dropout = ppo_yaml(f);
+  dropout.replace(dropout.find("  num_classes: 1\n"), 0, "  attn_dropout: 0.1\n");
+  std::string all;
+  for (const std::string& err :
+       check_config(Config::from_string(dropout, "ppo.yaml"), ppo_schema()).errors)
+    all += err;
+  EXPECT_TRUE(contains(all, "attn_dropout")) << all;
+  // The prompts: text_completion's add_eos (torchtune's key) is read: false leaves no EOS.
+  for (bool eos : {false, true}) {
+    Config c = load_config((tmp / "cfg.yaml").string());
+    c.apply_overrides(
+        {std::string("dataset.add_eos=") + (eos ? "true" : "false"), "tokenizer.max_seq_len=100"});
+    auto tok = build_tokenizer(c);
+    ModelConfig mc;
+    auto ds = build_dataset_from_config(c, *tok, mc);
+    const std::vector<int32_t>& t = ds->get(0).tokens;
+    EXPECT_EQ(t.back() == tok->eos_id(), eos) << "add_eos " << eos;
+  }
   // `fusetune plan` does not cover PPO yet: it says so.
   e = error_of([&] {
     plan_step(with_defaults(load_config((tmp / "cfg.yaml").string()), ppo_schema()),
