@@ -217,6 +217,36 @@ TEST(PpoRecipe, OptimizerInBackwardUpdatesBothModelsAsTheLoopDoes) {
   EXPECT_NE(value_loss[0][2], value_loss[0][0]) << "the value model should train";
 }
 
+// The trajectory's truncation and penalties: every token a stop token ends each response after
+// its first token (padded after it); min_response_length and penalise_no_eos replace the score
+// by reward_penalty, each only where it applies.
+TEST(PpoRecipe, StopTokensTruncateAndPenaltiesReplaceTheScore) {
+  TempDir tmp;
+  const PpoFiles f = write_ppo_files(tmp.path(), ppo_byte_id('e'));
+  write_file_atomic(tmp / "cfg.yaml", ppo_yaml(f));
+  std::string all = "[";
+  for (int i = 0; i < 259; ++i) all += (i ? "," : "") + std::to_string(i);
+  all += "]";
+  auto run = [&](const std::string& name, std::vector<std::string> keys) {
+    keys.push_back("num_steps=4");
+    keys.push_back("reward_penalty=-2.5");
+    EXPECT_EQ(run_ppo(tmp / "cfg.yaml", tmp / name, keys), 0);
+    return tmp / name;
+  };
+  const fs::path stopped = run("stopped", {"stop_token_ids=" + all, "penalise_no_eos=true"});
+  EXPECT_EQ(logged_values(stopped, "response_lengths"), std::vector<double>{1.0});
+  EXPECT_EQ(logged_values(stopped, "num_stop_tokens"), std::vector<double>{4.0});
+  EXPECT_NE(logged_values(stopped, "scores")[0], -2.5) << "a stopped response is not penalised";
+  const fs::path short_ = run("short", {"stop_token_ids=" + all, "min_response_length=2"});
+  EXPECT_EQ(logged_values(short_, "scores"), std::vector<double>{-2.5});
+  // Greedy responses that never reach the stop token (the pad id) are penalised.
+  const fs::path no_eos =
+      run("no_eos", {"stop_token_ids=[258]", "penalise_no_eos=true", "temperature=0"});
+  EXPECT_EQ(logged_values(no_eos, "response_lengths"), std::vector<double>{4.0});
+  EXPECT_EQ(logged_values(no_eos, "num_stop_tokens"), std::vector<double>{0.0});
+  EXPECT_EQ(logged_values(no_eos, "scores"), std::vector<double>{-2.5});
+}
+
 // The reward model scores how close each response's last token is to 'e': PPO raises the
 // mean score over a few dozen steps, well beyond the spread of the first steps.
 TEST(PpoRecipe, RaisesTheRewardModelsScore) {
