@@ -436,9 +436,10 @@ void sum_scalars_over_ranks(Run& r, StepResult& s, const std::string& at_step) {
 // leaves non-finite gradients untouched and returns their norm).
 void apply_update(Run& r, StepResult& s, bool inside_step = false) {
   const int64_t step = r.progress.global_step + 1;
-  if (r.set.optimizer_in_bwd ||
-      (r.step->updates_itself() &&
-       !inside_step)) {  // the parameters are already updated (finite gradients)
+  // The parameters are already updated (optimizer_in_bwd, finite gradients; or a step that
+  // updates itself): only the loss is left to check.
+  const bool applied = r.set.optimizer_in_bwd || (r.step->updates_itself() && !inside_step);
+  if (applied) {
     if (std::isfinite(s.loss)) return;
     test_only_save_at_stop(r);
     std::string msg = non_finite_step_message(step, s.loss, 0, s.micro, r.set.output_dir);
