@@ -309,7 +309,8 @@ class Sweep {
         tmp_(tmp),
         qwen_tok_(tmp / "qwen2_5_tokenizer"),
         dpo_data_(tmp / "stack_exchange_paired_from_alpaca.json"),
-        gsm8k_data_(tmp / "gsm8k_like.jsonl") {
+        gsm8k_data_(tmp / "gsm8k_like.jsonl"),
+        prompts_data_(tmp / "story_openings.txt") {
     fs::create_directories(qwen_tok_);
     write_qwen_vocab_merges(a_ / "tokenizers/qwen3/tokenizer.json", qwen_tok_);
     // The DPO configs' stack_exchange_paired_dataset (question / response_j / response_k) takes
@@ -337,6 +338,15 @@ class Sweep {
               .dump() +
           "\n";
     write_text(gsm8k_data_, gsm8k);
+    // torchtune's PPO configs continue prompts (text_completion, column prompt, 16 to 128 a
+    // step): 256 short story openings, one document each (two steps of the 7B config's 128).
+    std::string openings;
+    const char* names[] = {"Tom", "Lily", "Ben", "Mia"};
+    const char* animals[] = {"cat", "dog", "bird", "fox"};
+    for (int i = 0; i < 256; ++i)
+      openings += std::string("Once upon a time, ") + names[i % 4] + " found a little " +
+                  animals[(i / 4) % 4] + " number " + std::to_string(i) + ".\n\n";
+    write_text(prompts_data_, openings);
   }
 
   const fs::path& configs_dir() const { return configs_dir_; }
@@ -396,6 +406,37 @@ class Sweep {
     if (cfg.has("ref_checkpointer"))
       o += " ref_checkpointer.checkpoint_dir=" + quote(ckpt.string()) +
            " ref_checkpointer.checkpoint_files=" + quote(files);
+    // PPO: the reference is the policy's weights; the value and reward models a classifier of
+    // one score of the family's tiny architecture, which the builder keys are made to name.
+    if (cfg.has("reward_checkpointer")) {
+      Family cls = fam;
+      cls.key += "_reward";
+      cls.config["architectures"] = json::array({"LlamaForSequenceClassification"});
+      cls.config["num_labels"] = 1;
+      const fs::path rm = tmp_ / ("ckpt_" + cls.key);
+      if (!checkpoints_.count(cls.key)) checkpoints_[cls.key] = write_checkpoint(cls, rm);
+      std::string rm_files = "[";
+      for (const auto& f : checkpoints_[cls.key]) rm_files += (rm_files.size() > 1 ? "," : "") + f;
+      rm_files += "]";
+      o += " ref_policy_checkpointer.checkpoint_dir=" + quote(ckpt.string()) +
+           " ref_policy_checkpointer.checkpoint_files=" + quote(files);
+      for (const char* c : {"value_checkpointer", "reward_checkpointer"})
+        o += std::string(" ") + c + ".checkpoint_dir=" + quote(rm.string()) + " " + c +
+             ".checkpoint_files=" + quote(rm_files);
+      const std::pair<const char*, const char*> arch[] = {
+          {"num_layers", "num_hidden_layers"},
+          {"num_heads", "num_attention_heads"},
+          {"num_kv_heads", "num_key_value_heads"},
+          {"embed_dim", "hidden_size"},
+          {"intermediate_dim", "intermediate_size"},
+          {"max_seq_len", "max_position_embeddings"},
+          {"vocab_size", "vocab_size"},
+          {"norm_eps", "rms_norm_eps"}};
+      for (const char* section : {"policy_model", "reward_and_value_model"})
+        for (const auto& [key, hf] : arch)
+          if (cfg.has(std::string(section) + "." + key))
+            o += std::string(" ") + section + "." + key + "=" + fam.config[hf].dump();
+    }
     // Knowledge distillation's teacher: the same family's checkpoint (a shared vocabulary).
     if (cfg.has("teacher_checkpointer"))
       o += " teacher_checkpointer.checkpoint_dir=" + quote(ckpt.string()) +
@@ -415,6 +456,8 @@ class Sweep {
       o += " dataset.source=" + quote(gsm8k_data_.string());
     else if (contains(ds, "stack_exchange_paired"))
       o += " dataset.source=" + quote(dpo_data_.string());
+    else if (contains(ds, "text_completion") && cfg.has("reward_checkpointer"))
+      o += " dataset.source=" + quote(prompts_data_.string());  // PPO's prompts
     else if (contains(ds, "text_completion"))
       o += " dataset.source=" + quote((a_ / "datasets/tinystories_sample.txt").string());
     else
@@ -463,7 +506,7 @@ class Sweep {
   }
 
  private:
-  fs::path a_, configs_dir_, tmp_, qwen_tok_, dpo_data_, gsm8k_data_;
+  fs::path a_, configs_dir_, tmp_, qwen_tok_, dpo_data_, gsm8k_data_, prompts_data_;
   std::map<std::string, std::vector<std::string>> checkpoints_;  // family key -> shard files
   int ran_ = 0;
 };
@@ -524,7 +567,8 @@ TEST(TorchtuneConfigsSweep, EveryTrainingConfigRunsTwoStepsFromLocalFiles) {
 
 // What CI runs of the sweep by default: one config for each model family folder and for each
 // training recipe the folder's configs name (single-device and distributed, LoRA/QLoRA/DoRA,
-// DPO, QAT, knowledge distillation, PPO and generation's "no such recipe"), Llama 2's 32K
+// DPO, QAT, knowledge distillation, PPO (its builder keys made to name the tiny model) and
+// generation's "no such recipe"), Llama 2's 32K
 // vocabulary where there is a choice, for one optimizer step with gradient_accumulation_steps=1
 // (everything else as written). The configs' 8 micro-batches of 4 preference pairs or rows per
 // step, over vocabularies up to 152K with the logits materialized (compile: False), made the

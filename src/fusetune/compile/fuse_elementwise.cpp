@@ -122,6 +122,9 @@ std::string run(Graph& g, const PassOptions& opts) {
     TreeBuilder b{g, uses, root, root.outputs[0].numel(), 0, {}, {}, {}};
     b.node(i);
     if (b.ops < 2) continue;  // nothing to fuse with
+    // A tree of constants alone (a backward's seed scaled twice: d(c2 (c1 x))/dx) reads no
+    // tensor, which an Elementwise node cannot express; it is left as it is.
+    if (b.leaves.empty()) continue;
     for (int id : b.absorbed) taken[id] = true;
     Attrs at;
     at.shape = root.outputs[0].shape;

@@ -321,6 +321,17 @@ ComponentTable loss_table() {
                       .def("1.0")
                       .min(0)
                       .doc("weight of the rejected (undesirable) answers' losses")}),
+       // PPO's loss (losses/ppo.h): ppo_full_finetune_single_device only.
+       Component("PPOLoss", {"torchtune.rlhf.loss.PPOLoss", "torchtune.modules.rlhf.loss.PPOLoss"},
+                 "PPO: the clipped policy ratio times the whitened GAE advantage, plus "
+                 "value_coeff times the clipped value loss",
+                 {Field::Float("epsilon").def("0.1").min(0).max(1, true).doc(
+                      "the ratio is clipped to [1 - epsilon, 1 + epsilon]"),
+                  Field::Float("value_clip_range")
+                      .def("0.2")
+                      .min(0)
+                      .doc("a value may move this far from the rollout's before it is clipped"),
+                  Field::Float("value_coeff").def("0.1").min(0).doc("weight of the value loss")}),
        // GRPO's policy losses (losses/grpo.h): the GRPO recipes only. torchtune's dev
        // GRPOSimpleLoss, and TRL's GRPOTrainer loss with its GRPOConfig keys.
        Component(
@@ -470,7 +481,10 @@ ComponentTable dataset_table() {
       "dataset",
       {Component("text_completion", {"torchtune.datasets.text_completion_dataset"},
                  "plain text, trained on every token",
-                 {Field::String("column").def("text").doc("text column of a json/jsonl source")}),
+                 {Field::String("column").def("text").doc("text column of a json/jsonl source"),
+                  Field::Bool("add_eos").def("true").doc(
+                      "append the tokenizer's EOS to each document (torchtune's; false for "
+                      "prompts a model continues, as torchtune's PPO configs)")}),
        Component("pretokenized", {}, "token ids already computed (jsonl of id lists)",
                  {Field::String("column").def("input_ids").doc("column holding the ids")}),
        Component("alpaca",
@@ -628,6 +642,13 @@ std::vector<ComponentTable> build_tables() {
   ComponentTable teacher = t.back();
   teacher.section = "teacher_checkpointer";
   t.push_back(std::move(teacher));
+  // PPO's frozen reference, its value model (trained) and reward model (frozen).
+  for (const char* section :
+       {"ref_policy_checkpointer", "value_checkpointer", "reward_checkpointer"}) {
+    ComponentTable c = t.back();
+    c.section = section;
+    t.push_back(std::move(c));
+  }
   t.push_back(kd_loss_table());
   t.push_back(tokenizer_table());
   t.push_back(dataset_table());

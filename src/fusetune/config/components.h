@@ -20,10 +20,13 @@ struct ComponentTable {
 // The table for a map key (the last part of a dotted key), or nullptr. Sections:
 //   optimizer      AdamW | AdamW8bit | PagedAdamW8bit | PagedAdamW | SGD
 //   lr_scheduler   cosine_with_warmup | linear_with_warmup | constant        (default constant)
-//   loss           cross_entropy (default) | DPOLoss | RSOLoss | IPOLoss | SimPOLoss | ORPOLoss | KTOLoss | GRPOSimpleLoss | GRPOLoss
+//   loss           cross_entropy (default) | DPOLoss | RSOLoss | IPOLoss | SimPOLoss | ORPOLoss |
+//   KTOLoss | GRPOSimpleLoss | GRPOLoss
+//                  | PPOLoss
 //   checkpointer   FullModelHFCheckpointer                                   (default)
 //   ref_checkpointer  the same (full_dpo_single_device's reference model)
 //   teacher_checkpointer  the same (knowledge distillation's teacher)
+//   ref_policy_checkpointer, value_checkpointer, reward_checkpointer  the same (PPO's models)
 //   kd_loss        ForwardKLLoss (default) | ReverseKLLoss | GeneralizedJSDLoss
 //   tokenizer      byte | hf | llama3 | qwen2_5 | qwen2 | qwen3 | sentencepiece
 //   dataset        text_completion | pretokenized | alpaca | instruct | chat | preference | gsm8k

@@ -124,7 +124,7 @@ Field model_field(bool lora_recipe) {
 namespace {
 
 void check_objective(const Config& root, bool preference, Problems& p, bool grpo = false,
-                     bool reward = false);
+                     bool reward = false, bool ppo = false);
 
 // dataset.packed needs a row length.
 void check_packing(const Config& root, const Config&, Problems& p) {
@@ -138,7 +138,8 @@ void check_packing(const Config& root, const Config&, Problems& p) {
 
 // preference: the DPO recipes' objective (a preference loss on pairs); grpo: the GRPO recipes'
 // (a policy loss on prompts); reward: the reward model's (its own loss on pairs).
-Schema build_full(bool preference = false, bool grpo = false, bool reward = false) {
+Schema build_full(bool preference = false, bool grpo = false, bool reward = false,
+                  bool ppo = false) {
   Schema s;
   s.recipe = "full_finetune_single_device";
   auto pos_int = [](const char* name, const char* def, const char* help) {
@@ -233,9 +234,10 @@ Schema build_full(bool preference = false, bool grpo = false, bool reward = fals
           "updated as soon as its gradient is ready)" +
           at);
   });
-  s.checks.push_back([preference, grpo, reward](const Config& root, const Config&, Problems& p) {
-    check_objective(root, preference, p, grpo, reward);
-  });
+  s.checks.push_back(
+      [preference, grpo, reward, ppo](const Config& root, const Config&, Problems& p) {
+        check_objective(root, preference, p, grpo, reward, ppo);
+      });
   {  // validation loss (torchtune's keys)
     s.add(component_section("dataset_val")
               .doc("validation data (preference pairs for the DPO recipes): its mean loss is "
@@ -314,7 +316,23 @@ Schema build_lora(bool preference = false, bool grpo = false) {
 
 // Which losses and datasets a recipe takes: the supervised recipes cross-entropy on samples,
 // the DPO recipes a preference loss on pairs.
-void check_objective(const Config& root, bool preference, Problems& p, bool grpo, bool reward) {
+// PPO: PPOLoss on prompts from any sample dataset (not pairs), no validation loss.
+void check_ppo_objective(const Config& root, const std::string& loss, const std::string& data,
+                         Problems& p) {
+  if (loss != "PPOLoss")
+    p.errors.push_back("config key 'loss._component_' is " + loss +
+                       ", but ppo_full_finetune_single_device trains with PPOLoss "
+                       "(torchtune.rlhf.loss.PPOLoss)" +
+                       (root.has("loss") ? " (" + root.where("loss") + ")" : std::string()));
+  if (data == "preference" || data == "unpaired_preference")
+    p.errors.push_back("config key 'dataset._component_' is " + data +
+                       ", but PPO generates from prompts: a sample dataset (text_completion with "
+                       "column: prompt, as torchtune's PPO configs) (" +
+                       root.where("dataset") + ")");
+}
+
+void check_objective(const Config& root, bool preference, Problems& p, bool grpo, bool reward,
+                     bool ppo) {
   auto component = [&](const char* section, const std::string& def) {
     if (!root.has(section) || !root.is_map(section)) return def;
     Config m = root.sub(section);
@@ -342,6 +360,17 @@ void check_objective(const Config& root, bool preference, Problems& p, bool grpo
     return;
   }
   const std::string loss = component("loss", "cross_entropy");
+  if (ppo) {
+    check_ppo_objective(root, loss, component("dataset", ""), p);
+    return;
+  }
+  if (loss == "PPOLoss") {
+    p.errors.push_back(
+        "config key 'loss._component_' is PPOLoss, which belongs to "
+        "ppo_full_finetune_single_device (" +
+        root.where("loss") + ")");
+    return;
+  }
   const bool grpo_loss = loss == "GRPOSimpleLoss" || loss == "GRPOLoss";
   if (grpo_loss != grpo) {
     p.errors.push_back("config key 'loss._component_' is " + loss + ", but " +
@@ -493,6 +522,103 @@ Schema build_grpo(bool lora) {
   return s;
 }
 
+// A PPO model map (policy_model, reward_and_value_model): torchtune's builder and its
+// architecture keys, which the recipe checks against the checkpoint's config.json.
+Field ppo_model_field(const char* name, bool classifier) {
+  const std::string checked = "checked against the checkpoint's config.json ";
+  auto arch_int = [&checked](const char* key, const char* hf) {
+    return Field::Int(key).min(1).doc(checked + "(" + hf + ")");
+  };
+  Field m = Field::Map(
+      name, {Field::String("_component_")
+                 .doc("a torchtune model builder; the architecture comes from the checkpoint"),
+             arch_int("vocab_size", "vocab_size"), arch_int("num_layers", "num_hidden_layers"),
+             arch_int("num_heads", "num_attention_heads"),
+             arch_int("num_kv_heads", "num_key_value_heads"), arch_int("embed_dim", "hidden_size"),
+             arch_int("intermediate_dim", "intermediate_size"),
+             arch_int("max_seq_len", "max_position_embeddings"),
+             Field::Float("norm_eps").min(0).doc(checked + "(rms_norm_eps)"),
+             Field::Float("attn_dropout")
+                 .values({"0", "0.0"})
+                 .doc("only 0: fusetune's attention has no dropout (torchtune disables it too)")});
+  if (classifier) {
+    m.add(Field::Int("num_classes").values({"1"}).doc("one score: a reward / value model"));
+    m.add(Field::String("base_model_path")
+              .doc("torchtune's classifier_model: the base builder (the checkpoint decides)"));
+  }
+  return m.req();
+}
+
+// ppo_full_finetune_single_device: the training loop's keys without `model` (policy_model
+// instead), four checkpointers, the rollout's and PPO's keys (torchtune's names).
+Schema build_ppo() {
+  Schema s = build_full(false, false, false, true);
+  s.recipe = "ppo_full_finetune_single_device";
+  std::erase_if(s.fields, [](const Field& f) {
+    // memory_check: `fusetune plan` does not cover PPO yet, so there is nothing to check with.
+    return f.name == "model" || f.name == "dataset_val" || f.name == "run_val_every_n_steps" ||
+           f.name == "batch_size_val" || f.name == "memory_check";
+  });
+  s.field("batch_size").doc("prompts per trajectory (one rollout, then its PPO updates)");
+  // torchtune's PPO has no epochs key: it runs num_steps // batch_size steps, over as many
+  // passes of the data as that takes (a checkpoint at the end of each).
+  s.field("epochs").def("1000000").doc(
+      "passes over the dataset (default: as many as num_steps needs, as torchtune's PPO)");
+  s.field("gradient_accumulation_steps").doc("micro-batches per PPO update (of ppo_batch_size)");
+  s.add(ppo_model_field("policy_model", false)
+            .doc("the policy: trained, read by checkpointer; its reference by "
+                 "ref_policy_checkpointer"));
+  s.add(ppo_model_field("reward_and_value_model", true)
+            .doc("the reward model (frozen, reward_checkpointer) and the value model (trained, "
+                 "value_checkpointer): classifiers of one score"));
+  s.add(component_section("ref_policy_checkpointer")
+            .req()
+            .doc("the frozen reference policy of the KL penalty, usually the starting weights"));
+  s.add(component_section("value_checkpointer")
+            .req()
+            .doc("the value model's starting weights (usually the reward model's)"));
+  s.add(component_section("reward_checkpointer").req().doc("the frozen reward model"));
+  auto pos = [](const char* key, const char* help) { return Field::Int(key).min(1).doc(help); };
+  s.add(pos("num_steps", "prompts to train on in all (torchtune's): num_steps // batch_size steps")
+            .req());
+  s.add(pos("ppo_epochs", "passes over each trajectory").def("1"));
+  s.add(pos("ppo_batch_size", "rows per PPO update (batch_size must be a multiple)").req());
+  s.add(pos("forward_batch_size", "rows per rollout forward: generation, log-probs, values, scores")
+            .req());
+  s.add(pos("max_generated_tokens", "longest response").req());
+  s.add(
+      Field::Float("temperature")
+          .def("1.0")
+          .min(0)
+          .doc(
+              "sampling temperature (0: greedy); the log-probs are those of logits / temperature"));
+  s.add(Field::Int("top_k").min(0).doc("sample among the k most likely tokens (null, 0: all)"));
+  s.add(Field::List("stop_token_ids")
+            .items(kInt)
+            .doc("tokens that end a response (default: the tokenizer's and model's EOS)"));
+  s.add(Field::Bool("enable_kv_cache")
+            .def("true")
+            .doc("generate with a KV cache (false: every token re-runs the whole prefix)"));
+  s.add(Field::Int("min_response_length")
+            .min(0)
+            .doc("responses shorter than this get reward_penalty as their score (null: none)"));
+  s.add(Field::Bool("penalise_no_eos")
+            .def("false")
+            .doc("responses without a stop token get reward_penalty as their score"));
+  s.add(Field::Float("reward_penalty").def("-3.0").doc("the score of a penalised response"));
+  s.add(Field::Float("kl_coeff")
+            .def("0.01")
+            .min(0)
+            .doc("weight of the per-token KL penalty (logp - ref_logp) in the rewards"));
+  s.add(Field::Float("gamma").def("1.0").min(0).max(1).doc("GAE's discount"));
+  s.add(Field::Float("lmbda").def("0.95").min(0).max(1).doc("GAE's lambda"));
+  s.add(Field::Bool("whiten_rewards")
+            .def("false")
+            .values({"false"})
+            .doc("only false: torchtune's recipe reads it but never whitens the rewards"));
+  return s;
+}
+
 // The vocabulary size a model map states itself (init: random with vocab_size), or 0.
 int64_t stated_vocab_size(const Config& root, const char* section) {
   if (!root.is_map(section)) return 0;
@@ -617,6 +743,11 @@ const Schema& lora_grpo_schema() {
 
 const Schema& reward_model_schema() {
   static const Schema s = build_reward();
+  return s;
+}
+
+const Schema& ppo_schema() {
+  static const Schema s = build_ppo();
   return s;
 }
 

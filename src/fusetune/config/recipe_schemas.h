@@ -38,6 +38,11 @@ const Schema& qat_lora_schema();
 // preference, no loss section) plus center_rewards_coefficient.
 const Schema& reward_model_schema();
 
+// ppo_full_finetune_single_device: full_finetune's keys without `model` and validation, plus
+// policy_model, reward_and_value_model, the ref_policy / value / reward checkpointers and the
+// rollout's and PPO's keys (torchtune's names).
+const Schema& ppo_schema();
+
 // The `model` map every recipe shares (architecture keys, init, the torchtune builder);
 // lora_recipe: LoRA builder names (lora_*, qlora_*) are accepted.
 Field model_field(bool lora_recipe);

@@ -29,12 +29,14 @@ DpoStepOptions dpo_options(const StepContext& ctx) {
 
 }  // namespace
 
-TensorMap load_reference(const Config& cfg, const LoadedModel& policy, const std::string& recipe) {
-  FT_CHECK(cfg.has("ref_checkpointer"),
+TensorMap load_reference(const Config& cfg, const LoadedModel& policy, const std::string& recipe,
+                         const std::string& section) {
+  FT_CHECK(cfg.has(section),
            recipe + ": " + canonical_component(cfg, "loss") +
-               " compares the policy with a reference model: set ref_checkpointer "
+               " compares the policy with a reference model: set " + section +
+               " "
                "(checkpoint_dir, checkpoint_files), usually the checkpointer's starting weights");
-  const Config rc = cfg.sub("ref_checkpointer");
+  const Config rc = cfg.sub(section);
   const std::string dir = rc.str("checkpoint_dir");
   // Owned and counted (the mapped file may be rewritten), converted straight from the file
   // into the policy's dtype.
@@ -43,10 +45,10 @@ TensorMap load_reference(const Config& cfg, const LoadedModel& policy, const std
   TensorMap ref;
   for (const auto& [name, t] : policy.params) {
     auto it = ck.tensors.find(name);
-    FT_CHECK(it != ck.tensors.end(), "ref_checkpointer: " + dir + " has no tensor '" + name +
+    FT_CHECK(it != ck.tensors.end(), section + ": " + dir + " has no tensor '" + name +
                                          "' (the reference model "
                                          "must have the policy's architecture)");
-    FT_CHECK(it->second.shape() == t.shape(), "ref_checkpointer: tensor '" + name + "' in " + dir +
+    FT_CHECK(it->second.shape() == t.shape(), section + ": tensor '" + name + "' in " + dir +
                                                   " is " + shape_str(it->second.shape()) +
                                                   " but the policy's is " + shape_str(t.shape()));
     ref[name] = it->second;

@@ -20,6 +20,7 @@ TrainJob full_dpo_job(const std::string& recipe);
 
 // The frozen reference of full DPO and full GRPO: ref_checkpointer's checkpoint, which must
 // be the policy's architecture, in the policy's dtype.
-TensorMap load_reference(const Config& cfg, const LoadedModel& policy, const std::string& recipe);
+TensorMap load_reference(const Config& cfg, const LoadedModel& policy, const std::string& recipe,
+                         const std::string& section = "ref_checkpointer");
 
 }  // namespace fusetune

@@ -29,16 +29,6 @@ std::shared_ptr<const RewardSet> rewards_from(const Config& cfg, const Tokenizer
   return std::make_shared<RewardSet>(RewardSet::from_config(def));
 }
 
-// The stop tokens of the rollout: the tokenizer's EOS and the model's.
-std::vector<int32_t> stop_tokens_of(const Tokenizer& tok, const ModelConfig& model) {
-  std::vector<int32_t> ids;
-  if (tok.eos_id() >= 0) ids.push_back(tok.eos_id());
-  for (int64_t id : model.eos_token_ids) ids.push_back(int32_t(id));
-  std::sort(ids.begin(), ids.end());
-  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-  return ids;
-}
-
 GrpoStepOptions grpo_options(const StepContext& ctx, const Tokenizer& tok) {
   const Config& cfg = ctx.cfg;
   GrpoStepOptions o;
@@ -68,6 +58,15 @@ GrpoStepOptions grpo_options(const StepContext& ctx, const Tokenizer& tok) {
 }
 
 }  // namespace
+
+std::vector<int32_t> stop_tokens_of(const Tokenizer& tok, const ModelConfig& model) {
+  std::vector<int32_t> ids;
+  if (tok.eos_id() >= 0) ids.push_back(tok.eos_id());
+  for (int64_t id : model.eos_token_ids) ids.push_back(int32_t(id));
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
+}
 
 Schema with_rewards_check(const Schema& schema) {
   Schema s = schema;

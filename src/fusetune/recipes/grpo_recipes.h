@@ -4,11 +4,13 @@
 // what trains and where the reference comes from (beta != 0 only): a frozen copy from
 // ref_checkpointer, or the same base weights with the adapters off.
 #include <string>
+#include <vector>
 
 #include "fusetune/config/config.h"
 #include "fusetune/config/schema.h"
 #include "fusetune/losses/grpo.h"
 #include "fusetune/recipes/train_loop.h"
+#include "fusetune/tokenizers/tokenizer.h"
 
 namespace fusetune {
 
@@ -22,6 +24,10 @@ TrainJob lora_grpo_job(const Config& cfg, const std::string& recipe);
 // The loss the config names: GRPOSimpleLoss (torchtune: kl_coeff, epsilon) or GRPOLoss (TRL's
 // keys: loss_type, beta, epsilon, epsilon_high); its temperature is the sampling temperature.
 GrpoLoss grpo_loss_from(const Config& cfg);
+
+// The stop tokens of a rollout (GRPO, PPO without stop_token_ids): the tokenizer's EOS and the
+// model's, sorted, once each.
+std::vector<int32_t> stop_tokens_of(const Tokenizer& tok, const ModelConfig& model);
 
 // `schema` (a GRPO recipe's) plus a check of the `rewards` map's kinds and keys, which
 // rewards/ knows, a layer above config/: `fusetune validate` then names a bad reward key

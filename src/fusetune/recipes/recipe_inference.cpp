@@ -21,7 +21,6 @@ struct MissingRecipe {
 
 const std::vector<MissingRecipe>& missing_recipes() {
   static const std::vector<MissingRecipe> t = {
-      {"ppo_full_finetune_single_device", "", ""},
       {"eleuther_eval", "eval",
        "i.e. `fusetune eval`, which scores perplexity and multiple-choice tasks, not "
        "lm-evaluation-harness's"},

@@ -7,7 +7,7 @@
 //      config's header comments, as torchtune's configs carry,
 //   4. the model: a `lora_*` / `qlora_*` builder (or LoRA keys) -> lora_finetune_single_device,
 //      else full_finetune_single_device.
-// torchtune recipes fusetune does not have yet (*_distributed, qat_*, ppo_*, knowledge
+// torchtune recipes fusetune does not have yet (*_distributed, qat_*, knowledge
 // distillation, eleuther_eval, quantize, ...) are an Error naming the recipe, and the closest
 // single-device recipe when there is one.
 #include <string>

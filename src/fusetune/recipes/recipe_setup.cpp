@@ -233,6 +233,7 @@ DatasetOptions dataset_options_from(const Config& cfg, const ModelConfig& model,
   o.on_bad_row = d.str("on_bad_row", "error");
   o.partition = d.str("partition", "");
   o.prompt_template = d.str("prompt_template", "");
+  o.add_eos = d.boolean("add_eos", true);  // text_completion's (the schema's default)
   return o;
 }
 

@@ -14,6 +14,7 @@
 #include "fusetune/recipes/generate.h"
 #include "fusetune/recipes/grpo_recipes.h"
 #include "fusetune/recipes/lora_finetune_single_device.h"
+#include "fusetune/recipes/ppo_recipe.h"
 #include "fusetune/recipes/qat_recipes.h"
 #include "fusetune/recipes/recipe_inference.h"
 #include "fusetune/recipes/reward_recipes.h"
@@ -116,6 +117,11 @@ const std::vector<RecipeInfo>& recipes() {
       {"lora_grpo_finetune_distributed", "GRPO of LoRA adapters over N data-parallel ranks (MPI)",
        rewards_checked(lora_grpo_distributed_schema()), lora_grpo_finetune_distributed,
        on_ranks(kLora)},
+      {"ppo_full_finetune_single_device",
+       "PPO (RLHF) of every weight on one device: responses sampled on the training weights, "
+       "scored by a frozen reward model, GAE advantages from a trained value model, "
+       "torchtune's clipped PPOLoss",
+       &ppo_schema(), ppo_full_finetune_single_device, kFull},
       {"reward_model_finetune_single_device",
        "Reward model training on one device: a sequence classifier (score head) trained on "
        "preference pairs with TRL RewardTrainer's loss, saved as a Hugging Face "

@@ -119,6 +119,12 @@ PlannedStep plan_step(const Config& cfg, const std::string& recipe, const ModelC
     o.seq_len = s.grpo->seq_len;
     o.loss = grpo_loss_builder(grpo_loss_from(cfg));
   }
+  if (is_ppo_recipe(recipe)) {  // the policy's update on one micro-batch (ppo_plan.h)
+    s.ppo = ppo_plan_from(cfg, model, T);
+    o.batch_size = cfg.i64("ppo_batch_size") / cfg.i64("gradient_accumulation_steps", 1);
+    o.seq_len = s.ppo->seq_len;
+    o.loss = ppo_policy_loss_builder(*s.ppo);
+  }
   s.optimizer_state = optimizer_state_ratio(cfg);
   s.optimizer_in_bwd = cfg.boolean("optimizer_in_bwd", false);
   s.activation_checkpointing = cfg.boolean("enable_activation_checkpointing", false);
@@ -166,6 +172,9 @@ ModePlan plan_step_mode(const PlannedStep& s, CompileMode mode, bool ordinary) {
                 s.optimizer_state, s.optimizer_in_bwd && !ordinary);
   if (s.teacher) add_teacher(s, mode, fused, p);
   if (s.grpo) add_rollout(*s.grpo, s.model, s.options, step_pass_options(s, mode), p);
+  if (s.ppo)
+    add_ppo_models(*s.ppo, s.model, s.options, step_pass_options(s, mode), s.optimizer_state,
+                   s.optimizer_in_bwd && !ordinary, p);
   return p;
 }
 
@@ -283,7 +292,9 @@ std::string format_fit_advice(const FitAdvice& advice, int64_t available) {
 }
 
 std::string check_run_fits_memory(const Config& cfg, const std::string& recipe) {
-  if (!cfg.boolean("memory_check", true)) return "";
+  // PPO: `fusetune plan` plans it, but the fit advice would change batch sizes PPO constrains
+  // (batch_size, ppo_batch_size, forward_batch_size): no check before its run yet.
+  if (!cfg.boolean("memory_check", true) || is_ppo_recipe(recipe)) return "";
   const std::optional<AvailableMemory> available = available_memory();
   if (!available) return "";
   ModelConfig model;

@@ -17,6 +17,7 @@
 #include "fusetune/peft/nf4_weight.h"
 #include "fusetune/peft/parameter_count.h"
 #include "fusetune/recipes/grpo_plan.h"
+#include "fusetune/recipes/ppo_plan.h"
 #include "fusetune/util/system_memory.h"
 
 namespace fusetune {
@@ -40,6 +41,9 @@ struct PlannedStep {
   // The GRPO recipes: the rollout before each update (grpo_plan.h); `options` and `graph` are
   // then the update's, on the rollout's rows.
   std::optional<GrpoPlan> grpo;
+  // PPO: the value, reference and reward models and the trajectory (ppo_plan.h); `options` and
+  // `graph` are the policy's update on one micro-batch.
+  std::optional<PpoPlan> ppo;
   OptimizerStateSize optimizer_state;
   bool optimizer_in_bwd = false;
   bool activation_checkpointing = false;

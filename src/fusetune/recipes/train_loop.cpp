@@ -133,7 +133,8 @@ void load_validation_data(Run& r, const Tokenizer& tokenizer) {
 }
 
 void load_model_and_data(Run& r) {
-  r.model = load_model(r.cfg, r.set.dtype, r.job.sink.get());
+  r.model = r.job.load_model ? r.job.load_model(r.set.dtype)
+                             : load_model(r.cfg, r.set.dtype, r.job.sink.get());
   if (r.job.prepare) r.job.prepare(r.model);
   r.tokenizer = build_tokenizer(r.cfg);
   const Tokenizer* tokenizer = r.tokenizer.get();
@@ -335,6 +336,8 @@ void update_in_backward(Run& r) {
       "the gradient freed; grad_norm is not logged (no step sees all the gradients)");
 }
 
+void apply_update_inside_step(Run& r, std::vector<std::pair<std::string, Tensor>> grads);
+
 // The step (ZeRO-3: over sharded parameters), how it updates and how its gradients are summed.
 void build_step(Run& r) {
   // ZeRO-3: each rank keeps only its share of the parameters (freed before training).
@@ -362,6 +365,9 @@ void build_step(Run& r) {
   }
   ctx.step.dtype = r.set.dtype;
   ctx.step.add_inputs = r.job.add_inputs;
+  ctx.apply_update = [&r](std::vector<std::pair<std::string, Tensor>> grads) {
+    apply_update_inside_step(r, std::move(grads));
+  };
   r.step = r.job.make_step ? r.job.make_step(ctx) : make_sft_step(ctx.step);
   // TEST-ONLY (test_only_faults.h): a +inf gradient at a chosen step, for the guard's test.
   r.test_only_inf_at = test_only::inf_gradient_step();
@@ -428,16 +434,21 @@ void sum_scalars_over_ranks(Run& r, StepResult& s, const std::string& at_step) {
 
 // The update: a non-finite loss or gradient is never applied to the weights (clip_grad_norm
 // leaves non-finite gradients untouched and returns their norm).
-void apply_update(Run& r, StepResult& s) {
+void apply_update(Run& r, StepResult& s, bool inside_step = false) {
   const int64_t step = r.progress.global_step + 1;
-  if (r.set.optimizer_in_bwd) {  // the parameters are already updated (finite gradients)
+  // The parameters are already updated (optimizer_in_bwd, finite gradients; or a step that
+  // updates itself): only the loss is left to check.
+  const bool applied = r.set.optimizer_in_bwd || (r.step->updates_itself() && !inside_step);
+  if (applied) {
     if (std::isfinite(s.loss)) return;
     test_only_save_at_stop(r);
     std::string msg = non_finite_step_message(step, s.loss, 0, s.micro, r.set.output_dir);
     const std::string not_applied = "the update was not applied";
     const size_t at = msg.find(not_applied);
     if (at != std::string::npos)
-      msg.replace(at, not_applied.size(), "the update was already applied (optimizer_in_bwd)");
+      msg.replace(at, not_applied.size(),
+                  r.set.optimizer_in_bwd ? "the update was already applied (optimizer_in_bwd)"
+                                         : "the step's updates were already applied");
     throw Error(msg);
   }
   std::vector<ParamRef> refs = param_refs(r);
@@ -449,6 +460,15 @@ void apply_update(Run& r, StepResult& s) {
   if (r.set.clip_grad_norm) s.grad_norm = norm;
   r.optimizer->step(refs, r.lr);
   r.grads.clear();
+}
+
+// StepContext::apply_update: one update inside the step (TrainingStep::updates_itself) with
+// its gradients, through the loop's clip, guard and optimizer.
+void apply_update_inside_step(Run& r, std::vector<std::pair<std::string, Tensor>> grads) {
+  for (auto& [name, g] : grads) accumulate_gradient(r.grads, name, std::move(g), true);
+  StepResult s;
+  s.loss = 0;
+  apply_update(r, s, /*inside_step=*/true);
 }
 
 // One optimizer step: its micro-batches' forward and backward, the gradients accumulated and
@@ -539,7 +559,9 @@ void log_step(Run& r, const StepResult& s, double step_s) {
 
 int run_training(const Config& cfg, const TrainJob& job) {
   // ---- settings (parsed once), the memory check, then setup ----------------------------------
-  Run r(cfg, job, parse_train_settings(cfg, *find_recipe(job.recipe).schema));
+  TrainSettings settings = parse_train_settings(cfg, *find_recipe(job.recipe).schema);
+  if (job.adjust_settings) job.adjust_settings(settings);
+  Run r(cfg, job, std::move(settings));
   const TrainSettings& set = r.set;
   r.threads = configure_threads(cfg);
   r.passes.mode = set.compile;

@@ -16,6 +16,7 @@
 #include "fusetune/models/llama.h"
 #include "fusetune/recipes/recipe_setup.h"
 #include "fusetune/recipes/sft_step.h"
+#include "fusetune/recipes/train_settings.h"
 #include "fusetune/recipes/training_checkpoint.h"
 
 namespace fusetune {
@@ -30,6 +31,10 @@ struct StepContext {
   std::function<void(const std::string&)> log;  // a line in the run's log
   dist::Communicator* comm = nullptr;           // the ranks (TrainJob::comm); null: one process
   const Dataset* dataset = nullptr;             // the training samples (GRPO: its prompt dataset)
+  // For a step that updates the weights several times per loop step (TrainingStep::
+  // updates_itself, PPO's mini-batches): the loop's update (clip_grad_norm, the non-finite
+  // guard, the optimizer at the step's learning rate) applied to these gradients.
+  std::function<void(std::vector<std::pair<std::string, Tensor>>)> apply_update = nullptr;
 };
 
 struct TrainJob {
@@ -57,6 +62,12 @@ struct TrainJob {
   std::function<std::map<std::string, Tensor*>()> shard_stored_elsewhere;
   // The parameters `save` reads (ZeRO-3 gathers only those to rank 0); empty: all of them.
   std::function<bool(const std::string&)> save_reads;
+  // How the trained model is loaded; empty: load_model(cfg, dtype, sink). PPO: the policy from
+  // policy_model + checkpointer and the value model beside it.
+  std::function<LoadedModel(DType)> load_model;
+  // Adjusts the parsed settings before the run uses them (PPO: num_steps counts prompts, and
+  // gradient_accumulation_steps splits its own mini-batches, so the loop takes one batch a step).
+  std::function<void(TrainSettings&)> adjust_settings;
   // The step; empty: supervised fine-tuning (make_sft_step).
   std::function<std::unique_ptr<TrainingStep>(const StepContext&)> make_step;
   // Data parallelism (the *_distributed recipes; outlives the run): the loader shards by rank,

@@ -71,6 +71,10 @@ class TrainingStep {
   // The parameter names in the order the hook receives b's gradients (compiling b's graph if
   // needed); empty for a step that cannot stream them.
   virtual std::vector<std::string> gradient_order(const Batch& /*b*/) { return {}; }
+  // True: run() applies its own updates (several per loop step, through StepContext::
+  // apply_update or the optimizer_in_bwd hook) and returns no gradients; the loop then only
+  // checks the returned loss. PPO's ppo_epochs x mini-batches.
+  virtual bool updates_itself() const { return false; }
   // Seconds spent building and compiling step graphs since the last call.
   double take_compile_seconds() { return std::exchange(compile_s_, 0.0); }
 
