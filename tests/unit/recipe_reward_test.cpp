@@ -13,9 +13,14 @@
 #include "checks.h"
 #include "fusetune/cli/command.h"
 #include "fusetune/compile/compiler.h"
+#include "fusetune/config/builtin_configs.h"
+#include "fusetune/config/recipe_schemas.h"
+#include "fusetune/config/schema.h"
 #include "fusetune/io/hf_checkpoint.h"
 #include "fusetune/models/training_graph.h"
+#include "fusetune/recipes/recipe_setup.h"
 #include "fusetune/recipes/reward_model_scorer.h"
+#include "fusetune/recipes/step_plan.h"
 #include "fusetune/rewards/reward_set.h"
 #include "fusetune/runtime/eager_executor.h"
 #include "fusetune/tokenizers/load_tokenizer.h"
@@ -242,6 +247,25 @@ TEST(RewardRecipe, GrpoScoresCompletionsWithTheTrainedRewardModel) {
     EXPECT_EQ(reward[i], term[i]) << "step " << i + 1;
     EXPECT_GT(spread[i], 0.0) << "the completions of a prompt score differently";
   }
+
+  // fusetune plan holds the classifier's fp32 weights through the run (and its scoring forward
+  // in the rollout): the plan with the reward model has exactly its bytes more weights.
+  int64_t classifier_bytes = 0;
+  for (const auto& [name, t] : ck.tensors) classifier_bytes += t.numel() * 4;
+  const auto planned_weights = [&](const std::vector<std::string>& keys) {
+    Config cfg = load_config((tmp / "grpo.yaml").string());
+    cfg.apply_overrides(keys);
+    cfg = with_defaults(cfg, grpo_full_schema());
+    const PlannedStep st =
+        plan_step(cfg, "grpo_full_finetune_single_device", model_architecture(cfg));
+    const ModePlan p = plan_step_mode(st, CompileMode::Full);
+    return std::make_pair(p.memory.parameters, ::testing::PrintToString(p.passes));
+  };
+  const auto [with_rm, passes] = planned_weights({"dataset.max_seq_len=16"});
+  const auto [without_rm, ignored] = planned_weights(
+      {"dataset.max_seq_len=16", "~rewards.reward_model", "rewards.stop_token.weight=1"});
+  EXPECT_EQ(with_rm - without_rm, classifier_bytes);
+  EXPECT_TRUE(contains(passes, "reward model weights")) << passes;
 }
 
 // ---- reward_model_finetune_distributed (2 ranks x 1 thread): 2 ranks x b pairs give the losses

@@ -3,8 +3,11 @@
 #include <algorithm>
 
 #include "fusetune/generation/kv_cache.h"
+#include "fusetune/io/hf_config.h"
 #include "fusetune/models/decode_graph.h"
 #include "fusetune/models/grpo_graph.h"
+#include "fusetune/models/parameters.h"
+#include "fusetune/models/training_graph.h"
 #include "fusetune/recipes/grpo_recipes.h"
 #include "fusetune/recipes/grpo_step.h"
 #include "fusetune/util/strings.h"
@@ -36,6 +39,8 @@ GrpoPlan grpo_plan_from(const Config& cfg, const std::string& recipe, const Mode
   g.temperature = loss.temperature;
   g.reference = loss.needs_reference();
   g.reference_copy = g.reference && recipe.rfind("lora_", 0) != 0;
+  if (cfg.has("rewards.reward_model.checkpoint_dir"))
+    g.reward_model = load_model_config(cfg.str("rewards.reward_model.checkpoint_dir"));
   return g;
 }
 
@@ -53,8 +58,17 @@ void add_rollout(const GrpoPlan& g, const ModelConfig& model, const TrainingGrap
                     po);
   // Three int32 inputs and three (four with a reference) fp32 rows of the rollout.
   const int64_t buffers = g.rows * g.seq_len * 4 * (6 + (g.reference ? 1 : 0));
+  // The reward model scores every completion at once, loaded in fp32 (reward_model_scorer.h).
+  int64_t reward_weights = 0, reward_scoring = 0;
+  if (g.reward_model) {
+    const Graph reward =
+        build_sequence_scores_graph(*g.reward_model, g.rows, g.seq_len, DType::F32);
+    for (const ParamInfo& w : graph_parameters(reward)) reward_weights += shape_numel(w.shape) * 4;
+    reward_scoring = forward_bytes(reward, po);
+    p.memory.parameters += reward_weights;
+  }
   // Before the update no gradient or activation of it is held.
-  const int64_t rollout = std::max(kv + prefill, scoring + buffers);
+  const int64_t rollout = std::max({kv + prefill, scoring + buffers, reward_scoring + buffers});
   p.memory.activations =
       std::max(p.memory.activations + buffers, rollout - p.memory.gradients - p.memory.workspace);
   p.passes.push_back(
@@ -62,7 +76,10 @@ void add_rollout(const GrpoPlan& g, const ModelConfig& model, const TrainingGrap
       " tokens, generated on the training weights): KV cache " + format_bytes(double(kv)) +
       ", prefill " + format_bytes(double(prefill)) + ", scoring forward " +
       format_bytes(double(scoring)) + ", buffers " + format_bytes(double(buffers)) +
-      (g.reference_copy ? ", reference weights " + format_bytes(double(weights)) : ""));
+      (g.reference_copy ? ", reference weights " + format_bytes(double(weights)) : "") +
+      (g.reward_model ? ", reward model weights " + format_bytes(double(reward_weights)) +
+                            " and scoring forward " + format_bytes(double(reward_scoring))
+                      : ""));
 }
 
 }  // namespace fusetune

@@ -4,8 +4,10 @@
 // prompt, max_seq_len, plus max_generated_tokens, padded as the rollout pads, within the
 // model's context). Before it, the step generates on the training weights with a KV cache,
 // scores the rows (the old log-probs, and the reference's when beta != 0) and holds what the
-// update reads; full GRPO with beta != 0 also holds a frozen copy of the weights.
+// update reads; full GRPO with beta != 0 also holds a frozen copy of the weights, and a
+// `reward_model` reward its classifier.
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "fusetune/compile/plan_report.h"
@@ -23,6 +25,9 @@ struct GrpoPlan {
   double temperature = 1.0;     // the scoring graphs' (GrpoLoss::temperature)
   bool reference = false;       // beta != 0: a reference forward
   bool reference_copy = false;  // and its weights are a copy (full GRPO; LoRA: the base)
+  // A `reward_model` reward's classifier (rewards.reward_model.checkpoint_dir's config.json):
+  // its fp32 weights are held through the run, its scoring forward runs after the rollout.
+  std::optional<ModelConfig> reward_model;
 };
 
 bool is_grpo_recipe(const std::string& recipe);
@@ -33,7 +38,8 @@ GrpoPlan grpo_plan_from(const Config& cfg, const std::string& recipe, const Mode
 
 // Adds the rollout to `p`, the plan of the update's graph in the same mode (`o`: that graph's
 // options, rows and T the rollout's): the reference copy's weights; the rollout's moment
-// (the KV cache with the prefill's activations, or a scoring forward) where it exceeds the
+// (the KV cache with the prefill's activations, or a scoring forward, or the reward model's)
+// where it exceeds the
 // update's activations; and the buffers the update reads (tokens, labels, positions, old and
 // reference log-probs, advantages, token weights), held through it. One line in p.passes.
 void add_rollout(const GrpoPlan& g, const ModelConfig& model, const TrainingGraphOptions& o,
