@@ -7,6 +7,7 @@
 #include "fusetune/losses/reward.h"
 #include "fusetune/models/grpo_graph.h"
 #include "fusetune/models/parameters.h"
+#include "fusetune/peft/head_parts.h"
 #include "fusetune/peft/lora.h"
 #include "fusetune/quant/qat.h"
 #include "fusetune/recipes/distillation_recipe.h"
@@ -84,7 +85,9 @@ PlannedStep plan_step(const Config& cfg, const std::string& recipe, const ModelC
   o.seq_len = T;
   o.packed = cfg.boolean("dataset.packed", false);
   o.dtype = plan_dtype(cfg);
-  if (traits.lora) {
+  // A KD student with model.lora_attn_modules trains adapters, as distillation_job runs it.
+  const bool lora = traits.lora || (is_distillation(recipe) && cfg.has("model.lora_attn_modules"));
+  if (lora) {
     // The adapters train; the base is frozen (NF4 with quantize_base, as the recipe runs it).
     const peft::LoraConfig lc = lora_config_from(cfg);
     if (lc.quantize_base) s.nf4 = peft::nf4_store_layout(model);
@@ -131,10 +134,19 @@ PlannedStep plan_step(const Config& cfg, const std::string& recipe, const ModelC
                           : dist::kBucketElements;
   s.configured_mode = parse_compile_mode(cfg.str("compile", "false"));
   s.graph = build_training_graph(s.model, o);
-  if (s.teacher && kd_fuses_heads(CompileMode::Full, o.llama, model, *s.teacher)) {
+  // A LoRA student's head hook hands the fused kernel its parts (peft/head_parts.h).
+  const bool head_parts = lora && !traits.qat && peft::head_parts_supported(lora_config_from(cfg));
+  if (s.teacher && kd_fuses_heads(CompileMode::Full, o.llama, model, *s.teacher, head_parts)) {
     TrainingGraphOptions f = o;
+    std::shared_ptr<KdStudentHead> parts;
+    if (f.llama.head) {
+      parts = std::make_shared<KdStudentHead>();
+      f.llama.head = peft::head_parts_hook(
+          lora_config_from(cfg), [nf4 = s.nf4]() -> const peft::NF4Store* { return nf4.get(); },
+          parts);
+    }
     f.loss = fused_distillation_loss_builder(distillation_loss_from(cfg), cfg.f64("kd_ratio", 0.5),
-                                             s.teacher->hidden_size);
+                                             s.teacher->hidden_size, parts);
     s.fused_kd_graph = build_training_graph(model, f);
   }
   if (s.nf4)
