@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <map>
 #include <random>
+#include <regex>
 
 #include "checks.h"
 #include "files.h"
@@ -646,8 +647,8 @@ TEST(KdTopK, TeacherLogitsKeysAreValidated) {
 }
 
 // knowledge_distillation_distributed, 2 ranks x 1 thread at ZeRO-3 (the student sharded, the
-// frozen teacher sharded too, each rank holding its share and gathering the others' for its
-// forward; compile: true as the demo config: the fused heads): 2 ranks
+// frozen teacher sharded too, each rank loading only its share and gathering the others' for
+// its forward; compile: true as the demo config: the fused heads): 2 ranks
 // x 2 rows give the losses and the class_loss / kd_loss of one process x 4 rows (the loss is a
 // mean over the global unmasked labels, the metrics' sums and counts are reduced before
 // dividing), and the 2-rank checkpoint of step 3 resumes in one process on that curve.
@@ -666,7 +667,16 @@ TEST(DistKd, TwoRanksMatchOneProcessAndResumeInOne) {
                                dist_kd_overrides(two, corpus, 2, {{"zero_stage", "3"}})),
                 tmp / "s_two");
   ASSERT_EQ(r2.code, 0) << r2.out << r2.err;
-  EXPECT_TRUE(contains(r2.out, "teacher: sharded over 2 ranks (zero_stage: 3)")) << r2.out;
+  EXPECT_TRUE(contains(r2.out,
+                       "teacher: sharded over 2 ranks (zero_stage: 3), each loading only "
+                       "its share"))
+      << r2.out;
+  std::smatch held;
+  ASSERT_TRUE(
+      std::regex_search(r2.out, held, std::regex("this rank holds (\\d+) of (\\d+) weights")))
+      << r2.out;
+  EXPECT_GT(std::stoi(held[1]), 0);
+  EXPECT_LT(std::stoi(held[1]), std::stoi(held[2]));
   expect_same_curve(losses_of(logged_steps(two)), want, "2 ranks x 2 vs 1 x 4");
   for (const char* key : {"class_loss", "kd_loss"})
     expect_same_curve(logged_values(two, key), logged_values(ref, key), key);
@@ -677,6 +687,33 @@ TEST(DistKd, TwoRanksMatchOneProcessAndResumeInOne) {
          tmp / "s_to_one");
   expect_same_curve(losses_of(logged_steps(to_one)),
                     std::vector<double>(want.begin() + 3, want.end()), "resumed 2 ranks -> 1");
+}
+
+// Precomputed top-k teacher logits over 2 ranks at ZeRO-3: rank 0 computes the file while the
+// other waits at a barrier, both train from it; the losses are one process's (its own file)
+// with the global batch, to 1e-5.
+TEST(DistKd, PrecomputedTopKOnTwoRanksMatchesOneProcess) {
+  FT_REQUIRE_MPIRUN();
+  TempDir tmp;
+  const fs::path corpus = write_uneven_corpus(tmp / "data");
+  const auto top8 = [&](const std::string& dir) {
+    return Overrides{{"teacher_logits.top_k", "8"},
+                     {"teacher_logits.precompute", "true"},
+                     {"teacher_logits.path", (tmp / dir).string()}};
+  };
+  const fs::path ref = tmp / "ref", two = tmp / "two";
+  run_ok(run_command("knowledge_distillation_single_device", "demo/tiny_full",
+                     dist_kd_overrides(ref, corpus, 4, top8("topk_one"))),
+         tmp / "s_ref");
+  Overrides o = top8("topk_two");
+  o["zero_stage"] = "3";
+  const CliRun r = run_shell(mpirun_command(2, "knowledge_distillation_distributed",
+                                            "demo/tiny_full", dist_kd_overrides(two, corpus, 2, o)),
+                             tmp / "s_two");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_TRUE(fs::exists(tmp / "topk_two" / "teacher_topk.bin"));
+  expect_same_curve(losses_of(logged_steps(two)), losses_of(logged_steps(ref)),
+                    "2 ranks x 2 vs 1 x 4, precomputed top-8");
 }
 
 }  // namespace kd_recipe_test

@@ -5,10 +5,16 @@
 // is loaded once, frozen, in the run's dtype.
 #include "fusetune/recipes/distillation_recipe.h"
 
+#include <map>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "fusetune/config/schema.h"
+#include "fusetune/distributed/sharded_optimizer.h"
 #include "fusetune/distributed/sharded_params.h"
+#include "fusetune/models/parameters.h"
+#include "fusetune/models/training_graph.h"
 #include "fusetune/recipes/kd_step.h"
 #include "fusetune/recipes/kd_teacher_topk.h"
 #include "fusetune/recipes/lora_finetune_single_device.h"
@@ -53,13 +59,67 @@ void check_same_vocabulary(const ModelConfig& student, const ModelConfig& teache
 
 namespace {
 
-LoadedModel load_teacher(const StepContext& ctx, const Config& tcfg, DType dtype) {
-  LoadedModel teacher = load_model(tcfg, dtype);
+LoadedModel load_teacher(const StepContext& ctx, const Config& tcfg, DType dtype,
+                         ParamSink* sink = nullptr) {
+  LoadedModel teacher = load_model(tcfg, dtype, sink);
   if (ctx.log)
     ctx.log("teacher: " + teacher.description + " (" +
             std::to_string(teacher.config.num_hidden_layers) + " layers, hidden " +
             std::to_string(teacher.config.hidden_size) + "), frozen");
   return teacher;
+}
+
+// The parameters of a ZeRO-3 teacher that other ranks own: taken as it loads and never read,
+// so that each rank holds only its share (and one tensor at a time while loading).
+class OtherRanksTeacherWeights final : public ParamSink {
+ public:
+  explicit OtherRanksTeacherWeights(const std::map<std::string, dist::HeldByOtherRank>& held)
+      : held_(held) {}
+  bool takes(const std::string& name) const override { return held_.count(name) > 0; }
+  void put(const std::string&, const Shape&, const ElementSource&) override {}
+
+ private:
+  const std::map<std::string, dist::HeldByOtherRank>& held_;
+};
+
+// The teacher's weights other ranks own, by ShardedParams' partition of frozen parameters
+// (name order, balanced by element count), from its architecture alone.
+std::map<std::string, dist::HeldByOtherRank> teacher_held_by_others(const Config& tcfg,
+                                                                    DType dtype,
+                                                                    const dist::Communicator& comm) {
+  std::map<std::string, Shape> shapes;
+  for (const ParamInfo& p :
+       graph_parameters(build_logits_graph(model_architecture(tcfg), 1, 1, dtype)))
+    shapes[p.name] = p.shape;
+  std::vector<int64_t> numels;
+  for (const auto& [name, shape] : shapes) numels.push_back(shape_numel(shape));
+  const std::vector<int> owner = dist::partition_by_elements(numels, comm.size());
+  std::map<std::string, dist::HeldByOtherRank> held;
+  size_t i = 0;
+  for (const auto& [name, shape] : shapes)
+    if (owner[i++] != comm.rank()) held[name] = {shape, dtype};
+  return held;
+}
+
+// ZeRO-3: the frozen teacher sharded like the student (and like full DPO's reference copy),
+// each rank loading only the weights it owns; each is gathered from its owner when the
+// teacher's forward reaches it.
+std::unique_ptr<dist::ShardedParams> load_teacher_share(const StepContext& ctx,
+                                                        const Config& tcfg, DType dtype,
+                                                        LoadedModel& teacher) {
+  const std::map<std::string, dist::HeldByOtherRank> held =
+      teacher_held_by_others(tcfg, dtype, *ctx.comm);
+  OtherRanksTeacherWeights skip(held);
+  teacher = load_teacher(ctx, tcfg, dtype, &skip);
+  auto shards =
+      std::make_unique<dist::ShardedParams>(*ctx.comm, teacher.params, std::vector<std::string>{},
+                                            std::map<std::string, Tensor*>{}, held);
+  if (ctx.log)
+    ctx.log("teacher: sharded over " + std::to_string(ctx.comm->size()) +
+            " ranks (zero_stage: 3), each loading only its share: this rank holds " +
+            std::to_string(teacher.params.size()) + " of " +
+            std::to_string(teacher.params.size() + held.size()) + " weights");
+  return shards;
 }
 
 // The teacher's top-k over the training samples from teacher_logits.path: read when the file
@@ -132,21 +192,15 @@ TrainJob distillation_job(const Config& cfg, const std::string& recipe) {
       o.precomputed = precomputed_teacher(ctx, tcfg, *topk, dtype);
       return make_kd_step(std::move(o));
     }
-    *teacher = load_teacher(ctx, tcfg, dtype);
+    // ZeRO-3 (the student's parameters come from a sharded source): the teacher too.
+    if (ctx.step.param_source && ctx.comm && ctx.comm->size() > 1) {
+      *teacher_shards = load_teacher_share(ctx, tcfg, dtype, *teacher);
+      o.teacher_source = (*teacher_shards)->source();
+    } else {
+      *teacher = load_teacher(ctx, tcfg, dtype);
+    }
     o.teacher = &teacher->config;
     o.teacher_params = &teacher->params;
-    // ZeRO-3 (the student's parameters come from a sharded source): the frozen teacher is
-    // sharded by the same partition, each rank keeping the weights it owns, each gathered
-    // from its owner when the teacher's forward reaches it (as full DPO's reference copy).
-    if (ctx.step.param_source && ctx.comm && ctx.comm->size() > 1) {
-      *teacher_shards = std::make_unique<dist::ShardedParams>(*ctx.comm, teacher->params,
-                                                              std::vector<std::string>{});
-      (*teacher_shards)->release_others();
-      o.teacher_source = (*teacher_shards)->source();
-      if (ctx.log)
-        ctx.log("teacher: sharded over " + std::to_string(ctx.comm->size()) +
-                " ranks (zero_stage: 3)");
-    }
     return make_kd_step(std::move(o));
   };
   return job;
