@@ -366,3 +366,25 @@ TEST(FusedDivergenceKernel, TopKTeacherMatchesTheRestrictedForwardKlInDouble) {
     expect_close(dh, r.dh, 1e-9, 1e-12, "dh vs dense");
   }
 }
+
+// The teacher's top-k from a bf16 head (a `dtype: bf16` teacher) widened a tile at a time: the
+// dense float path on the widened head's values (the same ids, log-probs to float rounding).
+TEST(FusedDivergenceKernel, TopKOfABf16TeacherHeadIsTheDenseOneOfItsWidenedValues) {
+  const KdProblem p;
+  const int64_t K = 7;
+  std::vector<uint16_t> W16;
+  std::vector<float> W;
+  for (double v : p.tW) {
+    W16.push_back(f32_to_bf16(float(v)));
+    W.push_back(bf16_to_f32(W16.back()));
+  }
+  const std::vector<float> h(p.th.begin(), p.th.end());
+  std::vector<int32_t> ids_dense(size_t(p.N * K)), ids_bf16(size_t(p.N * K));
+  std::vector<float> lp_dense(size_t(p.N * K)), lp_bf16(size_t(p.N * K));
+  teacher_top_k<float>(h.data(), W.data(), nullptr, p.N, p.Dt, p.V, K, 16, ids_dense.data(),
+                       lp_dense.data());
+  teacher_top_k<float>(h.data(), nullptr, W16.data(), p.N, p.Dt, p.V, K, 16, ids_bf16.data(),
+                       lp_bf16.data());
+  EXPECT_EQ(ids_bf16, ids_dense);
+  expect_close(lp_bf16, lp_dense, 1e-6, 1e-6, "log-probs");
+}

@@ -15,6 +15,7 @@
 #include "fusetune/compile/compiler.h"
 #include "fusetune/config/recipe_schemas.h"
 #include "fusetune/config/schema.h"
+#include "fusetune/kernels/cpu/fused_linear_divergence.h"
 #include "fusetune/losses/distillation.h"
 #include "fusetune/models/parameters.h"
 #include "fusetune/models/training_graph.h"
@@ -271,6 +272,50 @@ TEST(KdStepGraph, LoraAndNf4StudentHeadsFuseAndMatchTheUnfusedGraph) {
       ASSERT_TRUE(k.want.count("grad:lm_head.lora_B.weight"));
     }
     expect_fused_matches(k.fused, k.in, k.params, k.want, k.N, cfg.vocab_size, 1e-5, 1e-4);
+  }
+}
+
+// A top-k teacher (teacher_logits): the fused graph takes its ids and log-probs [N, k] (no
+// teacher head) and in every compile mode gives the unfused graph's loss, reports and
+// gradients, that graph taking them scattered into dense teacher logits (-1e30 elsewhere), in
+// fp32 and bf16 (there to bf16 rounding: the unfused graph's logits are bf16); under `compile:
+// true` no [tokens x vocab] tensor is left.
+TEST(KdStepGraph, TopKTeacherFusesAndMatchesTheUnfusedGraph) {
+  const DistillationLoss l{KdDivergence::ForwardKL, 0.5, 1.5};
+  const int64_t B = 3, T = 12, Dt = 24, K = 5;
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const ModelConfig cfg = tiny_config(false, false);
+    const int64_t N = B * T, V = cfg.vocab_size;
+    TrainingGraphOptions o;
+    o.batch_size = B;
+    o.seq_len = T;
+    o.dtype = dtype;
+    o.loss = distillation_loss_builder(l, 0.4);
+    const TrainingGraph eager = build_training_graph(cfg, o);
+    o.loss = fused_distillation_loss_builder(l, 0.4, Dt, nullptr, K);
+    const TrainingGraph fused = build_training_graph(cfg, o);
+    const TensorMap params = init_parameters(graph_parameters(eager.graph), 7, dtype, 0.3);
+    const Batch b = random_batch(B, T, V, 11);
+    TensorMap in = batch_inputs(b, DType::F32, 1.0 / double(b.num_valid_labels()));
+    const Tensor th = random_tensor({N, Dt}, DType::F32, 5, -0.6, 0.6);
+    const Tensor tw = random_tensor({V, Dt}, DType::F32, 6, -0.6, 0.6);
+    Tensor ids = Tensor::empty({N, K}, DType::I32), lp = Tensor::empty({N, K}, DType::F32);
+    kernels::teacher_top_k<float>(th.data<float>(), tw.data<float>(), nullptr, N, Dt, V, K, 16,
+                                  ids.data<int32_t>(), lp.data<float>());
+    Tensor dense = Tensor::empty({N, V}, DType::F32);
+    for (int64_t i = 0; i < N; ++i)
+      kernels::scatter_top_k<float>(ids.data<int32_t>() + i * K, lp.data<float>() + i * K, K, V,
+                                    dense.data<float>() + i * V);
+    TensorMap ein = in;
+    ein["teacher_logits"] = dense.to(dtype);
+    in["teacher_topk_ids"] = ids;
+    in["teacher_topk_logprobs"] = lp;
+    const auto want =
+        by_name(eager.graph,
+                compile_graph(eager.graph, {.mode = CompileMode::None}).executor->run(ein, params));
+    const bool bf16 = dtype == DType::BF16;
+    expect_fused_matches(fused, in, params, want, N, V, bf16 ? 1e-2 : 1e-5, bf16 ? 3e-2 : 1e-4);
   }
 }
 
