@@ -572,6 +572,42 @@ Overrides dist_kd_overrides(const fs::path& out, const fs::path& corpus, int bat
   return rank_run_overrides(out, corpus, batch, 6, kd);
 }
 
+// A LoRA student with an adapter on lm_head, and a QLoRA one (its head NF4, with the adapter),
+// run end to end: under `compile: true` the log says the heads are fused and the losses are
+// `compile: false`'s (the logits materialized) to 1e-5; DoRA on lm_head keeps the logits and
+// says so.
+TEST(KdRecipe, LoraAndQloraHeadStudentsTrainFusedAsUnfused) {
+  TempDir tmp;
+  const fs::path corpus = write_uneven_corpus(tmp / "data");
+  const auto run = [&](const std::string& name, Overrides extra) {
+    extra["model.lora_attn_modules"] = "[q_proj,v_proj]";
+    extra["model.apply_lora_to_output"] = "true";
+    extra["model.lora_rank"] = "4";
+    extra["model.lora_alpha"] = "8";
+    const CliRun r = run_shell(run_command("knowledge_distillation_single_device", "demo/tiny_full",
+                                           dist_kd_overrides(tmp / name, corpus, 4, extra)),
+                               tmp / ("s_" + name));
+    EXPECT_EQ(r.code, 0) << r.out << r.err;
+    return r;
+  };
+  for (const char* qlora : {"false", "true"}) {
+    SCOPED_TRACE(std::string("quantize_base ") + qlora);
+    const std::string q = qlora;
+    const CliRun fused = run("fused" + q, {{"compile", "true"}, {"model.quantize_base", q}});
+    EXPECT_TRUE(contains(fused.out,
+                         "kd: the student's head and the teacher's head run inside the "
+                         "fused divergence"))
+        << fused.out;
+    run("unfused" + q, {{"compile", "false"}, {"model.quantize_base", q}});
+    const std::vector<double> want = losses_of(logged_steps(tmp / ("unfused" + q)));
+    ASSERT_EQ(want.size(), 6u);
+    expect_same_curve(losses_of(logged_steps(tmp / ("fused" + q))), want, "fused vs unfused");
+  }
+  const CliRun dora =
+      run("dora", {{"compile", "true"}, {"model.use_dora", "true"}, {"max_steps_per_epoch", "1"}});
+  EXPECT_TRUE(contains(dora.out, "kd: the logits are materialized")) << dora.out;
+}
+
 // teacher_logits (the teacher restricted to its top-16 tokens): a run that precomputes them
 // into a file and trains from it (compile: true, the fused kernel reading the sparse teacher;
 // compile: false, the unfused divergence over them scattered) gives the losses of a run that

@@ -69,6 +69,19 @@ LoadedModel load_teacher(const StepContext& ctx, const Config& tcfg, DType dtype
   return teacher;
 }
 
+// Under `compile: true`, one line on whether the step fuses the heads with the loss (kd_step.h).
+void log_kd_heads(const StepContext& ctx, const ModelConfig& teacher, const KdStepOptions& o) {
+  if (!ctx.log || ctx.step.passes.mode != CompileMode::Full) return;
+  const std::string t = o.teacher_top_k > 0 ? "the teacher's top-k" : "the teacher's head";
+  if (kd_fuses_heads(CompileMode::Full, ctx.step.llama, ctx.model.config, teacher,
+                     bool(o.head_parts)))
+    ctx.log("kd: the student's head and " + t +
+            " run inside the fused divergence (no [tokens x vocab] logits)");
+  else
+    ctx.log("kd: the logits are materialized (a soft-capped model, or DoRA / lora_dropout on "
+            "lm_head)");
+}
+
 // The parameters of a ZeRO-3 teacher that other ranks own: taken as it loads and never read,
 // so that each rank holds only its share (and one tensor at a time while loading).
 class OtherRanksTeacherWeights final : public ParamSink {
@@ -190,6 +203,7 @@ TrainJob distillation_job(const Config& cfg, const std::string& recipe) {
     if (topk) o.teacher_top_k = topk->top_k;
     if (topk && topk->precompute) {
       o.precomputed = precomputed_teacher(ctx, tcfg, *topk, dtype);
+      log_kd_heads(ctx, ctx.model.config, o);
       return make_kd_step(std::move(o));
     }
     // ZeRO-3 (the student's parameters come from a sharded source): the teacher too.
@@ -201,6 +215,7 @@ TrainJob distillation_job(const Config& cfg, const std::string& recipe) {
     }
     o.teacher = &teacher->config;
     o.teacher_params = &teacher->params;
+    log_kd_heads(ctx, teacher->config, o);
     return make_kd_step(std::move(o));
   };
   return job;
