@@ -499,6 +499,37 @@ TEST(KdPlan, ALoraHeadStudentPlansTheFusedHead) {
   EXPECT_EQ(std::find(names.begin(), names.end(), "lm_head.weight"), names.end());
 }
 
+// `fusetune plan` with teacher_logits: the fused step takes the teacher's top-k (no teacher
+// head); with precompute, the teacher is counted while its file is missing (the first run
+// loads it to compute the file) and not once the file is there (the run does not load it).
+TEST(KdPlan, APrecomputedTeacherIsNotCountedOnceItsFileIsThere) {
+  TempDir tmp;
+  Config c = kd_yaml("259");
+  c.apply_overrides({"tokenizer.max_seq_len=64", "batch_size=2", "teacher_logits.top_k=8",
+                     "teacher_logits.precompute=true",
+                     "teacher_logits.path=" + (tmp / "topk").string()});
+  validate(c, knowledge_distillation_schema());
+  c = with_defaults(c, knowledge_distillation_schema());
+  const PlannedStep first =
+      plan_step(c, "knowledge_distillation_single_device", model_architecture(c));
+  ASSERT_TRUE(first.teacher.has_value());
+  ASSERT_TRUE(first.fused_kd_graph.has_value());
+  int fused = 0;
+  for (const Node& n : first.fused_kd_graph->graph.nodes())
+    if (n.op == Op::FusedLinearDivergence) {
+      ++fused;
+      EXPECT_EQ(n.attrs.len, 8);
+    }
+  EXPECT_EQ(fused, 1);
+  fs::create_directories(tmp / "topk");
+  write_text(tmp / "topk" / "teacher_topk.bin", "x");
+  const PlannedStep later =
+      plan_step(c, "knowledge_distillation_single_device", model_architecture(c));
+  EXPECT_FALSE(later.teacher.has_value());
+  EXPECT_LT(plan_step_mode(later, CompileMode::Full).memory.parameters,
+            plan_step_mode(first, CompileMode::Full).memory.parameters);
+}
+
 // `fusetune plan --nproc_per_node N` at ZeRO-3 counts the teacher sharded over the ranks
 // (each rank its share of the weights plus what its forward gathers): on 2 ranks each rank's
 // teacher costs less than the whole teacher does one rank, and more than nothing.
@@ -702,7 +733,8 @@ TEST(KdTopK, APrecomputedFileOfAnotherRunOrCorruptIsAClearError) {
 }
 
 // teacher_logits is validated: top_k at least 1, precompute with a path (and a path only with
-// it), and only the forward KL (the divergence defined on the top-k support).
+// it, and no validation data), and only the forward KL (the divergence defined on the top-k
+// support).
 TEST(KdTopK, TeacherLogitsKeysAreValidated) {
   const auto problems = [](const std::vector<std::string>& overrides) -> std::string {
     Config c = kd_yaml("259");
@@ -723,6 +755,11 @@ TEST(KdTopK, TeacherLogitsKeysAreValidated) {
                        "needs teacher_logits.path"));
   EXPECT_TRUE(contains(problems({"teacher_logits.top_k=8", "teacher_logits.path=/tmp/t"}),
                        "only read with precompute: true"));
+  EXPECT_TRUE(
+      contains(problems({"teacher_logits.top_k=8", "teacher_logits.precompute=true",
+                         "teacher_logits.path=/tmp/t", "dataset_val._component_=text_completion",
+                         "dataset_val.source=v.txt"}),
+               "validation with teacher_logits.precompute is not supported"));
   EXPECT_TRUE(contains(problems({"teacher_logits.top_k=8", "kd_loss._component_=ReverseKLLoss"}),
                        "takes kd_loss ForwardKLLoss"));
 }

@@ -520,6 +520,11 @@ void add_teacher_logits(Schema& s) {
     if (t.boolean("precompute", false) && !t.has("path"))
       p.errors.push_back("teacher_logits.precompute: true needs teacher_logits.path (" +
                          t.where("precompute") + ")");
+    if (t.boolean("precompute", false) && root.has("dataset_val"))
+      p.errors.push_back(
+          "dataset_val: validation with teacher_logits.precompute is not supported "
+          "(the file covers the training samples only) (" +
+          root.where("dataset_val") + ")");
     if (!t.boolean("precompute", false) && t.has("path"))
       p.errors.push_back("teacher_logits.path is only read with precompute: true (" +
                          t.where("path") + ")");
