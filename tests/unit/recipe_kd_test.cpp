@@ -336,7 +336,7 @@ TEST(KdStepGraph, DoraOrDropoutOnTheHeadKeepsTheLogitsPath) {
 // The fused divergence has no soft-cap: a model that caps its final logits (Gemma 2), as
 // student or teacher, keeps the logits path, as do the eager modes and a head hook that cannot
 // hand its parts (DoRA or dropout on lm_head).
-TEST(KdStepGraph, OnlyUncappedPlainHeadsFuseUnderCompileTrue) {
+TEST(KdStepGraph, OnlyUncappedHeadsThatHandTheirPartsFuseUnderCompileTrue) {
   const ModelConfig plain = tiny_config(false, false);
   ModelConfig capped = plain;
   capped.final_logit_softcapping = 30.0;
@@ -808,7 +808,7 @@ TEST(DistKd, TwoRanksMatchOneProcessAndResumeInOne) {
 }
 
 // Precomputed top-k teacher logits over 2 ranks at ZeRO-3: rank 0 computes the file while the
-// other waits at a barrier, both train from it; the losses are one process's (its own file)
+// other waits for it, both train from it; the losses are one process's (its own file)
 // with the global batch, to 1e-5.
 TEST(DistKd, PrecomputedTopKOnTwoRanksMatchesOneProcess) {
   FT_REQUIRE_MPIRUN();

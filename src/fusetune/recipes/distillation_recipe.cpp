@@ -5,9 +5,11 @@
 // is loaded once, frozen, in the run's dtype.
 #include "fusetune/recipes/distillation_recipe.h"
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "fusetune/config/schema.h"
@@ -137,7 +139,7 @@ std::unique_ptr<dist::ShardedParams> load_teacher_share(const StepContext& ctx,
 
 // The teacher's top-k over the training samples from teacher_logits.path: read when the file
 // is there (the teacher is not loaded), else computed once by the teacher (rank 0 of a
-// distributed run, the others waiting), written, and the teacher released.
+// distributed run, the others waiting for the file), written, and the teacher released.
 std::shared_ptr<const TeacherTopK> precomputed_teacher(const StepContext& ctx, const Config& tcfg,
                                                        const TeacherLogitsOptions& topk,
                                                        DType dtype) {
@@ -159,6 +161,13 @@ std::shared_ptr<const TeacherTopK> precomputed_teacher(const StepContext& ctx, c
     write_teacher_topk(
         file, key, *ctx.dataset, ctx.loader.collate, ctx.loader.batch_size,
         teacher_top_k_of(teacher.config, teacher.params, topk.top_k, dtype, ctx.step.passes));
+  }
+  if (!writer) {
+    // Computing it may take longer than dist_timeout_seconds, a collective's limit: the other
+    // ranks wait for the file itself (written atomically), then meet at a barrier. A failing
+    // rank 0 exits, and the launcher stops them.
+    while (!std::filesystem::exists(file))
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   if (ctx.comm) ctx.comm->barrier("teacher_logits.precompute");
   auto t = std::make_shared<const TeacherTopK>(TeacherTopK::load(file, key));
