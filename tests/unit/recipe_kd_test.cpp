@@ -531,11 +531,14 @@ TEST(KdPlan, APrecomputedTeacherIsNotCountedOnceItsFileIsThere) {
 }
 
 // `fusetune plan --nproc_per_node N` at ZeRO-3 counts the teacher sharded over the ranks
-// (each rank its share of the weights plus what its forward gathers): on 2 ranks each rank's
-// teacher costs less than the whole teacher does one rank, and more than nothing.
+// (each rank its share of the weights, plus what its forward gathers and, fused, the gathered
+// head): on 2 ranks each rank's teacher (6 layers, so that the layers outweigh the embedding
+// and the head) costs less than the whole teacher does one rank, and more than nothing.
 TEST(KdPlan, ZeroThreeShardsTheTeacherOverTheRanks) {
   Config c = kd_yaml("259");
-  c.apply_overrides({"tokenizer.max_seq_len=64", "batch_size=2"});
+  c.apply_overrides({"tokenizer.max_seq_len=64", "batch_size=2",
+                     "teacher_model.num_hidden_layers=6", "teacher_model.hidden_size=64",
+                     "teacher_model.intermediate_size=256"});
   c = with_defaults(c, knowledge_distillation_schema());
   const PlannedStep s = plan_step(c, "knowledge_distillation_single_device", model_architecture(c));
   PlannedStep student_only = s;

@@ -52,13 +52,18 @@ std::vector<TeacherShare> teacher_shares(const PlannedStep& s, CompileMode mode,
   std::vector<TeacherShare> shares(static_cast<size_t>(ranks));
   if (!s.teacher) return shares;
   const TrainingGraphOptions& o = s.options;
-  const Graph built = fused ? build_hidden_graph(*s.teacher, o.batch_size, o.seq_len, o.dtype)
-                            : build_logits_graph(*s.teacher, o.batch_size, o.seq_len, o.dtype);
+  // Every weight is partitioned (the head too, which a fused step's teacher graph stops
+  // before: the step gathers it for the fused kernel and holds it through the student's step).
+  const Graph whole = build_logits_graph(*s.teacher, o.batch_size, o.seq_len, o.dtype);
+  const Graph built =
+      fused ? build_hidden_graph(*s.teacher, o.batch_size, o.seq_len, o.dtype) : whole;
   const Graph g = run_passes(built, po, nullptr);
   MemoryPlan plan;
   if (mode != CompileMode::None)
     plan = plan_memory(g, mode == CompileMode::Model ? 1 : -1, po.in_place);
-  const std::map<std::string, ParamShare> params = partition(built, ranks);
+  const std::map<std::string, ParamShare> params = partition(whole, ranks);
+  const ParamShare& head =
+      params.at(s.teacher->tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
   for (int rank = 0; rank < ranks; ++rank) {
     TeacherShare& t = shares[size_t(rank)];
     for (const auto& [name, p] : params)
@@ -69,6 +74,7 @@ std::vector<TeacherShare> teacher_shares(const PlannedStep& s, CompileMode mode,
     t.gathered = m.gathered;
     t.forward = m.activations + m.workspace;
     t.handed = int64_t(g.type(g.outputs()[0].second).nbytes());
+    if (fused && head.owner != rank) t.handed += head.nbytes;  // the gathered head
   }
   return shares;
 }
