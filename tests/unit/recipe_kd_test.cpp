@@ -522,7 +522,7 @@ TEST(KdPlan, APrecomputedTeacherIsNotCountedOnceItsFileIsThere) {
     }
   EXPECT_EQ(fused, 1);
   fs::create_directories(tmp / "topk");
-  write_text(tmp / "topk" / "teacher_topk.bin", "x");
+  write_text(tmp / "topk" / "teacher_topk.safetensors", "x");
   const PlannedStep later =
       plan_step(c, "knowledge_distillation_single_device", model_architecture(c));
   EXPECT_FALSE(later.teacher.has_value());
@@ -651,7 +651,7 @@ TEST(KdTopK, PrecomputedLogitsMatchTheOnTheFlyTopKAndResume) {
   TempDir tmp;
   const fs::path corpus = write_uneven_corpus(tmp / "data");
   const fs::path fly = tmp / "fly", pre = tmp / "pre", eager = tmp / "eager", res = tmp / "res";
-  const fs::path file = tmp / "topk" / "teacher_topk.bin";
+  const fs::path file = tmp / "topk" / "teacher_topk.safetensors";
   const Overrides top16 = {{"teacher_logits.top_k", "16"}};
   Overrides precompute = top16;
   precompute["teacher_logits.precompute"] = "true";
@@ -698,7 +698,7 @@ TEST(KdTopK, PrecomputedLogitsMatchTheOnTheFlyTopKAndResume) {
 TEST(KdTopK, APrecomputedFileOfAnotherRunOrCorruptIsAClearError) {
   TempDir tmp;
   const fs::path corpus = write_uneven_corpus(tmp / "data");
-  const fs::path file = tmp / "topk" / "teacher_topk.bin";
+  const fs::path file = tmp / "topk" / "teacher_topk.safetensors";
   const Overrides precompute = {{"teacher_logits.top_k", "8"},
                                 {"teacher_logits.precompute", "true"},
                                 {"teacher_logits.path", (tmp / "topk").string()},
@@ -832,7 +832,7 @@ TEST(DistKd, PrecomputedTopKOnTwoRanksMatchesOneProcess) {
                                             "demo/tiny_full", dist_kd_overrides(two, corpus, 2, o)),
                              tmp / "s_two");
   ASSERT_EQ(r.code, 0) << r.out << r.err;
-  EXPECT_TRUE(fs::exists(tmp / "topk_two" / "teacher_topk.bin"));
+  EXPECT_TRUE(fs::exists(tmp / "topk_two" / "teacher_topk.safetensors"));
   expect_same_curve(losses_of(logged_steps(two)), losses_of(logged_steps(ref)),
                     "2 ranks x 2 vs 1 x 4, precomputed top-8");
 }

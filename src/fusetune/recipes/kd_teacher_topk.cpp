@@ -6,18 +6,17 @@
 #include <string>
 
 #include "fusetune/config/schema.h"
+#include "fusetune/io/safetensors.h"
 #include "fusetune/kernels/cpu/fused_linear_divergence.h"
 #include "fusetune/util/crc32c.h"
 #include "fusetune/util/error.h"
-#include "fusetune/util/fs.h"
 
 namespace fusetune {
 namespace fs = std::filesystem;
 
 namespace {
 
-constexpr char kTopKMagic[8] = {'F', 'T', 'T', 'O', 'P', 'K', '\0', '\1'};
-constexpr int64_t kTopKHeaderBytes = 8 + 7 * 8;  // magic, key (6 words), rows
+constexpr const char* kTopKFormat = "fusetune teacher top-k, version 1";
 
 struct TopKFnv {
   uint64_t h = 1469598103934665603ull;
@@ -50,18 +49,6 @@ void hash_file_identity(TopKFnv& f, const fs::path& p) {
   std::string head(size_t(std::min<uint64_t>(size, 1 << 20)), '\0');
   in.read(head.data(), std::streamsize(head.size()));
   f.str(head);
-}
-
-template <class V>
-void put(std::string& out, const V& v) {
-  out.append(reinterpret_cast<const char*>(&v), sizeof v);
-}
-template <class V>
-V take(const std::string& in, size_t& at) {
-  V v;
-  std::memcpy(&v, in.data() + at, sizeof v);
-  at += sizeof v;
-  return v;
 }
 
 // "<what> differs: the file has A, this run B", or nothing when equal.
@@ -150,27 +137,35 @@ TeacherTopK TeacherTopK::load(const fs::path& file, const TeacherTopKKey& want) 
   FT_CHECK(fs::is_regular_file(file),
            "teacher_logits: " + file.string() +
                " does not exist: set teacher_logits.precompute: true to compute it");
-  const std::string bytes = read_file(file);
   const auto corrupt = [&](const std::string& why) {
     return Error("teacher_logits: " + file.string() + " is corrupt (" + why +
                  "): delete it to compute it again");
   };
-  if (int64_t(bytes.size()) < kTopKHeaderBytes + 4 ||
-      std::memcmp(bytes.data(), kTopKMagic, sizeof kTopKMagic) != 0)
-    throw corrupt("not a precomputed teacher top-k file");
-  size_t crc_at = bytes.size() - 4;
-  const uint32_t crc = take<uint32_t>(bytes, crc_at);
-  if (crc32c(bytes.data(), bytes.size() - 4) != crc) throw corrupt("checksum mismatch");
-  size_t at = sizeof kTopKMagic;
   TeacherTopK t;
+  try {
+    t.file_ = std::make_shared<SafetensorsFile>(SafetensorsFile::open(file));
+  } catch (const Error& e) {
+    throw corrupt(e.what());
+  }
+  const std::map<std::string, std::string>& meta = t.file_->metadata();
+  const auto field = [&](const std::string& key) -> uint64_t {
+    const auto it = meta.find(key);
+    if (it == meta.end()) throw corrupt("no '" + key + "' in its metadata");
+    try {
+      return std::stoull(it->second);
+    } catch (const std::exception&) {
+      throw corrupt("'" + key + "' is not a number");
+    }
+  };
+  if (!meta.count("format") || meta.at("format") != kTopKFormat)
+    throw corrupt("not a precomputed teacher top-k file");
   TeacherTopKKey& k = t.key_;
-  k.top_k = take<int64_t>(bytes, at);
-  k.vocab_size = take<int64_t>(bytes, at);
-  k.samples = take<int64_t>(bytes, at);
-  k.dataset = take<uint64_t>(bytes, at);
-  k.tokenizer = take<uint64_t>(bytes, at);
-  k.teacher = take<uint64_t>(bytes, at);
-  const int64_t rows = take<int64_t>(bytes, at);
+  k.top_k = int64_t(field("top_k"));
+  k.vocab_size = int64_t(field("vocab_size"));
+  k.samples = int64_t(field("samples"));
+  k.dataset = field("dataset");
+  k.tokenizer = field("tokenizer");
+  k.teacher = field("teacher");
   const char* again = "delete it (or point teacher_logits.path elsewhere) to compute it again";
   expect_same(file, "top_k", uint64_t(k.top_k), uint64_t(want.top_k), again);
   expect_same(file, "vocabulary size", uint64_t(k.vocab_size), uint64_t(want.vocab_size), again);
@@ -178,21 +173,27 @@ TeacherTopK TeacherTopK::load(const fs::path& file, const TeacherTopKKey& want) 
   expect_same(file, "dataset (fingerprint)", k.dataset, want.dataset, again);
   expect_same(file, "tokenizer (fingerprint)", k.tokenizer, want.tokenizer, again);
   expect_same(file, "teacher (fingerprint)", k.teacher, want.teacher, again);
-  const int64_t expect_bytes = kTopKHeaderBytes + (k.samples + 1) * 8 + rows * k.top_k * 8 + 4;
-  if (rows < 0 || int64_t(bytes.size()) != expect_bytes) throw corrupt("wrong size");
-  t.offsets_.resize(size_t(k.samples + 1));
-  std::memcpy(t.offsets_.data(), bytes.data() + at, t.offsets_.size() * 8);
-  at += t.offsets_.size() * 8;
-  for (size_t i = 0; i + 1 < t.offsets_.size(); ++i)
-    if (t.offsets_[i] > t.offsets_[i + 1]) throw corrupt("sample offsets out of order");
-  if (t.offsets_.front() != 0 || t.offsets_.back() != rows) throw corrupt("sample offsets");
-  t.ids_.resize(size_t(rows * k.top_k));
-  t.logprobs_.resize(t.ids_.size());
-  std::memcpy(t.ids_.data(), bytes.data() + at, t.ids_.size() * 4);
-  at += t.ids_.size() * 4;
-  std::memcpy(t.logprobs_.data(), bytes.data() + at, t.logprobs_.size() * 4);
-  for (int32_t id : t.ids_)
-    if (id < 0 || id >= k.vocab_size) throw corrupt("a token id outside the vocabulary");
+  for (const char* name : {"offsets", "ids", "logprobs"})
+    if (!t.file_->has(name)) throw corrupt(std::string("no '") + name + "' tensor");
+  t.offsets_ = t.file_->tensor("offsets");
+  t.ids_ = t.file_->tensor("ids");
+  t.logprobs_ = t.file_->tensor("logprobs");
+  const int64_t rows = t.ids_.shape().empty() ? -1 : t.ids_.dim(0);
+  if (t.offsets_.dtype() != DType::I64 || t.offsets_.shape() != Shape{k.samples + 1} ||
+      t.ids_.dtype() != DType::I32 || t.ids_.shape() != Shape{rows, k.top_k} ||
+      t.logprobs_.dtype() != DType::F32 || t.logprobs_.shape() != t.ids_.shape())
+    throw corrupt("tensors of the wrong dtype or shape");
+  for (const auto& [name, x] :
+       {std::pair{"offsets", &t.offsets_}, {"ids", &t.ids_}, {"logprobs", &t.logprobs_}})
+    if (crc32c(x->raw(), x->nbytes()) != uint32_t(field(std::string("crc32c_") + name)))
+      throw corrupt("checksum mismatch");
+  const int64_t* off = t.offsets_.data<int64_t>();
+  for (int64_t i = 0; i < k.samples; ++i)
+    if (off[i] > off[i + 1]) throw corrupt("sample offsets out of order");
+  if (off[0] != 0 || off[k.samples] != rows) throw corrupt("sample offsets");
+  const int32_t* id = t.ids_.data<int32_t>();
+  for (int64_t i = 0; i < rows * k.top_k; ++i)
+    if (id[i] < 0 || id[i] >= k.vocab_size) throw corrupt("a token id outside the vocabulary");
   return t;
 }
 
@@ -208,9 +209,11 @@ void TeacherTopK::batch_inputs(const Batch& b, Tensor& ids, Tensor& logprobs) co
     const int64_t s = b.items[size_t(r)];
     FT_CHECK(s >= 0 && s < key_.samples,
              "teacher_logits: sample " + std::to_string(s) + " is not in the precomputed file");
-    const int64_t first = offsets_[size_t(s)], n = std::min(T, offsets_[size_t(s) + 1] - first);
-    std::memcpy(ids.data<int32_t>() + r * T * K, ids_.data() + first * K, size_t(n * K) * 4);
-    std::memcpy(logprobs.data<float>() + r * T * K, logprobs_.data() + first * K,
+    const int64_t* off = offsets_.data<int64_t>();
+    const int64_t first = off[s], n = std::min(T, off[s + 1] - first);
+    std::memcpy(ids.data<int32_t>() + r * T * K, ids_.data<int32_t>() + first * K,
+                size_t(n * K) * 4);
+    std::memcpy(logprobs.data<float>() + r * T * K, logprobs_.data<float>() + first * K,
                 size_t(n * K) * 4);
   }
 }
@@ -238,16 +241,23 @@ void write_teacher_topk(const fs::path& file, const TeacherTopKKey& key, const D
       offsets.push_back(offsets.back() + len);
     }
   }
-  std::string out(kTopKMagic, sizeof kTopKMagic);
-  for (int64_t v : {key.top_k, key.vocab_size, key.samples}) put(out, v);
-  for (uint64_t v : {key.dataset, key.tokenizer, key.teacher}) put(out, v);
-  put(out, offsets.back());
-  out.append(reinterpret_cast<const char*>(offsets.data()), offsets.size() * 8);
-  out += ids_bytes;
-  out += lp_bytes;
-  put(out, crc32c(out.data(), out.size()));
+  const int64_t total = offsets.back();  // token rows
+  Tensor off = Tensor::empty({n + 1}, DType::I64), ids = Tensor::empty({total, K}, DType::I32);
+  Tensor lp = Tensor::empty({total, K}, DType::F32);
+  std::memcpy(off.raw(), offsets.data(), off.nbytes());
+  std::memcpy(ids.raw(), ids_bytes.data(), ids.nbytes());
+  std::memcpy(lp.raw(), lp_bytes.data(), lp.nbytes());
+  std::map<std::string, std::string> meta = {{"format", kTopKFormat},
+                                             {"top_k", std::to_string(key.top_k)},
+                                             {"vocab_size", std::to_string(key.vocab_size)},
+                                             {"samples", std::to_string(key.samples)},
+                                             {"dataset", std::to_string(key.dataset)},
+                                             {"tokenizer", std::to_string(key.tokenizer)},
+                                             {"teacher", std::to_string(key.teacher)}};
+  for (const auto& [name, x] : {std::pair{"offsets", &off}, {"ids", &ids}, {"logprobs", &lp}})
+    meta[std::string("crc32c_") + name] = std::to_string(crc32c(x->raw(), x->nbytes()));
   fs::create_directories(file.parent_path());
-  write_file_atomic(file, out);
+  save_safetensors(file, {{"offsets", off}, {"ids", ids}, {"logprobs", lp}}, meta);
 }
 
 }  // namespace fusetune

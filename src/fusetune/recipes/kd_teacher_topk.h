@@ -2,11 +2,13 @@
 // Precomputed teacher logits for knowledge distillation (docs/distillation.md), for teachers
 // too large to run every step: the teacher runs once over the training samples, each sample's
 // top-k token ids and log-probs (at every position) go to one file, and training reads them
-// instead of running the teacher. The file's header names the dataset, tokenizer and teacher
-// it was computed for (fingerprints) and is checked on load; a CRC-32C catches corruption.
+// instead of running the teacher. The file (safetensors: tensors offsets, ids, logprobs) has
+// in its header's metadata the dataset, tokenizer and teacher it was computed for
+// (fingerprints), checked on load, and a CRC-32C of its tensors, which catches corruption.
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -15,6 +17,7 @@
 #include "fusetune/data/batch.h"
 #include "fusetune/data/collate.h"
 #include "fusetune/data/dataset.h"
+#include "fusetune/io/safetensors.h"
 
 namespace fusetune {
 
@@ -23,7 +26,7 @@ struct TeacherLogitsOptions {
   int64_t top_k = 0;        // the teacher's distribution restricted to its top-k tokens
   bool precompute = false;  // from the file at `path` (computed there when missing)
   std::filesystem::path path;
-  std::filesystem::path file() const { return path / "teacher_topk.bin"; }
+  std::filesystem::path file() const { return path / "teacher_topk.safetensors"; }
 };
 // Empty when the config has no teacher_logits; throws naming the key when top_k is not in
 // [1, vocab_size], precompute has no path, or kd_loss is not the forward KL (the one
@@ -42,7 +45,8 @@ uint64_t dataset_fingerprint(const Dataset& d);
 uint64_t tokenizer_fingerprint(const Config& cfg);
 uint64_t teacher_fingerprint(const Config& teacher_cfg);
 
-// A loaded file: per sample, one row of top_k ids and log-probs per token.
+// A loaded file (a safetensors file, mmap'd: its pages are read as batches touch them): per
+// sample, one row of top_k ids and log-probs per token.
 class TeacherTopK {
  public:
   // Reads `file` and checks it against `want`; throws naming the file and what differs (or
@@ -55,9 +59,10 @@ class TeacherTopK {
 
  private:
   TeacherTopKKey key_;
-  std::vector<int64_t> offsets_;  // sample i's rows: [offsets_[i], offsets_[i + 1])
-  std::vector<int32_t> ids_;
-  std::vector<float> logprobs_;
+  std::shared_ptr<SafetensorsFile> file_;
+  Tensor offsets_;   // I64 [samples + 1]: sample i's rows are [offsets_[i], offsets_[i + 1])
+  Tensor ids_;       // I32 [rows, K], over the file's bytes
+  Tensor logprobs_;  // F32 [rows, K]
 };
 
 // Computes every sample's top-k in dataset order, `rows` samples per batch (top_k_of: the
