@@ -3,9 +3,12 @@
 // joint graph with (1 - kd_ratio) CE + kd_ratio KD) plus AdamW, on the same seeded batches.
 // The student is the shape (L3-micro: vocabulary 128,256, width 256, 4 layers); the teacher
 // the same vocabulary at twice the width and ffn (512, 1536; 8 heads, 4 KV heads), same depth,
-// untied, random-init. LoRA: q/v/o + MLP, rank 16, the head frozen; full: every student
-// weight trained, the head included. Forward KL, kd_ratio 0.5.
-//   bench_kd --shape L3-micro --steps 3 [--methods lora,full] [--modes false,model,true]
+// untied, random-init. LoRA: q/v/o + MLP, rank 16, the head frozen; lora_head: the same plus
+// an adapter on lm_head (its A and B inside the fused kernel); full: every student weight
+// trained, the head included; topk: full, the teacher restricted to its top-64 each step
+// (teacher_logits.top_k). Forward KL, kd_ratio 0.5.
+//   bench_kd --shape L3-micro --steps 3 [--methods lora,lora_head,full,topk]
+//   [--modes false,model,true]
 //   [--dtype fp32|bf16] [--threads 2]
 // bf16: both models' weights (and the LoRA adapters) stored in bf16, as `dtype: bf16` runs;
 // the fused kernel then reads both heads as stored, a tile of rows at a time.
@@ -18,6 +21,7 @@
 #include <iostream>
 
 #include "bench_args.h"
+#include "fusetune/peft/head_parts.h"
 #include "fusetune/peft/lora.h"
 #include "fusetune/recipes/kd_step.h"
 #include "fusetune/runtime/op_profile.h"
@@ -60,12 +64,17 @@ Result run(const BenchShape& shape, const std::string& method, CompileMode mode,
     o.teacher = &teacher;
     o.teacher_params = &teacher_params;
     o.kd_ratio = 0.5;
-    if (method == "lora") {
-      const peft::LoraConfig lc = bench_lora_config();
+    if (method == "lora" || method == "lora_head") {
+      peft::LoraConfig lc = bench_lora_config();
+      lc.apply_to_output = method == "lora_head";  // the head adapted: A and B in the kernel
       peft::init_adapters(params, shape.config, lc, 1, dtype);
       o.student.trainable = peft::is_adapter_param;
       o.student.llama = peft::lora_llama_options(lc);
+      o.head_parts = [lc](std::shared_ptr<KdStudentHead> parts) {
+        return peft::head_parts_hook(lc, nullptr, std::move(parts));
+      };
     }
+    if (method == "topk") o.teacher_top_k = 64;  // full student, the teacher's top-64 each step
     memory::reset_peak();
     std::unique_ptr<TrainingStep> step = make_kd_step(std::move(o));
     const RecipeStepTimes t = run_recipe_step(
@@ -104,7 +113,8 @@ int main(int argc, char** argv) try {
   std::vector<Result> results;
   for (const std::string& m : split(methods, ','))
     for (const std::string& c : split(modes, ',')) {
-      FT_CHECK(m == "lora" || m == "full", "--methods: unknown method '" + m + "'");
+      FT_CHECK(m == "lora" || m == "lora_head" || m == "full" || m == "topk",
+               "--methods: unknown method '" + m + "' (lora, lora_head, full, topk)");
       results.push_back(run(shape, m, parse_compile_mode(c), dtype, steps));
     }
   print_method_results(shape.name, results);

@@ -3,9 +3,11 @@
 // the divergence and its gradient from the Divergence op's kernels (divergence.h), over
 // several chunks (the last one partial) with ignored rows, every divergence kind, a trained
 // and a frozen student head. Its finite-difference check is the op table's
-// (OpTable.EveryVjpMatchesFiniteDifferencesInFloat64).
+// (OpTable.EveryVjpMatchesFiniteDifferencesInFloat64, with a LoRA term on the head). An NF4
+// student head and a LoRA term on it against the merged dense head.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -13,6 +15,7 @@
 #include "fusetune/kernels/cpu/divergence.h"
 #include "fusetune/kernels/cpu/fused_linear_divergence.h"
 #include "kernels_test_util.h"
+#include "nf4_support.h"
 
 using namespace fusetune;
 using namespace fusetune::kernels;
@@ -206,4 +209,182 @@ TEST(FusedDivergenceKernel, Bf16HeadsMatchTheDensePathOnTheirWidenedValues) {
     expect_close(f.dh, dense.dh, 1e-5, 1e-7, "dh");
     expect_close(f.dW, dense.dW, 1e-5, 1e-7, "dW");
   }
+}
+
+// The student's head as the LoRA and QLoRA students have it: a base W (dense, or NF4
+// dequantized a tile at a time) plus a rank-3 LoRA term (A [r, D], Bs = scale * B [V, r]).
+// The logits are h (W + Bs A)^T, so the reference is the unfused path on the merged dense head
+// W + Bs A, and by the chain rule dA = Bs^T dW_merged, dBs = dW_merged A^T, computed here from
+// the reference's dW_merged. Double, 3 chunks (the last partial); forward only gives the same
+// sums.
+TEST(FusedDivergenceKernel, LoraTermAndNf4HeadMatchTheMergedDenseHeadInDouble) {
+  KdProblem p;
+  const int64_t r = 3;
+  const std::vector<double> A = random_vec(r * p.D, 8, -0.7, 0.7);
+  const std::vector<double> Bs = random_vec(p.V * r, 9, -0.5, 0.5);
+  const NF4Weight q = quantize_nf4(p.W, p.V, p.D);
+  const NF4View view = q.view();
+  const DivergenceParams dp = kKinds[2];
+  for (bool nf4 : {false, true})
+    for (bool lora : {false, true}) {
+      if (!nf4 && !lora) continue;  // the dense head: the tests above
+      SCOPED_TRACE("nf4 " + std::to_string(nf4) + " lora " + std::to_string(lora));
+      const std::vector<double> base = nf4 ? q.dequantized() : p.W;
+      KdProblem merged = p;
+      merged.W = base;
+      if (lora)
+        for (int64_t v = 0; v < p.V; ++v)
+          for (int64_t d = 0; d < p.D; ++d)
+            for (int64_t k = 0; k < r; ++k) merged.W[v * p.D + d] += Bs[v * r + k] * A[k * p.D + d];
+      const Reference ref = reference(merged, dp, 0.4, 0.6);
+      LinearDivergenceInputs<double> in{.h = p.h.data(),
+                                        .D = p.D,
+                                        .teacher_h = p.th.data(),
+                                        .teacher_W = p.tW.data(),
+                                        .teacher_D = p.Dt,
+                                        .labels = p.labels.data(),
+                                        .N = p.N,
+                                        .V = p.V,
+                                        .chunk_rows = 16,
+                                        .divergence = dp};
+      if (nf4)
+        in.W_nf4 = &view;
+      else
+        in.W = p.W.data();
+      if (lora) {
+        in.lora_A = A.data();
+        in.lora_B = Bs.data();
+        in.lora_rank = r;
+      }
+      std::vector<double> dh(size_t(p.N * p.D), 7), dW(size_t(p.V * p.D), 7);
+      std::vector<double> dA(size_t(r * p.D), 7), dB(size_t(p.V * r), 7);
+      LinearDivergenceGrads<double> g{0.4,
+                                      0.6,
+                                      dh.data(),
+                                      nf4 ? nullptr : dW.data(),
+                                      lora ? dA.data() : nullptr,
+                                      lora ? dB.data() : nullptr};
+      const std::array<double, 2> sums = fused_linear_divergence<double>(in, &g);
+      EXPECT_NEAR(sums[0], ref.ce, 1e-10 * std::abs(ref.ce));
+      EXPECT_NEAR(sums[1], ref.kd, 1e-10 * std::abs(ref.kd) + 1e-12);
+      EXPECT_EQ(fused_linear_divergence<double>(in, nullptr), sums);
+      expect_close(dh, ref.dh, 1e-9, 1e-12, "dh");
+      // The trained dense base's gradient is the merged head's (the LoRA term is linear in W).
+      if (!nf4) expect_close(dW, ref.dW, 1e-9, 1e-12, "dW");
+      if (!lora) continue;
+      std::vector<double> want_dA(size_t(r * p.D), 0.0), want_dB(size_t(p.V * r), 0.0);
+      for (int64_t v = 0; v < p.V; ++v)
+        for (int64_t d = 0; d < p.D; ++d)
+          for (int64_t k = 0; k < r; ++k) {
+            want_dA[k * p.D + d] += Bs[v * r + k] * ref.dW[v * p.D + d];
+            want_dB[v * r + k] += ref.dW[v * p.D + d] * A[k * p.D + d];
+          }
+      expect_close(dA, want_dA, 1e-9, 1e-12, "dA");
+      expect_close(dB, want_dB, 1e-9, 1e-12, "dB");
+    }
+}
+
+// The teacher as its top-k (precomputed teacher logits): teacher_top_k keeps each row's k
+// largest logits in order with their log-probs, and the fused sweep over them gives the
+// forward KL to the teacher restricted to its top-k and renormalized, written out here in
+// double from its definition: p~_i = exp(lp_i / T) / sum_{j in top-k} exp(lp_j / T),
+// KD = -sum_i p~_i log q(id_i), q = softmax(zs / T); its gradient dkd (q - p~) / T on top of
+// the CE's. With k = V it is the exact forward KL of the dense teacher.
+TEST(FusedDivergenceKernel, TopKTeacherMatchesTheRestrictedForwardKlInDouble) {
+  const KdProblem p;
+  const double T = 1.7, dce = 0.3, dkd = 0.7;
+  const DivergenceParams dp{DivergenceKind::ForwardKL, 0.5, T};
+  for (int64_t K : {int64_t(1), int64_t(6), p.V}) {
+    SCOPED_TRACE("k " + std::to_string(K));
+    std::vector<int32_t> ids(size_t(p.N * K));
+    std::vector<double> lp(size_t(p.N * K));
+    teacher_top_k<double>(p.th.data(), p.tW.data(), nullptr, p.N, p.Dt, p.V, K, 16, ids.data(),
+                          lp.data());
+    double ce = 0, kd = 0;
+    std::vector<double> dz(size_t(p.N * p.V), 0.0);
+    for (int64_t i = 0; i < p.N; ++i) {
+      // The teacher's logits and their log-softmax; the top-k by sorting.
+      std::vector<double> zt(size_t(p.V), 0.0), zs(size_t(p.V), 0.0);
+      for (int64_t v = 0; v < p.V; ++v)
+        for (int64_t d = 0; d < p.Dt; ++d) zt[v] += p.th[i * p.Dt + d] * p.tW[v * p.Dt + d];
+      for (int64_t v = 0; v < p.V; ++v)
+        for (int64_t d = 0; d < p.D; ++d) zs[v] += p.h[i * p.D + d] * p.W[v * p.D + d];
+      std::vector<int32_t> order(size_t(p.V));
+      for (int64_t v = 0; v < p.V; ++v) order[v] = int32_t(v);
+      std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return zt[a] > zt[b]; });
+      double st = 0;
+      for (double z : zt) st += std::exp(z);
+      for (int64_t k = 0; k < K; ++k) {
+        EXPECT_EQ(ids[i * K + k], order[k]);
+        EXPECT_NEAR(lp[i * K + k], zt[order[k]] - std::log(st), 1e-12);
+      }
+      const int32_t y = p.labels[size_t(i)];
+      if (y == -100) continue;
+      double ss = 0, sT = 0, pk = 0;
+      for (double z : zs) ss += std::exp(z), sT += std::exp(z / T);
+      for (int64_t k = 0; k < K; ++k) pk += std::exp(lp[i * K + k] / T);
+      ce += std::log(ss) - zs[y];
+      for (int64_t v = 0; v < p.V; ++v)
+        dz[i * p.V + v] =
+            dce * (std::exp(zs[v]) / ss - (v == y)) + dkd / T * std::exp(zs[v] / T) / sT;
+      for (int64_t k = 0; k < K; ++k) {
+        const double pt = std::exp(lp[i * K + k] / T) / pk;
+        const int32_t v = ids[i * K + k];
+        kd -= pt * (zs[v] / T - std::log(sT));
+        dz[i * p.V + v] -= dkd / T * pt;
+      }
+    }
+    std::vector<double> want_dh(size_t(p.N * p.D), 0.0), want_dW(size_t(p.V * p.D), 0.0);
+    for (int64_t i = 0; i < p.N; ++i)
+      for (int64_t v = 0; v < p.V; ++v)
+        for (int64_t d = 0; d < p.D; ++d) {
+          want_dh[i * p.D + d] += dz[i * p.V + v] * p.W[v * p.D + d];
+          want_dW[v * p.D + d] += dz[i * p.V + v] * p.h[i * p.D + d];
+        }
+    const LinearDivergenceInputs<double> in{.h = p.h.data(),
+                                            .W = p.W.data(),
+                                            .D = p.D,
+                                            .teacher_topk_ids = ids.data(),
+                                            .teacher_topk_logprobs = lp.data(),
+                                            .teacher_top_k = K,
+                                            .labels = p.labels.data(),
+                                            .N = p.N,
+                                            .V = p.V,
+                                            .chunk_rows = 16,
+                                            .divergence = dp};
+    std::vector<double> dh(size_t(p.N * p.D), 7), dW(size_t(p.V * p.D), 7);
+    LinearDivergenceGrads<double> g{dce, dkd, dh.data(), dW.data()};
+    const std::array<double, 2> sums = fused_linear_divergence<double>(in, &g);
+    EXPECT_NEAR(sums[0], ce, 1e-10 * std::abs(ce));
+    EXPECT_NEAR(sums[1], kd, 1e-10 * std::abs(kd));
+    expect_close(dh, want_dh, 1e-9, 1e-12, "dh");
+    expect_close(dW, want_dW, 1e-9, 1e-12, "dW");
+    if (K != p.V) continue;
+    // k = V: the dense teacher's exact forward KL (the unfused reference).
+    const Reference r = reference(p, dp, dce, dkd);
+    EXPECT_NEAR(sums[1], r.kd, 1e-10 * std::abs(r.kd));
+    expect_close(dh, r.dh, 1e-9, 1e-12, "dh vs dense");
+  }
+}
+
+// The teacher's top-k from a bf16 head (a `dtype: bf16` teacher) widened a tile at a time: the
+// dense float path on the widened head's values (the same ids, log-probs to float rounding).
+TEST(FusedDivergenceKernel, TopKOfABf16TeacherHeadIsTheDenseOneOfItsWidenedValues) {
+  const KdProblem p;
+  const int64_t K = 7;
+  std::vector<uint16_t> W16;
+  std::vector<float> W;
+  for (double v : p.tW) {
+    W16.push_back(f32_to_bf16(float(v)));
+    W.push_back(bf16_to_f32(W16.back()));
+  }
+  const std::vector<float> h(p.th.begin(), p.th.end());
+  std::vector<int32_t> ids_dense(size_t(p.N * K)), ids_bf16(size_t(p.N * K));
+  std::vector<float> lp_dense(size_t(p.N * K)), lp_bf16(size_t(p.N * K));
+  teacher_top_k<float>(h.data(), W.data(), nullptr, p.N, p.Dt, p.V, K, 16, ids_dense.data(),
+                       lp_dense.data());
+  teacher_top_k<float>(h.data(), nullptr, W16.data(), p.N, p.Dt, p.V, K, 16, ids_bf16.data(),
+                       lp_bf16.data());
+  EXPECT_EQ(ids_bf16, ids_dense);
+  expect_close(lp_bf16, lp_dense, 1e-6, 1e-6, "log-probs");
 }

@@ -8,19 +8,26 @@
 #include <algorithm>
 #include <map>
 #include <random>
+#include <regex>
 
 #include "checks.h"
+#include "files.h"
 #include "fusetune/compile/compiler.h"
 #include "fusetune/config/recipe_schemas.h"
 #include "fusetune/config/schema.h"
+#include "fusetune/kernels/cpu/fused_linear_divergence.h"
 #include "fusetune/losses/distillation.h"
 #include "fusetune/models/parameters.h"
 #include "fusetune/models/training_graph.h"
+#include "fusetune/peft/head_parts.h"
+#include "fusetune/peft/nf4_weight.h"
 #include "fusetune/recipes/distillation_recipe.h"
 #include "fusetune/recipes/kd_step.h"
 #include "fusetune/recipes/recipe_setup.h"
 #include "fusetune/recipes/step_plan.h"
+#include "fusetune/recipes/zero3_rank_plan.h"
 #include "fusetune/util/error.h"
+#include "fusetune/util/fs.h"
 #include "graph_compare.h"
 #include "mpi_runs.h"
 #include "recipe_runs.h"
@@ -196,20 +203,153 @@ TEST(KdStepGraph, Bf16HeadsFuseAndMatchTheUnfusedBf16Graph) {
   }
 }
 
+// A LoRA or QLoRA student whose head is a hook (LoRA on lm_head, an NF4 head, both): the
+// unfused graph runs the hook (its logits materialized), the fused one the hook that records
+// the head's parts (peft::head_parts_hook). Same teacher and inputs as kd_case.
+KdCase hooked_head_case(const ModelConfig& cfg, const DistillationLoss& l, peft::LoraConfig c,
+                        bool nf4_head) {
+  const int64_t B = 3, T = 12, Dt = 24;
+  KdCase k;
+  k.N = B * T;
+  TrainingGraphOptions o;
+  o.batch_size = B;
+  o.seq_len = T;
+  o.trainable = peft::is_adapter_param;
+  o.llama = peft::lora_llama_options(c);
+  o.loss = distillation_loss_builder(l, 0.4);
+  // Every weight (the adapters random, so that B's term is not 0), then the head to NF4.
+  k.params =
+      init_parameters(graph_parameters(build_training_graph(cfg, o).graph), 7, DType::F32, 0.3);
+  auto nf4 = std::make_shared<peft::NF4Store>();
+  const std::string head = cfg.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+  if (nf4_head) {
+    (*nf4)[head] = peft::quantize_nf4(k.params.at(head));
+    k.params.erase(head);
+  }
+  o.llama = peft::lora_llama_options(c, nf4);
+  const TrainingGraph eager = build_training_graph(cfg, o);
+  auto parts = std::make_shared<KdStudentHead>();
+  o.llama.head = peft::head_parts_hook(
+      c, [nf4]() -> const peft::NF4Store* { return nf4.get(); }, parts);
+  o.loss = fused_distillation_loss_builder(l, 0.4, Dt, parts);
+  k.fused = build_training_graph(cfg, o);
+  const Batch b = random_batch(B, T, cfg.vocab_size, 11);
+  k.in = batch_inputs(b, DType::F32, 1.0 / double(b.num_valid_labels()));
+  TensorMap ein = k.in;
+  const Tensor th = random_tensor({k.N, Dt}, DType::F32, 5, -0.6, 0.6);
+  const Tensor tw = random_tensor({cfg.vocab_size, Dt}, DType::F32, 6, -0.6, 0.6);
+  k.in["teacher_hidden"] = th;
+  k.in["teacher_head"] = tw;
+  ein["teacher_logits"] = teacher_logits_of(th, tw);
+  k.want =
+      by_name(eager.graph,
+              compile_graph(eager.graph, {.mode = CompileMode::None}).executor->run(ein, k.params));
+  return k;
+}
+
+// Fused KD on any student head: LoRA on lm_head (its A and B trained inside the fused sweep),
+// an NF4 head (QLoRA's, dequantized a tile at a time) and an NF4 head with LoRA on it, untied
+// and tied. In every compile mode the fused graph gives the unfused graph's loss, reports and
+// adapter gradients (lm_head's A and B included); under `compile: true` the forward merges
+// into the backward and no [tokens x vocab] tensor is left.
+TEST(KdStepGraph, LoraAndNf4StudentHeadsFuseAndMatchTheUnfusedGraph) {
+  const DistillationLoss l{KdDivergence::GeneralizedJSD, 0.3, 1.5};
+  struct Head {
+    bool lora, nf4, tied;
+  };
+  for (Head h : {Head{true, false, false}, Head{false, true, false}, Head{true, true, false},
+                 Head{true, false, true}, Head{true, true, true}}) {
+    SCOPED_TRACE("lora " + std::to_string(h.lora) + " nf4 " + std::to_string(h.nf4) + " tied " +
+                 std::to_string(h.tied));
+    peft::LoraConfig c;
+    c.rank = 2;
+    c.alpha = 6;
+    c.apply_to_output = h.lora;
+    const ModelConfig cfg = tiny_config(h.tied, false);
+    const KdCase k = hooked_head_case(cfg, l, c, h.nf4);
+    if (h.lora) {
+      ASSERT_TRUE(k.want.count("grad:lm_head.lora_A.weight"));
+      ASSERT_TRUE(k.want.count("grad:lm_head.lora_B.weight"));
+    }
+    expect_fused_matches(k.fused, k.in, k.params, k.want, k.N, cfg.vocab_size, 1e-5, 1e-4);
+  }
+}
+
+// A top-k teacher (teacher_logits): the fused graph takes its ids and log-probs [N, k] (no
+// teacher head) and in every compile mode gives the unfused graph's loss, reports and
+// gradients, that graph taking them scattered into dense teacher logits (-1e30 elsewhere), in
+// fp32 and bf16 (there to bf16 rounding: the unfused graph's logits are bf16); under `compile:
+// true` no [tokens x vocab] tensor is left.
+TEST(KdStepGraph, TopKTeacherFusesAndMatchesTheUnfusedGraph) {
+  const DistillationLoss l{KdDivergence::ForwardKL, 0.5, 1.5};
+  const int64_t B = 3, T = 12, Dt = 24, K = 5;
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const ModelConfig cfg = tiny_config(false, false);
+    const int64_t N = B * T, V = cfg.vocab_size;
+    TrainingGraphOptions o;
+    o.batch_size = B;
+    o.seq_len = T;
+    o.dtype = dtype;
+    o.loss = distillation_loss_builder(l, 0.4);
+    const TrainingGraph eager = build_training_graph(cfg, o);
+    o.loss = fused_distillation_loss_builder(l, 0.4, Dt, nullptr, K);
+    const TrainingGraph fused = build_training_graph(cfg, o);
+    const TensorMap params = init_parameters(graph_parameters(eager.graph), 7, dtype, 0.3);
+    const Batch b = random_batch(B, T, V, 11);
+    TensorMap in = batch_inputs(b, DType::F32, 1.0 / double(b.num_valid_labels()));
+    const Tensor th = random_tensor({N, Dt}, DType::F32, 5, -0.6, 0.6);
+    const Tensor tw = random_tensor({V, Dt}, DType::F32, 6, -0.6, 0.6);
+    Tensor ids = Tensor::empty({N, K}, DType::I32), lp = Tensor::empty({N, K}, DType::F32);
+    kernels::teacher_top_k<float>(th.data<float>(), tw.data<float>(), nullptr, N, Dt, V, K, 16,
+                                  ids.data<int32_t>(), lp.data<float>());
+    Tensor dense = Tensor::empty({N, V}, DType::F32);
+    for (int64_t i = 0; i < N; ++i)
+      kernels::scatter_top_k<float>(ids.data<int32_t>() + i * K, lp.data<float>() + i * K, K, V,
+                                    dense.data<float>() + i * V);
+    TensorMap ein = in;
+    ein["teacher_logits"] = dense.to(dtype);
+    in["teacher_topk_ids"] = ids;
+    in["teacher_topk_logprobs"] = lp;
+    const auto want =
+        by_name(eager.graph,
+                compile_graph(eager.graph, {.mode = CompileMode::None}).executor->run(ein, params));
+    const bool bf16 = dtype == DType::BF16;
+    expect_fused_matches(fused, in, params, want, N, V, bf16 ? 1e-2 : 1e-5, bf16 ? 3e-2 : 1e-4);
+  }
+}
+
+// A head that cannot hand its parts (DoRA or lora_dropout on lm_head) keeps the logits path.
+TEST(KdStepGraph, DoraOrDropoutOnTheHeadKeepsTheLogitsPath) {
+  peft::LoraConfig c;
+  c.apply_to_output = true;
+  EXPECT_TRUE(peft::head_parts_supported(c));
+  c.dropout = 0.1;
+  EXPECT_FALSE(peft::head_parts_supported(c));
+  c.dropout = 0;
+  c.use_dora = true;
+  EXPECT_FALSE(peft::head_parts_supported(c));
+  c.apply_to_output = false;  // DoRA elsewhere, a plain (or NF4) head: fine
+  EXPECT_TRUE(peft::head_parts_supported(c));
+}
+
 // The fused divergence has no soft-cap: a model that caps its final logits (Gemma 2), as
-// student or teacher, keeps the logits path, as do the eager modes and a head hook.
-TEST(KdStepGraph, OnlyUncappedPlainHeadsFuseUnderCompileTrue) {
+// student or teacher, keeps the logits path, as do the eager modes and a head hook that cannot
+// hand its parts (DoRA or dropout on lm_head).
+TEST(KdStepGraph, OnlyUncappedHeadsThatHandTheirPartsFuseUnderCompileTrue) {
   const ModelConfig plain = tiny_config(false, false);
   ModelConfig capped = plain;
   capped.final_logit_softcapping = 30.0;
   const LlamaOptions none;
-  EXPECT_TRUE(kd_fuses_heads(CompileMode::Full, none, plain, plain));
-  EXPECT_FALSE(kd_fuses_heads(CompileMode::Full, none, capped, plain));
-  EXPECT_FALSE(kd_fuses_heads(CompileMode::Full, none, plain, capped));
-  EXPECT_FALSE(kd_fuses_heads(CompileMode::Model, none, plain, plain));
+  EXPECT_TRUE(kd_fuses_heads(CompileMode::Full, none, plain, plain, false));
+  EXPECT_FALSE(kd_fuses_heads(CompileMode::Full, none, capped, plain, false));
+  EXPECT_FALSE(kd_fuses_heads(CompileMode::Full, none, plain, capped, false));
+  EXPECT_FALSE(kd_fuses_heads(CompileMode::Model, none, plain, plain, false));
   LlamaOptions hooked;
   hooked.head = [](Builder&, Value x, const LinearSite&) { return x; };
-  EXPECT_FALSE(kd_fuses_heads(CompileMode::Full, hooked, plain, plain));
+  EXPECT_FALSE(kd_fuses_heads(CompileMode::Full, hooked, plain, plain, false));
+  EXPECT_TRUE(kd_fuses_heads(CompileMode::Full, hooked, plain, plain, true));
+  EXPECT_FALSE(kd_fuses_heads(CompileMode::Model, hooked, plain, plain, true));
 }
 
 // The loss is (1 - kd_ratio) CE + kd_ratio KD, each its sum over the labels times the scale.
@@ -333,6 +473,89 @@ TEST(KdPlan, CountsTheTeacherWeightsAndWhatItsForwardHandsOver) {
             kd[CompileMode::Model].memory.total() - logits_bytes);
 }
 
+// `fusetune plan` of a LoRA student with an adapter on lm_head (as distillation_job runs it:
+// adapters trained, the base frozen) plans the fused step: the head's base weight and its A and
+// scale * B in one FusedLinearDivergence, no [tokens x vocab] tensor.
+TEST(KdPlan, ALoraHeadStudentPlansTheFusedHead) {
+  Config c = kd_yaml("259");
+  c.apply_overrides({"tokenizer.max_seq_len=64", "batch_size=2", "model.lora_attn_modules=[q_proj]",
+                     "model.apply_lora_to_output=true", "model.lora_rank=4"});
+  validate(c, knowledge_distillation_schema());
+  c = with_defaults(c, knowledge_distillation_schema());
+  const PlannedStep s = plan_step(c, "knowledge_distillation_single_device", model_architecture(c));
+  ASSERT_TRUE(s.fused_kd_graph.has_value());
+  const Graph& g = s.fused_kd_graph->graph;
+  int fused = 0;
+  for (const Node& n : g.nodes()) {
+    if (n.op == Op::FusedLinearDivergence) {
+      ++fused;
+      EXPECT_EQ(n.inputs.size(), 7u);  // h, W, teacher h and W, labels, A, scale * B
+    }
+    for (const TensorType& t : n.outputs) EXPECT_NE(t.shape, (Shape{128, 259})) << op_name(n.op);
+  }
+  EXPECT_EQ(fused, 1);
+  const auto& names = s.fused_kd_graph->trainable_params;
+  EXPECT_NE(std::find(names.begin(), names.end(), "lm_head.lora_B.weight"), names.end());
+  EXPECT_EQ(std::find(names.begin(), names.end(), "lm_head.weight"), names.end());
+}
+
+// `fusetune plan` with teacher_logits: the fused step takes the teacher's top-k (no teacher
+// head); with precompute, the teacher is counted while its file is missing (the first run
+// loads it to compute the file) and not once the file is there (the run does not load it).
+TEST(KdPlan, APrecomputedTeacherIsNotCountedOnceItsFileIsThere) {
+  TempDir tmp;
+  Config c = kd_yaml("259");
+  c.apply_overrides({"tokenizer.max_seq_len=64", "batch_size=2", "teacher_logits.top_k=8",
+                     "teacher_logits.precompute=true",
+                     "teacher_logits.path=" + (tmp / "topk").string()});
+  validate(c, knowledge_distillation_schema());
+  c = with_defaults(c, knowledge_distillation_schema());
+  const PlannedStep first =
+      plan_step(c, "knowledge_distillation_single_device", model_architecture(c));
+  ASSERT_TRUE(first.teacher.has_value());
+  ASSERT_TRUE(first.fused_kd_graph.has_value());
+  int fused = 0;
+  for (const Node& n : first.fused_kd_graph->graph.nodes())
+    if (n.op == Op::FusedLinearDivergence) {
+      ++fused;
+      EXPECT_EQ(n.attrs.len, 8);
+    }
+  EXPECT_EQ(fused, 1);
+  fs::create_directories(tmp / "topk");
+  write_text(tmp / "topk" / "teacher_topk.safetensors", "x");
+  const PlannedStep later =
+      plan_step(c, "knowledge_distillation_single_device", model_architecture(c));
+  EXPECT_FALSE(later.teacher.has_value());
+  EXPECT_LT(plan_step_mode(later, CompileMode::Full).memory.parameters,
+            plan_step_mode(first, CompileMode::Full).memory.parameters);
+}
+
+// `fusetune plan --nproc_per_node N` at ZeRO-3 counts the teacher sharded over the ranks
+// (each rank its share of the weights, plus what its forward gathers and, fused, the gathered
+// head): on 2 ranks each rank's teacher (6 layers, so that the layers outweigh the embedding
+// and the head) costs less than the whole teacher does one rank, and more than nothing.
+TEST(KdPlan, ZeroThreeShardsTheTeacherOverTheRanks) {
+  Config c = kd_yaml("259");
+  c.apply_overrides({"tokenizer.max_seq_len=64", "batch_size=2",
+                     "teacher_model.num_hidden_layers=6", "teacher_model.hidden_size=64",
+                     "teacher_model.intermediate_size=256"});
+  c = with_defaults(c, knowledge_distillation_schema());
+  const PlannedStep s = plan_step(c, "knowledge_distillation_single_device", model_architecture(c));
+  PlannedStep student_only = s;
+  student_only.teacher.reset();
+  for (CompileMode mode : {CompileMode::None, CompileMode::Full}) {
+    SCOPED_TRACE(compile_mode_name(mode));
+    const int64_t whole = plan_zero3_rank_peaks(s, mode, 1)[0].bytes -
+                          plan_zero3_rank_peaks(student_only, mode, 1)[0].bytes;
+    const std::vector<RankPeak> kd = plan_zero3_rank_peaks(s, mode, 2);
+    const std::vector<RankPeak> alone = plan_zero3_rank_peaks(student_only, mode, 2);
+    for (size_t r = 0; r < 2; ++r) {
+      EXPECT_GT(kd[r].bytes, alone[r].bytes) << "rank " << r;
+      EXPECT_LT(kd[r].bytes - alone[r].bytes, whole) << "rank " << r;
+    }
+  }
+}
+
 // The demo's tiny model as the student, a random teacher twice its size, a few steps in each
 // compile mode: the run succeeds and logs the two parts of the loss.
 TEST(KdRecipe, TrainsAStudentAndLogsClassAndKdLoss) {
@@ -383,8 +606,170 @@ Overrides dist_kd_overrides(const fs::path& out, const fs::path& corpus, int bat
   return rank_run_overrides(out, corpus, batch, 6, kd);
 }
 
+// A LoRA student with an adapter on lm_head, and a QLoRA one (its head NF4, with the adapter),
+// run end to end: under `compile: true` the log says the heads are fused and the losses are
+// `compile: false`'s (the logits materialized) to 1e-5; DoRA on lm_head keeps the logits and
+// says so.
+TEST(KdRecipe, LoraAndQloraHeadStudentsTrainFusedAsUnfused) {
+  TempDir tmp;
+  const fs::path corpus = write_uneven_corpus(tmp / "data");
+  const auto run = [&](const std::string& name, Overrides extra) {
+    extra["model.lora_attn_modules"] = "[q_proj,v_proj]";
+    extra["model.apply_lora_to_output"] = "true";
+    extra["model.lora_rank"] = "4";
+    extra["model.lora_alpha"] = "8";
+    const CliRun r = run_shell(run_command("knowledge_distillation_single_device", "demo/tiny_full",
+                                           dist_kd_overrides(tmp / name, corpus, 4, extra)),
+                               tmp / ("s_" + name));
+    EXPECT_EQ(r.code, 0) << r.out << r.err;
+    return r;
+  };
+  for (const char* qlora : {"false", "true"}) {
+    SCOPED_TRACE(std::string("quantize_base ") + qlora);
+    const std::string q = qlora;
+    const CliRun fused = run("fused" + q, {{"compile", "true"}, {"model.quantize_base", q}});
+    EXPECT_TRUE(contains(fused.out,
+                         "kd: the student's head and the teacher's head run inside the "
+                         "fused divergence"))
+        << fused.out;
+    run("unfused" + q, {{"compile", "false"}, {"model.quantize_base", q}});
+    const std::vector<double> want = losses_of(logged_steps(tmp / ("unfused" + q)));
+    ASSERT_EQ(want.size(), 6u);
+    expect_same_curve(losses_of(logged_steps(tmp / ("fused" + q))), want, "fused vs unfused");
+  }
+  const CliRun dora =
+      run("dora", {{"compile", "true"}, {"model.use_dora", "true"}, {"max_steps_per_epoch", "1"}});
+  EXPECT_TRUE(contains(dora.out, "kd: the logits are materialized")) << dora.out;
+}
+
+// teacher_logits (the teacher restricted to its top-16 tokens): a run that precomputes them
+// into a file and trains from it (compile: true, the fused kernel reading the sparse teacher;
+// compile: false, the unfused divergence over them scattered) gives the losses of a run that
+// computes the same top-16 from the teacher every step; the precomputed run's step-3
+// checkpoint resumes on that curve from the file without loading the teacher.
+TEST(KdTopK, PrecomputedLogitsMatchTheOnTheFlyTopKAndResume) {
+  TempDir tmp;
+  const fs::path corpus = write_uneven_corpus(tmp / "data");
+  const fs::path fly = tmp / "fly", pre = tmp / "pre", eager = tmp / "eager", res = tmp / "res";
+  const fs::path file = tmp / "topk" / "teacher_topk.safetensors";
+  const Overrides top16 = {{"teacher_logits.top_k", "16"}};
+  Overrides precompute = top16;
+  precompute["teacher_logits.precompute"] = "true";
+  precompute["teacher_logits.path"] = (tmp / "topk").string();
+  run_ok(run_command("knowledge_distillation_single_device", "demo/tiny_full",
+                     dist_kd_overrides(fly, corpus, 4, top16)),
+         tmp / "s_fly");
+  const std::vector<double> want = losses_of(logged_steps(fly));
+  ASSERT_EQ(want.size(), 6u);
+  const CliRun first =
+      run_shell(run_command("knowledge_distillation_single_device", "demo/tiny_full",
+                            dist_kd_overrides(pre, corpus, 4, precompute)),
+                tmp / "s_pre");
+  ASSERT_EQ(first.code, 0) << first.out << first.err;
+  EXPECT_TRUE(contains(first.out, "teacher_logits: computing the teacher's top-16")) << first.out;
+  ASSERT_TRUE(fs::exists(file));
+  expect_same_curve(losses_of(logged_steps(pre)), want, "precomputed vs on the fly");
+  for (const char* key : {"class_loss", "kd_loss"})
+    expect_same_curve(logged_values(pre, key), logged_values(fly, key), key);
+  Overrides unfused = precompute;
+  unfused["compile"] = "false";
+  run_ok(run_command("knowledge_distillation_single_device", "demo/tiny_full",
+                     dist_kd_overrides(eager, corpus, 4, unfused)),
+         tmp / "s_eager");
+  expect_same_curve(losses_of(logged_steps(eager)), want, "precomputed, compile: false");
+  fs::create_directories(res);
+  fs::copy(pre / "step_3", res / "step_3", fs::copy_options::recursive);
+  Overrides resume = precompute;
+  resume["resume_from_checkpoint"] = "true";
+  const CliRun resumed =
+      run_shell(run_command("knowledge_distillation_single_device", "demo/tiny_full",
+                            dist_kd_overrides(res, corpus, 4, resume)),
+                tmp / "s_res");
+  ASSERT_EQ(resumed.code, 0) << resumed.out << resumed.err;
+  EXPECT_TRUE(contains(resumed.out, "(not loaded)")) << resumed.out;
+  EXPECT_FALSE(contains(resumed.out, "computing")) << resumed.out;
+  expect_same_curve(losses_of(logged_steps(res)), std::vector<double>(want.begin() + 3, want.end()),
+                    "resumed from the file");
+}
+
+// The precomputed file is checked before training: computed for another teacher, another
+// dataset or another top_k, or corrupt (a flipped byte, cut short), the run stops with an
+// error naming the file and what differs.
+TEST(KdTopK, APrecomputedFileOfAnotherRunOrCorruptIsAClearError) {
+  TempDir tmp;
+  const fs::path corpus = write_uneven_corpus(tmp / "data");
+  const fs::path file = tmp / "topk" / "teacher_topk.safetensors";
+  const Overrides precompute = {{"teacher_logits.top_k", "8"},
+                                {"teacher_logits.precompute", "true"},
+                                {"teacher_logits.path", (tmp / "topk").string()},
+                                {"max_steps_per_epoch", "1"}};
+  const auto run = [&](const std::string& name, const Overrides& extra) {
+    Overrides o = precompute;
+    for (const auto& [k, v] : extra) o[k] = v;
+    return run_shell(run_command("knowledge_distillation_single_device", "demo/tiny_full",
+                                 dist_kd_overrides(tmp / name, corpus, 4, o)),
+                     tmp / ("s_" + name));
+  };
+  const CliRun ok = run("ok", {});
+  ASSERT_EQ(ok.code, 0) << ok.out << ok.err;
+  const auto expect_error = [&](const CliRun& r, const std::string& what) {
+    EXPECT_NE(r.code, 0) << what;
+    EXPECT_TRUE(contains(r.out + r.err, file.string())) << r.out << r.err;
+    EXPECT_TRUE(contains(r.out + r.err, what)) << r.out << r.err;
+  };
+  expect_error(run("teacher", {{"teacher_model.hidden_size", "48"}}),
+               "was computed for another teacher");
+  std::string other;
+  for (int i = 0; i < 8; ++i)
+    other += "{\"text\": \"another corpus, row " + std::to_string(i) + "\"}\n";
+  fs::create_directories(tmp / "data2");
+  write_text(tmp / "data2" / "corpus.jsonl", other);
+  expect_error(run("dataset", {{"dataset.source", (tmp / "data2" / "corpus.jsonl").string()}}),
+               "was computed for another dataset");
+  expect_error(run("k", {{"teacher_logits.top_k", "4"}}), "was computed for another top_k");
+  std::string bytes = fusetune::read_file(file);
+  bytes[bytes.size() / 2] = char(bytes[bytes.size() / 2] ^ 0x5a);
+  write_text(file, bytes);
+  expect_error(run("flipped", {}), "is corrupt (checksum mismatch)");
+  write_text(file, bytes.substr(0, 40));
+  expect_error(run("short", {}), "is corrupt");
+}
+
+// teacher_logits is validated: top_k at least 1, precompute with a path (and a path only with
+// it, and no validation data), and only the forward KL (the divergence defined on the top-k
+// support).
+TEST(KdTopK, TeacherLogitsKeysAreValidated) {
+  const auto problems = [](const std::vector<std::string>& overrides) -> std::string {
+    Config c = kd_yaml("259");
+    c.apply_overrides(overrides);
+    try {
+      validate(c, knowledge_distillation_schema());
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_EQ(problems({"teacher_logits.top_k=32"}), "");
+  EXPECT_EQ(problems({"teacher_logits.top_k=32", "teacher_logits.precompute=true",
+                      "teacher_logits.path=/tmp/t"}),
+            "");
+  EXPECT_NE(problems({"teacher_logits.top_k=0"}), "");
+  EXPECT_TRUE(contains(problems({"teacher_logits.top_k=8", "teacher_logits.precompute=true"}),
+                       "needs teacher_logits.path"));
+  EXPECT_TRUE(contains(problems({"teacher_logits.top_k=8", "teacher_logits.path=/tmp/t"}),
+                       "only read with precompute: true"));
+  EXPECT_TRUE(
+      contains(problems({"teacher_logits.top_k=8", "teacher_logits.precompute=true",
+                         "teacher_logits.path=/tmp/t", "dataset_val._component_=text_completion",
+                         "dataset_val.source=v.txt"}),
+               "validation with teacher_logits.precompute is not supported"));
+  EXPECT_TRUE(contains(problems({"teacher_logits.top_k=8", "kd_loss._component_=ReverseKLLoss"}),
+                       "takes kd_loss ForwardKLLoss"));
+}
+
 // knowledge_distillation_distributed, 2 ranks x 1 thread at ZeRO-3 (the student sharded, the
-// frozen teacher whole on each rank, compile: true as the demo config: the fused heads): 2 ranks
+// frozen teacher sharded too, each rank loading only its share and gathering the others' for
+// its forward; compile: true as the demo config: the fused heads): 2 ranks
 // x 2 rows give the losses and the class_loss / kd_loss of one process x 4 rows (the loss is a
 // mean over the global unmasked labels, the metrics' sums and counts are reduced before
 // dividing), and the 2-rank checkpoint of step 3 resumes in one process on that curve.
@@ -398,9 +783,21 @@ TEST(DistKd, TwoRanksMatchOneProcessAndResumeInOne) {
          tmp / "s_ref");
   const std::vector<double> want = losses_of(logged_steps(ref));
   ASSERT_EQ(want.size(), 6u);
-  run_ok(mpirun_command(2, "knowledge_distillation_distributed", "demo/tiny_full",
-                        dist_kd_overrides(two, corpus, 2, {{"zero_stage", "3"}})),
-         tmp / "s_two");
+  const CliRun r2 =
+      run_shell(mpirun_command(2, "knowledge_distillation_distributed", "demo/tiny_full",
+                               dist_kd_overrides(two, corpus, 2, {{"zero_stage", "3"}})),
+                tmp / "s_two");
+  ASSERT_EQ(r2.code, 0) << r2.out << r2.err;
+  EXPECT_TRUE(contains(r2.out,
+                       "teacher: sharded over 2 ranks (zero_stage: 3), each loading only "
+                       "its share"))
+      << r2.out;
+  std::smatch held;
+  ASSERT_TRUE(
+      std::regex_search(r2.out, held, std::regex("this rank holds (\\d+) of (\\d+) weights")))
+      << r2.out;
+  EXPECT_GT(std::stoi(held[1]), 0);
+  EXPECT_LT(std::stoi(held[1]), std::stoi(held[2]));
   expect_same_curve(losses_of(logged_steps(two)), want, "2 ranks x 2 vs 1 x 4");
   for (const char* key : {"class_loss", "kd_loss"})
     expect_same_curve(logged_values(two, key), logged_values(ref, key), key);
@@ -411,6 +808,33 @@ TEST(DistKd, TwoRanksMatchOneProcessAndResumeInOne) {
          tmp / "s_to_one");
   expect_same_curve(losses_of(logged_steps(to_one)),
                     std::vector<double>(want.begin() + 3, want.end()), "resumed 2 ranks -> 1");
+}
+
+// Precomputed top-k teacher logits over 2 ranks at ZeRO-3: rank 0 computes the file while the
+// other waits for it, both train from it; the losses are one process's (its own file)
+// with the global batch, to 1e-5.
+TEST(DistKd, PrecomputedTopKOnTwoRanksMatchesOneProcess) {
+  FT_REQUIRE_MPIRUN();
+  TempDir tmp;
+  const fs::path corpus = write_uneven_corpus(tmp / "data");
+  const auto top8 = [&](const std::string& dir) {
+    return Overrides{{"teacher_logits.top_k", "8"},
+                     {"teacher_logits.precompute", "true"},
+                     {"teacher_logits.path", (tmp / dir).string()}};
+  };
+  const fs::path ref = tmp / "ref", two = tmp / "two";
+  run_ok(run_command("knowledge_distillation_single_device", "demo/tiny_full",
+                     dist_kd_overrides(ref, corpus, 4, top8("topk_one"))),
+         tmp / "s_ref");
+  Overrides o = top8("topk_two");
+  o["zero_stage"] = "3";
+  const CliRun r = run_shell(mpirun_command(2, "knowledge_distillation_distributed",
+                                            "demo/tiny_full", dist_kd_overrides(two, corpus, 2, o)),
+                             tmp / "s_two");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_TRUE(fs::exists(tmp / "topk_two" / "teacher_topk.safetensors"));
+  expect_same_curve(losses_of(logged_steps(two)), losses_of(logged_steps(ref)),
+                    "2 ranks x 2 vs 1 x 4, precomputed top-8");
 }
 
 }  // namespace kd_recipe_test

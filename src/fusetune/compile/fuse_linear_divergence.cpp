@@ -34,7 +34,8 @@ std::optional<int> backward_of(const Graph& g, int fwd) {
     if (b.op != Op::FusedLinearDivergenceBackward ||
         !std::equal(f.inputs.begin(), f.inputs.end(), b.inputs.begin() + 1) ||
         b.attrs.groups != f.attrs.groups || b.attrs.scalar != f.attrs.scalar ||
-        b.attrs.eps != f.attrs.eps)
+        b.attrs.eps != f.attrs.eps || b.attrs.shape != f.attrs.shape ||
+        b.attrs.start != f.attrs.start)
       continue;
     if (depends_on(g, b.inputs[0], fwd)) return std::nullopt;
     return i;
@@ -56,12 +57,17 @@ std::string run(Graph& g, const PassOptions& opts) {
     const auto b = backward_of(g, i);
     if (!b) continue;
     const Node bn = g.nodes()[size_t(*b)];
-    const int64_t N = g.shape(bn.inputs[1])[0], V = g.shape(bn.inputs[2])[0];
+    // The backward's inputs (ops/distillation.h): dy, h, the student's head (W, or an NF4
+    // head's three parts with attrs.shape = [V, D]), teacher_h, teacher_W, labels, ...
+    const bool nf4 = !bn.attrs.shape.empty();
+    const size_t teacher_W = nf4 ? 6 : 4;
+    const int64_t N = g.shape(bn.inputs[1])[0];
+    const int64_t V = nf4 ? bn.attrs.shape[0] : g.shape(bn.inputs[2])[0];
     Attrs a = bn.attrs;
-    // Two [chunk, V] blocks (student and teacher) share the cross-entropy's budget; a bf16
-    // head re-formed tile by tile gets the tiled heads' larger one.
-    const bool tiled =
-        g.type(bn.inputs[2]).dtype == DType::BF16 || g.type(bn.inputs[4]).dtype == DType::BF16;
+    // Two [chunk, V] blocks (student and teacher) share the cross-entropy's budget; a bf16 or
+    // NF4 head re-formed tile by tile gets the tiled heads' larger one.
+    const bool tiled = nf4 || g.type(bn.inputs[2]).dtype == DType::BF16 ||
+                       g.type(bn.inputs[teacher_W]).dtype == DType::BF16;
     a.chunk_rows = chunk = kernels::fused_ce_chunk_rows(
         N, V, int64_t(dtype_size(g.compute_dtype())), opts.ce_budget(tiled) / 2);
     g.set_region(1);

@@ -627,6 +627,42 @@ int64_t stated_vocab_size(const Config& root, const char* section) {
   return parse_int(m.str("vocab_size")).value_or(0);
 }
 
+// KD's teacher_logits: the teacher restricted to its top-k tokens, optionally precomputed
+// once into a file (recipes/kd_teacher_topk.h, docs/distillation.md).
+void add_teacher_logits(Schema& s) {
+  s.add(Field::Map("teacher_logits",
+                   {Field::Int("top_k").req().min(1).doc(
+                        "keep the teacher's k most probable tokens per position (its "
+                        "distribution restricted to them and renormalized)"),
+                    Field::Bool("precompute")
+                        .def("false")
+                        .doc("run the teacher once over the training samples into a file under "
+                             "`path` (reused when it is there) and train without loading it"),
+                    Field::String("path").doc("the directory of the precomputed file")})
+            .doc("the teacher's top-k logits (for teachers too large to run every step)"));
+  s.checks.push_back([](const Config& root, const Config&, Problems& p) {
+    if (!root.is_map("teacher_logits")) return;
+    const Config t = root.sub("teacher_logits");
+    if (t.boolean("precompute", false) && !t.has("path"))
+      p.errors.push_back("teacher_logits.precompute: true needs teacher_logits.path (" +
+                         t.where("precompute") + ")");
+    if (t.boolean("precompute", false) && root.has("dataset_val"))
+      p.errors.push_back(
+          "dataset_val: validation with teacher_logits.precompute is not supported "
+          "(the file covers the training samples only) (" +
+          root.where("dataset_val") + ")");
+    if (!t.boolean("precompute", false) && t.has("path"))
+      p.errors.push_back("teacher_logits.path is only read with precompute: true (" +
+                         t.where("path") + ")");
+    const std::string kind = canonical_component(root, "kd_loss");
+    if (kind != "ForwardKLLoss")
+      p.errors.push_back(
+          "teacher_logits: the top-k teacher takes kd_loss ForwardKLLoss (the "
+          "divergence defined on its top-k support), not " +
+          kind + " (" + root.where("kd_loss") + ")");
+  });
+}
+
 // knowledge_distillation_single_device: lora_finetune's keys (the LoRA keys optional: without
 // model.lora_attn_modules every weight of the student trains) plus the teacher and kd_loss.
 Schema build_kd() {
@@ -678,6 +714,7 @@ Schema build_kd() {
           "dataset.packed: true: knowledge distillation does not take packed rows yet (" +
           root.sub("dataset").where("packed") + ")");
   });
+  add_teacher_logits(s);
   return s;
 }
 

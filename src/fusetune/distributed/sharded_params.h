@@ -25,13 +25,22 @@
 
 namespace fusetune::dist {
 
+// A frozen parameter this rank never loaded because another rank owns it (a ZeRO-3 KD
+// teacher loads only its share): its shape and dtype, for the partition and the gathers.
+struct HeldByOtherRank {
+  Shape shape;
+  DType dtype = DType::F32;
+};
+
 class ShardedParams {
  public:
   // `params`: every parameter, whole, on every rank (as loaded); `trainable`: the trained ones;
   // `frozen_elsewhere`: more frozen tensors by the names the graphs bind them as (each pointer
-  // outlives this object), whole on every rank too.
+  // outlives this object), whole on every rank too; `held_by_others`: frozen parameters this
+  // rank did not load (the partition must give each one to another rank: checked).
   ShardedParams(Communicator& comm, TensorMap& params, const std::vector<std::string>& trainable,
-                const std::map<std::string, Tensor*>& frozen_elsewhere = {});
+                const std::map<std::string, Tensor*>& frozen_elsewhere = {},
+                const std::map<std::string, HeldByOtherRank>& held_by_others = {});
   bool mine(const std::string& name) const { return meta_.at(name).owner == comm_.rank(); }
   // Frees this rank's values of the parameters other ranks own (their entries stay, undefined).
   void release_others();

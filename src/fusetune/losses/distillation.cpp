@@ -1,5 +1,7 @@
 #include "fusetune/losses/distillation.h"
 
+#include <bit>
+
 namespace fusetune {
 
 const char* DistillationLoss::name() const {
@@ -59,16 +61,30 @@ KdLossOutputs build_kd_loss(Builder& b, const DistillationLoss& loss, double kd_
 }
 
 KdLossOutputs build_fused_kd_loss(Builder& b, const DistillationLoss& loss, double kd_ratio,
-                                  Value hidden, Value head, Value teacher_hidden,
-                                  Value teacher_head, Value labels, Value scale) {
+                                  Value hidden, const KdStudentHead& head, const KdTeacher& teacher,
+                                  Value labels, Value scale) {
   Graph& g = b.graph();
   g.set_region(1);
   Attrs a = divergence_attrs(loss);
   // compile/fuse_linear_divergence sizes the chunk from its budget; this one serves graphs
   // run without that pass (tests).
   a.chunk_rows = 64;
-  Value sums =
-      g.add1(Op::FusedLinearDivergence, {hidden, head, teacher_hidden, teacher_head, labels}, a);
+  std::vector<Value> in{hidden};
+  if (head.nf4.empty()) {
+    in.push_back(head.weight);
+  } else {  // the NF4 head's parts; its offset's float bits in attrs.start (beta is scalar)
+    in.insert(in.end(), head.nf4.begin(), head.nf4.end());
+    a.shape = head.nf4_shape;
+    a.start = std::bit_cast<int32_t>(head.nf4_offset);
+  }
+  if (teacher.top_k > 0) {  // no teacher head: its top-k (attrs.len = k)
+    a.len = teacher.top_k;
+    in.insert(in.end(), {teacher.topk_ids, teacher.topk_logprobs, labels});
+  } else {
+    in.insert(in.end(), {teacher.hidden, teacher.head, labels});
+  }
+  if (head.lora_A.valid()) in.insert(in.end(), {head.lora_A, head.lora_B_scaled});
+  Value sums = g.add1(Op::FusedLinearDivergence, in, a);
   KdLossOutputs out;
   out.ce_sum = b.reshape(b.slice(sums, 0, 0, 1), {});
   out.kd_sum = b.reshape(b.slice(sums, 0, 1, 1), {});

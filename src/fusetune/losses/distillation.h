@@ -7,6 +7,8 @@
 // divergence over [tokens x vocab] logits in the loss region (1). The divergences are
 // kernels/cpu/divergence.h's: torchtune's ForwardKLLoss and ReverseKLLoss, TRL's generalized
 // JSD, with a temperature.
+#include <vector>
+
 #include "fusetune/graph/builder.h"
 
 namespace fusetune {
@@ -37,13 +39,31 @@ KdLossOutputs build_kd_loss(Builder& b, const DistillationLoss& loss, double kd_
                             Value head, Value logits, Value teacher_logits, Value labels,
                             Value scale);
 
-// The same under `compile: true` from both models' final hidden states and heads: one
-// FusedLinearDivergence (kernels/cpu/fused_linear_divergence.h) forms both chunks of logits,
-// the CE and the divergence chunk by chunk, so neither [N, V] tensor exists. hidden [N, D],
-// head [V, D] (the student's own: dense, trainable or frozen, or the tied embedding),
-// teacher_hidden [N, Dt], teacher_head [V, Dt] (constants).
+// The student's LM head as the fused kernel takes it (ops/distillation.h): its weight [V, D]
+// (dense, bf16 or the tied embedding; trainable or frozen), or an NF4 head's three parts; and
+// optionally a LoRA term, A [r, D] and scale * B [V, r] (LoRA on lm_head).
+struct KdStudentHead {
+  Value weight;
+  std::vector<Value> nf4;  // codes, absmax codes, absmax scales (with nf4_shape = [V, D])
+  Shape nf4_shape;
+  float nf4_offset = 0;
+  Value lora_A, lora_B_scaled;
+};
+
+// The teacher as the fused kernel takes it (constants): its final hidden states [N, Dt] and
+// head [V, Dt], or (top_k > 0) its top-k token ids [N, K] I32 and their log-probs [N, K]
+// (precomputed teacher logits, docs/distillation.md).
+struct KdTeacher {
+  Value hidden, head;
+  Value topk_ids, topk_logprobs;
+  int64_t top_k = 0;
+};
+
+// The same under `compile: true` from the student's final hidden states [N, D] and head and
+// the teacher's: one FusedLinearDivergence (kernels/cpu/fused_linear_divergence.h) forms both
+// chunks of logits, the CE and the divergence chunk by chunk, so neither [N, V] tensor exists.
 KdLossOutputs build_fused_kd_loss(Builder& b, const DistillationLoss& loss, double kd_ratio,
-                                  Value hidden, Value head, Value teacher_hidden,
-                                  Value teacher_head, Value labels, Value scale);
+                                  Value hidden, const KdStudentHead& head, const KdTeacher& teacher,
+                                  Value labels, Value scale);
 
 }  // namespace fusetune

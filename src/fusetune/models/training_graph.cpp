@@ -86,16 +86,31 @@ LossBuilder distillation_loss_builder(const DistillationLoss& loss, double kd_ra
 }
 
 LossBuilder fused_distillation_loss_builder(const DistillationLoss& loss, double kd_ratio,
-                                            int64_t teacher_dim) {
-  return [loss, kd_ratio, teacher_dim](Builder& b, const LossContext& c) {
+                                            int64_t teacher_dim,
+                                            std::shared_ptr<const KdStudentHead> head,
+                                            int64_t teacher_top_k) {
+  return [loss, kd_ratio, teacher_dim, head, teacher_top_k](Builder& b, const LossContext& c) {
     Graph& g = b.graph();
-    FT_CHECK(!c.model.logits.valid(),
-             "the fused distillation loss needs the student's own LM head, not a head hook");
-    const int64_t N = c.batch_size * c.seq_len, V = g.shape(c.model.lm_head)[0];
-    Value th = g.input("teacher_hidden", {N, teacher_dim}, g.float_dtype());
-    Value tw = g.input("teacher_head", {V, teacher_dim}, g.float_dtype());
-    KdLossOutputs l = build_fused_kd_loss(b, loss, kd_ratio, c.model.hidden, c.model.lm_head, th,
-                                          tw, c.labels, c.scale);
+    FT_CHECK(head || !c.model.logits.valid(),
+             "the fused distillation loss needs the student's own LM head or its parts");
+    KdStudentHead own;
+    own.weight = c.model.lm_head;
+    const KdStudentHead& h = head ? *head : own;
+    FT_CHECK(h.weight.valid() || !h.nf4.empty(),
+             "the fused distillation loss: the student's head hook recorded no head");
+    const int64_t N = c.batch_size * c.seq_len;
+    const int64_t V = h.nf4.empty() ? g.shape(h.weight)[0] : h.nf4_shape[0];
+    KdTeacher t;
+    t.top_k = teacher_top_k;
+    if (teacher_top_k > 0) {
+      t.topk_ids = g.input("teacher_topk_ids", {N, teacher_top_k}, DType::I32);
+      t.topk_logprobs = g.input("teacher_topk_logprobs", {N, teacher_top_k}, g.compute_dtype());
+    } else {
+      t.hidden = g.input("teacher_hidden", {N, teacher_dim}, g.float_dtype());
+      t.head = g.input("teacher_head", {V, teacher_dim}, g.float_dtype());
+    }
+    KdLossOutputs l =
+        build_fused_kd_loss(b, loss, kd_ratio, c.model.hidden, h, t, c.labels, c.scale);
     LossOutputs out;
     out.loss = l.loss;
     out.report = {{"ce_sum", l.ce_sum}, {"kd_sum", l.kd_sum}};

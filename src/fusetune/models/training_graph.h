@@ -5,6 +5,7 @@
 // inputs the loss adds. Outputs, by name: "loss", then "grad:<param>" for every trainable
 // parameter, then "report:<name>" for every tensor the loss reports (metrics).
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -39,16 +40,24 @@ struct PreferenceLoss;
 LossBuilder preference_loss_builder(const PreferenceLoss& loss);
 
 struct DistillationLoss;
+struct KdStudentHead;
 // Knowledge distillation (losses/distillation.h): (1 - kd_ratio) CE + kd_ratio KD against
 // the input "teacher_logits" [B*T, V] (the teacher's forward, run by the step). It reports
 // "ce_sum" and "kd_sum" [] (unscaled sums over the unmasked labels).
 LossBuilder distillation_loss_builder(const DistillationLoss& loss, double kd_ratio);
 // The same fused with both LM heads (`compile: true`, losses/distillation.h:
 // build_fused_kd_loss): inputs "teacher_hidden" [B*T, teacher_dim] (the teacher's final norm)
-// and "teacher_head" [V, teacher_dim] instead of the teacher's logits. The student needs its
-// own head (not a head hook: LoRA on lm_head, an NF4 head).
+// and "teacher_head" [V, teacher_dim] instead of the teacher's logits. The student's head is
+// its own lm_head, or, when `head` is set, the parts a head hook recorded there as the model
+// was built (LoRA on lm_head, an NF4 head: peft::head_parts_hook), the hook computing no logits.
+// With teacher_top_k = K > 0 the teacher is its top-k instead (precomputed teacher logits):
+// inputs "teacher_topk_ids" [B*T, K] I32 and "teacher_topk_logprobs" [B*T, K] (the compute
+// dtype: F32 in a bf16 graph), no teacher
+// hidden states or head (teacher_dim unused).
 LossBuilder fused_distillation_loss_builder(const DistillationLoss& loss, double kd_ratio,
-                                            int64_t teacher_dim);
+                                            int64_t teacher_dim,
+                                            std::shared_ptr<const KdStudentHead> head = nullptr,
+                                            int64_t teacher_top_k = 0);
 
 struct RewardLoss;
 // A reward model's loss (losses/reward.h) over 2B rows of a sequence classifier, chosen then

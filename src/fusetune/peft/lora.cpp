@@ -5,6 +5,7 @@
 #include <random>
 
 #include "fusetune/models/model_family.h"
+#include "fusetune/peft/head_parts.h"
 #include "fusetune/util/error.h"
 
 namespace fusetune::peft {
@@ -277,6 +278,41 @@ LlamaOptions base_llama_options(std::shared_ptr<const NF4Store> nf4) {
   none.attn_modules.clear();
   none.apply_to_mlp = none.apply_to_output = false;
   return hooks_for(none, std::move(nf4));
+}
+
+}  // namespace fusetune::peft
+
+// peft/head_parts.h (here rather than a file of its own: the unity build batches by file).
+namespace fusetune::peft {
+
+bool head_parts_supported(const LoraConfig& c) {
+  return !c.apply_to_output || (!c.use_dora && c.dropout == 0);
+}
+
+LinearFn head_parts_hook(const LoraConfig& c, std::function<const NF4Store*()> nf4,
+                         std::shared_ptr<KdStudentHead> out) {
+  FT_CHECK(head_parts_supported(c),
+           "the fused distillation head takes no DoRA or lora_dropout on lm_head");
+  return [c, nf4, out](Builder& b, Value, const LinearSite& site) -> Value {
+    Graph& g = b.graph();
+    *out = KdStudentHead{};
+    const NF4Store* store = nf4 ? nf4() : nullptr;
+    if (store && store->count(site.weight)) {
+      const NF4Weight& w = store->at(site.weight);
+      const std::array<Value, 3> p = nf4_parts(g, w, site.weight);
+      out->nf4.assign(p.begin(), p.end());
+      out->nf4_shape = w.shape;
+      out->nf4_offset = w.offset;
+    } else {
+      out->weight = g.param(site.weight, {site.out, site.in}, site.trainable);
+    }
+    if (c.apply_to_output) {
+      out->lora_A = g.param(site.module + ".lora_A.weight", {c.rank, site.in}, true);
+      Value B = g.param(site.module + ".lora_B.weight", {site.out, c.rank}, true);
+      out->lora_B_scaled = b.scale(B, c.scale());
+    }
+    return Value{};
+  };
 }
 
 }  // namespace fusetune::peft

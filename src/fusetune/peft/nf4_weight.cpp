@@ -186,10 +186,6 @@ std::shared_ptr<NF4Store> nf4_store_layout(const ModelConfig& cfg) {
   return store;
 }
 
-namespace {
-
-// The three part leaves of `w`, named after its weight: Constants sharing the stored bytes, or
-// (bound_at_run) frozen Params sized from the logical shape, the tensors possibly elsewhere.
 std::array<Value, 3> nf4_parts(Graph& g, const NF4Weight& w, const std::string& name) {
   const std::array<const Tensor*, 3> parts = {&w.codes, &w.absmax_codes, &w.absmax_scales};
   const kernels::NF4Sizes s = kernels::nf4_sizes(shape_numel(w.shape));
@@ -205,8 +201,6 @@ std::array<Value, 3> nf4_parts(Graph& g, const NF4Weight& w, const std::string& 
   }
   return out;
 }
-
-}  // namespace
 
 std::map<std::string, Tensor*> bind_nf4_at_run(NF4Store& store) {
   std::map<std::string, Tensor*> parts;

@@ -3,6 +3,7 @@
 // format). The three parts are I32 tensors so they can be graph Constants: the graph shares
 // their storage, so every step graph built for a new batch shape reads the same bytes. The
 // fp32 weight is dropped once quantized; dequantizing (merge, save) makes a temporary copy.
+#include <array>
 #include <map>
 #include <memory>
 #include <string>
@@ -73,6 +74,11 @@ std::map<std::string, Tensor*> bind_nf4_at_run(NF4Store& store);
 
 // x [..., in] -> x W^T [..., out] with W dequantized tile by tile inside the GEMM.
 Value nf4_linear(Builder& b, Value x, const NF4Weight& w, const std::string& name);
+
+// The three part leaves of `w` (codes, absmax codes, absmax scales), named after its weight:
+// Constants sharing the stored bytes, or (bound_at_run) frozen I32 Params sized from the
+// logical shape, the tensors possibly elsewhere. NF4MatMul and the fused heads read them.
+std::array<Value, 3> nf4_parts(Graph& g, const NF4Weight& w, const std::string& name);
 
 // ids [...] I32 -> table rows [..., D], only the gathered rows dequantized. No gradient.
 Value nf4_embedding(Builder& b, Value ids, const NF4Weight& table, const std::string& name);

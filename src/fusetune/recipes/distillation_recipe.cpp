@@ -5,10 +5,20 @@
 // is loaded once, frozen, in the run's dtype.
 #include "fusetune/recipes/distillation_recipe.h"
 
+#include <chrono>
+#include <map>
 #include <memory>
+#include <string>
+#include <thread>
+#include <vector>
 
 #include "fusetune/config/schema.h"
+#include "fusetune/distributed/sharded_optimizer.h"
+#include "fusetune/distributed/sharded_params.h"
+#include "fusetune/models/parameters.h"
+#include "fusetune/models/training_graph.h"
 #include "fusetune/recipes/kd_step.h"
+#include "fusetune/recipes/kd_teacher_topk.h"
 #include "fusetune/recipes/lora_finetune_single_device.h"
 #include "fusetune/recipes/recipe_setup.h"
 #include "fusetune/recipes/train_loop.h"
@@ -49,32 +59,172 @@ void check_same_vocabulary(const ModelConfig& student, const ModelConfig& teache
                std::to_string(teacher.vocab_size));
 }
 
+namespace {
+
+LoadedModel load_teacher(const StepContext& ctx, const Config& tcfg, DType dtype,
+                         ParamSink* sink = nullptr) {
+  LoadedModel teacher = load_model(tcfg, dtype, sink);
+  if (ctx.log)
+    ctx.log("teacher: " + teacher.description + " (" +
+            std::to_string(teacher.config.num_hidden_layers) + " layers, hidden " +
+            std::to_string(teacher.config.hidden_size) + "), frozen");
+  return teacher;
+}
+
+// Under `compile: true`, one line on whether the step fuses the heads with the loss (kd_step.h).
+void log_kd_heads(const StepContext& ctx, const ModelConfig& teacher, const KdStepOptions& o) {
+  if (!ctx.log || ctx.step.passes.mode != CompileMode::Full) return;
+  const std::string t = o.teacher_top_k > 0 ? "the teacher's top-k" : "the teacher's head";
+  if (kd_fuses_heads(CompileMode::Full, ctx.step.llama, ctx.model.config, teacher,
+                     bool(o.head_parts)))
+    ctx.log("kd: the student's head and " + t +
+            " run inside the fused divergence (no [tokens x vocab] logits)");
+  else
+    ctx.log("kd: the logits are materialized (a soft-capped model, or DoRA / lora_dropout on "
+            "lm_head)");
+}
+
+// The parameters of a ZeRO-3 teacher that other ranks own: taken as it loads and never read,
+// so that each rank holds only its share (and one tensor at a time while loading).
+class OtherRanksTeacherWeights final : public ParamSink {
+ public:
+  explicit OtherRanksTeacherWeights(const std::map<std::string, dist::HeldByOtherRank>& held)
+      : held_(held) {}
+  bool takes(const std::string& name) const override { return held_.count(name) > 0; }
+  void put(const std::string&, const Shape&, const ElementSource&) override {}
+
+ private:
+  const std::map<std::string, dist::HeldByOtherRank>& held_;
+};
+
+// The teacher's weights other ranks own, by ShardedParams' partition of frozen parameters
+// (name order, balanced by element count), from its architecture alone.
+std::map<std::string, dist::HeldByOtherRank> teacher_held_by_others(const Config& tcfg,
+                                                                    DType dtype,
+                                                                    const dist::Communicator& comm) {
+  std::map<std::string, Shape> shapes;
+  for (const ParamInfo& p :
+       graph_parameters(build_logits_graph(model_architecture(tcfg), 1, 1, dtype)))
+    shapes[p.name] = p.shape;
+  std::vector<int64_t> numels;
+  for (const auto& [name, shape] : shapes) numels.push_back(shape_numel(shape));
+  const std::vector<int> owner = dist::partition_by_elements(numels, comm.size());
+  std::map<std::string, dist::HeldByOtherRank> held;
+  size_t i = 0;
+  for (const auto& [name, shape] : shapes)
+    if (owner[i++] != comm.rank()) held[name] = {shape, dtype};
+  return held;
+}
+
+// ZeRO-3: the frozen teacher sharded like the student (and like full DPO's reference copy),
+// each rank loading only the weights it owns; each is gathered from its owner when the
+// teacher's forward reaches it.
+std::unique_ptr<dist::ShardedParams> load_teacher_share(const StepContext& ctx,
+                                                        const Config& tcfg, DType dtype,
+                                                        LoadedModel& teacher) {
+  const std::map<std::string, dist::HeldByOtherRank> held =
+      teacher_held_by_others(tcfg, dtype, *ctx.comm);
+  OtherRanksTeacherWeights skip(held);
+  teacher = load_teacher(ctx, tcfg, dtype, &skip);
+  auto shards =
+      std::make_unique<dist::ShardedParams>(*ctx.comm, teacher.params, std::vector<std::string>{},
+                                            std::map<std::string, Tensor*>{}, held);
+  if (ctx.log)
+    ctx.log("teacher: sharded over " + std::to_string(ctx.comm->size()) +
+            " ranks (zero_stage: 3), each loading only its share: this rank holds " +
+            std::to_string(teacher.params.size()) + " of " +
+            std::to_string(teacher.params.size() + held.size()) + " weights");
+  return shards;
+}
+
+// The teacher's top-k over the training samples from teacher_logits.path: read when the file
+// is there (the teacher is not loaded), else computed once by the teacher (rank 0 of a
+// distributed run, the others waiting for the file), written, and the teacher released.
+std::shared_ptr<const TeacherTopK> precomputed_teacher(const StepContext& ctx, const Config& tcfg,
+                                                       const TeacherLogitsOptions& topk,
+                                                       DType dtype) {
+  FT_CHECK(ctx.dataset, "teacher_logits.precompute needs the training samples");
+  TeacherTopKKey key;
+  key.top_k = topk.top_k;
+  key.vocab_size = ctx.model.config.vocab_size;
+  key.samples = ctx.dataset->size();
+  key.dataset = dataset_fingerprint(*ctx.dataset);
+  key.tokenizer = tokenizer_fingerprint(ctx.cfg);
+  key.teacher = teacher_fingerprint(tcfg);
+  const std::filesystem::path file = topk.file();
+  const bool writer = !ctx.comm || ctx.comm->rank() == 0;
+  if (writer && !std::filesystem::exists(file)) {
+    const LoadedModel teacher = load_teacher(ctx, tcfg, dtype);
+    if (ctx.log)
+      ctx.log("teacher_logits: computing the teacher's top-" + std::to_string(topk.top_k) +
+              " over " + std::to_string(key.samples) + " samples into " + file.string());
+    write_teacher_topk(
+        file, key, *ctx.dataset, ctx.loader.collate, ctx.loader.batch_size,
+        teacher_top_k_of(teacher.config, teacher.params, topk.top_k, dtype, ctx.step.passes));
+  }
+  if (!writer) {
+    // Computing it may take longer than dist_timeout_seconds, a collective's limit: the other
+    // ranks wait for the file itself (written atomically), then meet at a barrier. A failing
+    // rank 0 exits, and the launcher stops them.
+    while (!std::filesystem::exists(file))
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  if (ctx.comm) ctx.comm->barrier("teacher_logits.precompute");
+  auto t = std::make_shared<const TeacherTopK>(TeacherTopK::load(file, key));
+  if (ctx.log)
+    ctx.log("teacher: its top-" + std::to_string(topk.top_k) + " logits from " + file.string() +
+            " (not loaded)");
+  return t;
+}
+
+}  // namespace
+
 TrainJob distillation_job(const Config& cfg, const std::string& recipe) {
   // Both architectures before any weight is read.
   const Config tcfg = teacher_config(cfg);
   check_same_vocabulary(model_architecture(cfg), model_architecture(tcfg));
   const bool lora = cfg.has("model.lora_attn_modules");
   TrainJob job;
+  std::function<LinearFn(std::shared_ptr<KdStudentHead>)> head_parts;
   if (lora) {
-    job = lora_training_job(cfg, recipe).job;
+    LoraJob lj = lora_training_job(cfg, recipe);
+    job = std::move(lj.job);
+    head_parts = std::move(lj.head_parts);
   } else {
     job.recipe = recipe;
     job.trainable = [](const std::string&) { return true; };
   }
+  const std::optional<TeacherLogitsOptions> topk =
+      teacher_logits_options(cfg, model_architecture(cfg).vocab_size);
+  FT_CHECK(!topk || !topk->precompute || !cfg.has("dataset_val"),
+           cfg.where("dataset_val") +
+               ": validation with teacher_logits.precompute is not "
+               "supported (the file covers the training samples only)");
   auto teacher = std::make_shared<LoadedModel>();
-  job.make_step = [teacher, tcfg](const StepContext& ctx) {
+  auto teacher_shards = std::make_shared<std::unique_ptr<dist::ShardedParams>>();
+  job.make_step = [teacher, teacher_shards, tcfg, head_parts, topk](const StepContext& ctx) {
     const DType dtype = ctx.model.params.begin()->second.dtype();
-    *teacher = load_model(tcfg, dtype);
-    if (ctx.log)
-      ctx.log("teacher: " + teacher->description + " (" +
-              std::to_string(teacher->config.num_hidden_layers) + " layers, hidden " +
-              std::to_string(teacher->config.hidden_size) + "), frozen");
     KdStepOptions o;
     o.student = ctx.step;
     o.loss = distillation_loss_from(ctx.cfg);
     o.kd_ratio = ctx.cfg.f64("kd_ratio");
+    o.head_parts = head_parts;
+    if (topk) o.teacher_top_k = topk->top_k;
+    if (topk && topk->precompute) {
+      o.precomputed = precomputed_teacher(ctx, tcfg, *topk, dtype);
+      log_kd_heads(ctx, ctx.model.config, o);
+      return make_kd_step(std::move(o));
+    }
+    // ZeRO-3 (the student's parameters come from a sharded source): the teacher too.
+    if (ctx.step.param_source && ctx.comm && ctx.comm->size() > 1) {
+      *teacher_shards = load_teacher_share(ctx, tcfg, dtype, *teacher);
+      o.teacher_source = (*teacher_shards)->source();
+    } else {
+      *teacher = load_teacher(ctx, tcfg, dtype);
+    }
     o.teacher = &teacher->config;
     o.teacher_params = &teacher->params;
+    log_kd_heads(ctx, teacher->config, o);
     return make_kd_step(std::move(o));
   };
   return job;

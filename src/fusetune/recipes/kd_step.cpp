@@ -1,5 +1,6 @@
 #include "fusetune/recipes/kd_step.h"
 
+#include "fusetune/kernels/cpu/fused_linear_divergence.h"
 #include "fusetune/models/flops.h"
 #include "fusetune/models/training_graph.h"
 #include "fusetune/util/error.h"
@@ -10,8 +11,42 @@ namespace {
 // Under `compile: true` both LM heads run inside the fused divergence (docs/design.md §3):
 // the teacher's forward stops at its final norm and no [tokens x vocab] tensor exists.
 bool fuses_heads(const KdStepOptions& o) {
-  return kd_fuses_heads(o.student.passes.mode, o.student.llama, *o.student.model, *o.teacher) &&
-         (!o.student.eval_llama || !o.student.eval_llama->head);
+  // A precomputed teacher has no head in the step: only the student's counts.
+  const ModelConfig& teacher = o.teacher ? *o.teacher : *o.student.model;
+  return kd_fuses_heads(o.student.passes.mode, o.student.llama, *o.student.model, teacher,
+                        bool(o.head_parts));
+}
+
+// The teacher's top-k [N, K] of its final hidden states h [N, Dt] and head (its dtype's).
+void top_k_of_hidden(const Tensor& h, const Tensor& head, int64_t K, Tensor& ids,
+                     Tensor& logprobs) {
+  const int64_t N = h.dim(0), D = h.dim(1), V = head.dim(0);
+  ids = Tensor::empty({N, K}, DType::I32);
+  constexpr int64_t kRows = 64;  // a [64, V] block of logits at a time
+  if (h.dtype() == DType::F64) {
+    logprobs = Tensor::empty({N, K}, DType::F64);
+    kernels::teacher_top_k<double>(h.data<double>(), head.data<double>(), nullptr, N, D, V, K,
+                                   kRows, ids.data<int32_t>(), logprobs.data<double>());
+    return;
+  }
+  const Tensor h32 = h.to(DType::F32);
+  logprobs = Tensor::empty({N, K}, DType::F32);
+  const bool bf16 = head.dtype() == DType::BF16;
+  kernels::teacher_top_k<float>(h32.data<float>(), bf16 ? nullptr : head.data<float>(),
+                                bf16 ? head.data<uint16_t>() : nullptr, N, D, V, K, kRows,
+                                ids.data<int32_t>(), logprobs.data<float>());
+}
+
+// Dense teacher logits [N, V] in `dtype` from its top-k: the log-probs on the ids,
+// kTopKFloorLogit elsewhere (the unfused graph's input; its softmax renormalizes them).
+Tensor dense_top_k_logits(const Tensor& ids, const Tensor& logprobs, int64_t V, DType dtype) {
+  const int64_t N = ids.dim(0), K = ids.dim(1);
+  const Tensor lp = logprobs.to(DType::F64);
+  Tensor z = Tensor::empty({N, V}, DType::F64);
+  for (int64_t i = 0; i < N; ++i)
+    kernels::scatter_top_k<double>(ids.data<int32_t>() + i * K, lp.data<double>() + i * K, K, V,
+                                   z.data<double>() + i * V);
+  return z.to(dtype);
 }
 
 class KdStep final : public TrainingStep {
@@ -19,23 +54,34 @@ class KdStep final : public TrainingStep {
   explicit KdStep(KdStepOptions o)
       : o_(std::move(o)),
         fused_(fuses_heads(o_)),
-        student_([this](int64_t rows, int64_t T,
-                        bool) { return graph(rows, T, o_.student.trainable, o_.student.llama); },
-                 o_.student.passes, arena_),
+        student_(
+            [this](int64_t rows, int64_t T, bool) {
+              return graph(rows, T, o_.student.trainable, student_llama(false));
+            },
+            o_.student.passes, arena_),
         eval_(
             [this](int64_t rows, int64_t T, bool) {
               return graph(
-                  rows, T, [](const std::string&) { return false; },
-                  o_.student.eval_llama ? *o_.student.eval_llama : o_.student.llama);
+                  rows, T, [](const std::string&) { return false; }, student_llama(true));
             },
             o_.student.passes, arena_),
         teacher_(
             [this](int64_t rows, int64_t T, bool) {
-              return fused_ ? build_hidden_graph(*o_.teacher, rows, T, o_.student.dtype)
-                            : build_logits_graph(*o_.teacher, rows, T, o_.student.dtype);
+              // A top-k teacher keeps its top-k from its hidden states and head, chunk by chunk.
+              return fused_ || o_.teacher_top_k > 0
+                         ? build_hidden_graph(*o_.teacher, rows, T, o_.student.dtype)
+                         : build_logits_graph(*o_.teacher, rows, T, o_.student.dtype);
             },
             o_.student.passes, arena_) {
+    if (o_.precomputed) {
+      FT_CHECK(o_.teacher_top_k == o_.precomputed->top_k(),
+               "knowledge distillation: the precomputed file's top_k is not the step's");
+      return;
+    }
     FT_CHECK(o_.teacher && o_.teacher_params, "knowledge distillation needs a teacher model");
+    FT_CHECK(
+        o_.teacher_top_k == 0 || o_.teacher->final_logit_softcapping == 0,
+        "teacher_logits.top_k: a teacher that soft-caps its logits (Gemma 2) is not supported");
     FT_CHECK(o_.teacher->vocab_size == o_.student.model->vocab_size,
              "knowledge distillation: the student's and the teacher's vocabularies differ");
   }
@@ -73,9 +119,9 @@ class KdStep final : public TrainingStep {
   // forward and input gradients cost).
   double flops(const Batch& b) const override {
     const auto frozen = [](const std::string&) { return false; };
-    const double per_token =
-        training_flops_per_token(*o_.student.model, b.seq_len, o_.student.trainable) +
-        0.5 * training_flops_per_token(*o_.teacher, b.seq_len, frozen);
+    double per_token = training_flops_per_token(*o_.student.model, b.seq_len, o_.student.trainable);
+    if (!o_.precomputed)
+      per_token += 0.5 * training_flops_per_token(*o_.teacher, b.seq_len, frozen);
     return per_token * double(b.batch_size * b.seq_len);
   }
 
@@ -86,16 +132,62 @@ class KdStep final : public TrainingStep {
              "knowledge distillation does not take packed batches yet (dataset.packed: false)");
     TensorMap in = batch_inputs(b);
     in["loss_scale"] = scalar_input(loss_scale, DType::F32);
-    TensorMap teacher_in{{"tokens", in.at("tokens")}, {"positions", in.at("positions")}};
-    TensorMap t = teacher_.run(b, teacher_in, ParamSource(*o_.teacher_params), &compile_s_);
+    if (o_.teacher_top_k > 0) {
+      add_top_k_teacher(b, in);
+      return in;
+    }
+    TensorMap t = run_teacher(b, in);
     if (fused_) {
       in["teacher_hidden"] = t.at("hidden");
-      in["teacher_head"] = o_.teacher_params->at(
-          o_.teacher->tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
+      in["teacher_head"] = teacher_head();
     } else {
       in["teacher_logits"] = t.at("logits");
     }
     return in;
+  }
+
+  ParamSource teacher_params() const {
+    return o_.teacher_source ? *o_.teacher_source : ParamSource(*o_.teacher_params);
+  }
+
+  TensorMap run_teacher(const Batch& b, const TensorMap& in) {
+    TensorMap teacher_in{{"tokens", in.at("tokens")}, {"positions", in.at("positions")}};
+    return teacher_.run(b, teacher_in, teacher_params(), &compile_s_);
+  }
+
+  // The teacher's head for the fused kernel or its top-k (ZeRO-3: gathered from its owner, a
+  // collective every rank makes at the same point of the step).
+  Tensor teacher_head() const {
+    const std::string name =
+        o_.teacher->tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+    return o_.teacher_source ? o_.teacher_source->acquire(name) : o_.teacher_params->at(name);
+  }
+
+  // The teacher's top-k for b (the file's, or from its forward now): to the fused kernel as
+  // they are, to the unfused graph as dense logits floored outside the top-k.
+  void add_top_k_teacher(const Batch& b, TensorMap& in) {
+    Tensor ids, logprobs;
+    if (o_.precomputed)
+      o_.precomputed->batch_inputs(b, ids, logprobs);
+    else
+      top_k_of_hidden(run_teacher(b, in).at("hidden"), teacher_head(), o_.teacher_top_k, ids,
+                      logprobs);
+    const DType compute = compute_dtype(o_.student.dtype);
+    if (fused_) {
+      in["teacher_topk_ids"] = ids;
+      in["teacher_topk_logprobs"] = logprobs.to(compute);
+    } else {
+      in["teacher_logits"] =
+          dense_top_k_logits(ids, logprobs, o_.student.model->vocab_size, o_.student.dtype);
+    }
+  }
+
+  // The student's hooks for training or validation. When the fused loss takes a head hook's
+  // parts, the head hook records them into head_ instead of computing logits.
+  LlamaOptions student_llama(bool eval) const {
+    LlamaOptions l = eval && o_.student.eval_llama ? *o_.student.eval_llama : o_.student.llama;
+    if (fused_ && l.head) l.head = o_.head_parts(head_);
+    return l;
   }
 
   ParamSource params() const {
@@ -110,13 +202,18 @@ class KdStep final : public TrainingStep {
     g.trainable = trainable;
     g.llama = llama;
     g.dtype = o_.student.dtype;
-    g.loss = fused_ ? fused_distillation_loss_builder(o_.loss, o_.kd_ratio, o_.teacher->hidden_size)
-                    : distillation_loss_builder(o_.loss, o_.kd_ratio);
+    const int64_t teacher_dim = o_.teacher ? o_.teacher->hidden_size : 0;
+    g.loss = fused_
+                 ? fused_distillation_loss_builder(o_.loss, o_.kd_ratio, teacher_dim,
+                                                   llama.head ? head_ : nullptr, o_.teacher_top_k)
+                 : distillation_loss_builder(o_.loss, o_.kd_ratio);
     return build_training_graph(*o_.student.model, g).graph;
   }
 
   KdStepOptions o_;
   bool fused_ = false;  // fuses_heads(o_)
+  // The student head's parts, recorded by the head hook as each graph is built.
+  std::shared_ptr<KdStudentHead> head_ = std::make_shared<KdStudentHead>();
   // The teacher's, the student's and the validation graphs run one after the other: one arena
   // serves all three.
   std::shared_ptr<SharedArena> arena_ = std::make_shared<SharedArena>();
@@ -127,9 +224,27 @@ class KdStep final : public TrainingStep {
 }  // namespace
 
 bool kd_fuses_heads(CompileMode mode, const LlamaOptions& student, const ModelConfig& student_model,
-                    const ModelConfig& teacher) {
-  return mode == CompileMode::Full && !student.head && student_model.final_logit_softcapping == 0 &&
-         teacher.final_logit_softcapping == 0;
+                    const ModelConfig& teacher, bool head_parts) {
+  return mode == CompileMode::Full && (!student.head || head_parts) &&
+         student_model.final_logit_softcapping == 0 && teacher.final_logit_softcapping == 0;
+}
+
+TopKOfBatch teacher_top_k_of(const ModelConfig& teacher, const TensorMap& params, int64_t top_k,
+                             DType dtype, const PassOptions& passes) {
+  auto graphs = std::make_shared<CompiledGraphs>(
+      [teacher, dtype](int64_t rows, int64_t T, bool) {
+        return build_hidden_graph(teacher, rows, T, dtype);
+      },
+      passes);
+  const Tensor& head =
+      params.at(teacher.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
+  return [graphs, &params, &head, top_k](const Batch& b, Tensor& ids, Tensor& logprobs) {
+    const TensorMap all = batch_inputs(b);
+    const TensorMap in{{"tokens", all.at("tokens")}, {"positions", all.at("positions")}};
+    double compile_s = 0;
+    top_k_of_hidden(graphs->run(b, in, ParamSource(params), &compile_s).at("hidden"), head, top_k,
+                    ids, logprobs);
+  };
 }
 
 std::unique_ptr<TrainingStep> make_kd_step(KdStepOptions opts) {

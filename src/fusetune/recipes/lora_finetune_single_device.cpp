@@ -13,6 +13,7 @@
 #include "fusetune/io/safetensors.h"
 #include "fusetune/models/model_family.h"
 #include "fusetune/peft/adapter.h"
+#include "fusetune/peft/head_parts.h"
 #include "fusetune/peft/parameter_count.h"
 #include "fusetune/recipes/recipe_state.h"
 #include "fusetune/recipes/train_loop.h"
@@ -224,7 +225,12 @@ LoraJob lora_training_job(const Config& cfg, const std::string& recipe) {
   job.load = [run](const fs::path& dir, DType dtype) {
     return load_lora_checkpoint(*run, dir, dtype);
   };
-  LoraJob out{std::move(job), {}};
+  LoraJob out{std::move(job), {}, {}};
+  if (peft::head_parts_supported(run->lora))
+    out.head_parts = [run](std::shared_ptr<KdStudentHead> parts) {
+      return peft::head_parts_hook(
+          run->lora, [run]() -> const peft::NF4Store* { return run->nf4.get(); }, std::move(parts));
+    };
   // The base without adapters, for the DPO reference; NF4 where `prepare` quantized it.
   out.base.linear = [run](Builder& b, Value x, const LinearSite& s) {
     return peft::base_llama_options(run->nf4).linear(b, x, s);

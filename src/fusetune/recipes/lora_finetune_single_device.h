@@ -1,5 +1,9 @@
 #pragma once
+#include <functional>
+#include <memory>
+
 #include "fusetune/config/config.h"
+#include "fusetune/losses/distillation.h"
 #include "fusetune/peft/lora.h"
 #include "fusetune/recipes/train_loop.h"
 
@@ -17,6 +21,10 @@ peft::LoraConfig lora_config_from(const Config& cfg);
 struct LoraJob {
   TrainJob job;
   LlamaOptions base;
+  // The head as parts for the fused distillation kernel (peft/head_parts.h: a head hook that
+  // records them into its argument); empty when the config's head cannot be (DoRA or dropout
+  // on lm_head).
+  std::function<LinearFn(std::shared_ptr<KdStudentHead>)> head_parts;
 };
 LoraJob lora_training_job(const Config& cfg, const std::string& recipe);
 

@@ -1,18 +1,22 @@
 #include "fusetune/recipes/step_plan.h"
 
 #include <algorithm>
+#include <filesystem>
+#include <optional>
 
 #include "fusetune/compile/compiler.h"
 #include "fusetune/distributed/grad_allreduce.h"
 #include "fusetune/losses/reward.h"
 #include "fusetune/models/grpo_graph.h"
 #include "fusetune/models/parameters.h"
+#include "fusetune/peft/head_parts.h"
 #include "fusetune/peft/lora.h"
 #include "fusetune/quant/qat.h"
 #include "fusetune/recipes/distillation_recipe.h"
 #include "fusetune/recipes/dpo_step.h"
 #include "fusetune/recipes/grpo_recipes.h"
 #include "fusetune/recipes/kd_step.h"
+#include "fusetune/recipes/kd_teacher_topk.h"
 #include "fusetune/recipes/lora_finetune_single_device.h"
 #include "fusetune/recipes/recipe_setup.h"
 #include "fusetune/recipes/registry.h"
@@ -84,7 +88,9 @@ PlannedStep plan_step(const Config& cfg, const std::string& recipe, const ModelC
   o.seq_len = T;
   o.packed = cfg.boolean("dataset.packed", false);
   o.dtype = plan_dtype(cfg);
-  if (traits.lora) {
+  // A KD student with model.lora_attn_modules trains adapters, as distillation_job runs it.
+  const bool lora = traits.lora || (is_distillation(recipe) && cfg.has("model.lora_attn_modules"));
+  if (lora) {
     // The adapters train; the base is frozen (NF4 with quantize_base, as the recipe runs it).
     const peft::LoraConfig lc = lora_config_from(cfg);
     if (lc.quantize_base) s.nf4 = peft::nf4_store_layout(model);
@@ -137,12 +143,27 @@ PlannedStep plan_step(const Config& cfg, const std::string& recipe, const ModelC
                           : dist::kBucketElements;
   s.configured_mode = parse_compile_mode(cfg.str("compile", "false"));
   s.graph = build_training_graph(s.model, o);
-  if (s.teacher && kd_fuses_heads(CompileMode::Full, o.llama, model, *s.teacher)) {
+  // teacher_logits: the teacher as its top-k (recipes/kd_teacher_topk.h).
+  const std::optional<TeacherLogitsOptions> topk =
+      s.teacher ? teacher_logits_options(cfg, model.vocab_size) : std::nullopt;
+  // A LoRA student's head hook hands the fused kernel its parts (peft/head_parts.h).
+  const bool head_parts = lora && !traits.qat && peft::head_parts_supported(lora_config_from(cfg));
+  if (s.teacher && kd_fuses_heads(CompileMode::Full, o.llama, model, *s.teacher, head_parts)) {
     TrainingGraphOptions f = o;
+    std::shared_ptr<KdStudentHead> parts;
+    if (f.llama.head) {
+      parts = std::make_shared<KdStudentHead>();
+      f.llama.head = peft::head_parts_hook(
+          lora_config_from(cfg), [nf4 = s.nf4]() -> const peft::NF4Store* { return nf4.get(); },
+          parts);
+    }
     f.loss = fused_distillation_loss_builder(distillation_loss_from(cfg), cfg.f64("kd_ratio", 0.5),
-                                             s.teacher->hidden_size);
+                                             s.teacher->hidden_size, parts, topk ? topk->top_k : 0);
     s.fused_kd_graph = build_training_graph(model, f);
   }
+  // A precomputed top-k file that is there: the run trains without loading the teacher
+  // (without it, the first run loads the teacher to compute it, and the plan counts it).
+  if (topk && topk->precompute && std::filesystem::exists(topk->file())) s.teacher.reset();
   if (s.nf4)
     s.nf4_bound_graph = [model, o, lc = lora_config_from(cfg), nf4 = s.nf4]() {
       auto bound = std::make_shared<peft::NF4Store>(*nf4);

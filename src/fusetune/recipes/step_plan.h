@@ -34,8 +34,9 @@ struct PlannedStep {
   std::shared_ptr<peft::NF4Store> nf4;       // LoRA with quantize_base: sized, never filled
   std::optional<PreferenceLoss> preference;  // the DPO recipes
   // knowledge_distillation_*: the frozen teacher (kd_step.h), whose weights and forward each
-  // mode's plan adds, and the student's graph under `compile: true` when the KD step fuses
-  // both heads (fused_distillation_loss_builder; empty when it keeps the logits).
+  // mode's plan adds (none once a precomputed teacher_logits file is there: the run does not
+  // load it), and the student's graph under `compile: true` when the KD step fuses both heads
+  // (fused_distillation_loss_builder; empty when it keeps the logits).
   std::optional<ModelConfig> teacher;
   std::optional<TrainingGraph> fused_kd_graph;
   // The GRPO recipes: the rollout before each update (grpo_plan.h); `options` and `graph` are

@@ -41,6 +41,44 @@ std::map<std::string, ParamShare> partition(const Graph& g, int ranks) {
   return params;
 }
 
+// KD's frozen teacher at stage 3 (distillation_recipe.cpp): sharded by its own partition, each
+// rank holding its share, the pool its forward gathers the others' shares into (held from
+// then on), and its output (hidden states, or logits) held through the student's step.
+struct TeacherShare {
+  int64_t owned = 0, gathered = 0, forward = 0, handed = 0;
+};
+std::vector<TeacherShare> teacher_shares(const PlannedStep& s, CompileMode mode,
+                                         const PassOptions& po, bool fused, int ranks) {
+  std::vector<TeacherShare> shares(static_cast<size_t>(ranks));
+  if (!s.teacher) return shares;
+  const TrainingGraphOptions& o = s.options;
+  // Every weight is partitioned (the head too, which a fused step's teacher graph stops
+  // before: the step gathers it for the fused kernel and holds it through the student's step).
+  const Graph whole = build_logits_graph(*s.teacher, o.batch_size, o.seq_len, o.dtype);
+  const Graph built =
+      fused ? build_hidden_graph(*s.teacher, o.batch_size, o.seq_len, o.dtype) : whole;
+  const Graph g = run_passes(built, po, nullptr);
+  MemoryPlan plan;
+  if (mode != CompileMode::None)
+    plan = plan_memory(g, mode == CompileMode::Model ? 1 : -1, po.in_place);
+  const std::map<std::string, ParamShare> params = partition(whole, ranks);
+  const ParamShare& head =
+      params.at(s.teacher->tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
+  for (int rank = 0; rank < ranks; ++rank) {
+    TeacherShare& t = shares[size_t(rank)];
+    for (const auto& [name, p] : params)
+      if (p.owner == rank) t.owned += p.nbytes;
+    const MemoryBreakdown m = estimate_step_memory(
+        g, mode != CompileMode::None ? &plan : nullptr, {}, nullptr,
+        [&params, rank](const std::string& name) { return params.at(name).owner != rank; });
+    t.gathered = m.gathered;
+    t.forward = m.activations + m.workspace;
+    t.handed = int64_t(g.type(g.outputs()[0].second).nbytes());
+    if (fused && head.owner != rank) t.handed += head.nbytes;  // the gathered head
+  }
+  return shares;
+}
+
 const char* moment_of(const Graph& g, int node) {
   if (node < 0) return "forward";
   const Node& n = g.nodes()[size_t(node)];
@@ -54,7 +92,9 @@ std::vector<RankPeak> plan_zero3_rank_peaks(const PlannedStep& s, CompileMode mo
   // The graph as the run compiles it at stage 3 (an NF4 base's parts bound as Params).
   std::optional<TrainingGraph> bound;
   if (s.nf4_bound_graph) bound = s.nf4_bound_graph();
-  const Graph& source = bound ? bound->graph : s.graph.graph;
+  // KD under compile: true runs the fused step graph (kd_step.h).
+  const bool fused_kd = s.fused_kd_graph && mode == CompileMode::Full;
+  const Graph& source = bound ? bound->graph : fused_kd ? s.fused_kd_graph->graph : s.graph.graph;
   PassOptions po = step_pass_options(s, mode);
   po.params_at_use = true;
   po.reshard_after_forward = s.reshard_after_forward;
@@ -84,8 +124,11 @@ std::vector<RankPeak> plan_zero3_rank_peaks(const PlannedStep& s, CompileMode mo
           plan_memory(*reference_pass, mode == CompileMode::Model ? 1 : -1, po.in_place);
   }
 
+  const std::vector<TeacherShare> teacher = teacher_shares(s, mode, po, fused_kd, ranks);
+
   std::vector<RankPeak> peaks;
   for (int rank = 0; rank < ranks; ++rank) {
+    const TeacherShare& t = teacher[size_t(rank)];
     int64_t optimizer = 0, owned_grads = 0;
     for (const auto& [name, p] : params) {
       if (p.owner != rank || !p.trainable) continue;
@@ -109,14 +152,18 @@ std::vector<RankPeak> plan_zero3_rank_peaks(const PlannedStep& s, CompileMode mo
                                                              {}, nullptr, others)
                                             .gathered
                        : 0;
-    const int64_t base = m.parameters + reference + optimizer;
+    const int64_t base = m.parameters + reference + optimizer + t.owned + t.gathered;
     auto step_peak = [&](const MemoryBreakdown& b, int64_t accumulated) {
-      return base + b.activations + b.gradients + b.workspace + b.gathered + accumulated;
+      return base + t.handed + b.activations + b.gradients + b.workspace + b.gathered + accumulated;
     };
     RankPeak r;
     take_largest_moment(
         r, {{step_peak(m, accumulating && !streams ? owned_grads : 0), moment_of(g, m.peak_node)},
             {base + (compiled ? plan.arena_bytes : 0) + owned_grads + m.gathered, "update"}});
+    if (s.teacher && base + t.forward > r.bytes) {
+      r.bytes = base + t.forward;
+      r.moment = "teacher forward";
+    }
     if (streams && accumulating) {
       const MemoryBreakdown later =
           estimate_step_memory(g, compiled ? &plan : nullptr, {}, all_gradients(), others);

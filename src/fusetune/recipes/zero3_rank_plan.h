@@ -16,7 +16,9 @@
 //   update     + the compiled arena + the gather pool + the owned gradients (owners update in
 //              place: nothing is broadcast, and the gradient reduce needs no bucket).
 // Full DPO adds its frozen reference model, sharded by the same partition: each rank its own
-// share and the pool its reference pass gathers the others into.
+// share and the pool its reference pass gathers the others into. KD adds its frozen teacher,
+// sharded by a partition of its own: each rank its share, the pool its forward gathers the
+// others' into, and the forward's output held through the student's step.
 #include <vector>
 
 #include "fusetune/recipes/rank_plan.h"

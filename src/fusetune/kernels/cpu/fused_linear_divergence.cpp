@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -52,6 +53,48 @@ std::array<double, 2> row_losses(T* zs, T* zt, int32_t y, int64_t V, const Diver
   return {ce, kd};
 }
 
+// The student's LoRA term on a chunk: u = hs A^T [c, r], zs += u Bs^T.
+template <class T>
+void lora_logits(const LinearDivergenceInputs<T>& in, const T* hs, int64_t c, T* u, T* zs) {
+  const int64_t r = in.lora_rank, D = in.D, V = in.V;
+  gemm<T>(false, true, c, r, D, T(1), hs, D, in.lora_A, D, T(0), u, r);
+  gemm<T>(false, true, c, V, r, T(1), u, r, in.lora_B, r, T(1), zs, V);
+}
+
+// Its gradients from the chunk's dz [c, V]: w = dz Bs [c, r], dh_c += w A, dA += w^T hs,
+// dBs += dz^T u.
+template <class T>
+void lora_grads(const LinearDivergenceInputs<T>& in, const LinearDivergenceGrads<T>& g, const T* hs,
+                const T* u, const T* dz, int64_t c, T* w, T* dhc) {
+  const int64_t r = in.lora_rank, D = in.D, V = in.V;
+  gemm<T>(false, false, c, r, V, T(1), dz, V, in.lora_B, r, T(0), w, r);
+  gemm<T>(false, false, c, D, r, T(1), w, r, in.lora_A, D, T(1), dhc, D);
+  gemm<T>(true, false, r, D, c, T(1), w, r, hs, D, T(1), g.dA, D);
+  gemm<T>(true, false, V, r, c, T(1), dz, V, u, r, T(1), g.dB, r);
+}
+
+// The teacher's side of a chunk when it is its top-k: no head, its log-probs scattered.
+template <class T>
+struct SparseTopKTeacher {};
+
+// The teacher's logits zt [c, V] for the chunk's rows: from its hidden states and head, or
+// scattered from its top-k.
+template <class T, class TeacherHead>
+void teacher_chunk_logits(const LinearDivergenceInputs<T>& in, const TeacherHead& teacher,
+                          const std::vector<int64_t>& rows, int64_t c, T* ht, T* zt) {
+  const int64_t K = in.teacher_top_k, V = in.V, Dt = in.teacher_D;
+  if constexpr (std::is_same_v<TeacherHead, SparseTopKTeacher<T>>) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < c; ++i)
+      scatter_top_k<T>(in.teacher_topk_ids + rows[size_t(i)] * K,
+                       in.teacher_topk_logprobs + rows[size_t(i)] * K, K, V, zt + i * V);
+  } else {
+    for (int64_t i = 0; i < c; ++i)
+      std::memcpy(ht + i * Dt, in.teacher_h + rows[size_t(i)] * Dt, sizeof(T) * size_t(Dt));
+    teacher.logits(ht, c, zt);
+  }
+}
+
 // The sweep over chunks of labelled rows, for any pair of heads (head_gemm.h).
 template <class T, class StudentHead, class TeacherHead>
 std::array<double, 2> fused_divergence(const LinearDivergenceInputs<T>& in,
@@ -65,6 +108,10 @@ std::array<double, 2> fused_divergence(const LinearDivergenceInputs<T>& in,
   Tensor hs_buf = Tensor::empty({C, D}, dtype_of<T>());
   Tensor ht_buf = Tensor::empty({C, Dt}, dtype_of<T>());
   Tensor dh_buf = Tensor::empty({g ? C : 0, D}, dtype_of<T>());
+  const int64_t r = in.lora_A ? in.lora_rank : 0;
+  // The LoRA term's products hs_c A^T and dz Bs, [C, r] each.
+  Tensor u_buf = Tensor::empty({C, r}, dtype_of<T>());
+  Tensor w_buf = Tensor::empty({g ? C : 0, r}, dtype_of<T>());
   T *zs = zs_buf.data<T>(), *zt = zt_buf.data<T>();
   T *hs = hs_buf.data<T>(), *ht = ht_buf.data<T>(), *dhc = dh_buf.data<T>();
   std::vector<int64_t> rows;
@@ -73,16 +120,19 @@ std::array<double, 2> fused_divergence(const LinearDivergenceInputs<T>& in,
   if (g) {
     std::memset(g->dh, 0, sizeof(T) * size_t(N * D));
     if (g->dW) std::memset(g->dW, 0, sizeof(T) * size_t(V * D));
+    if (r) {
+      std::memset(g->dA, 0, sizeof(T) * size_t(r * D));
+      std::memset(g->dB, 0, sizeof(T) * size_t(V * r));
+    }
   }
   std::array<double, 2> total{0.0, 0.0};
   for (int64_t r0 = 0; r0 < N; r0 += C) {
     const int64_t c =
         detail::gather_labelled_rows(in.h, in.labels, r0, std::min(N, r0 + C), D, V, rows, hs);
     if (c == 0) continue;
-    for (int64_t i = 0; i < c; ++i)
-      std::memcpy(ht + i * Dt, in.teacher_h + rows[size_t(i)] * Dt, sizeof(T) * size_t(Dt));
     student.logits(hs, c, zs);
-    teacher.logits(ht, c, zt);
+    if (r) lora_logits(in, hs, c, u_buf.data<T>(), zs);
+    teacher_chunk_logits(in, teacher, rows, c, ht, zt);
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < c; ++i)
       row_loss[size_t(i)] =
@@ -93,6 +143,7 @@ std::array<double, 2> fused_divergence(const LinearDivergenceInputs<T>& in,
     }
     if (!g) continue;
     student.grad_h(zs, c, dhc);
+    if (r) lora_grads(in, *g, hs, u_buf.data<T>(), zs, c, w_buf.data<T>(), dhc);
     for (int64_t i = 0; i < c; ++i)
       std::memcpy(g->dh + rows[size_t(i)] * D, dhc + i * D, sizeof(T) * size_t(D));
     if (g->dW) gemm<T>(true, false, V, D, c, T(1), zs, V, hs, D, T(1), g->dW, D);
@@ -108,10 +159,19 @@ std::array<double, 2> with_bf16_head(const uint16_t* W, int64_t D, int64_t V, co
   return run(detail::BF16Head<float>{{W, D}, D, V, tr, tile.data<float>()});
 }
 
-// Float: each head dense or bf16.
+// An NF4 student head dequantized a tile at a time into its own counted scratch.
+template <class T, class Run>
+std::array<double, 2> with_nf4_head(const NF4View& W, const Run& run) {
+  const int64_t tr = nf4_tile_rows(W.rows, W.cols);
+  Tensor tile = Tensor::empty({tr, W.cols}, dtype_of<T>());
+  return run(detail::NF4Head<T>{{W}, W.cols, W.rows, tr, tile.data<T>()});
+}
+
+// Float: each head dense or bf16, the student's also NF4.
 std::array<double, 2> fused_float(const LinearDivergenceInputs<float>& in,
                                   const LinearDivergenceGrads<float>* g) {
   const auto with_teacher = [&](const auto& student) {
+    if (in.teacher_top_k > 0) return fused_divergence(in, student, SparseTopKTeacher<float>{}, g);
     if (!in.teacher_W_bf16)
       return fused_divergence(in, student,
                               detail::DenseHead<float>{in.teacher_W, in.teacher_D, in.V}, g);
@@ -119,6 +179,7 @@ std::array<double, 2> fused_float(const LinearDivergenceInputs<float>& in,
       return fused_divergence(in, student, teacher, g);
     });
   };
+  if (in.W_nf4) return with_nf4_head<float>(*in.W_nf4, with_teacher);
   if (!in.W_bf16) return with_teacher(detail::DenseHead<float>{in.W, in.D, in.V});
   return with_bf16_head(in.W_bf16, in.D, in.V, with_teacher);
 }
@@ -130,7 +191,61 @@ int64_t fused_divergence_scratch_bytes(const DivergenceScratchShape& s) {
   int64_t elems = 2 * C * s.V + C * (s.D + s.teacher_D) + (s.grads ? C * s.D : 0);
   if (s.student_bf16) elems += bf16_tile_rows(s.V, s.D) * s.D;
   if (s.teacher_bf16) elems += bf16_tile_rows(s.V, s.teacher_D) * s.teacher_D;
+  if (s.student_nf4) elems += nf4_tile_rows(s.V, s.D) * s.D;
+  elems += (s.grads ? 2 : 1) * C * s.lora_rank;
   return elems * s.elem_bytes;
+}
+
+template <class T>
+void scatter_top_k(const int32_t* ids, const T* logprobs, int64_t K, int64_t V, T* z) {
+  std::fill(z, z + V, T(kTopKFloorLogit));
+  for (int64_t k = 0; k < K; ++k) {
+    FT_CHECK(ids[k] >= 0 && ids[k] < V, "teacher top-k: token id " + std::to_string(ids[k]) +
+                                            " is outside the vocabulary [0, " + std::to_string(V) +
+                                            ")");
+    z[ids[k]] = logprobs[k];
+  }
+}
+
+template <class T>
+void teacher_top_k(const T* h, const T* W, const uint16_t* W_bf16, int64_t N, int64_t D, int64_t V,
+                   int64_t K, int64_t chunk_rows, int32_t* ids, T* logprobs) {
+  FT_CHECK(K >= 1 && K <= V, "teacher top-k: k = " + std::to_string(K) + " must be in [1, " +
+                                 std::to_string(V) + "]");
+  const int64_t C = std::max<int64_t>(1, std::min(chunk_rows, N));
+  Tensor z_buf = Tensor::empty({C, V}, dtype_of<T>());
+  T* z = z_buf.data<T>();
+  const auto top_k_of_chunk = [&](const auto& head, int64_t r0, int64_t c) {
+    head.logits(h + r0 * D, c, z);
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < c; ++i) {
+      const T* zi = z + i * V;
+      std::vector<int32_t> order(static_cast<size_t>(V));
+      for (int64_t v = 0; v < V; ++v) order[size_t(v)] = int32_t(v);
+      std::partial_sort(order.begin(), order.begin() + K, order.end(), [zi](int32_t a, int32_t b) {
+        return zi[a] > zi[b] || (zi[a] == zi[b] && a < b);
+      });
+      const double lse = row_lse(zi, V);
+      for (int64_t k = 0; k < K; ++k) {
+        ids[(r0 + i) * K + k] = order[size_t(k)];
+        logprobs[(r0 + i) * K + k] = T(double(zi[order[size_t(k)]]) - lse);
+      }
+    }
+  };
+  const auto sweep = [&](const auto& head) {
+    for (int64_t r0 = 0; r0 < N; r0 += C) top_k_of_chunk(head, r0, std::min(C, N - r0));
+  };
+  if constexpr (std::is_same_v<T, float>) {
+    if (W_bf16) {
+      with_bf16_head(W_bf16, D, V, [&](const auto& head) {
+        sweep(head);
+        return std::array<double, 2>{};
+      });
+      return;
+    }
+  }
+  FT_CHECK(!W_bf16, "teacher_top_k: a bf16 head needs float");
+  sweep(detail::DenseHead<T>{W, D, V});
 }
 
 template <class T>
@@ -140,11 +255,22 @@ std::array<double, 2> fused_linear_divergence(const LinearDivergenceInputs<T>& i
     return fused_float(in, g);
   } else {
     FT_CHECK(!in.W_bf16 && !in.teacher_W_bf16, "fused_linear_divergence: bf16 heads need float");
-    return fused_divergence(in, detail::DenseHead<T>{in.W, in.D, in.V},
-                            detail::DenseHead<T>{in.teacher_W, in.teacher_D, in.V}, g);
+    const auto with_teacher = [&](const auto& student) {
+      if (in.teacher_top_k > 0) return fused_divergence(in, student, SparseTopKTeacher<T>{}, g);
+      return fused_divergence(in, student, detail::DenseHead<T>{in.teacher_W, in.teacher_D, in.V},
+                              g);
+    };
+    if (in.W_nf4) return with_nf4_head<T>(*in.W_nf4, with_teacher);
+    return with_teacher(detail::DenseHead<T>{in.W, in.D, in.V});
   }
 }
 
+template void scatter_top_k<float>(const int32_t*, const float*, int64_t, int64_t, float*);
+template void scatter_top_k<double>(const int32_t*, const double*, int64_t, int64_t, double*);
+template void teacher_top_k<float>(const float*, const float*, const uint16_t*, int64_t, int64_t,
+                                   int64_t, int64_t, int64_t, int32_t*, float*);
+template void teacher_top_k<double>(const double*, const double*, const uint16_t*, int64_t, int64_t,
+                                    int64_t, int64_t, int64_t, int32_t*, double*);
 template std::array<double, 2> fused_linear_divergence<float>(const LinearDivergenceInputs<float>&,
                                                               const LinearDivergenceGrads<float>*);
 template std::array<double, 2> fused_linear_divergence<double>(
