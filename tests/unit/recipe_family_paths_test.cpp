@@ -100,6 +100,8 @@ fs::path write_family_run(const RecipeCase& rc, const std::string& family, const
   write_text(config, yaml);
   if (rc.model == TinyModel::Lora) keys = with_keys(keys, kTinyLoraKeys);
   keys = with_keys(keys, rc.extra);
+  // The byte tokenizer has no chat tokens: Qwen's ChatML and Phi-3's format would refuse it.
+  if (rc.data == TinyData::Pairs) keys["dataset.template"] = "plain";
   return config;
 }
 
@@ -167,10 +169,18 @@ TEST_P(RecipeFamilyPaths, TrainsAndSavesTheFamily) {
     const std::vector<double> losses = logged_values(out, "loss");
     ASSERT_EQ(losses.size(), 3u) << r.out;
     for (double l : losses) EXPECT_TRUE(std::isfinite(l));
-    if (rc.data == TinyData::Pairs) EXPECT_EQ(logged_values(out, "rewards/margins").size(), 3u);
+    if (rc.data == TinyData::Pairs) {
+      EXPECT_EQ(logged_values(out, "rewards/margins").size(), 3u);
+    }
     if (eager.empty()) eager = losses;
+    // Full QAT's step 3 follows an update through 4-bit weights: Adam's first steps move each
+    // weight by about lr whatever its gradient's size, so an ulp apart in a near-zero gradient
+    // moves a weight across a rounding boundary (the Llama of recipe_matrix drifts as much,
+    // 5e-5; Phi-3 7e-4). Steps 1 and 2 (the first fake-quantized forward) agree tightly.
+    const bool qat_full = rc.extra.count("quantizer._component_") && rc.model == TinyModel::Full;
     for (size_t i = 0; i < losses.size(); ++i)
-      EXPECT_NEAR(losses[i], eager[i], 1e-5 * std::fabs(eager[i]) + 1e-6);
+      EXPECT_NEAR(losses[i], eager[i], (qat_full && i == 2 ? 2e-3 : 1e-5) * std::fabs(eager[i]))
+          << "step " << i + 1;
     expect_family_checkpoint(out / "epoch_0", family, rc.model == TinyModel::Lora);
   }
   if (rc.ranks > 1) return;

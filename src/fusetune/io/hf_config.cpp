@@ -288,9 +288,11 @@ ModelConfig parse_multimodal_config(const json& j, const ModelFamily& family,
   FT_CHECK(text["model_type"] == family.model_type,
            src + ": text_config's model_type must be '" + std::string(family.model_type) +
                "' in a '" + outer_type + "' config, got " + text["model_type"].dump());
-  if (!family.multimodal_text_defaults.empty())
-    for (const auto& [key, value] : json::parse(family.multimodal_text_defaults).items())
+  if (!family.multimodal_text_defaults.empty()) {
+    const json defaults = json::parse(family.multimodal_text_defaults);
+    for (const auto& [key, value] : defaults.items())
       if (!text.contains(key)) text[key] = value;
+  }
   std::vector<std::string> taken;
   for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id"})
     if (!text.contains(key) && j.contains(key)) {
