@@ -345,7 +345,9 @@ void expect_quantized_agreement(const ModelConfig& c, const TensorMap& params,
       "%.3g\n",
       c.model_type.c_str(), gguf::file_type_name(type), da.max_abs, da.mean_abs, nll_act,
       noise.max_abs, noise.mean_abs);
-  EXPECT_LT(da.mean_abs, 1.5 * noise.mean_abs);
+  // A tiny model whose activations the 1e-6 change rounds no differently has a floor of 0:
+  // there the reference must agree as closely as an F32 export does.
+  EXPECT_LT(da.mean_abs, std::max(1.5 * noise.mean_abs, 1e-4));
   if (type == gguf::FileType::F16) {
     // fp16 activations or not cannot be told apart here: both are at the noise floor.
     EXPECT_LT(d.mean_abs, 0.005);
