@@ -15,6 +15,7 @@
 #include "fusetune/io/safetensors.h"
 #include "fusetune/util/error.h"
 #include "fusetune/util/fs.h"
+#include "recipe_runs.h"
 #include "test_support.h"
 
 using namespace fusetune;
@@ -26,9 +27,9 @@ namespace {
 
 // A tiny Gemma 3 text model (untied, so that lm_head is stored too) as transformers writes a
 // text_config: every key spelled out (what fusetune writes back), no token ids of its own.
-json mm_text_config() {
+json mm_text_config(int64_t vocab = 40) {
   ModelConfig c = parse_model_config(json{{"model_type", "gemma3_text"},
-                                          {"vocab_size", 40},
+                                          {"vocab_size", vocab},
                                           {"hidden_size", 16},
                                           {"intermediate_size", 24},
                                           {"num_hidden_layers", 2},
@@ -45,7 +46,7 @@ json mm_text_config() {
   return t;
 }
 
-json mm_config() {
+json mm_config(int64_t vocab = 40) {
   return json{{"architectures", {"Gemma3ForConditionalGeneration"}},
               {"model_type", "gemma3"},
               {"boi_token_index", 37},
@@ -54,7 +55,7 @@ json mm_config() {
               {"mm_tokens_per_image", 4},
               {"bos_token_id", 2},
               {"eos_token_id", {1, 36}},
-              {"text_config", mm_text_config()},
+              {"text_config", mm_text_config(vocab)},
               {"vision_config",
                {{"model_type", "siglip_vision_model"}, {"hidden_size", 8}, {"patch_size", 2}}},
               {"torch_dtype", "bfloat16"}};
@@ -83,12 +84,12 @@ NamedTensors vision_tensors() {
 // `lm_head`, then the vision tensors. Returns the text model's tensors by their text names.
 std::map<std::string, Tensor> write_mm_checkpoint(const fs::path& dir,
                                                   const std::string& model_prefix,
-                                                  const std::string& lm_head) {
+                                                  const std::string& lm_head, int64_t vocab = 40) {
   fs::create_directories(dir);
   FileWriter w(dir / "config.json");
-  w.write(mm_config().dump(2) + "\n");
+  w.write(mm_config(vocab).dump(2) + "\n");
   w.close();
-  const ModelConfig text = parse_model_config(mm_text_config(), "text");
+  const ModelConfig text = parse_model_config(mm_text_config(vocab), "text");
   NamedTensors stored;
   std::map<std::string, Tensor> by_text_name;
   uint32_t seed = 10;
@@ -180,6 +181,43 @@ TEST(MultimodalCheckpoint, ChangedTextWeightsAreSavedAndTheVisionTensorsKept) {
     ASSERT_EQ(out.tensor(name).dtype(), t.dtype()) << name;  // BF16 stays BF16 in an F32 save
     EXPECT_TRUE(bytes_of(out.tensor(name)) == bytes_of(t)) << name;
   }
+}
+
+// The user's path: a recipe fine-tunes the text model of a multimodal checkpoint (byte
+// vocabulary) and its epoch_0 is that checkpoint again, trained: the same layout and config,
+// the vision tensors byte for byte, the text ones moved.
+TEST(MultimodalCheckpoint, ARecipeTrainsTheTextModelAndSavesTheMultimodalCheckpoint) {
+  const TempDir tmp;
+  write_mm_checkpoint(tmp / "src", "language_model.model.", "language_model.lm_head.weight", 259);
+  const fs::path config = tmp / "run.yaml";
+  FileWriter w(config);
+  w.write(
+      "output_dir: " + (tmp / "out").string() +
+      "\nmodel:\n  init: checkpoint\ncheckpointer:\n  checkpoint_dir: " + (tmp / "src").string() +
+      "\n  checkpoint_files: [model.safetensors]\ntokenizer:\n  _component_: byte\n"
+      "  max_seq_len: 32\ndataset:\n  _component_: text_completion\n  source: "
+      "configs/demo/demo_corpus.txt\n  packed: true\nbatch_size: 2\nepochs: 1\n"
+      "max_steps_per_epoch: 2\noptimizer:\n  _component_: AdamW\n  lr: 1e-2\n"
+      "dtype: bf16\ncompile: true\nnum_threads: 1\n");
+  w.close();
+  const CliRun r = run_shell(shell_quote(binary_path()) + " run full_finetune_single_device " +
+                                 "--config " + shell_quote(config.string()),
+                             tmp / "io");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.err.find("its 4 other tensors (vision tower, projector) are not"), std::string::npos)
+      << r.err;
+  const fs::path epoch = tmp / "out" / "epoch_0";
+  const json saved = json::parse(read_file(epoch / "config.json"));
+  EXPECT_EQ(saved["model_type"], "gemma3");
+  EXPECT_EQ(saved["text_config"], mm_config(259)["text_config"]);
+  const SafetensorsFile src = SafetensorsFile::open(tmp / "src" / "model.safetensors"),
+                        out = SafetensorsFile::open(epoch / "model.safetensors");
+  ASSERT_EQ(src.names(), out.names());
+  for (const auto& [name, t] : vision_tensors())
+    EXPECT_TRUE(bytes_of(out.tensor(name)) == bytes_of(src.tensor(name))) << name;
+  const std::string embed = "language_model.model.embed_tokens.weight";
+  EXPECT_EQ(out.tensor(embed).dtype(), DType::BF16);
+  EXPECT_FALSE(bytes_of(out.tensor(embed)) == bytes_of(src.tensor(embed)));  // trained
 }
 
 // Without a checkpoint to take the vision tensors from (a model built from the config.json file
