@@ -67,7 +67,8 @@ const std::vector<std::string>& hf_side_files();
 // to replace a non-empty directory that holds no config.json (it is not a checkpoint).
 // A multimodal model's (ModelConfig::multimodal) is written in its source checkpoint's layout:
 // the text tensors under the names they came with, then the source's other tensors byte for
-// byte in their own dtype, and its config.json with text_config rewritten; without a source
+// byte in their own dtype, and its config.json with text_config rewritten (keys it left out
+// stay out where the defaults give the same model); without a source
 // checkpoint (a model from a config.json file), the text model alone (Gemma3ForCausalLM).
 void save_hf_checkpoint(const std::filesystem::path& dir, const ModelConfig& config,
                         const NamedTensors& tensors, const SaveOptions& options = {});

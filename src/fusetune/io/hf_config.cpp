@@ -488,6 +488,32 @@ json text_model_config_to_json(const ModelConfig& c, bool top_level) {
 
 }  // namespace
 
+namespace {
+
+// A multimodal config.json's text_config as written: the keys the text model's json added to
+// the block as read are dropped again where reading the block without them gives the same
+// model (transformers' defaults), so that a published config.json, whose text_config names only
+// what differs from Gemma3TextConfig, saves back as it was.
+json minimal_text_block(const ModelConfig& c, json text) {
+  auto model_of = [&](const json& block) {
+    json outer = c.multimodal;
+    outer["text_config"] = block;
+    return text_model_config_to_json(parse_model_config(outer, "text_config"), false);
+  };
+  const json model = model_of(text);
+  std::vector<std::string> added;
+  for (const auto& [key, value] : text.items())
+    if (!c.raw.is_object() || !c.raw.contains(key)) added.push_back(key);
+  for (const std::string& key : added) {
+    json without = text;
+    without.erase(key);
+    if (model_of(without) == model) text = std::move(without);
+  }
+  return text;
+}
+
+}  // namespace
+
 json model_config_to_json(const ModelConfig& c) {
   if (!c.multimodal.is_object()) return text_model_config_to_json(c, true);
   // The multimodal file as read, its text_config rewritten; token ids taken from the outer
@@ -495,7 +521,7 @@ json model_config_to_json(const ModelConfig& c) {
   json text = text_model_config_to_json(c, false);
   for (const std::string& key : c.ids_from_multimodal) text.erase(key);
   json j = c.multimodal;
-  j["text_config"] = text;
+  j["text_config"] = minimal_text_block(c, std::move(text));
   return j;
 }
 
