@@ -978,6 +978,53 @@ TEST(GgufLlamaCpp, Gemma3F32LogitsAgreeWithFusetuneAndTheReference) {
   check_gemma_family(c, "gemma3", text, 2e-4);
 }
 
+// A Gemma 3 checkpoint saved as Gemma3ForConditionalGeneration (text model under
+// language_model., a vision tensor beside it) exports as its text model: the GGUF file is byte
+// for byte the one of the same text model saved as Gemma3ForCausalLM (llama.cpp's gemma3 is
+// the text model; the vision tower would be a separate mmproj file).
+TEST(GgufLlamaCpp, Gemma3MultimodalCheckpointExportsItsTextModel) {
+  FT_REQUIRE_ASSET("stories260K/tokenizer.json");
+  const fs::path tok = fusetune::testing::assets_dir() / "stories260K";
+  const nlohmann::json text = {
+      {"model_type", "gemma3_text"}, {"vocab_size", 512},      {"hidden_size", 64},
+      {"intermediate_size", 128},    {"num_hidden_layers", 2}, {"num_attention_heads", 4},
+      {"num_key_value_heads", 2},    {"head_dim", 32},         {"sliding_window", 8},
+      {"bos_token_id", 1},           {"eos_token_id", 2}};
+  const ModelConfig c = parse_model_config(text, "gemma3 text config");
+  fusetune::testing::TempDir tmp;
+  std::mt19937 rng(9);
+  std::normal_distribution<float> n(0.0f, 0.1f);
+  NamedTensors ts, stored;
+  for (const auto& [name, shape] : expected_parameters(c)) {
+    Tensor t = Tensor::empty(shape, DType::F32);
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = n(rng);
+    ts.push_back({name, t});
+    stored.push_back({"language_model." + name, t});  // language_model.model.*
+  }
+  stored.push_back({"vision_tower.vision_model.post_layernorm.weight", ts.back().second});
+  // The same directory name in both: general.name is the directory's.
+  const fs::path text_dir = tmp / "text" / "model", mm_dir = tmp / "mm" / "model";
+  save_hf_checkpoint(text_dir, c, ts);
+  fs::create_directories(mm_dir);
+  std::ofstream(mm_dir / "config.json")
+      << nlohmann::json{{"model_type", "gemma3"},
+                        {"architectures", {"Gemma3ForConditionalGeneration"}},
+                        {"text_config", text},
+                        {"vision_config", {{"model_type", "siglip_vision_model"}}}}
+             .dump();
+  save_safetensors(mm_dir / "model.safetensors", stored);
+  for (const fs::path& d : {text_dir, mm_dir})
+    for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) fs::copy_file(tok / f, d / f);
+  gguf::export_gguf(text_dir, tmp / "text.gguf", gguf::FileType::F32);
+  const auto r = gguf::export_gguf(mm_dir, tmp / "mm.gguf", gguf::FileType::F32);
+  EXPECT_EQ(r.tensors.size(), expected_parameters(c).size());
+  std::ifstream a(tmp / "text.gguf", std::ios::binary), b(tmp / "mm.gguf", std::ios::binary);
+  const std::string bytes_a(std::istreambuf_iterator<char>(a), {}),
+      bytes_b(std::istreambuf_iterator<char>(b), {});
+  EXPECT_GT(bytes_a.size(), 100000u);
+  EXPECT_TRUE(bytes_a == bytes_b);
+}
+
 // Phi-3 (model_type phi3: q, k and v as one qkv_proj, gate and up as one gate_up_proj, NEOX
 // RoPE, untied head) with random weights and stories260K's tokenizer, exported as F32 GGUF
 // (architecture phi3: attn_qkv and ffn_up written as stored): fusetune and llama.cpp agree with
