@@ -192,9 +192,9 @@ TEST(MultimodalCheckpoint, ARecipeTrainsTheTextModelAndSavesTheMultimodalCheckpo
       "max_steps_per_epoch: 2\noptimizer:\n  _component_: AdamW\n  lr: 1e-2\n"
       "dtype: bf16\ncompile: true\nnum_threads: 1\n");
   w.close();
-  const CliRun r = run_shell(shell_quote(binary_path()) + " run full_finetune_single_device " +
-                                 "--config " + shell_quote(config.string()),
-                             tmp / "io");
+  const std::string cli = shell_quote(binary_path()) + " run ";
+  const CliRun r = run_shell(
+      cli + "full_finetune_single_device --config " + shell_quote(config.string()), tmp / "io");
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_NE(r.err.find("its 4 other tensors (vision tower, projector) are not"), std::string::npos)
       << r.err;
@@ -210,6 +210,24 @@ TEST(MultimodalCheckpoint, ARecipeTrainsTheTextModelAndSavesTheMultimodalCheckpo
   const std::string embed = "language_model.model.embed_tokens.weight";
   EXPECT_EQ(out.tensor(embed).dtype(), DType::BF16);
   EXPECT_FALSE(bytes_of(out.tensor(embed)) == bytes_of(src.tensor(embed)));  // trained
+  // LoRA: the merged checkpoint in the multimodal layout; the adapter under the text model's
+  // PEFT names, which a note says.
+  const CliRun lora =
+      run_shell(cli + "lora_finetune_single_device --config " + shell_quote(config.string()) +
+                    " output_dir=" + shell_quote((tmp / "lora").string()) +
+                    " model.lora_attn_modules=[q_proj,v_proj]",
+                tmp / "io_lora");
+  ASSERT_EQ(lora.code, 0) << lora.out << lora.err;
+  EXPECT_NE(lora.err.find("the LoRA adapter carries the text model's PEFT names"),
+            std::string::npos)
+      << lora.err;
+  const SafetensorsFile merged =
+      SafetensorsFile::open(tmp / "lora" / "epoch_0" / "model.safetensors");
+  EXPECT_EQ(merged.names(), src.names());
+  const SafetensorsFile adapter =
+      SafetensorsFile::open(tmp / "lora" / "epoch_0" / "adapter_model.safetensors");
+  EXPECT_EQ(adapter.names().front(),
+            "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight");
 }
 
 // Without a checkpoint to take the vision tensors from (a model built from the config.json file
