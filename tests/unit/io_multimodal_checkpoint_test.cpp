@@ -6,6 +6,7 @@
 // through byte for byte, so that load -> save reproduces the checkpoint.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <random>
 
 #include <nlohmann/json.hpp>
@@ -210,24 +211,46 @@ TEST(MultimodalCheckpoint, ARecipeTrainsTheTextModelAndSavesTheMultimodalCheckpo
   const std::string embed = "language_model.model.embed_tokens.weight";
   EXPECT_EQ(out.tensor(embed).dtype(), DType::BF16);
   EXPECT_FALSE(bytes_of(out.tensor(embed)) == bytes_of(src.tensor(embed)));  // trained
-  // LoRA: the merged checkpoint in the multimodal layout; the adapter under the text model's
-  // PEFT names, which a note says.
+  // LoRA: the merged checkpoint in the multimodal layout, and the adapter as PEFT names it on
+  // Gemma3ForConditionalGeneration (module paths under language_model, target_modules a
+  // pattern that leaves the vision tower's q_proj/v_proj alone), which `fusetune merge` reads
+  // back onto the multimodal base.
   const CliRun lora =
       run_shell(cli + "lora_finetune_single_device --config " + shell_quote(config.string()) +
                     " output_dir=" + shell_quote((tmp / "lora").string()) +
                     " model.lora_attn_modules=[q_proj,v_proj]",
                 tmp / "io_lora");
   ASSERT_EQ(lora.code, 0) << lora.out << lora.err;
-  EXPECT_NE(lora.err.find("the LoRA adapter carries the text model's PEFT names"),
-            std::string::npos)
-      << lora.err;
-  const SafetensorsFile merged =
-      SafetensorsFile::open(tmp / "lora" / "epoch_0" / "model.safetensors");
-  EXPECT_EQ(merged.names(), src.names());
-  const SafetensorsFile adapter =
-      SafetensorsFile::open(tmp / "lora" / "epoch_0" / "adapter_model.safetensors");
+  const fs::path adapter_dir = tmp / "lora" / "epoch_0";
+  EXPECT_EQ(SafetensorsFile::open(adapter_dir / "model.safetensors").names(), src.names());
+  const SafetensorsFile adapter = SafetensorsFile::open(adapter_dir / "adapter_model.safetensors");
   EXPECT_EQ(adapter.names().front(),
-            "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight");
+            "base_model.model.language_model.model.layers.0.self_attn.q_proj.lora_A.weight");
+  EXPECT_EQ(json::parse(read_file(adapter_dir / "adapter_config.json"))["target_modules"],
+            ".*language_model.*\\.(q_proj|v_proj)");
+  const CliRun merge = run_shell(shell_quote(binary_path()) + " merge --base " +
+                                     shell_quote((tmp / "src").string()) + " --adapter " +
+                                     shell_quote(adapter_dir.string()) + " --output " +
+                                     shell_quote((tmp / "merged").string()),
+                                 tmp / "io_merge");
+  ASSERT_EQ(merge.code, 0) << merge.out << merge.err;
+  const SafetensorsFile merged = SafetensorsFile::open(tmp / "merged" / "model.safetensors");
+  ASSERT_EQ(merged.names(), src.names());
+  for (const auto& [name, t] : vision_tensors())
+    EXPECT_TRUE(bytes_of(merged.tensor(name)) == bytes_of(src.tensor(name))) << name;
+  const std::string q = "language_model.model.layers.0.self_attn.q_proj.weight";
+  const Tensor merged_q = merged.tensor(q).to(DType::F32), src_q = src.tensor(q).to(DType::F32),
+               recipe_q = SafetensorsFile::open(adapter_dir / "model.safetensors")
+                              .tensor(q)
+                              .to(DType::F32);
+  double moved = 0, apart = 0;  // the adapter's W + s B A, as the recipe merged it (bf16)
+  for (int64_t i = 0; i < src_q.numel(); ++i) {
+    moved = std::max(moved, double(std::fabs(merged_q.data<float>()[i] - src_q.data<float>()[i])));
+    apart =
+        std::max(apart, double(std::fabs(merged_q.data<float>()[i] - recipe_q.data<float>()[i])));
+  }
+  EXPECT_GT(moved, 1e-3);
+  EXPECT_LT(apart, 0.02 * moved + 1e-2);
 }
 
 // Without a checkpoint to take the vision tensors from (a model built from the config.json file

@@ -265,6 +265,7 @@ void keep_text_model(OpenedCheckpoint& ck, const fs::path& dir,
   ck.where = std::move(text);
   ck.config.multimodal_source_dir = dir.string();
   ck.config.multimodal_source_files = files;
+  ck.config.multimodal_text_prefix = names.model_prefix;
   std::fprintf(stderr,
                "note: %s: a %s checkpoint: its text model (%s*) is loaded; its %zu other tensors "
                "(vision tower, projector) are not, and a save writes them back unchanged\n",

@@ -76,6 +76,11 @@ struct ModelConfig {
   // tower, projector) a save carries through unchanged; empty: none to carry.
   std::string multimodal_source_dir;
   std::vector<std::string> multimodal_source_files;
+  // Where the text model's "model." sits in the multimodal model's module tree, as its
+  // checkpoint names it: "language_model.model." (lm_head at "language_model.lm_head") or
+  // "model.language_model." (lm_head at "lm_head"); "" when unknown (models/model_family.h's
+  // multimodal_module_name).
+  std::string multimodal_text_prefix;
 };
 
 }  // namespace fusetune

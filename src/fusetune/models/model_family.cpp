@@ -72,6 +72,16 @@ const ModelFamily* multimodal_family(std::string_view model_type) {
   return nullptr;
 }
 
+std::string multimodal_module_name(const ModelConfig& c, const std::string& name) {
+  const std::string& prefix = c.multimodal_text_prefix;
+  if (prefix.empty()) return name;
+  if (name.rfind("model.", 0) == 0) return prefix + name.substr(6);
+  // lm_head sits beside "model." in the language model: language_model.lm_head, or at the top.
+  if (name.rfind("lm_head.", 0) == 0 && prefix.rfind("language_model.", 0) == 0)
+    return "language_model." + name;
+  return name;
+}
+
 bool is_sliding_layer(const ModelConfig& config, int64_t layer) {
   return size_t(layer) < config.layer_types.size() &&
          config.layer_types[size_t(layer)] == "sliding_attention";

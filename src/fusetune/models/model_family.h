@@ -105,6 +105,11 @@ std::vector<LayerProjection> layer_projections(const ModelConfig& config);
 // The family whose text model a multimodal config.json's model_type (`gemma3`) holds, or null.
 const ModelFamily* multimodal_family(std::string_view model_type);
 
+// The module path of the text model's `name` ("model.layers.0.self_attn.q_proj...",
+// "lm_head...") in its multimodal model (ModelConfig::multimodal_text_prefix), as PEFT names
+// an adapter there; `name` itself for a text model.
+std::string multimodal_module_name(const ModelConfig& config, const std::string& name);
+
 // Every family fusetune builds, in the order error messages list them.
 const std::vector<ModelFamily>& model_families();
 

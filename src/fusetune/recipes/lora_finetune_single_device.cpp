@@ -9,8 +9,6 @@
 //   output_dir/epoch_N/recipe_state.{json,safetensors}   optimizer state of the adapters
 #include "fusetune/recipes/lora_finetune_single_device.h"
 
-#include <cstdio>
-
 #include "fusetune/io/hf_checkpoint.h"
 #include "fusetune/io/safetensors.h"
 #include "fusetune/models/model_family.h"
@@ -96,13 +94,7 @@ void save_lora_checkpoint(const LoraRun& run, bool adapter_only, const fs::path&
           so.copy_files_from = c.copy_files_from;
           save_hf_checkpoint(staging, *c.config, model, so);
         }
-        peft::save_peft_adapter(staging, run.lora, *c.params, run.base_name);
-        if (c.config->multimodal.is_object())
-          std::fprintf(stderr,
-                       "note: the LoRA adapter carries the text model's PEFT names "
-                       "(base_model.model.model.layers...), not those of the %s model around "
-                       "it: load it on the text model, or use the merged checkpoint\n",
-                       c.config->multimodal.value("model_type", "").c_str());
+        peft::save_peft_adapter(staging, run.lora, *c.params, run.base_name, c.config);
       },
       state);
 }
