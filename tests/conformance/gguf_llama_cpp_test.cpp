@@ -22,6 +22,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <numbers>
@@ -223,14 +224,23 @@ std::vector<std::vector<double>> reference_logprobs(const ModelConfig& c, const 
       for (int64_t i = 0; i < hd; ++i) v[size_t(h * hd + i)] *= r * ((gemma ? 1.0 : 0.0) + W(n)[i]);
     }
   };
+  // Phi-3's LongRoPE (transformers' _compute_longrope_parameters): each frequency divided by
+  // its long factor when the sequence is longer than original_max_position_embeddings (else its
+  // short one), cos and sin scaled by attention_factor.
+  const auto& rs = c.rope_scaling;
+  const bool longrope = rs.rope_type == "longrope";
+  const std::vector<double>& ext =
+      T > rs.original_max_position_embeddings ? rs.long_factor : rs.short_factor;
+  const double mscale = longrope ? rs.attention_factor : 1.0;
   auto rope = [&](std::vector<double>& v, int64_t heads, int64_t pos, double base) {
     for (int64_t h = 0; h < heads; ++h)
       for (int64_t i = 0; i < hd / 2; ++i) {
-        const double a = double(pos) * std::pow(base, -2.0 * double(i) / double(hd));
+        const double a = double(pos) * std::pow(base, -2.0 * double(i) / double(hd)) /
+                         (longrope ? ext[size_t(i)] : 1.0);
         double& x0 = v[size_t(h * hd + i)];
         double& x1 = v[size_t(h * hd + i + hd / 2)];
-        const double n0 = x0 * std::cos(a) - x1 * std::sin(a),
-                     n1 = x1 * std::cos(a) + x0 * std::sin(a);
+        const double n0 = mscale * (x0 * std::cos(a) - x1 * std::sin(a)),
+                     n1 = mscale * (x1 * std::cos(a) + x0 * std::sin(a));
         x0 = n0;
         x1 = n1;
       }
@@ -314,6 +324,41 @@ std::vector<std::vector<double>> reference_logprobs(const ModelConfig& c, const 
   return out;
 }
 
+// F16 / quantized: llama.cpp also rounds the activations (round_activations). The independent
+// reference with that rounding comes closer; what remains is at the noise floor of the
+// rounding itself: a 1e-6 relative change of the activations (a different summation order)
+// flips some roundings and moves the log-probabilities as much. `params`: the weights the file
+// holds; `d`, `nll_ft`: fusetune on them against llama.cpp.
+// ggml_gelu: the reference applies llama.cpp's table GELU (the Gemmas).
+void expect_quantized_agreement(const ModelConfig& c, const TensorMap& params,
+                                const std::vector<int32_t>& ids, gguf::FileType type,
+                                const nlohmann::json& cpp, const Diff& d, double nll_cpp,
+                                double nll_ft, bool ggml_gelu = false) {
+  const auto ref_act = reference_logprobs(c, params, ids, type, true, 0, ggml_gelu);
+  const auto ref_noise = reference_logprobs(c, params, ids, type, true, 1e-6, ggml_gelu);
+  const Diff da = compare(ref_act, cpp["logprobs"]);
+  const Diff noise = compare(ref_act, nlohmann::json(ref_noise));
+  const double nll_act = mean_nll(ref_act, ids);
+  std::printf(
+      "[gguf %s %s] reference with llama.cpp's activation rounding vs llama.cpp: |dlogp| "
+      "max %.3g, mean %.3g, mean NLL %.6f; its own 1e-6 noise floor: max %.3g, mean "
+      "%.3g\n",
+      c.model_type.c_str(), gguf::file_type_name(type), da.max_abs, da.mean_abs, nll_act,
+      noise.max_abs, noise.mean_abs);
+  // A tiny model whose activations the 1e-6 change rounds no differently has a floor of 0:
+  // there the reference must agree as closely as an F32 export does.
+  EXPECT_LT(da.mean_abs, std::max(1.5 * noise.mean_abs, 1e-4));
+  if (type == gguf::FileType::F16) {
+    // fp16 activations or not cannot be told apart here: both are at the noise floor.
+    EXPECT_LT(d.mean_abs, 0.005);
+    EXPECT_LT(std::fabs(nll_cpp - nll_ft), 5e-4);
+    return;
+  }
+  EXPECT_LT(d.mean_abs, 0.05);
+  EXPECT_LT(da.mean_abs, d.mean_abs);
+  EXPECT_LT(std::fabs(nll_cpp - nll_ft), 0.005);
+}
+
 }  // namespace
 
 TEST(GgufLlamaCpp, Stories260KLogitsAgreeWithFusetune) {
@@ -373,31 +418,7 @@ TEST(GgufLlamaCpp, Stories260KLogitsAgreeWithFusetune) {
       EXPECT_NEAR(nll_cpp, nll_ft, 1e-5);
       continue;
     }
-    // F16 / quantized: llama.cpp also rounds the activations (round_activations). The independent
-    // reference with that rounding comes closer; what remains is at the noise floor of the
-    // rounding itself: a 1e-6 relative change of the activations (a different summation order)
-    // flips some roundings and moves the log-probabilities as much.
-    const auto ref_act = reference_logprobs(ck.config, params, ids, type, true);
-    const auto ref_noise = reference_logprobs(ck.config, params, ids, type, true, 1e-6);
-    const Diff da = compare(ref_act, cpp["logprobs"]);
-    const Diff noise = compare(ref_act, nlohmann::json(ref_noise));
-    const double nll_act = mean_nll(ref_act, ids);
-    std::printf(
-        "[gguf %s] reference with llama.cpp's activation rounding vs llama.cpp: |dlogp| "
-        "max %.3g, mean %.3g, mean NLL %.6f; its own 1e-6 noise floor: max %.3g, mean "
-        "%.3g\n",
-        gguf::file_type_name(type), da.max_abs, da.mean_abs, nll_act, noise.max_abs,
-        noise.mean_abs);
-    EXPECT_LT(da.mean_abs, 1.5 * noise.mean_abs);
-    if (type == gguf::FileType::F16) {
-      // fp16 activations or not cannot be told apart here: both are at the noise floor.
-      EXPECT_LT(d.mean_abs, 0.005);
-      EXPECT_LT(std::fabs(nll_cpp - nll_ft), 5e-4);
-      continue;
-    }
-    EXPECT_LT(d.mean_abs, 0.05);
-    EXPECT_LT(da.mean_abs, d.mean_abs);
-    EXPECT_LT(std::fabs(nll_cpp - nll_ft), 0.005);
+    expect_quantized_agreement(ck.config, params, ids, type, cpp, d, nll_cpp, nll_ft);
     if (type == gguf::FileType::Q4_0) {  // fusetune predicts most of Q4_0's loss increase
       EXPECT_LT(std::fabs(nll_cpp - nll_ft), 0.25 * (nll_cpp - nll_fp32));
     }
@@ -600,68 +621,88 @@ TEST(GgufLlamaCpp, Hidden256Q4_0HeadIsQ6_KAndFusetunePredictsLlamaCpp) {
   }
 }
 
-// Qwen3 (model_type qwen3: q/k norms before RoPE, head_dim 32 independent of hidden_size 64 / 4
-// heads, tied embeddings, NEOX RoPE without permutation) with random weights and Qwen3's own
-// tokenizer, exported as F32 GGUF (architecture qwen3): llama.cpp's log-probabilities agree
-// with fusetune's evaluation and with the independent double-precision forward written out
-// above (which applies the q/k norms itself), as the Llama F32 export does.
-TEST(GgufLlamaCpp, Qwen3F32LogitsAgreeWithFusetuneAndTheReference) {
-  FT_REQUIRE_ASSET("tokenizers/qwen3/tokenizer.json");
-  FT_REQUIRE_ASSET("datasets/tinystories_sample.txt");
-  if (auto why = llama_cpp_unavailable(); !why.empty()) FT_SKIP_UNLESS_REQUIRED(why);
-  fusetune::testing::TempDir tmp;
+namespace {
+
+// A random Qwen3 (model_type qwen3: q/k norms before RoPE, head_dim 32 independent of
+// hidden_size 64 / 4 heads, tied embeddings, NEOX RoPE without permutation) saved with Qwen3's
+// own tokenizer, and 16 positions of a story in it (each row compares all 151,936
+// log-probabilities: node's JSON of them is most of these tests' time).
+struct RandomQwen3 {
+  ModelConfig c;
+  TensorMap params;
+  fs::path dir;
+  std::string story;
+  std::vector<int32_t> text_ids, ids;
+};
+
+RandomQwen3 random_qwen3(const fs::path& tmp) {
+  RandomQwen3 q;
   const fs::path src = fusetune::testing::assets_dir() / "tokenizers" / "qwen3";
   auto tok = HfTokenizer::from_file(src / "tokenizer.json");
   std::ifstream story_in(fusetune::testing::assets_dir() / "datasets" / "tinystories_sample.txt");
   std::string story(std::istreambuf_iterator<char>(story_in), {});
   story = story.substr(story.find("Once"), story.find("<|endoftext|>") - story.find("Once"));
   while (!story.empty() && (story.back() == '\n' || story.back() == ' ')) story.pop_back();
-  const std::vector<int32_t> text_ids = tok->encode(story, false, false);
-  // 16 positions: each row compares all 151,936 log-probabilities (node's JSON of them is
-  // most of this test's time).
-  const std::vector<int32_t> ids(text_ids.begin(), text_ids.begin() + 16);
-
-  const ModelConfig c = parse_model_config(nlohmann::json{{"model_type", "qwen3"},
-                                                          {"vocab_size", 151936},
-                                                          {"hidden_size", 64},
-                                                          {"intermediate_size", 128},
-                                                          {"num_hidden_layers", 2},
-                                                          {"num_attention_heads", 4},
-                                                          {"num_key_value_heads", 2},
-                                                          {"head_dim", 32},
-                                                          {"rope_theta", 1000000.0},
-                                                          {"rms_norm_eps", 1e-6},
-                                                          {"tie_word_embeddings", true},
-                                                          {"eos_token_id", 151645}},
-                                           "qwen3 test config");
+  q.story = story;
+  q.text_ids = tok->encode(story, false, false);
+  q.ids.assign(q.text_ids.begin(), q.text_ids.begin() + 16);
+  q.c = parse_model_config(nlohmann::json{{"model_type", "qwen3"},
+                                          {"vocab_size", 151936},
+                                          {"hidden_size", 64},
+                                          {"intermediate_size", 128},
+                                          {"num_hidden_layers", 2},
+                                          {"num_attention_heads", 4},
+                                          {"num_key_value_heads", 2},
+                                          {"head_dim", 32},
+                                          {"rope_theta", 1000000.0},
+                                          {"rms_norm_eps", 1e-6},
+                                          {"tie_word_embeddings", true},
+                                          {"eos_token_id", 151645}},
+                           "qwen3 test config");
   std::mt19937 rng(3);
   NamedTensors ts;
-  TensorMap params;
-  for (const auto& [name, shape] : expected_parameters(c)) {
+  for (const auto& [name, shape] : expected_parameters(q.c)) {
     Tensor t = Tensor::empty(shape, DType::F32);
     const bool norm = shape.size() == 1;
     std::normal_distribution<float> n(norm ? 1.0f : 0.0f, norm ? 0.2f : 0.08f);
     for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = n(rng);
     ts.push_back({name, t});
-    params[name] = t;
+    q.params[name] = t;
   }
-  ASSERT_TRUE(params.count("model.layers.1.self_attn.k_norm.weight"));
-  const fs::path ck = tmp / "qwen3";
-  save_hf_checkpoint(ck, c, ts);
-  for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) fs::copy_file(src / f, ck / f);
+  q.dir = tmp / "qwen3";
+  save_hf_checkpoint(q.dir, q.c, ts);
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
+    fs::copy_file(src / f, q.dir / f);
+  return q;
+}
+
+}  // namespace
+
+// The random Qwen3 exported as F32 GGUF (architecture qwen3): llama.cpp's log-probabilities
+// agree with fusetune's evaluation and with the independent double-precision forward written
+// out above (which applies the q/k norms itself), as the Llama F32 export does.
+TEST(GgufLlamaCpp, Qwen3F32LogitsAgreeWithFusetuneAndTheReference) {
+  FT_REQUIRE_ASSET("tokenizers/qwen3/tokenizer.json");
+  FT_REQUIRE_ASSET("datasets/tinystories_sample.txt");
+  if (auto why = llama_cpp_unavailable(); !why.empty()) FT_SKIP_UNLESS_REQUIRED(why);
+  fusetune::testing::TempDir tmp;
+  const RandomQwen3 q = random_qwen3(tmp.path());
+  const ModelConfig& c = q.c;
+  const std::vector<int32_t>& ids = q.ids;
+  ASSERT_TRUE(q.params.count("model.layers.1.self_attn.k_norm.weight"));
   const fs::path file = tmp / "qwen3-f32.gguf";
-  const auto r = gguf::export_gguf(ck, file, gguf::FileType::F32);
+  const auto r = gguf::export_gguf(q.dir, file, gguf::FileType::F32);
   int norms = 0;
   for (const auto& [name, type] : r.tensors)
     norms += name.find("attn_q_norm") != std::string::npos ||
              name.find("attn_k_norm") != std::string::npos;
   EXPECT_EQ(norms, 4);
-  const auto cpp = run_llama_cpp(file, ids, story, tmp.path());
+  const auto cpp = run_llama_cpp(file, ids, q.story, tmp.path());
   ASSERT_EQ(cpp["logprobs"].size(), ids.size());
-  EXPECT_EQ(cpp["text_tokens"].get<std::vector<int32_t>>(), text_ids);
+  EXPECT_EQ(cpp["text_tokens"].get<std::vector<int32_t>>(), q.text_ids);
 
-  const auto lp = fusetune_logprobs(c, params, ids);
-  const auto ref = reference_logprobs(c, params, ids, gguf::FileType::F32, false);
+  const auto lp = fusetune_logprobs(c, q.params, ids);
+  const auto ref = reference_logprobs(c, q.params, ids, gguf::FileType::F32, false);
   std::vector<std::vector<double>> cpp_lp;
   for (const auto& row : cpp["logprobs"]) cpp_lp.push_back(row.get<std::vector<double>>());
   const Diff d = compare(lp, cpp["logprobs"]), d_ref = compare(ref, cpp["logprobs"]),
@@ -676,6 +717,51 @@ TEST(GgufLlamaCpp, Qwen3F32LogitsAgreeWithFusetuneAndTheReference) {
   EXPECT_NEAR(nll_cpp, nll_ft, 1e-5);
   EXPECT_LT(d_ft.max_rel, 1e-4);
   EXPECT_GT(nll_ft, 1.0);  // the logits have a spread: a wrong norm would show
+}
+
+// The random Qwen3 exported as Q8_0 and Q4_0 (the q/k norms stay F32, the tied head Q8_0 at
+// this width): llama.cpp agrees with fusetune on the weights the file holds, and with the
+// reference that rounds the activations as llama.cpp does, to the quantized stories260K
+// export's bounds (expect_quantized_agreement).
+TEST(GgufLlamaCpp, Qwen3QuantizedLogitsAgreeWithFusetuneOnTheFilesWeights) {
+  FT_REQUIRE_ASSET("tokenizers/qwen3/tokenizer.json");
+  FT_REQUIRE_ASSET("datasets/tinystories_sample.txt");
+  if (auto why = llama_cpp_unavailable(); !why.empty()) FT_SKIP_UNLESS_REQUIRED(why);
+  fusetune::testing::TempDir tmp;
+  const RandomQwen3 q = random_qwen3(tmp.path());
+  for (const auto type : {gguf::FileType::Q8_0, gguf::FileType::Q4_0}) {
+    SCOPED_TRACE(gguf::file_type_name(type));
+    const fs::path file = tmp / (std::string("qwen3-") + gguf::file_type_name(type) + ".gguf");
+    const auto r = gguf::export_gguf(q.dir, file, type);
+    int quantized = 0;
+    const auto want =
+        type == gguf::FileType::Q8_0 ? gguf::TensorType::Q8_0 : gguf::TensorType::Q4_0;
+    for (const auto& [name, t] : r.tensors)
+      quantized += name.find("ffn") != std::string::npos && t == want;
+    EXPECT_EQ(quantized, 6);  // ffn_gate, ffn_up, ffn_down of both layers
+    TensorMap params;         // what the file holds
+    for (const auto& [name, shape] : expected_parameters(q.c)) {
+      Tensor t = Tensor::empty(shape, DType::F32);
+      const Tensor& src = q.params.at(name);
+      std::copy(src.data<float>(), src.data<float>() + src.numel(), t.data<float>());
+      gguf::fake_quantize(gguf::tensor_type_for(type, name, shape, q.c.tie_word_embeddings),
+                          t.data<float>(), t.numel());
+      params[name] = t;
+    }
+    const auto cpp = run_llama_cpp(file, q.ids, q.story, tmp.path());
+    ASSERT_EQ(cpp["logprobs"].size(), q.ids.size());
+    const auto lp = fusetune_logprobs(q.c, params, q.ids);
+    std::vector<std::vector<double>> cpp_lp;
+    for (const auto& row : cpp["logprobs"]) cpp_lp.push_back(row.get<std::vector<double>>());
+    const Diff d = compare(lp, cpp["logprobs"]);
+    const double nll_ft = mean_nll(lp, q.ids), nll_cpp = mean_nll(cpp_lp, q.ids);
+    std::printf(
+        "[gguf qwen3 %s] %zu tokens, llama.cpp vs fusetune on the file's weights: |dlogp| max "
+        "%.3g (rel %.3g), mean %.3g; mean NLL llama.cpp %.6f, fusetune %.6f\n",
+        gguf::file_type_name(type), q.ids.size(), d.max_abs, d.max_rel, d.mean_abs, nll_cpp,
+        nll_ft);
+    expect_quantized_agreement(q.c, params, q.ids, type, cpp, d, nll_cpp, nll_ft);
+  }
 }
 
 namespace {
@@ -702,6 +788,45 @@ StoryText story_text(size_t tokens) {
   s.ids.resize(tokens);
   s.story = story;
   return s;
+}
+
+// The checkpoint `ck` of `c` (float weights `params`) also exported as Q8_0 and Q4_0: llama.cpp
+// agrees with fusetune on the weights each file holds, and with the reference (`ref_config` on
+// reference_params(those weights), rounding the activations as llama.cpp does), to the
+// quantized stories260K export's bounds.
+void check_quantized_exports(const ModelConfig& c, const TensorMap& params, const fs::path& ck,
+                             const StoryText& text, const fs::path& tmp,
+                             const ModelConfig& ref_config,
+                             const std::function<TensorMap(const TensorMap&)>& reference_params,
+                             bool ggml_gelu) {
+  for (const auto type : {gguf::FileType::Q8_0, gguf::FileType::Q4_0}) {
+    SCOPED_TRACE(gguf::file_type_name(type));
+    const fs::path file = tmp / (c.model_type + "-" + gguf::file_type_name(type) + ".gguf");
+    gguf::export_gguf(ck, file, type);
+    TensorMap q;  // what the file holds
+    for (const auto& [name, shape] : expected_parameters(c)) {
+      Tensor t = Tensor::empty(shape, DType::F32);
+      const Tensor& src = params.at(name);
+      std::copy(src.data<float>(), src.data<float>() + src.numel(), t.data<float>());
+      gguf::fake_quantize(gguf::tensor_type_for(type, name, shape, c.tie_word_embeddings),
+                          t.data<float>(), t.numel());
+      q[name] = t;
+    }
+    const auto cpp = run_llama_cpp(file, text.ids, text.story, tmp);
+    ASSERT_EQ(cpp["logprobs"].size(), text.ids.size());
+    const auto lp = fusetune_logprobs(c, q, text.ids);
+    std::vector<std::vector<double>> cpp_lp;
+    for (const auto& row : cpp["logprobs"]) cpp_lp.push_back(row.get<std::vector<double>>());
+    const Diff d = compare(lp, cpp["logprobs"]);
+    const double nll_ft = mean_nll(lp, text.ids), nll_cpp = mean_nll(cpp_lp, text.ids);
+    std::printf(
+        "[gguf %s %s] %zu tokens, llama.cpp vs fusetune on the file's weights: |dlogp| max "
+        "%.3g (rel %.3g), mean %.3g; mean NLL llama.cpp %.6f, fusetune %.6f\n",
+        c.model_type.c_str(), gguf::file_type_name(type), text.ids.size(), d.max_abs, d.max_rel,
+        d.mean_abs, nll_cpp, nll_ft);
+    expect_quantized_agreement(ref_config, reference_params(q), text.ids, type, cpp, d, nll_cpp,
+                               nll_ft, ggml_gelu);
+  }
 }
 
 // cpp_rel: how far llama.cpp may be from the table-GELU reference (relative max |dlogp|).
@@ -757,6 +882,9 @@ void check_gemma_family(const ModelConfig& c, const char* tag, const StoryText& 
   EXPECT_LT(d_table.max_rel, cpp_rel);
   EXPECT_NEAR(nll_cpp, nll_table, 1e-5);
   EXPECT_LT(d.max_rel, 1e-2);  // the fp16 GELU table's rounding, no more
+  check_quantized_exports(
+      c, params, ck, text, tmp.path(), c, [](const TensorMap& m) { return m; },
+      /*ggml_gelu=*/true);
 }
 
 }  // namespace
@@ -850,42 +978,82 @@ TEST(GgufLlamaCpp, Gemma3F32LogitsAgreeWithFusetuneAndTheReference) {
   check_gemma_family(c, "gemma3", text, 2e-4);
 }
 
+// A Gemma 3 checkpoint saved as Gemma3ForConditionalGeneration (text model under
+// language_model., a vision tensor beside it) exports as its text model: the GGUF file is byte
+// for byte the one of the same text model saved as Gemma3ForCausalLM (llama.cpp's gemma3 is
+// the text model; the vision tower would be a separate mmproj file).
+TEST(GgufLlamaCpp, Gemma3MultimodalCheckpointExportsItsTextModel) {
+  FT_REQUIRE_ASSET("stories260K/tokenizer.json");
+  const fs::path tok = fusetune::testing::assets_dir() / "stories260K";
+  const nlohmann::json text = {
+      {"model_type", "gemma3_text"}, {"vocab_size", 512},      {"hidden_size", 64},
+      {"intermediate_size", 128},    {"num_hidden_layers", 2}, {"num_attention_heads", 4},
+      {"num_key_value_heads", 2},    {"head_dim", 32},         {"sliding_window", 8},
+      {"bos_token_id", 1},           {"eos_token_id", 2}};
+  const ModelConfig c = parse_model_config(text, "gemma3 text config");
+  fusetune::testing::TempDir tmp;
+  std::mt19937 rng(9);
+  std::normal_distribution<float> n(0.0f, 0.1f);
+  NamedTensors ts, stored;
+  for (const auto& [name, shape] : expected_parameters(c)) {
+    Tensor t = Tensor::empty(shape, DType::F32);
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = n(rng);
+    ts.push_back({name, t});
+    stored.push_back({"language_model." + name, t});  // language_model.model.*
+  }
+  stored.push_back({"vision_tower.vision_model.post_layernorm.weight", ts.back().second});
+  // The same directory name in both: general.name is the directory's.
+  const fs::path text_dir = tmp / "text" / "model", mm_dir = tmp / "mm" / "model";
+  save_hf_checkpoint(text_dir, c, ts);
+  fs::create_directories(mm_dir);
+  std::ofstream(mm_dir / "config.json")
+      << nlohmann::json{{"model_type", "gemma3"},
+                        {"architectures", {"Gemma3ForConditionalGeneration"}},
+                        {"text_config", text},
+                        {"vision_config", {{"model_type", "siglip_vision_model"}}}}
+             .dump();
+  save_safetensors(mm_dir / "model.safetensors", stored);
+  for (const fs::path& d : {text_dir, mm_dir})
+    for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) fs::copy_file(tok / f, d / f);
+  gguf::export_gguf(text_dir, tmp / "text.gguf", gguf::FileType::F32);
+  const auto r = gguf::export_gguf(mm_dir, tmp / "mm.gguf", gguf::FileType::F32);
+  EXPECT_EQ(r.tensors.size(), expected_parameters(c).size());
+  std::ifstream a(tmp / "text.gguf", std::ios::binary), b(tmp / "mm.gguf", std::ios::binary);
+  const std::string bytes_a(std::istreambuf_iterator<char>(a), {}),
+      bytes_b(std::istreambuf_iterator<char>(b), {});
+  EXPECT_GT(bytes_a.size(), 100000u);
+  EXPECT_TRUE(bytes_a == bytes_b);
+}
+
 // Phi-3 (model_type phi3: q, k and v as one qkv_proj, gate and up as one gate_up_proj, NEOX
 // RoPE, untied head) with random weights and stories260K's tokenizer, exported as F32 GGUF
 // (architecture phi3: attn_qkv and ffn_up written as stored): fusetune and llama.cpp agree with
 // the double reference run on the same weights split into q/k/v and gate/up (a Llama).
-TEST(GgufLlamaCpp, Phi3F32LogitsAgreeWithFusetuneAndTheReference) {
-  FT_REQUIRE_ASSET("stories260K/tokenizer.json");
-  FT_REQUIRE_ASSET("datasets/tinystories_sample.txt");
-  const StoryText text = story_text(48);
-  const ModelConfig c = parse_model_config(nlohmann::json{{"model_type", "phi3"},
-                                                          {"vocab_size", 512},
-                                                          {"hidden_size", 64},
-                                                          {"intermediate_size", 128},
-                                                          {"num_hidden_layers", 2},
-                                                          {"num_attention_heads", 4},
-                                                          {"num_key_value_heads", 2},
-                                                          {"rms_norm_eps", 1e-5},
-                                                          {"bos_token_id", 1},
-                                                          {"eos_token_id", 2}},
-                                           "phi3 test config");
+namespace {
+
+// A tiny Phi-3 (hidden 64, GQA 4:2, untied; `extra` keys on top), 48 tokens of a story.
+ModelConfig tiny_phi3(const nlohmann::json& extra = nlohmann::json::object()) {
+  nlohmann::json j = {{"model_type", "phi3"},     {"vocab_size", 512},
+                      {"hidden_size", 64},        {"intermediate_size", 128},
+                      {"num_hidden_layers", 2},   {"num_attention_heads", 4},
+                      {"num_key_value_heads", 2}, {"rms_norm_eps", 1e-5},
+                      {"bos_token_id", 1},        {"eos_token_id", 2}};
+  j.update(extra);
+  return parse_model_config(j, "phi3 test config");
+}
+
+// Phi-3's fused weights as a Llama's: qkv_proj's rows as q, k and v, gate_up_proj's as gate and
+// up.
+TensorMap phi3_split(const ModelConfig& c, const TensorMap& params) {
   const int64_t hd = c.head_dim, H = c.num_attention_heads, KV = c.num_key_value_heads,
                 F = c.intermediate_size, D = c.hidden_size;
-  std::mt19937 rng(7);
-  NamedTensors ts;
-  TensorMap params, split;
   auto rows = [&](const Tensor& w, int64_t start, int64_t n) {
     Tensor out = Tensor::empty({n, D}, DType::F32);
     std::copy(w.data<float>() + start * D, w.data<float>() + (start + n) * D, out.data<float>());
     return out;
   };
-  for (const auto& [name, shape] : expected_parameters(c)) {
-    Tensor t = Tensor::empty(shape, DType::F32);
-    const bool norm = shape.size() == 1;
-    std::normal_distribution<float> n(norm ? 1.0f : 0.0f, norm ? 0.2f : 0.1f);
-    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = n(rng);
-    ts.push_back({name, t});
-    params[name] = t;
+  TensorMap split;
+  for (const auto& [name, t] : params) {
     const std::string layer = name.substr(0, name.find_last_of('.', name.rfind(".weight") - 1) + 1);
     if (name.find("qkv_proj") != std::string::npos) {
       split[layer + "q_proj.weight"] = rows(t, 0, H * hd);
@@ -898,6 +1066,23 @@ TEST(GgufLlamaCpp, Phi3F32LogitsAgreeWithFusetuneAndTheReference) {
       split[name] = t;
     }
   }
+  return split;
+}
+
+void check_phi3(const ModelConfig& c, const char* tag) {
+  const StoryText text = story_text(48);
+  std::mt19937 rng(7);
+  NamedTensors ts;
+  TensorMap params;
+  for (const auto& [name, shape] : expected_parameters(c)) {
+    Tensor t = Tensor::empty(shape, DType::F32);
+    const bool norm = shape.size() == 1;
+    std::normal_distribution<float> n(norm ? 1.0f : 0.0f, norm ? 0.2f : 0.1f);
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = n(rng);
+    ts.push_back({name, t});
+    params[name] = t;
+  }
+  const TensorMap split = phi3_split(c, params);
   ASSERT_TRUE(split.count("model.layers.1.self_attn.v_proj.weight"));
   ASSERT_TRUE(split.count("model.layers.1.mlp.up_proj.weight"));
   ModelConfig llama = c;
@@ -917,12 +1102,15 @@ TEST(GgufLlamaCpp, Phi3F32LogitsAgreeWithFusetuneAndTheReference) {
   save_hf_checkpoint(ck, c, ts);
   for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
     fs::copy_file(text.src / f, ck / f);
-  const fs::path file = tmp / "phi3-f32.gguf";
+  const fs::path file = tmp / (std::string(tag) + "-f32.gguf");
   const auto r = gguf::export_gguf(ck, file, gguf::FileType::F32);
   int fused = 0;
   for (const auto& [name, type] : r.tensors)
     fused += name.find("attn_qkv") != std::string::npos || name.find("ffn_up") != std::string::npos;
   EXPECT_EQ(fused, 4);
+  int rope_factors = 0;  // LongRoPE's long and short factors
+  for (const auto& [name, type] : r.tensors) rope_factors += name.rfind("rope_factors_", 0) == 0;
+  EXPECT_EQ(rope_factors, c.rope_scaling.rope_type == "longrope" ? 2 : 0);
   const auto cpp = run_llama_cpp(file, text.ids, text.story, tmp.path());
   ASSERT_EQ(cpp["logprobs"].size(), text.ids.size());
   std::vector<std::vector<double>> cpp_lp;
@@ -930,12 +1118,50 @@ TEST(GgufLlamaCpp, Phi3F32LogitsAgreeWithFusetuneAndTheReference) {
   const Diff d = compare(lp, cpp["logprobs"]), d_ref = compare(ref, cpp["logprobs"]);
   const double nll_cpp = mean_nll(cpp_lp, text.ids);
   std::printf(
-      "[gguf phi3 f32] %zu tokens, |dlogp| llama.cpp vs fusetune max %.3g (rel %.3g) mean %.3g, "
+      "[gguf %s f32] %zu tokens, |dlogp| llama.cpp vs fusetune max %.3g (rel %.3g) mean %.3g, "
       "llama.cpp vs reference max %.3g, fusetune vs reference max %.3g; mean NLL llama.cpp %.6f, "
       "fusetune %.6f\n",
-      text.ids.size(), d.max_abs, d.max_rel, d.mean_abs, d_ref.max_abs, d_ft.max_abs, nll_cpp,
+      tag, text.ids.size(), d.max_abs, d.max_rel, d.mean_abs, d_ref.max_abs, d_ft.max_abs, nll_cpp,
       nll_ft);
   EXPECT_LT(d.max_rel, 1e-4);
   EXPECT_LT(d_ref.max_rel, 1e-4);
   EXPECT_NEAR(nll_cpp, nll_ft, 1e-5);
+  if (c.rope_scaling.rope_type.empty())
+    check_quantized_exports(
+        c, params, ck, text, tmp.path(), llama,
+        [&c](const TensorMap& m) { return phi3_split(c, m); }, /*ggml_gelu=*/false);
+}
+
+}  // namespace
+
+TEST(GgufLlamaCpp, Phi3F32LogitsAgreeWithFusetuneAndTheReference) {
+  FT_REQUIRE_ASSET("stories260K/tokenizer.json");
+  FT_REQUIRE_ASSET("datasets/tinystories_sample.txt");
+  check_phi3(tiny_phi3(), "phi3");
+}
+
+// Phi-3's LongRoPE (the 128k models' rope_scaling: type longrope, short and long factors per
+// frequency; original_max_position_embeddings 32 under the 48 tokens, so the long factors act,
+// and max_position_embeddings 128, so attention_factor is sqrt(1 + ln 4 / ln 32)): the GGUF's
+// rope_factors_long/short and rope.scaling.* make llama.cpp rotate as fusetune and the double
+// reference do. llama.cpp picks the long factors by its context size (64 here) against
+// original_context_length, transformers by the sequence length: both exceed 32 here.
+TEST(GgufLlamaCpp, Phi3LongRopeF32LogitsAgreeWithFusetuneAndTheReference) {
+  FT_REQUIRE_ASSET("stories260K/tokenizer.json");
+  FT_REQUIRE_ASSET("datasets/tinystories_sample.txt");
+  std::vector<double> short_factor, long_factor;
+  for (int i = 0; i < 8; ++i) {  // head_dim 16: 8 frequencies
+    short_factor.push_back(1.0 + 0.05 * i);
+    long_factor.push_back(1.0 + 1.5 * i);
+  }
+  const ModelConfig c = tiny_phi3(
+      {{"max_position_embeddings", 128},
+       {"original_max_position_embeddings", 32},
+       {"rope_theta", 10000.0},
+       {"rope_scaling",
+        {{"type", "longrope"}, {"short_factor", short_factor}, {"long_factor", long_factor}}}});
+  ASSERT_EQ(c.rope_scaling.rope_type, "longrope");
+  ASSERT_NEAR(c.rope_scaling.attention_factor, std::sqrt(1 + std::log(4.0) / std::log(32.0)),
+              1e-12);
+  check_phi3(c, "phi3-longrope");
 }

@@ -39,9 +39,9 @@ struct TorchtuneConfig {
   std::string text;
 };
 
-std::vector<TorchtuneConfig> torchtune_configs() {
+std::vector<TorchtuneConfig> torchtune_configs(const std::string& folder = "torchtune_configs") {
   std::vector<TorchtuneConfig> out;
-  const fs::path dir = fusetune::testing::assets_dir() / "torchtune_configs";
+  const fs::path dir = fusetune::testing::assets_dir() / folder;
   for (const auto& e : fs::recursive_directory_iterator(dir)) {
     if (e.path().extension() != ".yaml") continue;
     std::string rel = fs::relative(e.path(), dir).generic_string();
@@ -163,6 +163,39 @@ TEST(TorchtuneConfigs, HubBuildersReadLocalCopies) {
   c = config("alpaca_cleaned_dataset", data / "alpaca_tiny.json");
   auto ds = fusetune::build_dataset_from_config(c, *tok, model);
   EXPECT_GT(ds->size(), 0);
+}
+
+// torchtune_configs_next's family folders (issue 29's) as the test above reads torchtune_configs:
+// every config names its recipe on its `tune run` line, and fusetune has it, or, for the
+// evaluation.yaml of gemma/, phi3/ and phi4/ (torchtune's eleuther_eval, lm-evaluation-harness),
+// `fusetune validate` refuses it exactly as it refuses Llama 3.2's evaluation.yaml: naming the
+// recipe and `fusetune eval`, the closest one.
+TEST(TorchtuneConfigs, NextConfigsNameTheirRecipesAsTodaysDo) {
+  FT_REQUIRE_ASSET("torchtune_configs_next/phi3/evaluation.yaml");
+  FT_REQUIRE_ASSET("torchtune_configs/llama3_2/evaluation.yaml");
+  const auto refusal = [](const fs::path& config) {
+    const auto r = fusetune::testing::run_fusetune("validate " + config.string());
+    EXPECT_EQ(r.code, 1) << r.out;
+    return r.out.substr(r.out.find("recipe 'eleuther_eval'"));
+  };
+  const std::string llama =
+      refusal(fusetune::testing::assets_dir() / "torchtune_configs/llama3_2/evaluation.yaml");
+  EXPECT_TRUE(contains(llama, "fusetune has no such recipe yet (the closest is eval")) << llama;
+  std::map<std::string, int> by_recipe;
+  for (const auto& c : torchtune_configs("torchtune_configs_next")) {
+    if (c.name.rfind("dev/", 0) == 0) continue;  // torchtune's dev recipes: no family folder
+    const Config cfg = Config::from_string(c.text, c.path.string());
+    const fusetune::RecipeChoice r = fusetune::infer_recipe("", c.text, cfg, c.path.string());
+    EXPECT_EQ(r.reason, "from the config's `tune run` line") << c.name;
+    ++by_recipe[r.name];
+    if (is_registered_recipe(r.name)) {
+      EXPECT_NO_THROW(fusetune::chosen_recipe(r)) << c.name;
+      continue;
+    }
+    EXPECT_EQ(r.name, "eleuther_eval") << c.name;
+    EXPECT_EQ(refusal(c.path), llama) << c.name;
+  }
+  EXPECT_EQ(by_recipe["eleuther_eval"], 3);  // gemma, phi3, phi4
 }
 
 // `fusetune cp NAME` copies each of torchtune's configs fusetune has no built-in config for,

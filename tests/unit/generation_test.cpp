@@ -94,8 +94,9 @@ struct Model {
   DType dtype;
 };
 
-Model tiny_model(DType dt, bool tied = false, bool gemma2 = false) {
-  Model m{gemma2 ? tiny_gemma2_config() : tiny_config(tied, /*qkv_bias=*/true, 2), {}, dt};
+// `family`: another family's tiny config (tiny_models.h) instead of the Qwen2-like Llama.
+Model tiny_model(DType dt, bool tied = false, const ModelConfig* family = nullptr) {
+  Model m{family ? *family : tiny_config(tied, /*qkv_bias=*/true, 2), {}, dt};
   m.cfg.vocab_size = 29;
   Graph g = build_logits_graph(m.cfg, 1, 4, dt);
   m.params = init_parameters(graph_parameters(g), 7, dt, 0.5);
@@ -136,8 +137,8 @@ std::vector<double> row_of(const Tensor& logits, int64_t b) {
 
 // Greedy generation; checks every run's logits against recomputing each row from scratch.
 void check_cache_against_recomputation(DType dt, CompileMode mode, double tol,
-                                       bool gemma2 = false) {
-  Model m = tiny_model(dt, /*tied=*/mode == CompileMode::Model, gemma2);
+                                       const ModelConfig* family = nullptr) {
+  Model m = tiny_model(dt, /*tied=*/mode == CompileMode::Model, family);
   const std::vector<std::vector<int32_t>> prompts{{3, 7, 1, 20, 5}, {11, 2}, {8}};
   Generator gen(m.cfg, m.params, {}, mode, dt);
   std::vector<std::vector<int32_t>> seqs = prompts;
@@ -168,8 +169,21 @@ TEST(Generator, CachedLogitsEqualRecomputationF64AllModes) {
 
 // Gemma 2: sequences of up to 17 tokens against a window of 3, soft-capped scores and logits.
 TEST(Generator, Gemma2CachedLogitsEqualRecomputationPastTheWindow) {
+  const ModelConfig gemma2 = tiny_gemma2_config();
   for (CompileMode mode : {CompileMode::None, CompileMode::Full})
-    check_cache_against_recomputation(DType::F64, mode, 1e-12, /*gemma2=*/true);
+    check_cache_against_recomputation(DType::F64, mode, 1e-12, &gemma2);
+}
+
+// The other families' own cache entries: Qwen3's and Gemma 3's q/k norms before the cached
+// keys, Gemma's scaled embeddings and MQA, Gemma 3's local layers (window 3) on their own RoPE
+// base, Phi-3's fused projections sliced before the cache.
+TEST(Generator, Qwen3GemmaGemma3Phi3CachedLogitsEqualRecomputation) {
+  for (const ModelConfig& family :
+       {tiny_qwen3_config(), tiny_gemma_config(), tiny_gemma3_config(), tiny_phi3_config()}) {
+    SCOPED_TRACE(family.model_type);
+    for (CompileMode mode : {CompileMode::None, CompileMode::Full})
+      check_cache_against_recomputation(DType::F64, mode, 1e-12, &family);
+  }
 }
 
 TEST(Generator, CachedLogitsEqualRecomputationF32) {

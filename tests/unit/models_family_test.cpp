@@ -4,6 +4,7 @@
 #include "fusetune/models/model_family.h"
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -12,6 +13,8 @@
 #include "fusetune/io/hf_checkpoint.h"
 #include "fusetune/io/hf_config.h"
 #include "fusetune/util/error.h"
+#include "fusetune/util/fs.h"
+#include "test_support.h"
 
 using nlohmann::json;
 
@@ -54,6 +57,43 @@ TEST(ModelFamilies, EveryFamilyParsesSavesAndParsesBackTheSame) {
     EXPECT_EQ(back.head_dim, c.head_dim);
     EXPECT_EQ(back.attention_bias, c.attention_bias);
     EXPECT_EQ(expected_parameters(back), expected_parameters(c));
+  }
+}
+
+// Every family's checkpoint (BF16, as published) saved, loaded and saved again: the tensor file
+// and config.json repeat byte for byte, and the loaded tensors are the saved ones.
+TEST(ModelFamilies, EveryFamilyCheckpointSavesLoadsAndSavesBackByteForByte) {
+  for (const ModelFamily& f : model_families()) {
+    const std::string type(f.model_type);
+    SCOPED_TRACE(type);
+    json j = minimal(type);
+    j["head_dim"] = 16;  // not 128 / 256: a small file
+    j["num_key_value_heads"] = 2;
+    const ModelConfig c = parse_model_config(j, "c.json");
+    NamedTensors tensors;
+    uint64_t seed = 1;
+    for (const auto& [name, shape] : expected_parameters(c)) {
+      Tensor t = Tensor::empty(shape, DType::F32);
+      for (int64_t i = 0; i < t.numel(); ++i)
+        t.data<float>()[i] = float(int64_t((seed++ * 2654435761u) % 2001) - 1000) / 997.0f;
+      tensors.push_back({name, t.to(DType::BF16)});
+    }
+    testing::TempDir tmp;
+    SaveOptions bf16;
+    bf16.dtype = DType::BF16;
+    save_hf_checkpoint(tmp / "a", c, tensors, bf16);
+    const HFCheckpoint a = load_hf_checkpoint(tmp / "a", {}, DType::BF16);
+    NamedTensors again;
+    for (const auto& [name, t] : tensors) {
+      ASSERT_TRUE(a.tensors.count(name)) << name;
+      const Tensor& got = a.tensors.at(name);
+      ASSERT_EQ(got.nbytes(), t.nbytes()) << name;
+      EXPECT_EQ(std::memcmp(got.raw(), t.raw(), t.nbytes()), 0) << name;
+      again.push_back({name, got});
+    }
+    save_hf_checkpoint(tmp / "b", a.config, again, bf16);
+    for (const char* file : {"model.safetensors", "config.json"})
+      EXPECT_TRUE(read_file(tmp / "a" / file) == read_file(tmp / "b" / file)) << file;
   }
 }
 
@@ -102,6 +142,20 @@ TEST(ModelFamilies, Qwen3HasQkNormsHeadDim128AndNoBiases) {
   // Other families keep hidden_size / heads and have no q/k norms.
   const auto llama = expected_parameters(parse_model_config(minimal("llama"), "c.json"));
   for (const auto& [n, s] : llama) EXPECT_EQ(n.find("q_norm"), std::string::npos) << n;
+}
+
+// rms_norm_eps left out of config.json takes transformers' default of the family: Phi3Config's
+// 1e-5, every other family's 1e-6; written out on save, so the file reads back the same.
+TEST(ModelFamilies, RmsNormEpsDefaultsPerFamily) {
+  for (const ModelFamily& f : model_families()) {
+    const std::string type(f.model_type);
+    const ModelConfig c = parse_model_config(minimal(type), "c.json");
+    EXPECT_EQ(c.rms_norm_eps, type == "phi3" ? 1e-5 : 1e-6) << type;
+    EXPECT_EQ(model_config_to_json(c).at("rms_norm_eps").get<double>(), c.rms_norm_eps) << type;
+  }
+  json j = minimal("phi3");
+  j["rms_norm_eps"] = 1e-6;  // given: read as given
+  EXPECT_EQ(parse_model_config(j, "c.json").rms_norm_eps, 1e-6);
 }
 
 // Gemma: the GeGLU gate from `hidden_activation` (its stale `hidden_act: gelu` is kept in the

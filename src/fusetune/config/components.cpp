@@ -511,6 +511,9 @@ ComponentTable dataset_table() {
                   Field::Enum("conversation_style", {"auto", "openai", "sharegpt"})
                       .def("auto")
                       .doc("turn layout: openai {role, content}, sharegpt {from, value}"),
+                  Field::String("template")
+                      .doc("chat format of prompt and answers: auto (the model's, from its "
+                           "model_type or tokenizer), or a name (plain: no chat tokens)"),
                   Field::String("new_system_prompt").doc("system prompt added to each sample")}),
        // TRL's unpaired preference rows (its KTOTrainer's dataset type), for KTOLoss.
        Component("unpaired_preference", {},

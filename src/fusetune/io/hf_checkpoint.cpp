@@ -2,6 +2,8 @@
 
 #include <cctype>
 #include <cstdio>
+#include <memory>
+#include <optional>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -120,35 +122,29 @@ std::vector<std::pair<std::string, Shape>> expected_parameters(const ModelConfig
 }
 
 const std::vector<std::string>& hf_side_files() {
-  static const std::vector<std::string> files = {"tokenizer.json", "tokenizer_config.json",
-                                                 "special_tokens_map.json", "tokenizer.model",
-                                                 "generation_config.json"};
+  static const std::vector<std::string> files = {
+      "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
+      "generation_config.json",
+      // a multimodal checkpoint's processor files
+      "preprocessor_config.json", "processor_config.json", "chat_template.json"};
   return files;
 }
 
 namespace {
 
-// A checkpoint directory opened and checked, before any tensor is read.
-struct OpenedCheckpoint {
-  ModelConfig config;
+// A checkpoint directory's safetensors files, opened, and which holds which tensor.
+struct TensorFiles {
   std::vector<SafetensorsFile> opened;
   std::map<std::string, size_t> where;  // tensor -> index into `opened`
-  std::vector<std::pair<std::string, Shape>> expected;
 };
 
-OpenedCheckpoint open_checkpoint(const fs::path& dir, const std::vector<std::string>& files,
-                                 DType target) {
-  FT_CHECK(is_floating(target), std::string("cannot load a checkpoint as ") + dtype_name(target) +
-                                    " (not a float type)");
+// `files` (relative to dir) when given, else model.safetensors.index.json's shards (checked
+// against it), else model.safetensors.
+TensorFiles open_tensor_files(const fs::path& dir, const std::vector<std::string>& files) {
+  TensorFiles tf;
   std::error_code ec;
-  FT_CHECK(fs::is_directory(dir, ec),
-           "checkpoint directory '" + dir.string() + "' does not exist or is not a directory");
-  OpenedCheckpoint ck;
-  ck.config = load_model_config(dir);
-
-  // Which file holds which tensor.
-  std::vector<SafetensorsFile>& opened = ck.opened;
-  std::map<std::string, size_t>& where = ck.where;  // tensor -> index into `opened`
+  std::vector<SafetensorsFile>& opened = tf.opened;
+  std::map<std::string, size_t>& where = tf.where;
   auto add_file = [&](const fs::path& p) {
     opened.push_back(SafetensorsFile::open(p));
     for (const auto& name : opened.back().names()) {
@@ -205,6 +201,93 @@ OpenedCheckpoint open_checkpoint(const fs::path& dir, const std::vector<std::str
     throw Error("checkpoint directory '" + dir.string() +
                 "' has neither model.safetensors nor model.safetensors.index.json" + hint);
   }
+  return tf;
+}
+
+// Where a multimodal checkpoint (Gemma3ForConditionalGeneration) keeps its text model: under
+// language_model.model. and language_model.lm_head (transformers before 4.52, as the published
+// Gemma 3 checkpoints are), or under model.language_model. with lm_head at the top (later ones).
+struct MultimodalNames {
+  std::string model_prefix = "language_model.model.", lm_head = "language_model.lm_head.weight";
+
+  // The text model's name of stored tensor `s` ("model.layers.0...."); "" for another part's.
+  std::string text_name(const std::string& s) const {
+    if (starts_with(s, model_prefix)) return "model." + s.substr(model_prefix.size());
+    return s == lm_head ? "lm_head.weight" : "";
+  }
+  std::string stored_name(const std::string& text) const {
+    return text == "lm_head.weight" ? lm_head : model_prefix + text.substr(6);  // "model."
+  }
+};
+
+MultimodalNames multimodal_names(const std::map<std::string, size_t>& where) {
+  MultimodalNames n;
+  for (const auto& [name, i] : where)
+    if (starts_with(name, "model.language_model.")) {
+      n.model_prefix = "model.language_model.";
+      n.lm_head = "lm_head.weight";
+    }
+  return n;
+}
+
+// A checkpoint directory opened and checked, before any tensor is read.
+struct OpenedCheckpoint {
+  ModelConfig config;
+  std::vector<SafetensorsFile> opened;
+  std::map<std::string, size_t> where;  // tensor (the text model's name) -> index into `opened`
+  std::map<std::string, std::string> stored;  // text model's name -> the file's, where they differ
+  std::vector<std::pair<std::string, Shape>> expected;
+  std::optional<MultimodalNames> multimodal;  // set for a multimodal checkpoint
+
+  const std::string& file_name(const std::string& name) const {
+    auto it = stored.find(name);
+    return it == stored.end() ? name : it->second;
+  }
+};
+
+// A multimodal checkpoint: its text model's tensors go by the text model's names; the others
+// (vision tower, projector) are not loaded, and a save carries them through from `dir`.
+void keep_text_model(OpenedCheckpoint& ck, const fs::path& dir,
+                     const std::vector<std::string>& files) {
+  const MultimodalNames names = multimodal_names(ck.where);
+  ck.multimodal = names;
+  std::map<std::string, size_t> text;
+  size_t others = 0;
+  for (const auto& [name, i] : ck.where) {
+    const std::string t = names.text_name(name);
+    if (t.empty()) {
+      ++others;
+      continue;
+    }
+    text[t] = i;
+    ck.stored[t] = name;
+  }
+  ck.where = std::move(text);
+  ck.config.multimodal_source_dir = dir.string();
+  ck.config.multimodal_source_files = files;
+  ck.config.multimodal_text_prefix = names.model_prefix;
+  std::fprintf(stderr,
+               "note: %s: a %s checkpoint: its text model (%s*) is loaded; its %zu other tensors "
+               "(vision tower, projector) are not, and a save writes them back unchanged\n",
+               dir.string().c_str(), ck.config.multimodal.value("model_type", "").c_str(),
+               names.model_prefix.c_str(), others);
+}
+
+OpenedCheckpoint open_checkpoint(const fs::path& dir, const std::vector<std::string>& files,
+                                 DType target) {
+  FT_CHECK(is_floating(target), std::string("cannot load a checkpoint as ") + dtype_name(target) +
+                                    " (not a float type)");
+  std::error_code ec;
+  FT_CHECK(fs::is_directory(dir, ec),
+           "checkpoint directory '" + dir.string() + "' does not exist or is not a directory");
+  OpenedCheckpoint ck;
+  ck.config = load_model_config(dir);
+  TensorFiles tf = open_tensor_files(dir, files);
+  ck.opened = std::move(tf.opened);
+  ck.where = std::move(tf.where);
+  if (ck.config.multimodal.is_object()) keep_text_model(ck, dir, files);
+  const std::vector<SafetensorsFile>& opened = ck.opened;
+  const std::map<std::string, size_t>& where = ck.where;
 
   // Check every tensor against what config.json implies.
   ck.expected = expected_parameters(ck.config);
@@ -221,12 +304,13 @@ OpenedCheckpoint open_checkpoint(const fs::path& dir, const std::vector<std::str
                                   ": not a " + ck.config.model_type +
                                   " parameter for this config.json" +
                                   unexpected_hint(name, ck.config, expected_names));
-    const TensorInfo& info = f.info(name);
-    FT_CHECK(info.shape == w->second, "tensor '" + name + "' in " + f.path() + " has shape " +
-                                          shape_str(info.shape) + " but config.json implies " +
-                                          shape_str(w->second));
-    FT_CHECK(is_floating(info.dtype), "tensor '" + name + "' in " + f.path() + " has dtype " +
-                                          dtype_name(info.dtype) + ", expected a float type");
+    const TensorInfo& info = f.info(ck.file_name(name));
+    FT_CHECK(info.shape == w->second, "tensor '" + ck.file_name(name) + "' in " + f.path() +
+                                          " has shape " + shape_str(info.shape) +
+                                          " but config.json implies " + shape_str(w->second));
+    FT_CHECK(is_floating(info.dtype), "tensor '" + ck.file_name(name) + "' in " + f.path() +
+                                          " has dtype " + dtype_name(info.dtype) +
+                                          ", expected a float type");
   }
   std::vector<std::string> missing;
   for (const auto& [name, shape] : expected)
@@ -234,7 +318,9 @@ OpenedCheckpoint open_checkpoint(const fs::path& dir, const std::vector<std::str
   if (!missing.empty()) {
     const std::string more =
         missing.size() > 1 ? " and " + std::to_string(missing.size() - 1) + " more" : "";
-    throw Error("checkpoint '" + dir.string() + "' is missing tensor '" + missing.front() +
+    const std::string first =
+        ck.multimodal ? ck.multimodal->stored_name(missing.front()) : missing.front();
+    throw Error("checkpoint '" + dir.string() + "' is missing tensor '" + first +
                 "' (config.json implies shape " + shape_str(want[missing.front()]) + ")" + more);
   }
 
@@ -250,7 +336,7 @@ HFCheckpoint load_hf_checkpoint(const fs::path& dir, const std::vector<std::stri
   ck.config = oc.config;
   for (const auto& [name, shape] : oc.expected) {
     const SafetensorsFile& f = oc.opened[oc.where.at(name)];
-    Tensor t = f.tensor(name);
+    Tensor t = f.tensor(oc.file_name(name));
     ck.tensors[name] = t.dtype() == target ? t : t.to(target);
     ck.source_file[name] = f.path();
   }
@@ -271,7 +357,7 @@ HFCheckpoint load_hf_checkpoint_owned(const fs::path& dir, const std::vector<std
       for (const std::string& name : by_file[i]) {
         if (sink && sink->takes(name)) {
           // Straight from the mapped bytes, widened a range at a time as the sink asks.
-          const Tensor t = f.tensor(name);
+          const Tensor t = f.tensor(oc.file_name(name));
           FT_CHECK(is_floating(t.dtype()), f.path() + ": tensor '" + name + "' is " +
                                                dtype_name(t.dtype()) + ", not a float type");
           const auto* bytes = static_cast<const uint8_t*>(t.raw());
@@ -279,15 +365,45 @@ HFCheckpoint load_hf_checkpoint_owned(const fs::path& dir, const std::vector<std
             widen_to_f32(bytes + size_t(first) * dtype_size(t.dtype()), t.dtype(), n, out);
           });
         } else {
-          ck.tensors[name] = f.read(name, target);
+          ck.tensors[name] = f.read(oc.file_name(name), target);
         }
-        f.evict(name);
+        f.evict(oc.file_name(name));
         ck.source_file[name] = f.path();
       }
     }  // unmapped here (nothing borrows from it)
   }
   return ck;
 }
+
+namespace {
+
+void write_checkpoint(const fs::path& dir, const ModelConfig& config,
+                      const std::vector<TensorSource>& tensors, const SaveOptions& opt);
+
+// A multimodal model's save: the text model's tensors under the names its source checkpoint
+// uses, then that checkpoint's other tensors (vision tower, projector) as they are stored there
+// (same bytes, same dtype).
+std::vector<TensorSource> with_carried_tensors(const ModelConfig& config,
+                                               const std::vector<TensorSource>& text) {
+  auto source = std::make_shared<TensorFiles>(
+      open_tensor_files(config.multimodal_source_dir, config.multimodal_source_files));
+  const MultimodalNames names = multimodal_names(source->where);
+  std::vector<TensorSource> out;
+  for (TensorSource t : text) {
+    t.name = names.stored_name(t.name);
+    out.push_back(std::move(t));
+  }
+  for (const auto& [name, i] : source->where) {
+    if (!names.text_name(name).empty()) continue;
+    const TensorInfo& info = source->opened[i].info(name);
+    out.push_back({name, info.shape, info.dtype,
+                   [source, i = i, name = name] { return source->opened[i].tensor(name); },
+                   /*keep_dtype=*/true});
+  }
+  return out;
+}
+
+}  // namespace
 
 void save_hf_checkpoint(const fs::path& dir, const ModelConfig& config, const NamedTensors& tensors,
                         const SaveOptions& opt) {
@@ -327,7 +443,26 @@ void save_hf_checkpoint(const fs::path& dir, const ModelConfig& config,
   }
   for (const auto& [name, shape] : expected)
     FT_CHECK(seen.count(name), "save " + out + ": tensor '" + name + "' is missing");
+  if (!config.multimodal.is_object()) return write_checkpoint(dir, config, tensors, opt);
+  if (!config.multimodal_source_dir.empty())
+    return write_checkpoint(dir, config, with_carried_tensors(config, tensors), opt);
+  // No checkpoint to take the vision tensors from (a model built from a config.json file).
+  ModelConfig text = config;
+  text.multimodal = nullptr;
+  text.ids_from_multimodal.clear();
+  std::fprintf(stderr,
+               "note: save %s: no %s checkpoint to carry the vision tensors from: writing the "
+               "text model alone (%s)\n",
+               out.c_str(), config.multimodal.value("model_type", "").c_str(),
+               std::string(model_family(text.model_type).hf_architecture).c_str());
+  write_checkpoint(dir, text, tensors, opt);
+}
 
+namespace {
+
+void write_checkpoint(const fs::path& dir, const ModelConfig& config,
+                      const std::vector<TensorSource>& tensors, const SaveOptions& opt) {
+  const std::string out = dir.string();
   // Replacing a directory drops everything in it: only ever replace a checkpoint.
   std::error_code ec;
   if (fs::exists(dir, ec)) {
@@ -386,5 +521,7 @@ void save_hf_checkpoint(const fs::path& dir, const ModelConfig& config,
   }
   staging.commit();
 }
+
+}  // namespace
 
 }  // namespace fusetune

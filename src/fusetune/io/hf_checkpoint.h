@@ -31,6 +31,11 @@ struct HFCheckpoint {
 // Loads `dir`: config.json, then `checkpoint_files` (relative to dir) when given, else
 // model.safetensors.index.json, else model.safetensors. Floating tensors are converted to
 // `target` (a float type). Throws fusetune::Error on a missing, unexpected or misshapen tensor.
+// A multimodal checkpoint (Gemma3ForConditionalGeneration: config.json's text_config, tensors
+// under language_model.model. / language_model.lm_head, or model.language_model. / lm_head)
+// loads as its text model, tensors by the text model's names ("model.layers.0...."); the
+// vision tower's and projector's are not loaded (a note on stderr says so), and the config
+// remembers `dir` so that a save writes them back.
 HFCheckpoint load_hf_checkpoint(const std::filesystem::path& dir,
                                 const std::vector<std::string>& checkpoint_files = {},
                                 DType target = DType::F32);
@@ -49,7 +54,8 @@ struct SaveOptions {
   DType dtype = DType::F32;  // or BF16 / F16: floating tensors are converted on the way out
   int64_t max_shard_bytes = int64_t(5) << 30;
   // Copied when present there: tokenizer.json, tokenizer_config.json, special_tokens_map.json,
-  // tokenizer.model, generation_config.json.
+  // tokenizer.model, generation_config.json, and a multimodal model's
+  // preprocessor_config.json, processor_config.json, chat_template.json.
   std::filesystem::path copy_files_from;
 };
 
@@ -59,6 +65,11 @@ const std::vector<std::string>& hf_side_files();
 // Writes config.json + model.safetensors (or model-0000i-of-0000n.safetensors shards and
 // model.safetensors.index.json) into `dir`, replacing an existing checkpoint there. Refuses
 // to replace a non-empty directory that holds no config.json (it is not a checkpoint).
+// A multimodal model's (ModelConfig::multimodal) is written in its source checkpoint's layout:
+// the text tensors under the names they came with, then the source's other tensors byte for
+// byte in their own dtype, and its config.json with text_config rewritten (keys it left out
+// stay out where the defaults give the same model); without a source
+// checkpoint (a model from a config.json file), the text model alone (Gemma3ForCausalLM).
 void save_hf_checkpoint(const std::filesystem::path& dir, const ModelConfig& config,
                         const NamedTensors& tensors, const SaveOptions& options = {});
 // The same with each tensor produced only when its shard is written (io/safetensors.h), so

@@ -271,9 +271,49 @@ void validate_model_config(const ModelConfig& c, const std::string& src) {
   }
 }
 
+namespace {
+
+// A multimodal checkpoint's config.json (Gemma3ForConditionalGeneration): the text model from
+// its text_config (model_type and the sizes it leaves out at transformers' defaults), with the
+// outer file's token ids where text_config has none; vision_config is not read.
+ModelConfig parse_multimodal_config(const json& j, const ModelFamily& family,
+                                    const std::string& src) {
+  const std::string outer_type = j["model_type"].get<std::string>();
+  FT_CHECK(j.contains("text_config") && j["text_config"].is_object(),
+           src + ": model_type '" + outer_type +
+               "' needs a 'text_config' object (the text model's keys; fusetune trains the text "
+               "model of a multimodal checkpoint)");
+  json text = j["text_config"];
+  if (!text.contains("model_type")) text["model_type"] = family.model_type;
+  FT_CHECK(text["model_type"] == family.model_type,
+           src + ": text_config's model_type must be '" + std::string(family.model_type) +
+               "' in a '" + outer_type + "' config, got " + text["model_type"].dump());
+  if (!family.multimodal_text_defaults.empty()) {
+    const json defaults = json::parse(family.multimodal_text_defaults);
+    for (const auto& [key, value] : defaults.items())
+      if (!text.contains(key)) text[key] = value;
+  }
+  std::vector<std::string> taken;
+  for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id"})
+    if (!text.contains(key) && j.contains(key)) {
+      text[key] = j[key];
+      taken.push_back(key);
+    }
+  ModelConfig c = parse_model_config(text, src + " (text_config)");
+  c.raw = j["text_config"];
+  c.multimodal = j;
+  c.ids_from_multimodal = taken;
+  return c;
+}
+
+}  // namespace
+
 ModelConfig parse_model_config(const json& j, const std::string& src) {
   FT_CHECK(j.is_object(),
            src + ": expected a JSON object, got a JSON " + std::string(j.type_name()));
+  if (j.contains("model_type") && j["model_type"].is_string())
+    if (const ModelFamily* text = multimodal_family(j["model_type"].get<std::string>()))
+      return parse_multimodal_config(j, *text, src);
   Reader r(j, src);
   ModelConfig c;
   FT_CHECK(r.present("model_type"),
@@ -300,7 +340,7 @@ ModelConfig parse_model_config(const json& j, const std::string& src) {
   // transformers' per-architecture defaults.
   c.max_position_embeddings =
       r.integer("max_position_embeddings", family.default_max_position_embeddings);
-  c.rms_norm_eps = r.number("rms_norm_eps", 1e-6);
+  c.rms_norm_eps = r.number("rms_norm_eps", family.default_rms_norm_eps);
   c.rope_theta = r.number("rope_theta", family.default_rope_theta);
   c.tie_word_embeddings = r.boolean("tie_word_embeddings", family.default_tie_word_embeddings);
   c.hidden_act =
@@ -364,12 +404,10 @@ void write_classifier_keys(const ModelConfig& c, const ModelFamily& family, json
   if (c.pad_token_id >= 0) j["pad_token_id"] = c.pad_token_id;
 }
 
-}  // namespace
-
-json model_config_to_json(const ModelConfig& c) {
+json text_model_config_to_json(const ModelConfig& c, bool top_level) {
   json j = c.raw.is_object() ? c.raw : json::object();
   const ModelFamily& family = model_family(c.model_type);
-  if (!j.contains("architectures"))
+  if (top_level && !j.contains("architectures"))
     j["architectures"] = json::array({std::string(family.hf_architecture)});
   j["model_type"] = c.model_type;
   j["vocab_size"] = c.vocab_size;
@@ -448,6 +486,45 @@ json model_config_to_json(const ModelConfig& c) {
   return j;
 }
 
+}  // namespace
+
+namespace {
+
+// A multimodal config.json's text_config as written: the keys the text model's json added to
+// the block as read are dropped again where reading the block without them gives the same
+// model (transformers' defaults), so that a published config.json, whose text_config names only
+// what differs from Gemma3TextConfig, saves back as it was.
+json minimal_text_block(const ModelConfig& c, json text) {
+  auto model_of = [&](const json& block) {
+    json outer = c.multimodal;
+    outer["text_config"] = block;
+    return text_model_config_to_json(parse_model_config(outer, "text_config"), false);
+  };
+  const json model = model_of(text);
+  std::vector<std::string> added;
+  for (const auto& [key, value] : text.items())
+    if (!c.raw.is_object() || !c.raw.contains(key)) added.push_back(key);
+  for (const std::string& key : added) {
+    json without = text;
+    without.erase(key);
+    if (model_of(without) == model) text = std::move(without);
+  }
+  return text;
+}
+
+}  // namespace
+
+json model_config_to_json(const ModelConfig& c) {
+  if (!c.multimodal.is_object()) return text_model_config_to_json(c, true);
+  // The multimodal file as read, its text_config rewritten; token ids taken from the outer
+  // file stay there only.
+  json text = text_model_config_to_json(c, false);
+  for (const std::string& key : c.ids_from_multimodal) text.erase(key);
+  json j = c.multimodal;
+  j["text_config"] = minimal_text_block(c, std::move(text));
+  return j;
+}
+
 ModelConfig load_model_config(const fs::path& dir_or_file) {
   fs::path file = dir_or_file;
   std::error_code ec;
@@ -462,7 +539,11 @@ ModelConfig load_model_config(const fs::path& dir_or_file) {
   } catch (const json::exception& e) {
     throw Error(file.string() + ": not valid JSON (" + e.what() + ")");
   }
-  return parse_model_config(j, file.string());
+  ModelConfig c = parse_model_config(j, file.string());
+  // A multimodal checkpoint's other tensors are this directory's (a save carries them through).
+  if (c.multimodal.is_object() && file != dir_or_file)
+    c.multimodal_source_dir = dir_or_file.string();
+  return c;
 }
 
 }  // namespace fusetune

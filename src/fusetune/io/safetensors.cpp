@@ -341,10 +341,10 @@ uint64_t write_safetensors(const fs::path& path, const std::vector<TensorSource>
     header["__metadata__"] = std::move(m);
   }
   uint64_t offset = 0;
-  for (const auto& [name, shape, dtype, produce] : tensors) {
+  for (const auto& [name, shape, dtype, produce, keep_dtype] : tensors) {
     FT_CHECK(name != "__metadata__", file + ": '__metadata__' cannot name a tensor");
     FT_CHECK(!header.contains(name), file + ": tensor '" + name + "' given twice");
-    const DType dt = out_dtype(dtype);
+    const DType dt = keep_dtype ? dtype : out_dtype(dtype);
     const uint64_t bytes = uint64_t(shape_numel(shape)) * dtype_size(dt);
     header[name] = {
         {"dtype", dtype_name(dt)}, {"shape", shape}, {"data_offsets", {offset, offset + bytes}}};
@@ -365,12 +365,13 @@ uint64_t write_safetensors(const fs::path& path, const std::vector<TensorSource>
   w.write(h);
   for (const auto& src : tensors) {
     const Tensor t = src.produce();
-    FT_CHECK(t.defined() && t.shape() == src.shape && out_dtype(t.dtype()) == out_dtype(src.dtype),
+    auto written = [&](DType d) { return src.keep_dtype ? d : out_dtype(d); };
+    FT_CHECK(t.defined() && t.shape() == src.shape && written(t.dtype()) == written(src.dtype),
              file + ": tensor '" + src.name + "' was produced as " +
                  (t.defined() ? std::string(dtype_name(t.dtype())) + " " + shape_str(t.shape())
                               : std::string("nothing")) +
                  ", not the announced " + dtype_name(src.dtype) + " " + shape_str(src.shape));
-    const DType dt = out_dtype(t.dtype());
+    const DType dt = written(t.dtype());
     if (dt == t.dtype()) {
       if (t.nbytes()) w.write(t.raw(), t.nbytes());
     } else {

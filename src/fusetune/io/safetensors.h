@@ -83,6 +83,9 @@ struct TensorSource {
   Shape shape;
   DType dtype = DType::F32;
   std::function<Tensor()> produce;
+  // Written in `dtype` as produced, whatever the writer converts the others to (a multimodal
+  // checkpoint's vision tensors, carried through unchanged).
+  bool keep_dtype = false;
 };
 
 namespace detail {

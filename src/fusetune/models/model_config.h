@@ -64,6 +64,23 @@ struct ModelConfig {
   // config.json's pad_token_id (-1: none), which a classifier's checkpoint keeps.
   int64_t pad_token_id = -1;
   nlohmann::json raw;  // the config.json as read (or as built for a new model)
+  // A text model inside a multimodal checkpoint (Gemma 3's Gemma3ForConditionalGeneration:
+  // config.json's model_type `gemma3` with the text model's keys under `text_config`, tensors
+  // under `language_model.`): `raw` is then the text_config block and `multimodal` the whole
+  // config.json, whose text_config a save rewrites (io/hf_checkpoint.h). Null otherwise.
+  nlohmann::json multimodal;
+  // The token ids (bos/eos/pad_token_id) the text model took from the outer config.json because
+  // its text_config has none; a save leaves them there.
+  std::vector<std::string> ids_from_multimodal;
+  // The checkpoint directory (and its checkpoint_files, when given) whose other tensors (vision
+  // tower, projector) a save carries through unchanged; empty: none to carry.
+  std::string multimodal_source_dir;
+  std::vector<std::string> multimodal_source_files;
+  // Where the text model's "model." sits in the multimodal model's module tree, as its
+  // checkpoint names it: "language_model.model." (lm_head at "language_model.lm_head") or
+  // "model.language_model." (lm_head at "lm_head"); "" when unknown (models/model_family.h's
+  // multimodal_module_name).
+  std::string multimodal_text_prefix;
 };
 
 }  // namespace fusetune

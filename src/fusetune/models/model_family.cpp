@@ -48,7 +48,10 @@ const std::vector<ModelFamily>& model_families() {
        true,  true,
        true,  true,  0.0, 0.0,
        true,  6,     4096,
-       /*rope_theta=*/1000000.0, /*rope_local_base_freq=*/10000.0},
+       /*rope_theta=*/1000000.0, /*rope_local_base_freq=*/10000.0, false, 1e-6,
+       /*multimodal_model_type=*/"gemma3",
+       R"({"vocab_size": 262208, "hidden_size": 2304, "intermediate_size": 9216,
+           "num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4})"},
       // Phi-3 / Phi-4 (HF Phi3ForCausalLM): a Llama with fused qkv_proj and gate_up_proj.
       {"phi3",    "Phi3ForCausalLM",    "phi3",   4096,     1,  32000, 0,
        false, false, false, SW::Always,
@@ -57,10 +60,26 @@ const std::vector<ModelFamily>& model_families() {
        false, false,
        false, false, 0.0, 0.0,
        false, 0,     0,
-       10000.0, 0.0, /*fused_projections=*/true},
+       10000.0, 0.0, /*fused_projections=*/true, /*rms_norm_eps=*/1e-5},
   };
   // clang-format on
   return families;
+}
+
+const ModelFamily* multimodal_family(std::string_view model_type) {
+  for (const ModelFamily& f : model_families())
+    if (!f.multimodal_model_type.empty() && f.multimodal_model_type == model_type) return &f;
+  return nullptr;
+}
+
+std::string multimodal_module_name(const ModelConfig& c, const std::string& name) {
+  const std::string& prefix = c.multimodal_text_prefix;
+  if (prefix.empty()) return name;
+  if (name.rfind("model.", 0) == 0) return prefix + name.substr(6);
+  // lm_head sits beside "model." in the language model: language_model.lm_head, or at the top.
+  if (name.rfind("lm_head.", 0) == 0 && prefix.rfind("language_model.", 0) == 0)
+    return "language_model." + name;
+  return name;
 }
 
 bool is_sliding_layer(const ModelConfig& config, int64_t layer) {

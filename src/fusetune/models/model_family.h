@@ -74,6 +74,16 @@ struct ModelFamily {
   // (gate rows first), as the checkpoint stores them; the builder slices the product
   // (docs/design.md §1).
   bool fused_projections = false;
+  // transformers' rms_norm_eps when config.json leaves it out (Phi3Config's is 1e-5).
+  double default_rms_norm_eps = 1e-6;
+  // The multimodal checkpoint this family's text model also comes in (Gemma 3's
+  // Gemma3ForConditionalGeneration): its config.json's model_type, which holds this family's
+  // keys under `text_config`; empty: none.
+  std::string_view multimodal_model_type = "";
+  // transformers' defaults (JSON) for the sizes a multimodal config's text_config may leave out,
+  // which a text model's own config.json must give (Gemma3TextConfig's: the 4B's text_config
+  // names neither heads nor vocabulary).
+  std::string_view multimodal_text_defaults = "";
 };
 
 // transformers' name of the tanh-approximated GELU: Gemma's GeGLU gate (Op::GeluTanh); the
@@ -91,6 +101,14 @@ struct LayerProjection {
   int64_t out = 0, in = 0;
 };
 std::vector<LayerProjection> layer_projections(const ModelConfig& config);
+
+// The family whose text model a multimodal config.json's model_type (`gemma3`) holds, or null.
+const ModelFamily* multimodal_family(std::string_view model_type);
+
+// The module path of the text model's `name` ("model.layers.0.self_attn.q_proj...",
+// "lm_head...") in its multimodal model (ModelConfig::multimodal_text_prefix), as PEFT names
+// an adapter there; `name` itself for a text model.
+std::string multimodal_module_name(const ModelConfig& config, const std::string& name);
 
 // Every family fusetune builds, in the order error messages list them.
 const std::vector<ModelFamily>& model_families();

@@ -1,12 +1,17 @@
 #include "fusetune/peft/adapter.h"
 
+#include <algorithm>
 #include <cmath>
+#include <regex>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
 #include "fusetune/io/safetensors.h"
+#include "fusetune/models/model_family.h"
 #include "fusetune/util/error.h"
 #include "fusetune/util/fs.h"
+#include "fusetune/util/strings.h"
 
 namespace fusetune::peft {
 
@@ -30,8 +35,38 @@ Shape adapter_shape(const std::string& name, const LinearSite& s, const LoraConf
 
 }  // namespace
 
+namespace {
+
+// The key of our adapter tensor `n` in adapter_model.safetensors.
+std::string peft_key(const ModelConfig* model, const std::string& n) {
+  return kPrefix + (model ? multimodal_module_name(*model, n) : n);
+}
+
+// target_modules for a multimodal model's language model: PEFT full-matches a string against
+// each module path; the language model's modules only (lm_head may sit at the top).
+std::string multimodal_targets(const std::vector<std::string>& names) {
+  std::string alt;
+  for (const std::string& n : names) alt += (alt.empty() ? "" : "|") + n;
+  const bool head = std::find(names.begin(), names.end(), "lm_head") != names.end();
+  return ".*language_model.*\\.(" + alt + ")" + (head ? "|lm_head" : "");
+}
+
+// The module names of a target_modules string multimodal_targets wrote.
+std::vector<std::string> names_of_multimodal_targets(const std::string& s,
+                                                     const std::string& where) {
+  static const std::regex form(R"(\.\*language_model\.\*\\\.\(([a-z_|]+)\)(\|lm_head)?)");
+  std::smatch m;
+  FT_CHECK(std::regex_match(s, m, form),
+           where + ": target_modules '" + s +
+               "' is a pattern fusetune does not read (it reads a list of module names, or the "
+               "language-model pattern it writes for a multimodal model)");
+  return split(m[1].str(), '|');
+}
+
+}  // namespace
+
 void save_peft_adapter(const fs::path& dir, const LoraConfig& c, const TensorMap& params,
-                       const std::string& base) {
+                       const std::string& base, const ModelConfig* model) {
   fs::create_directories(dir);
   NamedTensors tensors;
   nlohmann::json j;
@@ -45,7 +80,9 @@ void save_peft_adapter(const fs::path& dir, const LoraConfig& c, const TensorMap
   for (const auto& [name, t] : params)
     fused = fused || name.find(".qkv_proj.lora_") != std::string::npos ||
             name.find(".gate_up_proj.lora_") != std::string::npos;
-  j["target_modules"] = target_modules(c, fused);
+  const bool multimodal = model && !model->multimodal_text_prefix.empty();
+  j["target_modules"] = multimodal ? nlohmann::json(multimodal_targets(target_modules(c, fused)))
+                                   : nlohmann::json(target_modules(c, fused));
   j["use_dora"] = c.use_dora;
   j["use_rslora"] = false;
   j["bias"] = "none";
@@ -61,9 +98,9 @@ void save_peft_adapter(const fs::path& dir, const LoraConfig& c, const TensorMap
   std::sort(names.begin(), names.end());
   FT_CHECK(!names.empty(), "save_peft_adapter: no adapter parameters to save");
   for (const auto& n : names)
-    tensors.push_back({kPrefix + n, params.at(n).dtype() == DType::F32
-                                        ? params.at(n)
-                                        : params.at(n).to(DType::F32)});
+    tensors.push_back({peft_key(model, n), params.at(n).dtype() == DType::F32
+                                               ? params.at(n)
+                                               : params.at(n).to(DType::F32)});
   save_safetensors(dir / "adapter_model.safetensors", tensors, {{"format", "pt"}});
   write_file_atomic(dir / "adapter_config.json", j.dump(2) + "\n");
 }
@@ -95,8 +132,11 @@ Adapter load_peft_adapter(const fs::path& dir, const ModelConfig& model) {
       FT_CHECK(!j.contains(k) || j.at(k).is_null() || j.at(k).empty(),
                cfg_path.string() + ": " + k + " is not supported");
     const auto& tm = need("target_modules");
-    FT_CHECK(tm.is_array(), cfg_path.string() + ": target_modules must be a list of module names");
-    set_targets_from_hf(a.config, tm.get<std::vector<std::string>>());
+    FT_CHECK(tm.is_array() || (tm.is_string() && !model.multimodal_text_prefix.empty()),
+             cfg_path.string() + ": target_modules must be a list of module names");
+    set_targets_from_hf(a.config, tm.is_array() ? tm.get<std::vector<std::string>>()
+                                                : names_of_multimodal_targets(tm.get<std::string>(),
+                                                                              cfg_path.string()));
     if (j.contains("base_model_name_or_path") && j.at("base_model_name_or_path").is_string())
       a.base_model_name_or_path = j.at("base_model_name_or_path").get<std::string>();
   } catch (const nlohmann::json::exception& e) {
@@ -105,19 +145,21 @@ Adapter load_peft_adapter(const fs::path& dir, const ModelConfig& model) {
   FT_CHECK(a.config.rank >= 1, cfg_path.string() + ": r must be >= 1");
 
   SafetensorsFile st = SafetensorsFile::open(dir / "adapter_model.safetensors");
+  std::set<std::string> keys;
   for (const LinearSite& s : lora_sites(model, a.config))
     for (const std::string& n : adapter_names(s, a.config)) {
-      FT_CHECK(st.has(kPrefix + n), st.path() + ": missing tensor '" + kPrefix + n + "'");
-      Tensor t = st.tensor(kPrefix + n);
+      const std::string key = peft_key(&model, n);
+      keys.insert(key);
+      FT_CHECK(st.has(key), st.path() + ": missing tensor '" + key + "'");
+      Tensor t = st.tensor(key);
       const Shape want = adapter_shape(n, s, a.config);
-      FT_CHECK(t.shape() == want, st.path() + ": tensor '" + kPrefix + n + "' is " +
-                                      shape_str(t.shape()) + ", expected " + shape_str(want));
+      FT_CHECK(t.shape() == want, st.path() + ": tensor '" + key + "' is " + shape_str(t.shape()) +
+                                      ", expected " + shape_str(want));
       a.tensors[n] = t.to(DType::F32);
     }
   for (const std::string& n : st.names())
-    FT_CHECK(n.rfind(kPrefix, 0) == 0 && a.tensors.count(n.substr(kPrefix.size())),
-             st.path() + ": unexpected tensor '" + printable(n) +
-                 "' (not an adapter of the targeted layers)");
+    FT_CHECK(keys.count(n), st.path() + ": unexpected tensor '" + printable(n) +
+                                "' (not an adapter of the targeted layers)");
   return a;
 }
 

@@ -18,11 +18,18 @@ struct Adapter {
   std::string base_model_name_or_path;
 };
 
+// `model`, when given and the text model of a multimodal checkpoint
+// (ModelConfig::multimodal_text_prefix): the tensors go by the multimodal model's module paths
+// ("base_model.model.language_model.model.layers...") and target_modules is a regex string
+// that matches the language model's modules only (PEFT would match a list of names in the
+// vision tower too).
 void save_peft_adapter(const std::filesystem::path& dir, const LoraConfig& c,
-                       const TensorMap& params, const std::string& base_model_name_or_path);
+                       const TensorMap& params, const std::string& base_model_name_or_path,
+                       const ModelConfig* model = nullptr);
 
 // Reads and checks an adapter directory: every targeted layer of `model` must have its A and B
 // (and magnitude with DoRA) with the right shapes; throws fusetune::Error naming file and key.
+// A multimodal model's text model reads the names and target_modules save_peft_adapter writes.
 Adapter load_peft_adapter(const std::filesystem::path& dir, const ModelConfig& model);
 
 // Merges the adapters of `params` (our names) into the base weights of `params` in place:

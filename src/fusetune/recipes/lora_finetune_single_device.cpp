@@ -95,7 +95,7 @@ void save_lora_checkpoint(const LoraRun& run, bool adapter_only, const fs::path&
           so.copy_files_from = c.copy_files_from;
           save_hf_checkpoint(staging, *c.config, model, so);
         }
-        peft::save_peft_adapter(staging, run.lora, *c.params, run.base_name);
+        peft::save_peft_adapter(staging, run.lora, *c.params, run.base_name, c.config);
       },
       state);
 }
