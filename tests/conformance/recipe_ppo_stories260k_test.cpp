@@ -18,6 +18,7 @@
 #include "fusetune/util/fs.h"
 #include "metrics_log.h"
 #include "test_support.h"
+#include "token_reward_model.h"
 
 using namespace fusetune;
 using namespace fusetune::testing;
@@ -32,18 +33,7 @@ void write_stories_classifier(const fs::path& assets, const fs::path& dir, int32
   m.config = ck.config;
   for (auto& [name, t] : ck.tensors) m.params[name] = t.clone();
   to_sequence_classifier(m, 1, 7, 0.02);
-  if (target >= 0) {
-    for (auto& [name, t] : m.params)
-      if (name.find("o_proj") != std::string::npos || name.find("down_proj") != std::string::npos)
-        std::fill(t.data<float>(), t.data<float>() + t.numel(), 0.0f);
-    const Tensor& e = m.params.at("model.embed_tokens.weight");
-    const int64_t d = e.dim(1);
-    double norm = 0;
-    for (int64_t j = 0; j < d; ++j) norm += std::pow(e.data<float>()[target * d + j], 2);
-    Tensor& s = m.params.at("score.weight");
-    for (int64_t j = 0; j < d; ++j)
-      s.data<float>()[j] = float(0.25 * e.data<float>()[target * d + j] / std::sqrt(norm));
-  }
+  if (target >= 0) make_token_reward(m, target, 0.25);
   NamedTensors tensors;
   for (const auto& [name, shape] : expected_parameters(m.config))
     tensors.push_back({name, m.params.at(name)});

@@ -26,6 +26,7 @@
 #include "metrics_log.h"
 #include "test_support.h"
 #include "tiny_llama.h"
+#include "token_reward_model.h"
 
 using namespace fusetune;
 using namespace fusetune::testing;
@@ -50,22 +51,6 @@ fs::path write_ppo_classifier(const fs::path& causal, const fs::path& dir, int64
   return dir;
 }
 
-// A reward model whose score is how close the last token's embedding is to `target`'s: the
-// layers' outputs are zeroed (the residual stream is the token's embedding) and the score
-// head reads along the target's embedding.
-void ppo_token_reward(LoadedModel& m, int32_t target) {
-  for (auto& [name, t] : m.params)
-    if (name.find("o_proj") != std::string::npos || name.find("down_proj") != std::string::npos)
-      std::fill(t.data<float>(), t.data<float>() + t.numel(), 0.0f);
-  const Tensor& e = m.params.at("model.embed_tokens.weight");
-  const int64_t d = e.dim(1);
-  double norm = 0;
-  for (int64_t j = 0; j < d; ++j) norm += std::pow(e.data<float>()[target * d + j], 2);
-  Tensor& s = m.params.at("score.weight");
-  for (int64_t j = 0; j < d; ++j)
-    s.data<float>()[j] = float(0.5 * e.data<float>()[target * d + j] / std::sqrt(norm));
-}
-
 struct PpoFiles {
   fs::path policy, value, reward, prompts;
 };
@@ -75,7 +60,7 @@ PpoFiles write_ppo_files(const fs::path& dir, int32_t target) {
   f.policy = write_tiny_checkpoint(dir);
   f.value = write_ppo_classifier(f.policy, dir / "value");
   f.reward = write_ppo_classifier(f.policy, dir / "reward", 1,
-                                  [target](LoadedModel& m) { ppo_token_reward(m, target); });
+                                  [target](LoadedModel& m) { make_token_reward(m, target, 0.5); });
   f.prompts = dir / "prompts.txt";
   std::string text;
   const char* starts[] = {"Once upon a time", "The cat sat", "A dog ran", "She said",

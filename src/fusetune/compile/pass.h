@@ -12,7 +12,13 @@ enum class CompileMode { None, Model, Full };  // compile: false | model | true 
 
 struct PassOptions {
   CompileMode mode = CompileMode::Full;
-  int64_t ce_chunk_budget_bytes = 32ll << 20;  // scratch for one [chunk, vocab] logits block
+  // Scratch for one [chunk, vocab] logits block of the fused head kernels. Sized for the GEMMs,
+  // not the softmax: each chunk streams the whole head through z = h W^T and dh = dz W and reads
+  // and writes all of dW += dz^T h (K = the chunk's rows), so small chunks make those GEMMs
+  // memory-bound. L3-micro (vocab 128256, 1024 tokens, fp32; docs/benchmarks.md): 32 MiB (64
+  // rows) ran the step at 727 tokens/s, 128 MiB (256 rows) at 1044, the same peak (1.095 GiB:
+  // the larger block fits under the step's peak); eager 971.
+  int64_t ce_chunk_budget_bytes = 128ll << 20;
   // The same for an LM head formed tile by tile (bf16, NF4, fake-quantized): the fused kernels
   // re-form the whole head for every chunk, in both of their GEMMs, so fewer, larger chunks pay
   // off. Llama 3.2 1B QLoRA bf16 (512 tokens): the fused head 40% faster and the step 21%

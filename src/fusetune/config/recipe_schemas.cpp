@@ -123,6 +123,17 @@ Field model_field(bool lora_recipe) {
 
 namespace {
 
+// The rollout's sampling keys (GRPO and PPO generate with the same sampler).
+void add_sampling_fields(Schema& s) {
+  s.add(
+      Field::Float("temperature")
+          .def("1.0")
+          .min(0)
+          .doc(
+              "sampling temperature (0: greedy); the log-probs are those of logits / temperature"));
+  s.add(Field::Int("top_k").min(0).doc("sample among the k most likely tokens (null, 0: all)"));
+}
+
 void check_objective(const Config& root, bool preference, Problems& p, bool grpo = false,
                      bool reward = false, bool ppo = false);
 
@@ -484,13 +495,7 @@ Schema build_grpo(bool lora) {
                    "(not read when the KL weight is 0)"));
   s.add(Field::Int("grpo_samples").def("4").min(2).doc("completions sampled per prompt (a group)"));
   s.add(Field::Int("max_generated_tokens").def("64").min(1).doc("longest completion"));
-  s.add(
-      Field::Float("temperature")
-          .def("1.0")
-          .min(0)
-          .doc(
-              "sampling temperature (0: greedy); the log-probs are those of logits / temperature"));
-  s.add(Field::Int("top_k").min(0).doc("sample among the k most likely tokens (null, 0: all)"));
+  add_sampling_fields(s);
   s.add(Field::Int("num_iterations")
             .min(1)
             .doc("optimizer steps per rollout (TRL's; default 1): from the second on the ratio "
@@ -586,13 +591,7 @@ Schema build_ppo() {
   s.add(pos("forward_batch_size", "rows per rollout forward: generation, log-probs, values, scores")
             .req());
   s.add(pos("max_generated_tokens", "longest response").req());
-  s.add(
-      Field::Float("temperature")
-          .def("1.0")
-          .min(0)
-          .doc(
-              "sampling temperature (0: greedy); the log-probs are those of logits / temperature"));
-  s.add(Field::Int("top_k").min(0).doc("sample among the k most likely tokens (null, 0: all)"));
+  add_sampling_fields(s);
   s.add(Field::List("stop_token_ids")
             .items(kInt)
             .doc("tokens that end a response (default: the tokenizer's and model's EOS)"));
