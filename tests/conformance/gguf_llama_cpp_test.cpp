@@ -873,13 +873,21 @@ void check_gemma_family(const ModelConfig& c, const char* tag, const StoryText& 
   const Diff d = compare(lp, cpp["logprobs"]), d_ref = compare(ref, cpp["logprobs"]),
              d_table = compare(ref_table, cpp["logprobs"]);
   const double nll_cpp = mean_nll(cpp_lp, ids), nll_table = mean_nll(ref_table, ids);
+  // The table GELU rounds its input to fp16, so a summation order that moves a matmul's output
+  // by one float rounding (llama.cpp's blocked FMA dot products against the double reference)
+  // flips some of those fp16 roundings: the table reference's own floor, measured as the
+  // quantized checks measure theirs, by a 1e-6 relative change of every matmul's input.
+  const Diff floor =
+      compare(ref_table, nlohmann::json(reference_logprobs(c, params, ids, gguf::FileType::F32,
+                                                           true, 1e-6, /*ggml_gelu=*/true)));
   std::printf(
       "[gguf %s f32] %zu tokens, |dlogp| llama.cpp vs reference with its table GELU max %.3g "
-      "(rel %.3g), vs the exact reference max %.3g, vs fusetune max %.3g (mean %.3g); mean NLL "
-      "llama.cpp %.6f, table reference %.6f, fusetune %.6f\n",
-      tag, ids.size(), d_table.max_abs, d_table.max_rel, d_ref.max_abs, d.max_abs, d.mean_abs,
-      nll_cpp, nll_table, nll_ft);
-  EXPECT_LT(d_table.max_rel, cpp_rel);
+      "(rel %.3g; the table's own 1e-6 noise floor: max %.3g, rel %.3g), vs the exact reference "
+      "max %.3g, vs fusetune max %.3g (mean %.3g); mean NLL llama.cpp %.6f, table reference "
+      "%.6f, fusetune %.6f\n",
+      tag, ids.size(), d_table.max_abs, d_table.max_rel, floor.max_abs, floor.max_rel,
+      d_ref.max_abs, d.max_abs, d.mean_abs, nll_cpp, nll_table, nll_ft);
+  EXPECT_LT(d_table.max_rel, std::max(cpp_rel, 1.5 * floor.max_rel));
   EXPECT_NEAR(nll_cpp, nll_table, 1e-5);
   EXPECT_LT(d.max_rel, 1e-2);  // the fp16 GELU table's rounding, no more
   check_quantized_exports(
@@ -973,9 +981,11 @@ TEST(GgufLlamaCpp, Gemma3F32LogitsAgreeWithFusetuneAndTheReference) {
   ASSERT_FALSE(is_sliding_layer(c, 5));
   ASSERT_TRUE(is_sliding_layer(c, 4));
   // llama.cpp stays 1.4e-4 (relative; max |dlogp| 8e-4, mean NLL within 2e-6) from the
-  // reference here, against 2.4e-5 for the 4-layer Gemma 2: not explained yet (six layers of
-  // its table GELU, or its fp16 KV cache, are candidates); fusetune is within 4e-6.
-  check_gemma_family(c, "gemma3", text, 2e-4);
+  // table-GELU reference here, against 2.4e-5 for the 4-layer Gemma 2: the table's own noise
+  // floor is as large here (1.5e-4 relative: six layers of fp16-rounded GELU inputs, a 1e-6
+  // change of the matmul inputs flips some), so it is bounded by that floor; fusetune is
+  // within 7e-7 of the exact reference.
+  check_gemma_family(c, "gemma3", text);
 }
 
 // A Gemma 3 checkpoint saved as Gemma3ForConditionalGeneration (text model under
