@@ -32,6 +32,26 @@ TEST(DataRecords, JsonLinesSkipBlankLinesAndKeepLineNumbers) {
   EXPECT_TRUE(rows[2].error.empty());
 }
 
+// A number past double's range is valid JSON syntax that nlohmann's parser refuses with
+// out_of_range (not parse_error): a bad row named by its line, or for an array an Error naming
+// the file; never an exception that escapes (found by jsonl_rows_fuzz).
+TEST(DataRecords, ANumberOutOfRangeIsABadRowOrAnErrorNamingTheFile) {
+  testing::TempDir dir;
+  auto p = write_file(dir / "a.jsonl", "{\"x\": 1}\n{\"x\": 5e555555}\n{\"x\": 3}\n");
+  auto rows = read_json_records(p);
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows[1].where, p + " line 2");
+  EXPECT_NE(rows[1].error.find("invalid JSON"), std::string::npos) << rows[1].error;
+  EXPECT_TRUE(rows[2].error.empty());
+  auto a = write_file(dir / "a.json", "[{\"x\": 1}, {\"x\": -5e555555}]");
+  try {
+    read_json_records(a);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(a + ": invalid JSON"), std::string::npos) << e.what();
+  }
+}
+
 TEST(DataRecords, BrokenJsonArrayNamesLine) {
   testing::TempDir dir;
   auto p = write_file(dir / "a.json", "[\n{\"x\": 1},\n{\"x\": }\n]");

@@ -189,6 +189,11 @@ TEST(MetricsReport, ClearErrors) {
   e = error_of([&] { read_run(tmp / "bad"); });
   EXPECT_NE(e.find(bad.string() + ":3: not valid JSON"), std::string::npos) << e;
 
+  // A number past double's range: nlohmann's out_of_range, not a parse_error; named the same.
+  write_text(bad, "{\"step\": 1, \"loss\": 2e999999}\n");
+  e = error_of([&] { read_run(tmp / "bad"); });
+  EXPECT_NE(e.find(bad.string() + ":1: not valid JSON"), std::string::npos) << e;
+
   write_text(bad, "{\"step\": 1, \"loss\": 2.0}\n[1, 2]\n");
   e = error_of([&] { read_run(tmp / "bad"); });
   EXPECT_NE(e.find(bad.string() + ":2: expected a JSON object, got array"), std::string::npos) << e;

@@ -61,6 +61,8 @@ std::vector<Record> read_json_records(const std::string& path) {
     } catch (const nlohmann::json::parse_error& e) {
       throw Error(path + ": invalid JSON at " + line_col(text, e.byte > 0 ? e.byte - 1 : 0) +
                   " (expected an array of records): " + e.what());
+    } catch (const nlohmann::json::exception& e) {  // a number out of double's range
+      throw Error(path + ": invalid JSON (expected an array of records): " + e.what());
     }
     rows.reserve(doc.size());
     for (size_t i = 0; i < doc.size(); ++i)
@@ -81,6 +83,8 @@ std::vector<Record> read_json_records(const std::string& path) {
         throw Error(path +
                     " holds a single JSON value spanning lines; expected an array of "
                     "records or one JSON object per line (JSON lines)");
+      r.error = std::string("invalid JSON: ") + e.what();
+    } catch (const nlohmann::json::exception& e) {  // a number out of double's range
       r.error = std::string("invalid JSON: ") + e.what();
     }
     rows.push_back(std::move(r));

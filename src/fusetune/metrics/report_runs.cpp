@@ -94,7 +94,7 @@ RunRecord read_run(const fs::path& dir) {
     nlohmann::json j;
     try {
       j = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {  // syntax, or a number out of range
       throw Error(where + "not valid JSON (" + e.what() + ")");
     }
     FT_CHECK(j.is_object(), where + "expected a JSON object, got " + std::string(j.type_name()));
