@@ -556,25 +556,33 @@ TEST(KdPlan, ZeroThreeShardsTheTeacherOverTheRanks) {
   }
 }
 
+// The demo's tiny model shrunk as the student and a random teacher twice its size, with
+// `extra` on top.
+Overrides tiny_kd_models(const Overrides& extra) {
+  Overrides kd = {{"model.hidden_size", "16"},
+                  {"model.intermediate_size", "32"},
+                  {"model.num_hidden_layers", "1"},
+                  {"teacher_model.init", "random"},
+                  {"teacher_model.vocab_size", "259"},
+                  {"teacher_model.hidden_size", "32"},
+                  {"teacher_model.intermediate_size", "64"},
+                  {"teacher_model.num_hidden_layers", "2"},
+                  {"teacher_model.num_attention_heads", "4"}};
+  for (const auto& [k, v] : extra) kd[k] = v;
+  return kd;
+}
+
 // The demo's tiny model as the student, a random teacher twice its size, a few steps in each
 // compile mode: the run succeeds and logs the two parts of the loss.
 TEST(KdRecipe, TrainsAStudentAndLogsClassAndKdLoss) {
   for (const char* compile : {"false", "true"}) {
     TempDir tmp;
-    Overrides o = demo_overrides(tmp / "out", {{"dataset.packed", "false"},
-                                               {"max_steps_per_epoch", "3"},
-                                               {"model.hidden_size", "16"},
-                                               {"model.intermediate_size", "32"},
-                                               {"model.num_hidden_layers", "1"},
-                                               {"teacher_model.init", "random"},
-                                               {"teacher_model.vocab_size", "259"},
-                                               {"teacher_model.hidden_size", "32"},
-                                               {"teacher_model.intermediate_size", "64"},
-                                               {"teacher_model.num_hidden_layers", "2"},
-                                               {"teacher_model.num_attention_heads", "4"},
-                                               {"kd_loss._component_", "ReverseKLLoss"},
-                                               {"kd_ratio", "0.7"},
-                                               {"compile", compile}});
+    Overrides o =
+        demo_overrides(tmp / "out", tiny_kd_models({{"dataset.packed", "false"},
+                                                    {"max_steps_per_epoch", "3"},
+                                                    {"kd_loss._component_", "ReverseKLLoss"},
+                                                    {"kd_ratio", "0.7"},
+                                                    {"compile", compile}}));
     const CliRun r = run_shell(
         run_command("knowledge_distillation_single_device", "demo/tiny_full", o), tmp / "io");
     ASSERT_EQ(r.code, 0) << r.out << r.err;
@@ -590,18 +598,8 @@ TEST(KdRecipe, TrainsAStudentAndLogsClassAndKdLoss) {
 // rows per rank, 6 steps, a checkpoint at step 3.
 Overrides dist_kd_overrides(const fs::path& out, const fs::path& corpus, int batch,
                             const Overrides& extra) {
-  Overrides kd = {{"model.hidden_size", "16"},
-                  {"model.intermediate_size", "32"},
-                  {"model.num_hidden_layers", "1"},
-                  {"teacher_model.init", "random"},
-                  {"teacher_model.vocab_size", "259"},
-                  {"teacher_model.hidden_size", "32"},
-                  {"teacher_model.intermediate_size", "64"},
-                  {"teacher_model.num_hidden_layers", "2"},
-                  {"teacher_model.num_attention_heads", "4"},
-                  {"kd_loss._component_", "ForwardKLLoss"},
-                  {"kd_ratio", "0.7"},
-                  {"save_every_n_steps", "3"}};
+  Overrides kd = tiny_kd_models(
+      {{"kd_loss._component_", "ForwardKLLoss"}, {"kd_ratio", "0.7"}, {"save_every_n_steps", "3"}});
   for (const auto& [k, v] : extra) kd[k] = v;
   return rank_run_overrides(out, corpus, batch, 6, kd);
 }

@@ -337,9 +337,7 @@ class DpoStep final : public TrainingStep {
   }
 
   // The policy's parameters: ZeRO-3's source (gathered at use) or the map.
-  ParamSource policy_params() const {
-    return o_.policy.param_source ? *o_.policy.param_source : ParamSource(*o_.policy.params);
-  }
+  ParamSource policy_params() const { return o_.policy.source(); }
   // LoRA's reference reads the policy's own (base) parameters, so through the same source;
   // full DPO's frozen reference copy is whole on every rank, or at ZeRO-3 sharded too.
   bool ref_reads_sharded_params() const {

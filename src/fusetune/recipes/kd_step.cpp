@@ -190,9 +190,7 @@ class KdStep final : public TrainingStep {
     return l;
   }
 
-  ParamSource params() const {
-    return o_.student.param_source ? *o_.student.param_source : ParamSource(*o_.student.params);
-  }
+  ParamSource params() const { return o_.student.source(); }
 
   Graph graph(int64_t rows, int64_t T, const TrainablePredicate& trainable,
               const LlamaOptions& llama) const {

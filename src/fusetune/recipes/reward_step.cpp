@@ -96,9 +96,7 @@ class RewardStep final : public TrainingStep {
     return in;
   }
 
-  ParamSource params() const {
-    return o_.model.param_source ? *o_.model.param_source : ParamSource(*o_.model.params);
-  }
+  ParamSource params() const { return o_.model.source(); }
 
   Graph graph(int64_t rows, int64_t T, const TrainablePredicate& trainable,
               const LlamaOptions& llama) const {

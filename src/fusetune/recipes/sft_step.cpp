@@ -56,9 +56,7 @@ class SftStep final : public TrainingStep {
   }
 
  private:
-  ParamSource params() const {
-    return o_.param_source ? *o_.param_source : ParamSource(*o_.params);
-  }
+  ParamSource params() const { return o_.source(); }
 
   Graph graph(int64_t rows, int64_t T, bool packed, const TrainablePredicate& trainable,
               const LlamaOptions& llama) const {

@@ -15,6 +15,8 @@ struct ModelStepOptions {
   // When set, the step graphs take their parameters from it instead (ZeRO-3: gathered when
   // used); they are compiled with passes.params_at_use then.
   std::optional<ParamSource> param_source;
+  // What the step graphs read: param_source when set, else params by name.
+  ParamSource source() const { return param_source ? *param_source : ParamSource(*params); }
   TrainablePredicate trainable;
   LlamaOptions llama;
   std::optional<LlamaOptions> eval_llama;  // hooks for validation (no dropout); default: llama
