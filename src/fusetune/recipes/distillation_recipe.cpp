@@ -80,8 +80,9 @@ void log_kd_heads(const StepContext& ctx, const ModelConfig& teacher, const KdSt
     ctx.log("kd: the student's head and " + t +
             " run inside the fused divergence (no [tokens x vocab] logits)");
   else
-    ctx.log("kd: the logits are materialized (a soft-capped model, or DoRA / lora_dropout on "
-            "lm_head)");
+    ctx.log(
+        "kd: the logits are materialized (a soft-capped model, or DoRA / lora_dropout on "
+        "lm_head)");
 }
 
 // The parameters of a ZeRO-3 teacher that other ranks own: taken as it loads and never read,
@@ -99,9 +100,8 @@ class OtherRanksTeacherWeights final : public ParamSink {
 
 // The teacher's weights other ranks own, by ShardedParams' partition of frozen parameters
 // (name order, balanced by element count), from its architecture alone.
-std::map<std::string, dist::HeldByOtherRank> teacher_held_by_others(const Config& tcfg,
-                                                                    DType dtype,
-                                                                    const dist::Communicator& comm) {
+std::map<std::string, dist::HeldByOtherRank> teacher_held_by_others(
+    const Config& tcfg, DType dtype, const dist::Communicator& comm) {
   std::map<std::string, Shape> shapes;
   for (const ParamInfo& p :
        graph_parameters(build_logits_graph(model_architecture(tcfg), 1, 1, dtype)))
@@ -119,9 +119,8 @@ std::map<std::string, dist::HeldByOtherRank> teacher_held_by_others(const Config
 // ZeRO-3: the frozen teacher sharded like the student (and like full DPO's reference copy),
 // each rank loading only the weights it owns; each is gathered from its owner when the
 // teacher's forward reaches it.
-std::unique_ptr<dist::ShardedParams> load_teacher_share(const StepContext& ctx,
-                                                        const Config& tcfg, DType dtype,
-                                                        LoadedModel& teacher) {
+std::unique_ptr<dist::ShardedParams> load_teacher_share(const StepContext& ctx, const Config& tcfg,
+                                                        DType dtype, LoadedModel& teacher) {
   const std::map<std::string, dist::HeldByOtherRank> held =
       teacher_held_by_others(tcfg, dtype, *ctx.comm);
   OtherRanksTeacherWeights skip(held);
