@@ -9,12 +9,12 @@
 // HfTokenizer itself is checked against Hugging Face's tokenizers on the same corpus
 // (tokenizer_hf_conformance_test.cpp). Also: decode round trips, and every torchtune config
 // in the assets has a tokenizer section fusetune accepts.
-#include <fstream>
 #include <iostream>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "bpe_files.h"
 #include "fusetune/config/components.h"
 #include "fusetune/config/recipe_schemas.h"
 #include "fusetune/config/schema.h"
@@ -120,19 +120,7 @@ TEST(TorchtuneTokenizerFiles, Llama3TiktokenEqualsTokenizerJson) {
 // Qwen3's tokenizer.json as the vocab.json + merges.txt pair a Hugging Face Qwen directory
 // holds (torchtune's qwen*_tokenizer reads those), written into `dir`.
 nlohmann::json write_qwen3_vocab_and_merges(const testing::TempDir& dir) {
-  nlohmann::json j;
-  {
-    std::ifstream in(testing::assets_dir() / kQwen3Json);
-    j = nlohmann::json::parse(in);
-  }
-  std::ofstream(dir / "vocab.json") << j["model"]["vocab"].dump();
-  std::ofstream m(dir / "merges.txt");
-  m << "#version: 0.2\n";
-  for (const auto& e : j["model"]["merges"])
-    m << (e.is_string() ? e.get<std::string>()
-                        : e[0].get<std::string>() + " " + e[1].get<std::string>())
-      << "\n";
-  return j;
+  return testing::write_vocab_and_merges(testing::assets_dir() / kQwen3Json, dir.path());
 }
 
 TEST(TorchtuneTokenizerFiles, Qwen2VocabAndMergesEqualTokenizerJson) {

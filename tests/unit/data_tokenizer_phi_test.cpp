@@ -3,11 +3,10 @@
 // is Llama 2's) and GPT-2's byte-level BPE (written as vocab.json + merges.txt) stand in.
 #include "fusetune/tokenizers/phi_tokenizers.h"
 
-#include <fstream>
-
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "bpe_files.h"
 #include "fusetune/data/chat_format.h"
 #include "fusetune/tokenizers/load_tokenizer.h"
 #include "fusetune/util/error.h"
@@ -28,17 +27,7 @@ std::unique_ptr<Tokenizer> phi3() {
 
 // GPT-2's tokenizer.json as vocab.json + merges.txt in `dir`, loaded as Phi-4's tokenizer.
 std::unique_ptr<Tokenizer> phi4(const testing::TempDir& dir) {
-  std::ifstream in(testing::assets_dir() / kGpt2Json);
-  const nlohmann::json j = nlohmann::json::parse(in);
-  std::ofstream(dir / "vocab.json") << j["model"]["vocab"].dump();
-  {
-    std::ofstream m(dir / "merges.txt");
-    m << "#version: 0.2\n";
-    for (const auto& e : j["model"]["merges"])
-      m << (e.is_string() ? e.get<std::string>()
-                          : e[0].get<std::string>() + " " + e[1].get<std::string>())
-        << "\n";
-  }
+  testing::write_vocab_and_merges(testing::assets_dir() / kGpt2Json, dir.path());
   TokenizerSpec s;
   s.type = "phi4";
   s.path = dir / "vocab.json";
