@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <optional>
@@ -16,6 +17,8 @@
 #include "fusetune/core/dtype.h"
 #include "fusetune/kernels/cpu/bf16.h"
 #include "fusetune/kernels/cpu/bf16_matmul.h"
+#include "fusetune/kernels/cpu/fused_linear_cross_entropy.h"
+#include "fusetune/kernels/cpu/fused_linear_log_probs.h"
 #include "fusetune/kernels/cpu/kernels.h"
 #include "fusetune/runtime/eager_executor.h"
 #include "fusetune/runtime/plan_executor.h"
@@ -171,6 +174,158 @@ TEST(Bf16Matmul, OneDnnAndTheWideningPathAgreeWithinTheirTolerances) {
       ASSERT_NEAR(native[i], widened[i], 2 * fp32_sum_tolerance(c.K, ref.abs_sum[i]))
           << name(c) << " element " << i;
   }
+}
+
+// Row strides wider than the rows (the fused head's bf16 gradients sit in the first half of
+// fp32 rows) and C += op(A) op(B): each form against the reference, the padding never read.
+TEST(Bf16Matmul, StridedOperandsAndAccumulationMatchTheReference) {
+  SKIP_WITHOUT_BF16_DOT_PRODUCTS();
+  uint64_t seed = 300;
+  for (const Case& c : cases()) {
+    const int64_t a_rows = c.ta ? c.K : c.M, a_cols = c.ta ? c.M : c.K;
+    const int64_t b_rows = c.tb ? c.N : c.K, b_cols = c.tb ? c.K : c.N;
+    const int64_t lda = a_cols + 7, ldb = b_cols + 3;
+    const std::vector<uint16_t> A = random_bf16(a_rows * a_cols, seed++),
+                                B = random_bf16(b_rows * b_cols, seed++);
+    std::vector<uint16_t> As(size_t(a_rows * lda), 0x7FC0), Bs(size_t(b_rows * ldb), 0x7FC0);
+    for (int64_t r = 0; r < a_rows; ++r)  // NaN padding: a read of it would show
+      std::copy_n(A.begin() + r * a_cols, a_cols, As.begin() + r * lda);
+    for (int64_t r = 0; r < b_rows; ++r)
+      std::copy_n(B.begin() + r * b_cols, b_cols, Bs.begin() + r * ldb);
+    const Reference ref = reference(c, A, B);
+    std::vector<float> C(size_t(c.M * c.N)), start(C.size());
+    for (size_t i = 0; i < C.size(); ++i) start[i] = C[i] = float(int(i % 7) - 3);
+    kernels::matmul_bf16_onednn_strided(c.ta, c.tb, c.M, c.N, c.K, As.data(), lda, Bs.data(), ldb,
+                                        C.data(), false, true);
+    for (size_t i = 0; i < C.size(); ++i)
+      ASSERT_NEAR(C[i], start[i] + ref.value[i],
+                  fp32_sum_tolerance(c.K + 1, ref.abs_sum[i] + std::abs(start[i])))
+          << name(c) << " accumulated, element " << i;
+    kernels::matmul_bf16_onednn_strided(c.ta, c.tb, c.M, c.N, c.K, As.data(), lda, Bs.data(), ldb,
+                                        C.data(), false, false);
+    for (size_t i = 0; i < C.size(); ++i)
+      ASSERT_NEAR(C[i], ref.value[i], fp32_sum_tolerance(c.K, ref.abs_sum[i]))
+          << name(c) << " overwritten, element " << i;
+  }
+}
+
+// The fused LM head + cross-entropy of a bf16 graph on bf16 dot products: the definition in
+// fp64 (with and without Gemma 2's soft cap), over three chunks, rows without a label skipped.
+// The kernel rounds each logit gradient g to bf16 before the two backward products, as an
+// unfused bf16 graph does, so dh and dW are within 2^-7 sum |g| |operand| of the exact values.
+TEST(Bf16FusedHead, CrossEntropyOnBf16DotProductsMeetsTheDefinition) {
+  SKIP_WITHOUT_BF16_DOT_PRODUCTS();
+  ScopedPath path("onednn");
+  const int64_t N = 40, D = 24, V = 3001, chunk = 16;
+  const float scale = 0.1f;
+  const std::vector<uint16_t> hb = random_bf16(N * D, 7), W = random_bf16(V * D, 8);
+  std::vector<float> h(hb.size());
+  kernels::bf16_to_f32_array(hb.data(), h.data(), N * D);
+  std::vector<int32_t> labels(static_cast<size_t>(N));
+  for (int64_t i = 0; i < N; ++i) labels[size_t(i)] = i % 5 == 0 ? -100 : int32_t(i * 997 % V);
+  auto w = [&](int64_t v, int64_t d) { return double(bf16_to_f32(W[size_t(v * D + d)])); };
+  for (double cap : {0.0, 30.0}) {
+    std::vector<float> dh(size_t(N * D), NAN), dW(size_t(V * D), NAN);
+    const double loss = kernels::fused_bf16_linear_cross_entropy(
+        h.data(), W.data(), labels.data(), scale, N, D, V, chunk, dh.data(), dW.data(), cap);
+    double ref_loss = 0;
+    std::vector<double> dh_ref(dh.size()), dh_tol(dh.size()), dW_ref(dW.size()), dW_tol(dW.size());
+    std::vector<double> z(static_cast<size_t>(V)), g(static_cast<size_t>(V));
+    for (int64_t n = 0; n < N; ++n) {
+      const int32_t y = labels[size_t(n)];
+      if (y == -100) continue;
+      double mx = -INFINITY;
+      for (int64_t v = 0; v < V; ++v) {
+        double a = 0;
+        for (int64_t d = 0; d < D; ++d) a += double(h[size_t(n * D + d)]) * w(v, d);
+        z[size_t(v)] = cap > 0 ? cap * std::tanh(a / cap) : a;
+        mx = std::max(mx, z[size_t(v)]);
+      }
+      double sum = 0;
+      for (int64_t v = 0; v < V; ++v) sum += std::exp(z[size_t(v)] - mx);
+      ref_loss += scale * (mx + std::log(sum) - z[size_t(y)]);
+      for (int64_t v = 0; v < V; ++v) {
+        const double slope = cap > 0 ? 1 - (z[size_t(v)] / cap) * (z[size_t(v)] / cap) : 1;
+        const double p = std::exp(z[size_t(v)] - mx) / sum, bound = scale * (p + (v == y)) * slope;
+        g[size_t(v)] = scale * (p - (v == y)) * slope;
+        for (int64_t d = 0; d < D; ++d) {
+          dh_ref[size_t(n * D + d)] += g[size_t(v)] * w(v, d);
+          dh_tol[size_t(n * D + d)] += 0x1p-7 * bound * std::abs(w(v, d));
+          dW_ref[size_t(v * D + d)] += g[size_t(v)] * double(h[size_t(n * D + d)]);
+          dW_tol[size_t(v * D + d)] += 0x1p-7 * bound * std::abs(double(h[size_t(n * D + d)]));
+        }
+      }
+    }
+    EXPECT_NEAR(loss, ref_loss, 1e-5 * std::abs(ref_loss)) << "softcap " << cap;
+    for (size_t i = 0; i < dh.size(); ++i)
+      ASSERT_NEAR(dh[i], dh_ref[i], dh_tol[i] + 1e-7) << "softcap " << cap << ", dh element " << i;
+    for (size_t i = 0; i < dW.size(); ++i)
+      ASSERT_NEAR(dW[i], dW_ref[i], dW_tol[i] + 1e-7) << "softcap " << cap << ", dW element " << i;
+  }
+}
+
+// The fused log-prob head (DPO, GRPO) of a bf16 graph on bf16 dot products, against the
+// definition in fp64 over three chunks: log-probs and log-sum-exps from fp32 logits; the frozen
+// head's E_p[W] and the trainable head's dh and dW from a softmax / gradient rounded to bf16.
+TEST(Bf16FusedHead, LogProbsOnBf16DotProductsMeetTheDefinition) {
+  SKIP_WITHOUT_BF16_DOT_PRODUCTS();
+  ScopedPath path("onednn");
+  const int64_t N = 40, D = 24, V = 3001, chunk = 16;
+  const std::vector<uint16_t> hb = random_bf16(N * D, 17), W = random_bf16(V * D, 18);
+  std::vector<float> h(hb.size());
+  kernels::bf16_to_f32_array(hb.data(), h.data(), N * D);
+  std::vector<int32_t> labels(static_cast<size_t>(N));
+  std::vector<float> dlogp(static_cast<size_t>(N));
+  for (int64_t i = 0; i < N; ++i) {
+    labels[size_t(i)] = i % 5 == 0 ? -100 : int32_t(i * 997 % V);
+    dlogp[size_t(i)] = 0.05f * float(i % 7 - 3);
+  }
+  kernels::LogProbHead<float> head;
+  head.bf16 = W.data();
+  head.V = V;
+  head.D = D;
+  std::vector<float> logp(static_cast<size_t>(N)), lse(logp.size()), zsum(logp.size()),
+      expect(static_cast<size_t>(N * D));
+  kernels::fused_linear_log_probs<float>(h.data(), labels.data(), head, N, chunk, logp.data(),
+                                         lse.data(), zsum.data(), expect.data());
+  std::vector<float> dh(size_t(N * D), NAN), dW(size_t(V * D), NAN);
+  kernels::fused_linear_log_probs_backward<float>(h.data(), labels.data(), lse.data(), dlogp.data(),
+                                                  head, N, chunk, dh.data(), dW.data());
+  auto w = [&](int64_t v, int64_t d) { return double(bf16_to_f32(W[size_t(v * D + d)])); };
+  std::vector<double> e_ref(expect.size()), e_tol(expect.size()), dh_ref(dh.size()),
+      dh_tol(dh.size()), dW_ref(dW.size()), dW_tol(dW.size()), z(static_cast<size_t>(V));
+  for (int64_t n = 0; n < N; ++n) {
+    const int32_t y = labels[size_t(n)];
+    if (y == -100) continue;
+    double mx = -INFINITY, sum = 0;
+    for (int64_t v = 0; v < V; ++v) {
+      z[size_t(v)] = 0;
+      for (int64_t d = 0; d < D; ++d) z[size_t(v)] += double(h[size_t(n * D + d)]) * w(v, d);
+      mx = std::max(mx, z[size_t(v)]);
+    }
+    for (int64_t v = 0; v < V; ++v) sum += std::exp(z[size_t(v)] - mx);
+    const double l = mx + std::log(sum), g = dlogp[size_t(n)];
+    EXPECT_NEAR(lse[size_t(n)], l, 1e-5 * std::abs(l)) << "row " << n;
+    EXPECT_NEAR(logp[size_t(n)], z[size_t(y)] - l, 1e-5 * std::abs(l)) << "row " << n;
+    for (int64_t v = 0; v < V; ++v) {
+      const double p = std::exp(z[size_t(v)] - l), dz = g * ((v == y) - p);
+      for (int64_t d = 0; d < D; ++d) {
+        const size_t nd = size_t(n * D + d), vd = size_t(v * D + d);
+        e_ref[nd] += p * w(v, d);
+        e_tol[nd] += 0x1p-7 * p * std::abs(w(v, d));
+        dh_ref[nd] += dz * w(v, d);
+        dh_tol[nd] += 0x1p-7 * std::abs(g) * (p + (v == y)) * std::abs(w(v, d));
+        dW_ref[vd] += dz * double(h[nd]);
+        dW_tol[vd] += 0x1p-7 * std::abs(g) * (p + (v == y)) * std::abs(double(h[nd]));
+      }
+    }
+  }
+  for (size_t i = 0; i < expect.size(); ++i)
+    ASSERT_NEAR(expect[i], e_ref[i], e_tol[i] + 1e-7) << "E_p[W] element " << i;
+  for (size_t i = 0; i < dh.size(); ++i)
+    ASSERT_NEAR(dh[i], dh_ref[i], dh_tol[i] + 1e-7) << "dh element " << i;
+  for (size_t i = 0; i < dW.size(); ++i)
+    ASSERT_NEAR(dW[i], dW_ref[i], dW_tol[i] + 1e-7) << "dW element " << i;
 }
 
 TEST(Bf16Matmul, EmptySumsWriteZeros) {

@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "fusetune/graph/op_desc.h"
+#include "fusetune/kernels/cpu/bf16_matmul.h"
 #include "fusetune/kernels/cpu/fake_quant.h"
 #include "fusetune/kernels/cpu/fused_linear_cross_entropy.h"
 #include "fusetune/kernels/cpu/fused_linear_log_probs.h"
@@ -124,7 +125,11 @@ inline constexpr auto kFusedCrossEntropyScratch = [](const Graph& g, const Node&
   const int64_t D = g.shape(n.inputs[0])[1];
   const int64_t V = nf4 ? n.attrs.shape[0] : g.shape(n.inputs[1])[0];
   const int64_t C = std::max<int64_t>(1, std::min(n.attrs.chunk_rows, g.shape(n.inputs[0])[0]));
-  int64_t scratch = kernels::fused_ce_scratch_bytes(C, D, V, elem, tiled);
+  // A bf16 head on bf16 dot products (fused_bf16_linear_cross_entropy).
+  const bool bf16_native = !nf4 && n.inputs.size() == 4 &&
+                           g.type(n.inputs[1]).dtype == DType::BF16 &&
+                           kernels::bf16_matmul_path() == kernels::Bf16MatmulPath::OneDnn;
+  int64_t scratch = kernels::fused_ce_scratch_bytes(C, D, V, elem, tiled, bf16_native);
   if (n.inputs.size() == 5)  // a fake-quantized head's kept Q6_K scales
     scratch += kernels::fake_quant_weight_side_bytes(kernels::FakeQuant(n.attrs.groups), V, D,
                                                      dtype_size(g.type(n.inputs[1]).dtype));
@@ -221,7 +226,10 @@ inline constexpr auto kFusedLinearLogProbsScratch = [](const Graph& g, const Nod
   const int64_t D = g.shape(n.inputs[0])[1];
   const int64_t V = nf4 ? n.attrs.shape[0] : g.shape(n.inputs[head])[0];
   const int64_t C = std::max<int64_t>(1, std::min(n.attrs.chunk_rows, g.shape(n.inputs[0])[0]));
-  return kernels::fused_log_probs_scratch_bytes(C, D, V, elem, tiled, bwd, n.attrs.no_weight_grad);
+  const bool bf16_native = !nf4 && g.type(n.inputs[head]).dtype == DType::BF16 &&
+                           kernels::bf16_matmul_path() == kernels::Bf16MatmulPath::OneDnn;
+  return kernels::fused_log_probs_scratch_bytes(C, D, V, elem, tiled, bwd, n.attrs.no_weight_grad,
+                                                bf16_native);
 };
 
 // The shape rule of FusedLinearLogProbs, FusedLinearLogProbsBackward.

@@ -50,7 +50,8 @@ struct Prepared {
   dnnl::matmul::primitive_desc pd;
   dnnl::matmul prim;
 };
-using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, bool, int>;
+// (trans_a, trans_b, M, N, K, c_bf16, threads, lda, ldb, accumulate)
+using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, bool, int, int64_t, int64_t, bool>;
 
 dnnl::engine& cpu_engine() {
   static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
@@ -67,17 +68,22 @@ std::shared_ptr<const Prepared> prepared(const Key& key) {
   std::lock_guard<std::mutex> lock(mu);
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
-  const auto [ta, tb, M, N, K, c_bf16, threads] = key;
+  const auto [ta, tb, M, N, K, c_bf16, threads, lda, ldb, accumulate] = key;
   (void)threads;  // oneDNN reads it from OpenMP itself
   using dt = dnnl::memory::data_type;
   // Row-major operands, a transposed one described by its strides: no copy.
   const dnnl::memory::desc a_md({M, K}, dt::bf16,
-                                ta ? dnnl::memory::dims{1, M} : dnnl::memory::dims{K, 1});
+                                ta ? dnnl::memory::dims{1, lda} : dnnl::memory::dims{lda, 1});
   const dnnl::memory::desc b_md({K, N}, dt::bf16,
-                                tb ? dnnl::memory::dims{1, K} : dnnl::memory::dims{N, 1});
+                                tb ? dnnl::memory::dims{1, ldb} : dnnl::memory::dims{ldb, 1});
   const dnnl::memory::desc c_md({M, N}, c_bf16 ? dt::bf16 : dt::f32, dnnl::memory::dims{N, 1});
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // our counted buffer, not oneDNN's
+  if (accumulate) {  // C += A B: oneDNN's sum post-op reads C before it writes it
+    dnnl::post_ops ops;
+    ops.append_sum(1.0f);
+    attr.set_post_ops(ops);
+  }
   dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), attr, cpu_engine());
   dnnl::matmul prim(pd);
   if (cache.size() >= kCacheSize) cache.clear();
@@ -129,14 +135,22 @@ std::string bf16_matmul_description() {
 
 void matmul_bf16_onednn(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                         const uint16_t* A, const uint16_t* B, void* C, bool c_bf16) {
+  matmul_bf16_onednn_strided(trans_a, trans_b, M, N, K, A, trans_a ? M : K, B, trans_b ? K : N, C,
+                             c_bf16, false);
+}
+
+void matmul_bf16_onednn_strided(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                                const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb,
+                                void* C, bool c_bf16, bool accumulate) {
   FT_CHECK(M >= 0 && N >= 0 && K >= 0, "matmul_bf16_onednn: negative size");
+  FT_CHECK(!accumulate || !c_bf16, "matmul_bf16_onednn: accumulation needs an fp32 C");
   if (M == 0 || N == 0) return;
-  if (K == 0) {  // an empty sum: zeros (+0 in bf16 too)
-    std::memset(C, 0, size_t(M * N) * (c_bf16 ? 2 : 4));
+  if (K == 0) {  // an empty sum: zeros (+0 in bf16 too), or C unchanged
+    if (!accumulate) std::memset(C, 0, size_t(M * N) * (c_bf16 ? 2 : 4));
     return;
   }
   const std::shared_ptr<const Prepared> p =
-      prepared(Key{trans_a, trans_b, M, N, K, c_bf16, omp_get_max_threads()});
+      prepared(Key{trans_a, trans_b, M, N, K, c_bf16, omp_get_max_threads(), lda, ldb, accumulate});
   dnnl::engine& engine = cpu_engine();
   const dnnl::memory::desc scratch_md = p->pd.scratchpad_desc();
   Tensor scratch;  // counted, freed when the call ends

@@ -33,6 +33,14 @@ std::string bf16_matmul_description();
 void matmul_bf16_onednn(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                         const uint16_t* A, const uint16_t* B, void* C, bool c_bf16);
 
+// The same with row strides: A's rows lda elements apart (its stored rows: [M, K], or [K, M] when
+// trans_a), B's ldb apart; with `accumulate` (fp32 C only) C += op(A) op(B). The fused LM head
+// uses both: its bf16 logit gradients sit in the first half of each fp32 logit row (lda = 2 V),
+// and the head gradient sums over the chunks.
+void matmul_bf16_onednn_strided(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                                const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb,
+                                void* C, bool c_bf16, bool accumulate);
+
 // The runtime's entry for an unbatched matmul node of two bf16 operands (leading dimensions
 // all 1): a decode step's x W^T (at most kDecodeGemvRowsBeforeOneDnn rows of x on the oneDNN
 // path, kDecodeGemvMaxRows on the widening one) runs through decode_gemv_bf16_weight, anything

@@ -8,6 +8,7 @@
 
 #include "fusetune/core/tensor.h"
 #include "fusetune/kernels/cpu/bf16.h"
+#include "fusetune/kernels/cpu/bf16_matmul.h"
 #include "fusetune/kernels/cpu/head_gemm.h"
 #include "fusetune/kernels/cpu/kernels.h"
 #include "fusetune/kernels/cpu/row_softmax.h"
@@ -34,6 +35,20 @@ double softcapped_ce_row(T* zi, int64_t V, int32_t y, T cap, T scale) {
   for (int64_t j = 0; j < V; ++j)
     zi[j] = detail::vexp(zi[j] - mx) * k * detail::softcap_slope(zi[j], cap);
   zi[y] -= scale * slope_y;
+  return double(mx) + std::log(s) - zy;
+}
+
+// One row of logits: zi := the loss gradient (softmax(zi) - onehot(y)) * scale; returns the
+// row's loss.
+template <class T>
+double ce_row(T* zi, int64_t V, int32_t y, T scale) {
+  const double zy = double(zi[y]);
+  const T mx = detail::row_max(zi, V);
+  const double s = detail::sum_exp(zi, mx, zi, V);  // zi := exp(zi - mx), as log_softmax does
+  const T k = T(1.0 / s) * scale;
+#pragma omp simd
+  for (int64_t j = 0; j < V; ++j) zi[j] *= k;
+  zi[y] -= scale;
   return double(mx) + std::log(s) - zy;
 }
 
@@ -68,25 +83,20 @@ double fused_ce(const Head& head, const T* h, const int32_t* labels, T scale, in
     for (int64_t i = 0; i < c; ++i) {
       T* zi = z + i * V;
       const int32_t y = labels[rows[i]];
-      if (softcap > 0) {
-        row_loss[size_t(i)] = softcapped_ce_row(zi, V, y, T(softcap), scale);
-        continue;
-      }
-      const double zy = double(zi[y]);
-      const T mx = detail::row_max(zi, V);
-      const double s = detail::sum_exp(zi, mx, zi, V);  // zi := exp(zi - mx), as log_softmax does
-      row_loss[size_t(i)] = double(mx) + std::log(s) - zy;
-      const T k = T(1.0 / s) * scale;
-#pragma omp simd
-      for (int64_t j = 0; j < V; ++j) zi[j] *= k;
-      zi[y] -= scale;
+      row_loss[size_t(i)] =
+          softcap > 0 ? softcapped_ce_row(zi, V, y, T(softcap), scale) : ce_row(zi, V, y, scale);
+      if constexpr (detail::kBf16GradHead<Head>) head.round_row(zi, V);
     }
     for (int64_t i = 0; i < c; ++i) total += row_loss[size_t(i)];
 
     head.grad_h(z, c, dhc);
     for (int64_t i = 0; i < c; ++i)
       std::memcpy(dh + rows[i] * D, dhc + i * D, sizeof(T) * size_t(D));
-    if (dW) gemm<T>(true, false, V, D, c, T(1), z, V, hc, D, T(dW_written ? 1 : 0), dW, D);
+    if constexpr (detail::kBf16GradHead<Head>) {
+      if (dW) head.grad_w(z, c, dW, dW_written);
+    } else {
+      if (dW) detail::head_grad_w(z, hc, c, D, V, dW, dW_written);
+    }
     dW_written = true;
   }
   if (dW && !dW_written) std::memset(dW, 0, sizeof(T) * size_t(V * D));  // no labelled row
@@ -102,10 +112,12 @@ int64_t fused_ce_chunk_rows(int64_t N, int64_t V, int64_t elem_bytes, int64_t bu
 }
 
 int64_t fused_ce_scratch_bytes(int64_t chunk_rows, int64_t D, int64_t V, int64_t elem_bytes,
-                               bool tiled) {
-  int64_t elems = chunk_rows * V + 2 * chunk_rows * D;
-  if (tiled) elems += nf4_tile_rows(V, D) * D;
-  return elems * elem_bytes;
+                               bool tiled, bool bf16_native) {
+  int64_t bytes = (chunk_rows * V + 2 * chunk_rows * D) * elem_bytes;
+  const int64_t tile = tiled ? nf4_tile_rows(V, D) * D * elem_bytes : 0;
+  // On bf16 dot products the chunk's rows in bf16 replace the tile (or, for an h that does not
+  // hold bf16 values, the tile is used): the larger of the two.
+  return bytes + (bf16_native ? std::max(tile, chunk_rows * D * 2) : tile);
 }
 
 template <class T>
@@ -127,6 +139,12 @@ double fused_nf4_linear_cross_entropy(const T* h, const NF4View& W, const int32_
 double fused_bf16_linear_cross_entropy(const float* h, const uint16_t* W, const int32_t* labels,
                                        float scale, int64_t N, int64_t D, int64_t V,
                                        int64_t chunk_rows, float* dh, float* dW, double softcap) {
+  if (bf16_matmul_path() == Bf16MatmulPath::OneDnn && detail::holds_bf16_values(h, N * D)) {
+    const int64_t C = std::max<int64_t>(1, std::min(chunk_rows, N));
+    Tensor hc_bf16 = Tensor::empty({C, D}, DType::BF16);  // counted scratch
+    return fused_ce<float>(detail::OneDnnBf16Head{W, D, V, hc_bf16.data<uint16_t>()}, h, labels,
+                           scale, N, D, V, chunk_rows, dh, dW, softcap);
+  }
   const int64_t tr = bf16_tile_rows(V, D);
   Tensor tile_buf = Tensor::empty({tr, D}, DType::F32);  // counted scratch
   return fused_ce<float>(detail::BF16Head<float>{{W, D}, D, V, tr, tile_buf.data<float>()}, h,

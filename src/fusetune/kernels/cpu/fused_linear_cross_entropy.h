@@ -27,8 +27,11 @@ template <class T>
 double fused_nf4_linear_cross_entropy(const T* h, const NF4View& W, const int32_t* labels, T scale,
                                       int64_t N, int64_t chunk_rows, T* dh, double softcap = 0.0);
 
-// The same with a bf16 head W [V, D] (dtype: bf16), widened tile by tile like NF4; h and the
-// gradients are fp32. dW (fp32, optional) accumulates over the chunks.
+// The same with a bf16 head W [V, D] (dtype: bf16); h and the gradients are fp32, dW (optional)
+// accumulates over the chunks in fp32. Where bf16 matmuls run on the CPU's bf16 dot products
+// (bf16_matmul.h) and every h holds a bf16 value (a bf16 graph's hidden states, widened), the
+// three products run there, each chunk's logit gradient rounded to bf16 as an unfused bf16
+// graph rounds it; otherwise W is widened tile by tile like NF4.
 double fused_bf16_linear_cross_entropy(const float* h, const uint16_t* W, const int32_t* labels,
                                        float scale, int64_t N, int64_t D, int64_t V,
                                        int64_t chunk_rows, float* dh, float* dW,
@@ -55,8 +58,9 @@ int64_t fused_ce_chunk_rows(int64_t N, int64_t V, int64_t elem_bytes, int64_t bu
 
 // Bytes of scratch the kernels above allocate (counted tensors): the [C, V] logits block, the
 // gathered hidden rows and their gradient [C, D] each, and for an NF4, bf16 or fake-quantized
-// head (tiled) the widened tile.
+// head (tiled) the widened tile; a bf16 head on bf16 dot products (bf16_native) the larger of
+// that tile and the chunk's rows in bf16.
 int64_t fused_ce_scratch_bytes(int64_t chunk_rows, int64_t D, int64_t V, int64_t elem_bytes,
-                               bool tiled);
+                               bool tiled, bool bf16_native = false);
 
 }  // namespace fusetune::kernels

@@ -4,9 +4,11 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "fusetune/core/tensor.h"
+#include "fusetune/kernels/cpu/bf16_matmul.h"
 #include "fusetune/kernels/cpu/head_gemm.h"
 #include "fusetune/kernels/cpu/row_softmax.h"
 #include "fusetune/kernels/cpu/softcap_rows.h"
@@ -15,11 +17,20 @@
 namespace fusetune::kernels {
 namespace {
 
-// Calls f(head) with the dense, NF4 or bf16 product helper (the tile is counted scratch).
+// Calls f(head) with the dense, NF4 or bf16 product helper (the tile, or the bf16 rows of a
+// chunk of C rows of h, is counted scratch). A bf16 head runs on the CPU's bf16 dot products
+// where they are chosen and h [N, D] holds bf16 values (fused_linear_cross_entropy.h).
 template <class T, class F>
-void with_head(const LogProbHead<T>& head, F&& f) {
+void with_head(const LogProbHead<T>& head, const T* h, int64_t N, int64_t C, F&& f) {
   if (head.nf4 == nullptr && head.bf16 == nullptr)
     return f(detail::DenseHead<T>{head.W, head.D, head.V});
+  if constexpr (std::is_same_v<T, float>) {
+    if (head.bf16 && bf16_matmul_path() == Bf16MatmulPath::OneDnn &&
+        detail::holds_bf16_values(h, N * head.D)) {
+      Tensor hc_bf16 = Tensor::empty({C, head.D}, DType::BF16);
+      return f(detail::OneDnnBf16Head{head.bf16, head.D, head.V, hc_bf16.data<uint16_t>()});
+    }
+  }
   const int64_t tr = nf4_tile_rows(head.V, head.D);
   Tensor tile = Tensor::empty({tr, head.D}, dtype_of<T>());
   if (head.nf4)
@@ -46,7 +57,8 @@ void fused_linear_log_probs(const T* h, const int32_t* labels, const LogProbHead
   if (expect) std::memset(expect, 0, sizeof(T) * size_t(N * D));
   std::vector<int64_t> rows;
   rows.reserve(size_t(C));
-  with_head(head, [&](const auto& W) {
+  with_head(head, h, N, C, [&](const auto& W) {
+    constexpr bool bf16_rows = detail::kBf16GradHead<std::decay_t<decltype(W)>>;
     for (int64_t r0 = 0; r0 < N; r0 += C) {
       const int64_t c =
           detail::gather_labelled_rows(h, labels, r0, std::min(N, r0 + C), D, V, rows, hc);
@@ -77,6 +89,8 @@ void fused_linear_log_probs(const T* h, const int32_t* labels, const LogProbHead
 #pragma omp simd
           for (int64_t j = 0; j < V; ++j) z[i * V + j] = detail::vexp(zi[j] - lt);
         }
+        if constexpr (bf16_rows)
+          if (expect) W.round_row(z + i * V, V);
       }
       if (expect) {
         T* ec = ec_buf.data<T>();
@@ -126,7 +140,8 @@ void fused_linear_log_probs_backward(const T* h, const int32_t* labels, const T*
   if (dW) std::memset(dW, 0, sizeof(T) * size_t(V * D));
   std::vector<int64_t> rows;
   rows.reserve(size_t(C));
-  with_head(head, [&](const auto& W) {
+  with_head(head, h, N, C, [&](const auto& W) {
+    constexpr bool bf16_rows = detail::kBf16GradHead<std::decay_t<decltype(W)>>;
     for (int64_t r0 = 0; r0 < N; r0 += C) {
       const int64_t c =
           detail::gather_labelled_rows(h, labels, r0, std::min(N, r0 + C), D, V, rows, hc);
@@ -144,29 +159,35 @@ void fused_linear_log_probs_backward(const T* h, const int32_t* labels, const T*
           for (int64_t j = 0; j < V; ++j)
             zi[j] = -g * detail::vexp(zi[j] - l) * detail::softcap_slope(zi[j], cap);
           zi[labels[r]] += g * slope_y;
-          continue;
-        }
-        // dz = -g softmax(z) + g onehot(y): the VJP of log_softmax then the label gather.
+        } else {
+          // dz = -g softmax(z) + g onehot(y): the VJP of log_softmax then the label gather.
 #pragma omp simd
-        for (int64_t j = 0; j < V; ++j) zi[j] = -g * detail::vexp(zi[j] - l);
-        zi[labels[r]] += g;
+          for (int64_t j = 0; j < V; ++j) zi[j] = -g * detail::vexp(zi[j] - l);
+          zi[labels[r]] += g;
+        }
+        if constexpr (bf16_rows) W.round_row(zi, V);
       }
       W.grad_h(z, c, dhc);
       for (int64_t i = 0; i < c; ++i)
         std::memcpy(dh + rows[i] * D, dhc + i * D, sizeof(T) * size_t(D));
-      if (dW) gemm<T>(true, false, V, D, c, T(1), z, V, hc, D, T(1), dW, D);
+      if constexpr (bf16_rows) {
+        if (dW) W.grad_w(z, c, dW, true);
+      } else {
+        if (dW) detail::head_grad_w(z, hc, c, D, V, dW, true);
+      }
     }
   });
 }
 
 int64_t fused_log_probs_scratch_bytes(int64_t chunk_rows, int64_t D, int64_t V, int64_t elem_bytes,
-                                      bool tiled, bool backward, bool frozen) {
+                                      bool tiled, bool backward, bool frozen, bool bf16_native) {
   if (backward && frozen) return tiled ? D * elem_bytes : 0;  // one widened label row
   // The logits block and the gathered rows; the trainable backward's dh rows, or the frozen
   // forward's E_p[W] rows.
   int64_t elems = chunk_rows * V + chunk_rows * D + ((backward || frozen) ? chunk_rows * D : 0);
-  if (tiled) elems += nf4_tile_rows(V, D) * D;
-  return elems * elem_bytes;
+  const int64_t tile = tiled ? nf4_tile_rows(V, D) * D * elem_bytes : 0;
+  // On bf16 dot products: the chunk's rows in bf16, or the tile (fused_ce_scratch_bytes).
+  return elems * elem_bytes + (bf16_native ? std::max(tile, chunk_rows * D * 2) : tile);
 }
 
 #define FT_FUSED_LOGP(T)                                                                         \

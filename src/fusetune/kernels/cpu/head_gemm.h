@@ -30,6 +30,13 @@ struct DenseHead {
   }
 };
 
+// dW [V, D] (+)= z^T hc: a trainable head's gradient from one chunk, written by the first
+// chunk (accumulate false) and summed into by the others.
+template <class T>
+void head_grad_w(const T* z, const T* hc, int64_t c, int64_t D, int64_t V, T* dW, bool accumulate) {
+  gemm<T>(true, false, V, D, c, T(1), z, V, hc, D, T(accumulate ? 1 : 0), dW, D);
+}
+
 // Widen rows [r0, r1) of a compressed W into out: NF4 codes or bf16 values.
 struct NF4Rows {
   const NF4View& w;
@@ -86,6 +93,36 @@ template <class T>
 using NF4Head = TiledHead<T, NF4Rows>;
 template <class T>
 using BF16Head = TiledHead<T, BF16Rows>;
+
+// Whether every x[i] is a bf16 value (its low 16 bits zero): then rounding to bf16 is exact.
+bool holds_bf16_values(const float* x, int64_t n);
+
+// Row x [n] fp32 := its values rounded to bf16, packed into the row's first 2n bytes (a block
+// at a time through a small buffer: a block's bf16 lands on fp32 values already read).
+void round_row_to_bf16_in_place(float* x, int64_t n);
+
+// A bf16 head on the CPU's bf16 dot products (oneDNN, bf16_matmul.h), for an h that holds bf16
+// values (holds_bf16_values: a bf16 graph's), so rounding the chunk's rows to bf16 is exact.
+// The logits come out fp32; the kernel rounds each row's logit gradient (round_row) to bf16 into
+// the first half of that row's fp32 storage, which the two backward products read with a row
+// stride of 2V bf16 elements. No fp32 copy of any part of W is made.
+struct OneDnnBf16Head {
+  static constexpr bool kBf16Grad = true;
+  const uint16_t* W;
+  int64_t D, V;
+  uint16_t* hc_bf16;  // [chunk, D]
+  void logits(const float* hc, int64_t c, float* z) const;
+  void grad_h(const float* z, int64_t c, float* dhc) const;
+  void grad_w(const float* z, int64_t c, float* dW, bool accumulate) const;
+  static void round_row(float* z_row, int64_t V) { round_row_to_bf16_in_place(z_row, V); }
+};
+
+// Whether Head multiplies bf16 logit gradients (OneDnnBf16Head): the kernels round each row of
+// the chunk's gradient (or softmax) with Head::round_row before grad_h / grad_w.
+template <class Head>
+constexpr bool kBf16GradHead = requires {
+  Head::kBf16Grad;
+};
 
 // The rows of [r0, r1) that have a label (-100: none), each checked against the vocabulary,
 // into `rows`, and their hidden states copied into hc [rows.size(), D]. Returns the count.

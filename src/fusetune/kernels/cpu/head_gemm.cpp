@@ -1,0 +1,51 @@
+#include "fusetune/kernels/cpu/head_gemm.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "fusetune/kernels/cpu/bf16_matmul.h"
+
+namespace fusetune::kernels::detail {
+
+namespace {
+const uint16_t* bf16_grad_rows(const float* z) { return reinterpret_cast<const uint16_t*>(z); }
+}  // namespace
+
+void OneDnnBf16Head::logits(const float* hc, int64_t c, float* z) const {
+  f32_to_bf16_array(hc, hc_bf16, c * D);
+  matmul_bf16_onednn_strided(false, true, c, V, D, hc_bf16, D, W, D, z, false, false);
+}
+
+void OneDnnBf16Head::grad_h(const float* z, int64_t c, float* dhc) const {
+  matmul_bf16_onednn_strided(false, false, c, D, V, bf16_grad_rows(z), 2 * V, W, D, dhc, false,
+                             false);
+}
+
+void OneDnnBf16Head::grad_w(const float* z, int64_t c, float* dW, bool accumulate) const {
+  matmul_bf16_onednn_strided(true, false, V, D, c, bf16_grad_rows(z), 2 * V, hc_bf16, D, dW, false,
+                             accumulate);
+}
+
+bool holds_bf16_values(const float* x, int64_t n) {
+  uint32_t low = 0;
+#pragma omp parallel for simd reduction(| : low) schedule(static) if (n >= (1 << 16))
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, x + i, 4);
+    low |= bits & 0xFFFFu;
+  }
+  return low == 0;
+}
+
+void round_row_to_bf16_in_place(float* x, int64_t n) {
+  constexpr int64_t kBlock = 256;
+  uint16_t block[kBlock];
+  char* out = reinterpret_cast<char*>(x);
+  for (int64_t i = 0; i < n; i += kBlock) {
+    const int64_t m = std::min(kBlock, n - i);
+    f32_to_bf16_array(x + i, block, m);
+    std::memcpy(out + 2 * i, block, size_t(2 * m));
+  }
+}
+
+}  // namespace fusetune::kernels::detail
