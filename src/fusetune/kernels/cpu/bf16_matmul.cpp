@@ -167,6 +167,15 @@ void matmul_bf16_onednn_strided(bool trans_a, bool trans_b, int64_t M, int64_t N
   stream.wait();
 }
 
+int64_t matmul_bf16_onednn_scratch_bytes(bool trans_a, bool trans_b, int64_t M, int64_t N,
+                                         int64_t K, int64_t lda, int64_t ldb, bool accumulate) {
+  if (M <= 0 || N <= 0 || K <= 0) return 0;
+  const std::shared_ptr<const Prepared> p =
+      prepared(Key{trans_a, trans_b, M, N, K, false, omp_get_max_threads(), lda, ldb, accumulate});
+  const size_t bytes = p->pd.scratchpad_desc().get_size();
+  return bytes == 0 ? 0 : int64_t((bytes + 3) / 4 * 4);  // as allocated: fp32 elements
+}
+
 bool matmul_bf16_native(bool trans_a, bool trans_b, const Tensor& a, const Tensor& b, Tensor& c) {
   if (a.dtype() != DType::BF16 || b.dtype() != DType::BF16) return false;
   if (c.dtype() != DType::BF16 && c.dtype() != DType::F32) return false;

@@ -41,6 +41,10 @@ void matmul_bf16_onednn_strided(bool trans_a, bool trans_b, int64_t M, int64_t N
                                 const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb,
                                 void* C, bool c_bf16, bool accumulate);
 
+// Bytes of the counted scratch oneDNN takes for that product with an fp32 C (the plans count it).
+int64_t matmul_bf16_onednn_scratch_bytes(bool trans_a, bool trans_b, int64_t M, int64_t N,
+                                         int64_t K, int64_t lda, int64_t ldb, bool accumulate);
+
 // The runtime's entry for an unbatched matmul node of two bf16 operands (leading dimensions
 // all 1): a decode step's x W^T (at most kDecodeGemvRowsBeforeOneDnn rows of x on the oneDNN
 // path, kDecodeGemvMaxRows on the widening one) runs through decode_gemv_bf16_weight, anything

@@ -117,7 +117,9 @@ int64_t fused_ce_scratch_bytes(int64_t chunk_rows, int64_t D, int64_t V, int64_t
   const int64_t tile = tiled ? nf4_tile_rows(V, D) * D * elem_bytes : 0;
   // On bf16 dot products the chunk's rows in bf16 replace the tile (or, for an h that does not
   // hold bf16 values, the tile is used): the larger of the two.
-  return bytes + (bf16_native ? std::max(tile, chunk_rows * D * 2) : tile);
+  return bytes + (bf16_native
+                      ? std::max(tile, detail::OneDnnBf16Head::scratch_bytes(chunk_rows, D, V))
+                      : tile);
 }
 
 template <class T>

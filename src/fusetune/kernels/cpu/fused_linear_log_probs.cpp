@@ -187,7 +187,9 @@ int64_t fused_log_probs_scratch_bytes(int64_t chunk_rows, int64_t D, int64_t V, 
   int64_t elems = chunk_rows * V + chunk_rows * D + ((backward || frozen) ? chunk_rows * D : 0);
   const int64_t tile = tiled ? nf4_tile_rows(V, D) * D * elem_bytes : 0;
   // On bf16 dot products: the chunk's rows in bf16, or the tile (fused_ce_scratch_bytes).
-  return elems * elem_bytes + (bf16_native ? std::max(tile, chunk_rows * D * 2) : tile);
+  return elems * elem_bytes +
+         (bf16_native ? std::max(tile, detail::OneDnnBf16Head::scratch_bytes(chunk_rows, D, V))
+                      : tile);
 }
 
 #define FT_FUSED_LOGP(T)                                                                         \

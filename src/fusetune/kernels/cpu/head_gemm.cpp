@@ -37,6 +37,14 @@ bool holds_bf16_values(const float* x, int64_t n) {
   return low == 0;
 }
 
+int64_t OneDnnBf16Head::scratch_bytes(int64_t C, int64_t D, int64_t V) {
+  const int64_t pad =
+      std::max({matmul_bf16_onednn_scratch_bytes(false, true, C, V, D, D, D, false),
+                matmul_bf16_onednn_scratch_bytes(false, false, C, D, V, 2 * V, D, false),
+                matmul_bf16_onednn_scratch_bytes(true, false, V, D, C, 2 * V, D, true)});
+  return C * D * 2 + pad;
+}
+
 void round_row_to_bf16_in_place(float* x, int64_t n) {
   constexpr int64_t kBlock = 256;
   uint16_t block[kBlock];

@@ -115,6 +115,9 @@ struct OneDnnBf16Head {
   void grad_h(const float* z, int64_t c, float* dhc) const;
   void grad_w(const float* z, int64_t c, float* dW, bool accumulate) const;
   static void round_row(float* z_row, int64_t V) { round_row_to_bf16_in_place(z_row, V); }
+  // Counted scratch for chunks of up to C rows: the rows in bf16 and the largest of oneDNN's
+  // scratch pads for the three products.
+  static int64_t scratch_bytes(int64_t C, int64_t D, int64_t V);
 };
 
 // Whether Head multiplies bf16 logit gradients (OneDnnBf16Head): the kernels round each row of
