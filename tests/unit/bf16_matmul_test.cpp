@@ -20,6 +20,8 @@
 #include "fusetune/kernels/cpu/fused_linear_cross_entropy.h"
 #include "fusetune/kernels/cpu/fused_linear_log_probs.h"
 #include "fusetune/kernels/cpu/kernels.h"
+#include "fusetune/kernels/cpu/nf4.h"
+#include "fusetune/kernels/cpu/nf4_bf16_matmul.h"
 #include "fusetune/runtime/eager_executor.h"
 #include "fusetune/runtime/plan_executor.h"
 #include "fusetune/util/error.h"
@@ -177,14 +179,15 @@ TEST(Bf16Matmul, OneDnnAndTheWideningPathAgreeWithinTheirTolerances) {
 }
 
 // Row strides wider than the rows (the fused head's bf16 gradients sit in the first half of
-// fp32 rows) and C += op(A) op(B): each form against the reference, the padding never read.
+// fp32 rows; an NF4 tile writes columns of its output) and C += op(A) op(B): each form against
+// the reference, the operands' padding never read and C's never written.
 TEST(Bf16Matmul, StridedOperandsAndAccumulationMatchTheReference) {
   SKIP_WITHOUT_BF16_DOT_PRODUCTS();
   uint64_t seed = 300;
   for (const Case& c : cases()) {
     const int64_t a_rows = c.ta ? c.K : c.M, a_cols = c.ta ? c.M : c.K;
     const int64_t b_rows = c.tb ? c.N : c.K, b_cols = c.tb ? c.K : c.N;
-    const int64_t lda = a_cols + 7, ldb = b_cols + 3;
+    const int64_t lda = a_cols + 7, ldb = b_cols + 3, ldc = c.N + 5;
     const std::vector<uint16_t> A = random_bf16(a_rows * a_cols, seed++),
                                 B = random_bf16(b_rows * b_cols, seed++);
     std::vector<uint16_t> As(size_t(a_rows * lda), 0x7FC0), Bs(size_t(b_rows * ldb), 0x7FC0);
@@ -193,19 +196,27 @@ TEST(Bf16Matmul, StridedOperandsAndAccumulationMatchTheReference) {
     for (int64_t r = 0; r < b_rows; ++r)
       std::copy_n(B.begin() + r * b_cols, b_cols, Bs.begin() + r * ldb);
     const Reference ref = reference(c, A, B);
-    std::vector<float> C(size_t(c.M * c.N)), start(C.size());
+    std::vector<float> C(size_t(c.M * ldc)), start(C.size());
     for (size_t i = 0; i < C.size(); ++i) start[i] = C[i] = float(int(i % 7) - 3);
-    kernels::matmul_bf16_onednn_strided(c.ta, c.tb, c.M, c.N, c.K, As.data(), lda, Bs.data(), ldb,
-                                        C.data(), false, true);
-    for (size_t i = 0; i < C.size(); ++i)
-      ASSERT_NEAR(C[i], start[i] + ref.value[i],
-                  fp32_sum_tolerance(c.K + 1, ref.abs_sum[i] + std::abs(start[i])))
-          << name(c) << " accumulated, element " << i;
-    kernels::matmul_bf16_onednn_strided(c.ta, c.tb, c.M, c.N, c.K, As.data(), lda, Bs.data(), ldb,
-                                        C.data(), false, false);
-    for (size_t i = 0; i < C.size(); ++i)
-      ASSERT_NEAR(C[i], ref.value[i], fp32_sum_tolerance(c.K, ref.abs_sum[i]))
-          << name(c) << " overwritten, element " << i;
+    auto at = [&](int64_t i, int64_t j) { return size_t(i * ldc + j); };
+    kernels::matmul_bf16_onednn(c.ta, c.tb, c.M, c.N, c.K, As.data(), Bs.data(), C.data(),
+                                {.lda = lda, .ldb = ldb, .ldc = ldc, .accumulate = true});
+    for (int64_t i = 0; i < c.M; ++i)
+      for (int64_t j = 0; j < c.N; ++j) {
+        const size_t r = size_t(i * c.N + j);
+        ASSERT_NEAR(C[at(i, j)], start[at(i, j)] + ref.value[r],
+                    fp32_sum_tolerance(c.K + 1, ref.abs_sum[r] + std::abs(start[at(i, j)])))
+            << name(c) << " accumulated, element " << r;
+      }
+    kernels::matmul_bf16_onednn(c.ta, c.tb, c.M, c.N, c.K, As.data(), Bs.data(), C.data(),
+                                {.lda = lda, .ldb = ldb, .ldc = ldc});
+    for (int64_t i = 0; i < c.M; ++i)
+      for (int64_t j = 0; j < c.N; ++j)
+        ASSERT_NEAR(C[at(i, j)], ref.value[size_t(i * c.N + j)],
+                    fp32_sum_tolerance(c.K, ref.abs_sum[size_t(i * c.N + j)]))
+            << name(c) << " overwritten, element " << i * c.N + j;
+    for (int64_t i = 0; i < c.M; ++i)  // the padding of C's rows is left alone
+      for (int64_t j = c.N; j < ldc; ++j) ASSERT_EQ(C[at(i, j)], start[at(i, j)]) << name(c);
   }
 }
 
@@ -326,6 +337,45 @@ TEST(Bf16FusedHead, LogProbsOnBf16DotProductsMeetTheDefinition) {
     ASSERT_NEAR(dh[i], dh_ref[i], dh_tol[i] + 1e-7) << "dh element " << i;
   for (size_t i = 0; i < dW.size(); ++i)
     ASSERT_NEAR(dW[i], dW_ref[i], dW_tol[i] + 1e-7) << "dW element " << i;
+}
+
+// An NF4 weight on bf16 dot products (QLoRA's base in a bf16 graph): y = x W^T and dx = dy W
+// over three tiles of rows, against fp64 products of the operands' bf16 values with W's
+// dequantized values rounded to bf16 (what the kernel multiplies); the fp32 tiles' path runs
+// instead for activations that do not hold bf16 values.
+TEST(Bf16Nf4Matmul, WeightTilesMultiplyAsBf16) {
+  SKIP_WITHOUT_BF16_DOT_PRODUCTS();
+  ScopedPath path("onednn");
+  const int64_t O = 600, K = 1024, N = 37;  // nf4_tile_rows(600, 1024) = 256: three tiles
+  ASSERT_EQ(kernels::nf4_tile_rows(O, K), 256);
+  std::mt19937_64 rng(5);
+  std::normal_distribution<float> nd(0.0f, 0.05f);
+  std::vector<float> w(size_t(O * K));
+  for (float& v : w) v = nd(rng);
+  const kernels::NF4Sizes sz = kernels::nf4_sizes(O * K);
+  std::vector<int32_t> codes(size_t(sz.code_words)), absmax(size_t(sz.absmax_words));
+  std::vector<float> scales(size_t(sz.scales));
+  float offset = 0;
+  kernels::nf4_quantize(w.data(), O * K, codes.data(), absmax.data(), scales.data(), &offset);
+  const kernels::NF4View view{codes.data(), absmax.data(), scales.data(), offset, O, K};
+  std::vector<float> deq(w.size());
+  kernels::nf4_dequantize_rows(view, 0, O, deq.data());
+  std::vector<uint16_t> wb(w.size());
+  kernels::f32_to_bf16_array(deq.data(), wb.data(), O * K);
+  const std::vector<uint16_t> xb = random_bf16(N * K, 21), dyb = random_bf16(N * O, 22);
+  std::vector<float> x(xb.size()), dy(dyb.size()), y(size_t(N * O), NAN), dx(size_t(N * K), NAN);
+  kernels::bf16_to_f32_array(xb.data(), x.data(), N * K);
+  kernels::bf16_to_f32_array(dyb.data(), dy.data(), N * O);
+  ASSERT_TRUE(kernels::nf4_matmul_bf16(view, x.data(), N, y.data()));
+  ASSERT_TRUE(kernels::nf4_matmul_backward_bf16(view, dy.data(), N, dx.data()));
+  const Reference fwd = reference({false, true, N, O, K}, xb, wb);
+  const Reference bwd = reference({false, false, N, K, O}, dyb, wb);
+  for (size_t i = 0; i < y.size(); ++i)
+    ASSERT_NEAR(y[i], fwd.value[i], fp32_sum_tolerance(K, fwd.abs_sum[i])) << "y element " << i;
+  for (size_t i = 0; i < dx.size(); ++i)
+    ASSERT_NEAR(dx[i], bwd.value[i], fp32_sum_tolerance(O, bwd.abs_sum[i])) << "dx element " << i;
+  x[3] = std::nextafter(x[3], 1.0f);  // no longer a bf16 value: the fp32 tiles' path
+  EXPECT_FALSE(kernels::nf4_matmul_bf16(view, x.data(), N, y.data()));
 }
 
 TEST(Bf16Matmul, EmptySumsWriteZeros) {

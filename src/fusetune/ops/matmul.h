@@ -9,9 +9,11 @@
 
 #include "fusetune/graph/op_desc.h"
 #include "fusetune/kernels/cpu/bf16.h"
+#include "fusetune/kernels/cpu/bf16_matmul.h"
 #include "fusetune/kernels/cpu/fake_quant.h"
 #include "fusetune/kernels/cpu/kernels.h"
 #include "fusetune/kernels/cpu/nf4.h"
+#include "fusetune/kernels/cpu/nf4_bf16_matmul.h"
 #include "fusetune/ops/dims.h"
 
 namespace fusetune::ops {
@@ -95,10 +97,16 @@ inline constexpr OpDesc kMatMul = {
         },
 };
 
-// The NF4 weight, dequantized a tile of rows at a time.
+// The NF4 weight, dequantized a tile of rows at a time (in a bf16 graph on bf16 dot products,
+// also rounded to bf16 with the activations: nf4_bf16_matmul.h).
 inline constexpr auto kNF4MatMulScratch = [](const Graph& g, const Node& n) -> int64_t {
+  const int64_t rows = n.attrs.shape[0], cols = n.attrs.shape[1];
+  if (g.float_dtype() == DType::BF16 &&
+      kernels::bf16_matmul_path() == kernels::Bf16MatmulPath::OneDnn)
+    return kernels::nf4_matmul_bf16_scratch_bytes(g.shape(n.inputs[0])[0], rows, cols,
+                                                  n.op == Op::NF4MatMulBackward);
   const int64_t elem = int64_t(dtype_size(g.compute_dtype()));
-  return kernels::nf4_tile_rows(n.attrs.shape[0], n.attrs.shape[1]) * n.attrs.shape[1] * elem;
+  return kernels::nf4_tile_rows(rows, cols) * cols * elem;
 };
 
 // The shape rule of NF4MatMul, NF4MatMulBackward.

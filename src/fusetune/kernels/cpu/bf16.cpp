@@ -35,6 +35,17 @@ void f32_to_bf16_array(const float* x, uint16_t* out, int64_t n) {
   }
 }
 
+bool holds_bf16_values(const float* x, int64_t n) {
+  uint32_t low = 0;
+#pragma omp parallel for simd reduction(| : low) schedule(static) if (n >= detail::kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, x + i, 4);
+    low |= bits & 0xFFFFu;
+  }
+  return low == 0;
+}
+
 void embedding_backward_bf16(const float* dy, const int32_t* ids, uint16_t* dtable, int64_t n,
                              int64_t D, int64_t V) {
   for (int64_t i = 0; i < n; ++i)

@@ -10,6 +10,11 @@ namespace fusetune::kernels {
 void bf16_to_f32_array(const uint16_t* x, float* out, int64_t n);
 void f32_to_bf16_array(const float* x, uint16_t* out, int64_t n);
 
+// Whether every x[i] is a bf16 value (its low 16 bits zero), so rounding x to bf16 is exact: a
+// bf16 graph's activations and gradients, widened. The kernels that multiply on the CPU's bf16
+// dot products (bf16_matmul.h) take an fp32 operand only when this holds.
+bool holds_bf16_values(const float* x, int64_t n);
+
 // Rows of a bf16 weight [rows, cols] widened per tile in the tiled GEMMs: max(256 rows, 1 MiB
 // of fp32), at most all rows. The tile is the only fp32 copy of any part of the weight; at
 // least 256 rows keep each GEMM efficient where rows are long (dX = dY W sums over the tile's

@@ -50,8 +50,9 @@ struct Prepared {
   dnnl::matmul::primitive_desc pd;
   dnnl::matmul prim;
 };
-// (trans_a, trans_b, M, N, K, c_bf16, threads, lda, ldb, accumulate)
-using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, bool, int, int64_t, int64_t, bool>;
+// (trans_a, trans_b, M, N, K, c_bf16, threads, lda, ldb, ldc, accumulate)
+using Key =
+    std::tuple<bool, bool, int64_t, int64_t, int64_t, bool, int, int64_t, int64_t, int64_t, bool>;
 
 dnnl::engine& cpu_engine() {
   static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
@@ -68,7 +69,7 @@ std::shared_ptr<const Prepared> prepared(const Key& key) {
   std::lock_guard<std::mutex> lock(mu);
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
-  const auto [ta, tb, M, N, K, c_bf16, threads, lda, ldb, accumulate] = key;
+  const auto [ta, tb, M, N, K, c_bf16, threads, lda, ldb, ldc, accumulate] = key;
   (void)threads;  // oneDNN reads it from OpenMP itself
   using dt = dnnl::memory::data_type;
   // Row-major operands, a transposed one described by its strides: no copy.
@@ -76,7 +77,7 @@ std::shared_ptr<const Prepared> prepared(const Key& key) {
                                 ta ? dnnl::memory::dims{1, lda} : dnnl::memory::dims{lda, 1});
   const dnnl::memory::desc b_md({K, N}, dt::bf16,
                                 tb ? dnnl::memory::dims{1, ldb} : dnnl::memory::dims{ldb, 1});
-  const dnnl::memory::desc c_md({M, N}, c_bf16 ? dt::bf16 : dt::f32, dnnl::memory::dims{N, 1});
+  const dnnl::memory::desc c_md({M, N}, c_bf16 ? dt::bf16 : dt::f32, dnnl::memory::dims{ldc, 1});
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // our counted buffer, not oneDNN's
   if (accumulate) {  // C += A B: oneDNN's sum post-op reads C before it writes it
@@ -133,24 +134,26 @@ std::string bf16_matmul_description() {
          ")";
 }
 
-void matmul_bf16_onednn(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
-                        const uint16_t* A, const uint16_t* B, void* C, bool c_bf16) {
-  matmul_bf16_onednn_strided(trans_a, trans_b, M, N, K, A, trans_a ? M : K, B, trans_b ? K : N, C,
-                             c_bf16, false);
+namespace {
+
+// oneDNN's row strides for a product whose layout leaves some at 0 (contiguous).
+Key key_of(bool ta, bool tb, int64_t M, int64_t N, int64_t K, bool c_bf16,
+           const Bf16MatmulLayout& l) {
+  return Key{ta,
+             tb,
+             M,
+             N,
+             K,
+             c_bf16,
+             omp_get_max_threads(),
+             l.lda > 0 ? l.lda : (ta ? M : K),
+             l.ldb > 0 ? l.ldb : (tb ? K : N),
+             l.ldc > 0 ? l.ldc : N,
+             l.accumulate};
 }
 
-void matmul_bf16_onednn_strided(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
-                                const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb,
-                                void* C, bool c_bf16, bool accumulate) {
-  FT_CHECK(M >= 0 && N >= 0 && K >= 0, "matmul_bf16_onednn: negative size");
-  FT_CHECK(!accumulate || !c_bf16, "matmul_bf16_onednn: accumulation needs an fp32 C");
-  if (M == 0 || N == 0) return;
-  if (K == 0) {  // an empty sum: zeros (+0 in bf16 too), or C unchanged
-    if (!accumulate) std::memset(C, 0, size_t(M * N) * (c_bf16 ? 2 : 4));
-    return;
-  }
-  const std::shared_ptr<const Prepared> p =
-      prepared(Key{trans_a, trans_b, M, N, K, c_bf16, omp_get_max_threads(), lda, ldb, accumulate});
+void run_onednn(const Key& key, const uint16_t* A, const uint16_t* B, void* C) {
+  const std::shared_ptr<const Prepared> p = prepared(key);
   dnnl::engine& engine = cpu_engine();
   const dnnl::memory::desc scratch_md = p->pd.scratchpad_desc();
   Tensor scratch;  // counted, freed when the call ends
@@ -167,13 +170,39 @@ void matmul_bf16_onednn_strided(bool trans_a, bool trans_b, int64_t M, int64_t N
   stream.wait();
 }
 
+}  // namespace
+
+void matmul_bf16_onednn(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                        const uint16_t* A, const uint16_t* B, void* C, bool c_bf16) {
+  FT_CHECK(M >= 0 && N >= 0 && K >= 0, "matmul_bf16_onednn: negative size");
+  if (M == 0 || N == 0) return;
+  if (K == 0) {  // an empty sum: zeros (+0 in bf16 too)
+    std::memset(C, 0, size_t(M * N) * (c_bf16 ? 2 : 4));
+    return;
+  }
+  run_onednn(key_of(trans_a, trans_b, M, N, K, c_bf16, {}), A, B, C);
+}
+
+void matmul_bf16_onednn(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                        const uint16_t* A, const uint16_t* B, float* C,
+                        const Bf16MatmulLayout& layout) {
+  FT_CHECK(M >= 0 && N >= 0 && K >= 0, "matmul_bf16_onednn: negative size");
+  if (M == 0 || N == 0) return;
+  if (K == 0) {  // an empty sum: zeros, or C unchanged
+    const int64_t ldc = layout.ldc > 0 ? layout.ldc : N;
+    if (!layout.accumulate)
+      for (int64_t i = 0; i < M; ++i) std::memset(C + i * ldc, 0, sizeof(float) * size_t(N));
+    return;
+  }
+  run_onednn(key_of(trans_a, trans_b, M, N, K, false, layout), A, B, C);
+}
+
 int64_t matmul_bf16_onednn_scratch_bytes(bool trans_a, bool trans_b, int64_t M, int64_t N,
-                                         int64_t K, int64_t lda, int64_t ldb, bool accumulate) {
+                                         int64_t K, const Bf16MatmulLayout& layout) {
   if (M <= 0 || N <= 0 || K <= 0) return 0;
-  const std::shared_ptr<const Prepared> p =
-      prepared(Key{trans_a, trans_b, M, N, K, false, omp_get_max_threads(), lda, ldb, accumulate});
-  const size_t bytes = p->pd.scratchpad_desc().get_size();
-  return bytes == 0 ? 0 : int64_t((bytes + 3) / 4 * 4);  // as allocated: fp32 elements
+  const size_t bytes =
+      prepared(key_of(trans_a, trans_b, M, N, K, false, layout))->pd.scratchpad_desc().get_size();
+  return int64_t((bytes + 3) / 4 * 4);  // as run_onednn allocates it: fp32 elements
 }
 
 bool matmul_bf16_native(bool trans_a, bool trans_b, const Tensor& a, const Tensor& b, Tensor& c) {

@@ -33,17 +33,23 @@ std::string bf16_matmul_description();
 void matmul_bf16_onednn(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                         const uint16_t* A, const uint16_t* B, void* C, bool c_bf16);
 
-// The same with row strides: A's rows lda elements apart (its stored rows: [M, K], or [K, M] when
-// trans_a), B's ldb apart; with `accumulate` (fp32 C only) C += op(A) op(B). The fused LM head
-// uses both: its bf16 logit gradients sit in the first half of each fp32 logit row (lda = 2 V),
-// and the head gradient sums over the chunks.
-void matmul_bf16_onednn_strided(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
-                                const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb,
-                                void* C, bool c_bf16, bool accumulate);
+// Row strides (0: the operand's own row length) of a product's stored A, B and C, and whether C
+// accumulates (C += op(A) op(B)). The fused LM heads use them: their bf16 logit gradients sit in
+// the first half of each fp32 logit row (lda = 2 V), the head gradient sums over the chunks, and
+// an NF4 weight's tile of rows writes its columns of the output (ldc = the output's width).
+struct Bf16MatmulLayout {
+  int64_t lda = 0, ldb = 0, ldc = 0;
+  bool accumulate = false;
+};
 
-// Bytes of the counted scratch oneDNN takes for that product with an fp32 C (the plans count it).
+// The same with an fp32 C and a layout.
+void matmul_bf16_onednn(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                        const uint16_t* A, const uint16_t* B, float* C,
+                        const Bf16MatmulLayout& layout);
+
+// Bytes of the counted scratch oneDNN takes for that product (the plans count it).
 int64_t matmul_bf16_onednn_scratch_bytes(bool trans_a, bool trans_b, int64_t M, int64_t N,
-                                         int64_t K, int64_t lda, int64_t ldb, bool accumulate);
+                                         int64_t K, const Bf16MatmulLayout& layout);
 
 // The runtime's entry for an unbatched matmul node of two bf16 operands (leading dimensions
 // all 1): a decode step's x W^T (at most kDecodeGemvRowsBeforeOneDnn rows of x on the oneDNN

@@ -141,7 +141,7 @@ double fused_nf4_linear_cross_entropy(const T* h, const NF4View& W, const int32_
 double fused_bf16_linear_cross_entropy(const float* h, const uint16_t* W, const int32_t* labels,
                                        float scale, int64_t N, int64_t D, int64_t V,
                                        int64_t chunk_rows, float* dh, float* dW, double softcap) {
-  if (bf16_matmul_path() == Bf16MatmulPath::OneDnn && detail::holds_bf16_values(h, N * D)) {
+  if (bf16_matmul_path() == Bf16MatmulPath::OneDnn && holds_bf16_values(h, N * D)) {
     const int64_t C = std::max<int64_t>(1, std::min(chunk_rows, N));
     Tensor hc_bf16 = Tensor::empty({C, D}, DType::BF16);  // counted scratch
     return fused_ce<float>(detail::OneDnnBf16Head{W, D, V, hc_bf16.data<uint16_t>()}, h, labels,

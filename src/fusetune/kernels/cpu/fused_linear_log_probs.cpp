@@ -26,7 +26,7 @@ void with_head(const LogProbHead<T>& head, const T* h, int64_t N, int64_t C, F&&
     return f(detail::DenseHead<T>{head.W, head.D, head.V});
   if constexpr (std::is_same_v<T, float>) {
     if (head.bf16 && bf16_matmul_path() == Bf16MatmulPath::OneDnn &&
-        detail::holds_bf16_values(h, N * head.D)) {
+        holds_bf16_values(h, N * head.D)) {
       Tensor hc_bf16 = Tensor::empty({C, head.D}, DType::BF16);
       return f(detail::OneDnnBf16Head{head.bf16, head.D, head.V, hc_bf16.data<uint16_t>()});
     }

@@ -13,35 +13,23 @@ const uint16_t* bf16_grad_rows(const float* z) { return reinterpret_cast<const u
 
 void OneDnnBf16Head::logits(const float* hc, int64_t c, float* z) const {
   f32_to_bf16_array(hc, hc_bf16, c * D);
-  matmul_bf16_onednn_strided(false, true, c, V, D, hc_bf16, D, W, D, z, false, false);
+  matmul_bf16_onednn(false, true, c, V, D, hc_bf16, W, z, Bf16MatmulLayout{});
 }
 
 void OneDnnBf16Head::grad_h(const float* z, int64_t c, float* dhc) const {
-  matmul_bf16_onednn_strided(false, false, c, D, V, bf16_grad_rows(z), 2 * V, W, D, dhc, false,
-                             false);
+  matmul_bf16_onednn(false, false, c, D, V, bf16_grad_rows(z), W, dhc, {.lda = 2 * V});
 }
 
 void OneDnnBf16Head::grad_w(const float* z, int64_t c, float* dW, bool accumulate) const {
-  matmul_bf16_onednn_strided(true, false, V, D, c, bf16_grad_rows(z), 2 * V, hc_bf16, D, dW, false,
-                             accumulate);
-}
-
-bool holds_bf16_values(const float* x, int64_t n) {
-  uint32_t low = 0;
-#pragma omp parallel for simd reduction(| : low) schedule(static) if (n >= (1 << 16))
-  for (int64_t i = 0; i < n; ++i) {
-    uint32_t bits;
-    std::memcpy(&bits, x + i, 4);
-    low |= bits & 0xFFFFu;
-  }
-  return low == 0;
+  matmul_bf16_onednn(true, false, V, D, c, bf16_grad_rows(z), hc_bf16, dW,
+                     {.lda = 2 * V, .accumulate = accumulate});
 }
 
 int64_t OneDnnBf16Head::scratch_bytes(int64_t C, int64_t D, int64_t V) {
-  const int64_t pad =
-      std::max({matmul_bf16_onednn_scratch_bytes(false, true, C, V, D, D, D, false),
-                matmul_bf16_onednn_scratch_bytes(false, false, C, D, V, 2 * V, D, false),
-                matmul_bf16_onednn_scratch_bytes(true, false, V, D, C, 2 * V, D, true)});
+  const int64_t pad = std::max(
+      {matmul_bf16_onednn_scratch_bytes(false, true, C, V, D, Bf16MatmulLayout{}),
+       matmul_bf16_onednn_scratch_bytes(false, false, C, D, V, {.lda = 2 * V}),
+       matmul_bf16_onednn_scratch_bytes(true, false, V, D, C, {.lda = 2 * V, .accumulate = true})});
   return C * D * 2 + pad;
 }
 

@@ -94,9 +94,6 @@ using NF4Head = TiledHead<T, NF4Rows>;
 template <class T>
 using BF16Head = TiledHead<T, BF16Rows>;
 
-// Whether every x[i] is a bf16 value (its low 16 bits zero): then rounding to bf16 is exact.
-bool holds_bf16_values(const float* x, int64_t n);
-
 // Row x [n] fp32 := its values rounded to bf16, packed into the row's first 2n bytes (a block
 // at a time through a small buffer: a block's bf16 lands on fp32 values already read).
 void round_row_to_bf16_in_place(float* x, int64_t n);

@@ -8,6 +8,7 @@
 #include "fusetune/core/tensor.h"
 #include "fusetune/kernels/cpu/decode_gemv.h"
 #include "fusetune/kernels/cpu/kernels.h"
+#include "fusetune/kernels/cpu/nf4_bf16_matmul.h"
 #include "fusetune/kernels/cpu/parallel.h"
 #include "fusetune/util/error.h"
 
@@ -225,8 +226,10 @@ void nf4_gather_rows(const NF4View& w, const int32_t* ids, int64_t n, T* out) {
 
 template <class T>
 void nf4_matmul(const NF4View& w, const T* x, int64_t N, T* y) {
-  if constexpr (std::is_same_v<T, float>)
+  if constexpr (std::is_same_v<T, float>) {
     if (N <= kDecodeGemvMaxRows && decode_gemv_nf4_weight(N, w, x, y)) return;  // a decode step
+    if (nf4_matmul_bf16(w, x, N, y)) return;  // a bf16 graph on bf16 dot products
+  }
   const int64_t tr = nf4_tile_rows(w.rows, w.cols), K = w.cols, O = w.rows;
   Tensor tile_buf = Tensor::empty({tr, K}, dtype_of<T>());  // counted scratch
   T* tile = tile_buf.data<T>();
@@ -239,6 +242,8 @@ void nf4_matmul(const NF4View& w, const T* x, int64_t N, T* y) {
 
 template <class T>
 void nf4_matmul_backward(const NF4View& w, const T* dy, int64_t N, T* dx) {
+  if constexpr (std::is_same_v<T, float>)
+    if (nf4_matmul_backward_bf16(w, dy, N, dx)) return;  // a bf16 graph on bf16 dot products
   const int64_t tr = nf4_tile_rows(w.rows, w.cols), K = w.cols, O = w.rows;
   Tensor tile_buf = Tensor::empty({tr, K}, dtype_of<T>());  // counted scratch
   T* tile = tile_buf.data<T>();

@@ -71,10 +71,11 @@ int64_t nf4_tile_rows(int64_t rows, int64_t cols);
 
 // y [N, rows] = x [N, cols] W^T, dequantizing W a tile of rows at a time into the scratch
 // (sized so each tile is still a good GEMM); a decode step's few rows (fp32) read the codes
-// once instead, dequantizing in registers (decode_gemv.h).
+// once instead, dequantizing in registers (decode_gemv.h); a bf16 graph's activations on bf16
+// dot products multiply bf16 tiles (nf4_bf16_matmul.h).
 template <class T>
 void nf4_matmul(const NF4View& w, const T* x, int64_t N, T* y);
-// dx [N, cols] = dy [N, rows] W, tile by tile (accumulating into dx).
+// dx [N, cols] = dy [N, rows] W, tile by tile (accumulating into dx); bf16 tiles as above.
 template <class T>
 void nf4_matmul_backward(const NF4View& w, const T* dy, int64_t N, T* dx);
 
