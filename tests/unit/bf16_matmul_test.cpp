@@ -378,6 +378,78 @@ TEST(Bf16Nf4Matmul, WeightTilesMultiplyAsBf16) {
   EXPECT_FALSE(kernels::nf4_matmul_bf16(view, x.data(), N, y.data()));
 }
 
+// QLoRA's frozen NF4 head in a bf16 graph on bf16 dot products, through the fused cross-entropy
+// and the fused log-probs (E_p[W] of the frozen route), over three chunks and three tiles of
+// rows: against fp64 with W's dequantized values rounded to bf16, the softmax / gradient rounded
+// to bf16 before the products that read it (bounds as in the dense head's tests).
+TEST(Bf16FusedHead, Nf4HeadOnBf16DotProductsMeetsTheDefinition) {
+  SKIP_WITHOUT_BF16_DOT_PRODUCTS();
+  ScopedPath path("onednn");
+  const int64_t N = 40, D = 1024, V = 700, chunk = 16;  // nf4_tile_rows(700, 1024) = 256
+  const float scale = 0.1f;
+  std::mt19937_64 rng(9);
+  std::normal_distribution<float> nd(0.0f, 0.02f);
+  std::vector<float> w32(size_t(V * D));
+  for (float& v : w32) v = nd(rng);
+  const kernels::NF4Sizes sz = kernels::nf4_sizes(V * D);
+  std::vector<int32_t> codes(size_t(sz.code_words)), absmax(size_t(sz.absmax_words));
+  std::vector<float> scales(size_t(sz.scales)), deq(w32.size());
+  float offset = 0;
+  kernels::nf4_quantize(w32.data(), V * D, codes.data(), absmax.data(), scales.data(), &offset);
+  const kernels::NF4View W{codes.data(), absmax.data(), scales.data(), offset, V, D};
+  kernels::nf4_dequantize_rows(W, 0, V, deq.data());
+  auto w = [&](int64_t v, int64_t d) {
+    return double(bf16_to_f32(f32_to_bf16(deq[size_t(v * D + d)])));
+  };
+  const std::vector<uint16_t> hb = random_bf16(N * D, 31);
+  std::vector<float> h(hb.size());
+  kernels::bf16_to_f32_array(hb.data(), h.data(), N * D);
+  std::vector<int32_t> labels(static_cast<size_t>(N));
+  for (int64_t i = 0; i < N; ++i) labels[size_t(i)] = i % 5 == 0 ? -100 : int32_t(i * 97 % V);
+
+  std::vector<float> dh(size_t(N * D), NAN), expect(dh.size(), NAN);
+  std::vector<float> logp(static_cast<size_t>(N)), lse(logp.size()), zsum(logp.size());
+  const double loss = kernels::fused_nf4_linear_cross_entropy<float>(h.data(), W, labels.data(),
+                                                                     scale, N, chunk, dh.data());
+  kernels::LogProbHead<float> head;
+  head.nf4 = &W;
+  head.V = V;
+  head.D = D;
+  kernels::fused_linear_log_probs<float>(h.data(), labels.data(), head, N, chunk, logp.data(),
+                                         lse.data(), zsum.data(), expect.data());
+  double ref_loss = 0;
+  std::vector<double> z(static_cast<size_t>(V));
+  for (int64_t n = 0; n < N; ++n) {
+    const int32_t y = labels[size_t(n)];
+    if (y == -100) continue;
+    double mx = -INFINITY, sum = 0;
+    for (int64_t v = 0; v < V; ++v) {
+      z[size_t(v)] = 0;
+      for (int64_t d = 0; d < D; ++d) z[size_t(v)] += double(h[size_t(n * D + d)]) * w(v, d);
+      mx = std::max(mx, z[size_t(v)]);
+    }
+    for (int64_t v = 0; v < V; ++v) sum += std::exp(z[size_t(v)] - mx);
+    const double l = mx + std::log(sum);
+    ref_loss += scale * (l - z[size_t(y)]);
+    EXPECT_NEAR(lse[size_t(n)], l, 1e-5 * std::abs(l)) << "row " << n;
+    EXPECT_NEAR(logp[size_t(n)], z[size_t(y)] - l, 1e-5 * std::abs(l)) << "row " << n;
+    for (int64_t d = 0; d < D; ++d) {
+      double g = 0, g_tol = 0, e = 0, e_tol = 0;
+      for (int64_t v = 0; v < V; ++v) {
+        const double p = std::exp(z[size_t(v)] - l);
+        g += scale * (p - (v == y)) * w(v, d);
+        g_tol += 0x1p-7 * scale * (p + (v == y)) * std::abs(w(v, d));
+        e += p * w(v, d);
+        e_tol += 0x1p-7 * p * std::abs(w(v, d));
+      }
+      ASSERT_NEAR(dh[size_t(n * D + d)], g, g_tol + 1e-7) << "dh row " << n << " column " << d;
+      ASSERT_NEAR(expect[size_t(n * D + d)], e, e_tol + 1e-7)
+          << "E_p[W] row " << n << " column " << d;
+    }
+  }
+  EXPECT_NEAR(loss, ref_loss, 1e-5 * std::abs(ref_loss));
+}
+
 TEST(Bf16Matmul, EmptySumsWriteZeros) {
   SKIP_WITHOUT_BF16_DOT_PRODUCTS();
   std::vector<float> C(6, NAN);

@@ -112,14 +112,10 @@ int64_t fused_ce_chunk_rows(int64_t N, int64_t V, int64_t elem_bytes, int64_t bu
 }
 
 int64_t fused_ce_scratch_bytes(int64_t chunk_rows, int64_t D, int64_t V, int64_t elem_bytes,
-                               bool tiled, bool bf16_native) {
-  int64_t bytes = (chunk_rows * V + 2 * chunk_rows * D) * elem_bytes;
+                               bool tiled, Bf16HeadProducts bf16) {
+  const int64_t bytes = (chunk_rows * V + 2 * chunk_rows * D) * elem_bytes;
   const int64_t tile = tiled ? nf4_tile_rows(V, D) * D * elem_bytes : 0;
-  // On bf16 dot products the chunk's rows in bf16 replace the tile (or, for an h that does not
-  // hold bf16 values, the tile is used): the larger of the two.
-  return bytes + (bf16_native
-                      ? std::max(tile, detail::OneDnnBf16Head::scratch_bytes(chunk_rows, D, V))
-                      : tile);
+  return bytes + std::max(tile, bf16_head_products_scratch_bytes(bf16, chunk_rows, D, V));
 }
 
 template <class T>
@@ -134,6 +130,16 @@ double fused_nf4_linear_cross_entropy(const T* h, const NF4View& W, const int32_
                                       int64_t N, int64_t chunk_rows, T* dh, double softcap) {
   const int64_t V = W.rows, D = W.cols, tr = nf4_tile_rows(V, D);
   Tensor tile_buf = Tensor::empty({tr, D}, dtype_of<T>());  // counted scratch
+  if constexpr (std::is_same_v<T, float>) {
+    if (bf16_matmul_path() == Bf16MatmulPath::OneDnn && holds_bf16_values(h, N * D)) {
+      const int64_t C = std::max<int64_t>(1, std::min(chunk_rows, N));
+      Tensor tile16 = Tensor::empty({tr, D}, DType::BF16),
+             hc16 = Tensor::empty({C, D}, DType::BF16);
+      return fused_ce<float>(detail::OneDnnNF4Head{W, D, V, tr, tile_buf.data<float>(),
+                                                   tile16.data<uint16_t>(), hc16.data<uint16_t>()},
+                             h, labels, scale, N, D, V, chunk_rows, dh, nullptr, softcap);
+    }
+  }
   return fused_ce<T>(NF4Head<T>{{W}, D, V, tr, tile_buf.data<T>()}, h, labels, scale, N, D, V,
                      chunk_rows, dh, static_cast<T*>(nullptr), softcap);
 }

@@ -9,6 +9,8 @@
 // softcap * tanh(z / softcap) (softcap_rows.h), and dz goes back through the cap.
 #include <cstdint>
 
+#include "fusetune/kernels/cpu/bf16_head_products.h"
+
 #include "fusetune/kernels/cpu/fake_quant.h"
 #include "fusetune/kernels/cpu/nf4.h"
 
@@ -22,7 +24,8 @@ double fused_linear_cross_entropy(const T* h, const T* W, const int32_t* labels,
 
 // The same with a frozen NF4 head W [V, D] (QLoRA): per chunk, W is dequantized a tile of
 // nf4_tile_rows(V, D) rows at a time into a small scratch inside both GEMMs (z = h_c W^T and
-// dh_c = dz W), never as a whole fp32 copy. No dW.
+// dh_c = dz W), never as a whole fp32 copy. No dW. Where bf16 runs on the CPU's bf16 dot
+// products and h holds bf16 values (below), each tile is rounded to bf16 and multiplied there.
 template <class T>
 double fused_nf4_linear_cross_entropy(const T* h, const NF4View& W, const int32_t* labels, T scale,
                                       int64_t N, int64_t chunk_rows, T* dh, double softcap = 0.0);
@@ -58,9 +61,9 @@ int64_t fused_ce_chunk_rows(int64_t N, int64_t V, int64_t elem_bytes, int64_t bu
 
 // Bytes of scratch the kernels above allocate (counted tensors): the [C, V] logits block, the
 // gathered hidden rows and their gradient [C, D] each, and for an NF4, bf16 or fake-quantized
-// head (tiled) the widened tile; a bf16 head on bf16 dot products (bf16_native) the larger of
-// that tile and the chunk's rows in bf16.
+// head (tiled) the widened tile, or on bf16 dot products (bf16) the larger of that tile and what
+// they take there (bf16_head_products.h).
 int64_t fused_ce_scratch_bytes(int64_t chunk_rows, int64_t D, int64_t V, int64_t elem_bytes,
-                               bool tiled, bool bf16_native = false);
+                               bool tiled, Bf16HeadProducts bf16 = Bf16HeadProducts::None);
 
 }  // namespace fusetune::kernels

@@ -17,18 +17,23 @@
 namespace fusetune::kernels {
 namespace {
 
-// Calls f(head) with the dense, NF4 or bf16 product helper (the tile, or the bf16 rows of a
-// chunk of C rows of h, is counted scratch). A bf16 head runs on the CPU's bf16 dot products
-// where they are chosen and h [N, D] holds bf16 values (fused_linear_cross_entropy.h).
+// Calls f(head) with the dense, NF4 or bf16 product helper (tiles, and the bf16 rows of a
+// chunk of C rows of h, are counted scratch). A bf16 or NF4 head runs on the CPU's bf16 dot
+// products where they are chosen and h [N, D] holds bf16 values (fused_linear_cross_entropy.h).
 template <class T, class F>
 void with_head(const LogProbHead<T>& head, const T* h, int64_t N, int64_t C, F&& f) {
   if (head.nf4 == nullptr && head.bf16 == nullptr)
     return f(detail::DenseHead<T>{head.W, head.D, head.V});
   if constexpr (std::is_same_v<T, float>) {
-    if (head.bf16 && bf16_matmul_path() == Bf16MatmulPath::OneDnn &&
-        holds_bf16_values(h, N * head.D)) {
+    if (bf16_matmul_path() == Bf16MatmulPath::OneDnn && holds_bf16_values(h, N * head.D)) {
       Tensor hc_bf16 = Tensor::empty({C, head.D}, DType::BF16);
-      return f(detail::OneDnnBf16Head{head.bf16, head.D, head.V, hc_bf16.data<uint16_t>()});
+      if (head.bf16)
+        return f(detail::OneDnnBf16Head{head.bf16, head.D, head.V, hc_bf16.data<uint16_t>()});
+      const int64_t tr = nf4_tile_rows(head.V, head.D);
+      Tensor tile32 = Tensor::empty({tr, head.D}, DType::F32);
+      Tensor tile16 = Tensor::empty({tr, head.D}, DType::BF16);
+      return f(detail::OneDnnNF4Head{*head.nf4, head.D, head.V, tr, tile32.data<float>(),
+                                     tile16.data<uint16_t>(), hc_bf16.data<uint16_t>()});
     }
   }
   const int64_t tr = nf4_tile_rows(head.V, head.D);
@@ -180,16 +185,15 @@ void fused_linear_log_probs_backward(const T* h, const int32_t* labels, const T*
 }
 
 int64_t fused_log_probs_scratch_bytes(int64_t chunk_rows, int64_t D, int64_t V, int64_t elem_bytes,
-                                      bool tiled, bool backward, bool frozen, bool bf16_native) {
+                                      bool tiled, bool backward, bool frozen,
+                                      Bf16HeadProducts bf16) {
   if (backward && frozen) return tiled ? D * elem_bytes : 0;  // one widened label row
   // The logits block and the gathered rows; the trainable backward's dh rows, or the frozen
   // forward's E_p[W] rows.
   int64_t elems = chunk_rows * V + chunk_rows * D + ((backward || frozen) ? chunk_rows * D : 0);
   const int64_t tile = tiled ? nf4_tile_rows(V, D) * D * elem_bytes : 0;
-  // On bf16 dot products: the chunk's rows in bf16, or the tile (fused_ce_scratch_bytes).
   return elems * elem_bytes +
-         (bf16_native ? std::max(tile, detail::OneDnnBf16Head::scratch_bytes(chunk_rows, D, V))
-                      : tile);
+         std::max(tile, bf16_head_products_scratch_bytes(bf16, chunk_rows, D, V));
 }
 
 #define FT_FUSED_LOGP(T)                                                                         \

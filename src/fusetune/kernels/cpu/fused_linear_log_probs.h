@@ -10,6 +10,8 @@
 // h [N, D], W [V, D]; an NF4 head (QLoRA) is dequantized tile by tile inside the GEMMs.
 #include <cstdint>
 
+#include "fusetune/kernels/cpu/bf16_head_products.h"
+
 #include "fusetune/kernels/cpu/nf4.h"
 
 namespace fusetune::kernels {
@@ -20,8 +22,8 @@ struct LogProbHead {
   const T* W = nullptr;
   const NF4View* nf4 = nullptr;
   int64_t V = 0, D = 0;
-  // A bf16 W (dtype: bf16): on the CPU's bf16 dot products when h holds bf16 values, else
-  // widened tile by tile like NF4 (fused_bf16_linear_cross_entropy's rule).
+  // A bf16 W (dtype: bf16), widened tile by tile like NF4. A bf16 or NF4 head runs on the CPU's
+  // bf16 dot products where h holds bf16 values (fused_linear_cross_entropy.h's rule).
   const uint16_t* bf16 = nullptr;
   // > 0: the logits are soft-capped, z := softcap * tanh(z / softcap) (Gemma 2), before all of
   // the above; the gradients go back through the cap (the frozen route's E_p[W] then carries
@@ -52,10 +54,10 @@ void fused_linear_log_probs_backward_frozen(const int32_t* labels, const T* expe
 
 // Bytes of counted scratch the kernels allocate: the [C, V] logits block and the gathered
 // rows [C, D] (trainable backward: and their gradient; frozen forward: their E_p[W]), plus
-// the NF4 or bf16 tile (a bf16 head on bf16 dot products, bf16_native: the larger of that tile
-// and the chunk's rows in bf16); the frozen backward only one dequantized NF4 row.
+// the NF4 or bf16 tile, or on bf16 dot products (bf16) the larger of that tile and what they take
+// there (bf16_head_products.h); the frozen backward only one dequantized NF4 row.
 int64_t fused_log_probs_scratch_bytes(int64_t chunk_rows, int64_t D, int64_t V, int64_t elem_bytes,
                                       bool tiled, bool backward, bool frozen,
-                                      bool bf16_native = false);
+                                      Bf16HeadProducts bf16 = Bf16HeadProducts::None);
 
 }  // namespace fusetune::kernels

@@ -117,8 +117,26 @@ struct OneDnnBf16Head {
   static int64_t scratch_bytes(int64_t C, int64_t D, int64_t V);
 };
 
-// Whether Head multiplies bf16 logit gradients (OneDnnBf16Head): the kernels round each row of
-// the chunk's gradient (or softmax) with Head::round_row before grad_h / grad_w.
+// A frozen NF4 head (QLoRA) on the CPU's bf16 dot products, for an h that holds bf16 values:
+// each tile of rows dequantized, rounded to bf16 (nf4_bf16_matmul.h's rule) and multiplied into
+// its columns of the logits, or summed into dh from its columns of the bf16 logit gradient
+// (OneDnnBf16Head's layout). A head is formed twice per chunk, as TiledHead does.
+struct OneDnnNF4Head {
+  static constexpr bool kBf16Grad = true;
+  const NF4View& W;
+  int64_t D, V, tile_rows;
+  float* tile32;      // [tile_rows, D]
+  uint16_t* tile16;   // [tile_rows, D]
+  uint16_t* hc_bf16;  // [chunk, D]
+  void logits(const float* hc, int64_t c, float* z) const;
+  void grad_h(const float* z, int64_t c, float* dhc) const;
+  [[noreturn]] void grad_w(const float*, int64_t, float*, bool) const;  // frozen: never called
+  static void round_row(float* z_row, int64_t V) { round_row_to_bf16_in_place(z_row, V); }
+  static int64_t scratch_bytes(int64_t C, int64_t D, int64_t V);
+};
+
+// Whether Head multiplies bf16 logit gradients (OneDnnBf16Head, OneDnnNF4Head): the kernels round
+// each row of the chunk's gradient (or softmax) with Head::round_row before grad_h / grad_w.
 template <class Head>
 constexpr bool kBf16GradHead = requires {
   Head::kBf16Grad;
