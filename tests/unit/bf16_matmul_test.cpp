@@ -17,6 +17,7 @@
 #include "fusetune/core/dtype.h"
 #include "fusetune/kernels/cpu/bf16.h"
 #include "fusetune/kernels/cpu/bf16_matmul.h"
+#include "fusetune/kernels/cpu/fake_quant.h"
 #include "fusetune/kernels/cpu/fused_linear_cross_entropy.h"
 #include "fusetune/kernels/cpu/fused_linear_log_probs.h"
 #include "fusetune/kernels/cpu/kernels.h"
@@ -131,6 +132,21 @@ std::vector<float> widened_product(const Case& c, const std::vector<uint16_t>& A
   kernels::gemm<float>(c.ta, c.tb, c.M, c.N, c.K, 1.0f, a.data(), c.ta ? c.M : c.K, b.data(),
                        c.tb ? c.K : c.N, 0.0f, C.data(), c.N);
   return C;
+}
+
+// Row n's logits z [V] in fp64 under a head whose multiplied values are w(v, d); returns their
+// log-sum-exp.
+template <class W>
+double row_logits(const std::vector<float>& h, int64_t n, int64_t D, int64_t V, const W& w,
+                  std::vector<double>& z) {
+  double mx = -INFINITY, sum = 0;
+  z.assign(static_cast<size_t>(V), 0.0);
+  for (int64_t v = 0; v < V; ++v) {
+    for (int64_t d = 0; d < D; ++d) z[size_t(v)] += double(h[size_t(n * D + d)]) * w(v, d);
+    mx = std::max(mx, z[size_t(v)]);
+  }
+  for (int64_t v = 0; v < V; ++v) sum += std::exp(z[size_t(v)] - mx);
+  return mx + std::log(sum);
 }
 
 #define SKIP_WITHOUT_BF16_DOT_PRODUCTS()                                                 \
@@ -418,18 +434,11 @@ TEST(Bf16FusedHead, Nf4HeadOnBf16DotProductsMeetsTheDefinition) {
   kernels::fused_linear_log_probs<float>(h.data(), labels.data(), head, N, chunk, logp.data(),
                                          lse.data(), zsum.data(), expect.data());
   double ref_loss = 0;
-  std::vector<double> z(static_cast<size_t>(V));
+  std::vector<double> z;
   for (int64_t n = 0; n < N; ++n) {
     const int32_t y = labels[size_t(n)];
     if (y == -100) continue;
-    double mx = -INFINITY, sum = 0;
-    for (int64_t v = 0; v < V; ++v) {
-      z[size_t(v)] = 0;
-      for (int64_t d = 0; d < D; ++d) z[size_t(v)] += double(h[size_t(n * D + d)]) * w(v, d);
-      mx = std::max(mx, z[size_t(v)]);
-    }
-    for (int64_t v = 0; v < V; ++v) sum += std::exp(z[size_t(v)] - mx);
-    const double l = mx + std::log(sum);
+    const double l = row_logits(h, n, D, V, w, z);
     ref_loss += scale * (l - z[size_t(y)]);
     EXPECT_NEAR(lse[size_t(n)], l, 1e-5 * std::abs(l)) << "row " << n;
     EXPECT_NEAR(logp[size_t(n)], z[size_t(y)] - l, 1e-5 * std::abs(l)) << "row " << n;
@@ -448,6 +457,53 @@ TEST(Bf16FusedHead, Nf4HeadOnBf16DotProductsMeetsTheDefinition) {
     }
   }
   EXPECT_NEAR(loss, ref_loss, 1e-5 * std::abs(ref_loss));
+}
+
+// QAT's fake-quantized bf16 head (trainable) in a bf16 graph on bf16 dot products: fq(W)
+// formed a tile at a time and rounded to bf16, over three chunks and three tiles; the loss, dh
+// and the straight-through dW = dz^T h against fp64 (bounds as in the dense head's test).
+TEST(Bf16FusedHead, FakeQuantizedHeadOnBf16DotProductsMeetsTheDefinition) {
+  SKIP_WITHOUT_BF16_DOT_PRODUCTS();
+  ScopedPath path("onednn");
+  const int64_t N = 40, D = 1024, V = 600, chunk = 16;  // fake_quant_tile_rows(600, 1024) = 256
+  ASSERT_EQ(kernels::fake_quant_tile_rows(V, D), 256);
+  const float scale = 0.1f;
+  const kernels::FakeQuantSpec spec{kernels::FakeQuant::Int4Symmetric, 32};
+  const std::vector<uint16_t> Wb = random_bf16(V * D, 41), hb = random_bf16(N * D, 42);
+  std::vector<float> Ww(Wb.size()), Wq(Wb.size()), h(hb.size());
+  kernels::bf16_to_f32_array(Wb.data(), Ww.data(), V * D);
+  kernels::fake_quantize_rows<float>(spec, Ww.data(), Wq.data(), V, D);
+  kernels::bf16_to_f32_array(hb.data(), h.data(), N * D);
+  auto w = [&](int64_t v, int64_t d) {
+    return double(bf16_to_f32(f32_to_bf16(Wq[size_t(v * D + d)])));
+  };
+  std::vector<int32_t> labels(static_cast<size_t>(N));
+  for (int64_t i = 0; i < N; ++i) labels[size_t(i)] = i % 5 == 0 ? -100 : int32_t(i * 97 % V);
+  std::vector<float> dh(size_t(N * D), NAN), dW(size_t(V * D), NAN);
+  const double loss = kernels::fused_fake_quant_bf16_linear_cross_entropy(
+      spec, h.data(), Wb.data(), labels.data(), scale, N, D, V, chunk, dh.data(), dW.data());
+  double ref_loss = 0;
+  std::vector<double> z, dW_ref(dW.size()), dW_tol(dW.size());
+  for (int64_t n = 0; n < N; ++n) {
+    const int32_t y = labels[size_t(n)];
+    if (y == -100) continue;
+    const double l = row_logits(h, n, D, V, w, z);
+    ref_loss += scale * (l - z[size_t(y)]);
+    for (int64_t d = 0; d < D; ++d) {
+      double g = 0, g_tol = 0;
+      for (int64_t v = 0; v < V; ++v) {
+        const double p = std::exp(z[size_t(v)] - l), hd = double(h[size_t(n * D + d)]);
+        g += scale * (p - (v == y)) * w(v, d);
+        g_tol += 0x1p-7 * scale * (p + (v == y)) * std::abs(w(v, d));
+        dW_ref[size_t(v * D + d)] += scale * (p - (v == y)) * hd;
+        dW_tol[size_t(v * D + d)] += 0x1p-7 * scale * (p + (v == y)) * std::abs(hd);
+      }
+      ASSERT_NEAR(dh[size_t(n * D + d)], g, g_tol + 1e-7) << "dh row " << n << " column " << d;
+    }
+  }
+  EXPECT_NEAR(loss, ref_loss, 1e-5 * std::abs(ref_loss));
+  for (size_t i = 0; i < dW.size(); ++i)
+    ASSERT_NEAR(dW[i], dW_ref[i], dW_tol[i] + 1e-7) << "dW element " << i;
 }
 
 TEST(Bf16Matmul, EmptySumsWriteZeros) {

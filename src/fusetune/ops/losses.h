@@ -116,17 +116,20 @@ inline constexpr OpDesc kLabelLogProbsBackward = {
         },
 };
 
-// The fused cross-entropy heads' scratch: a chunk's logits; NF4, bf16 and fake-quantized (5
-// inputs) heads are formed tile by tile.
-// Where a fused head's products run in a plan: a bf16 graph's NF4 head, or a bf16 head, on the
-// CPU's bf16 dot products where they are chosen (the kernels' rule: their h holds bf16 values).
-inline kernels::Bf16HeadProducts bf16_head_products(const Graph& g, bool nf4, bool bf16_weight) {
-  if (kernels::bf16_matmul_path() != kernels::Bf16MatmulPath::OneDnn)
-    return kernels::Bf16HeadProducts::None;
-  if (nf4 && g.float_dtype() == DType::BF16) return kernels::Bf16HeadProducts::NF4Weight;
-  return bf16_weight ? kernels::Bf16HeadProducts::Bf16Weight : kernels::Bf16HeadProducts::None;
+// Where a fused head's products run in a plan: a bf16 graph's NF4 head, a bf16 head, or a bf16
+// head fake-quantized (QAT), on the CPU's bf16 dot products where they are chosen (the kernels'
+// rule: their h holds bf16 values, as a bf16 graph's does).
+inline kernels::Bf16HeadProducts bf16_head_products(const Graph& g, bool nf4, bool bf16_weight,
+                                                    bool fake_quant = false) {
+  using P = kernels::Bf16HeadProducts;
+  if (kernels::bf16_matmul_path() != kernels::Bf16MatmulPath::OneDnn) return P::None;
+  if (nf4 && g.float_dtype() == DType::BF16) return P::NF4Weight;
+  if (!bf16_weight) return P::None;
+  return fake_quant ? P::FakeQuantWeight : P::Bf16Weight;
 }
 
+// The fused cross-entropy heads' scratch: a chunk's logits; NF4, bf16 and fake-quantized (5
+// inputs) heads are formed tile by tile.
 inline constexpr auto kFusedCrossEntropyScratch = [](const Graph& g, const Node& n) -> int64_t {
   const int64_t elem = int64_t(dtype_size(g.compute_dtype()));
   const bool nf4 = n.op == Op::FusedNF4LinearCrossEntropy;
@@ -136,7 +139,8 @@ inline constexpr auto kFusedCrossEntropyScratch = [](const Graph& g, const Node&
   const int64_t C = std::max<int64_t>(1, std::min(n.attrs.chunk_rows, g.shape(n.inputs[0])[0]));
   int64_t scratch = kernels::fused_ce_scratch_bytes(
       C, D, V, elem, tiled,
-      bf16_head_products(g, nf4, n.inputs.size() == 4 && g.type(n.inputs[1]).dtype == DType::BF16));
+      bf16_head_products(g, nf4, !nf4 && g.type(n.inputs[1]).dtype == DType::BF16,
+                         n.inputs.size() == 5));
   if (n.inputs.size() == 5)  // a fake-quantized head's kept Q6_K scales
     scratch += kernels::fake_quant_weight_side_bytes(kernels::FakeQuant(n.attrs.groups), V, D,
                                                      dtype_size(g.type(n.inputs[1]).dtype));

@@ -135,8 +135,13 @@ double fused_nf4_linear_cross_entropy(const T* h, const NF4View& W, const int32_
       const int64_t C = std::max<int64_t>(1, std::min(chunk_rows, N));
       Tensor tile16 = Tensor::empty({tr, D}, DType::BF16),
              hc16 = Tensor::empty({C, D}, DType::BF16);
-      return fused_ce<float>(detail::OneDnnNF4Head{W, D, V, tr, tile_buf.data<float>(),
-                                                   tile16.data<uint16_t>(), hc16.data<uint16_t>()},
+      return fused_ce<float>(detail::OneDnnNF4Head{{W},
+                                                   D,
+                                                   V,
+                                                   tr,
+                                                   tile_buf.data<float>(),
+                                                   tile16.data<uint16_t>(),
+                                                   hc16.data<uint16_t>()},
                              h, labels, scale, N, D, V, chunk_rows, dh, nullptr, softcap);
     }
   }
@@ -180,7 +185,20 @@ double fused_fake_quant_bf16_linear_cross_entropy(const FakeQuantSpec& spec, con
   const int64_t tr = fake_quant_tile_rows(V, D);
   Tensor tile_buf = Tensor::empty({tr, D}, DType::F32);  // counted scratch
   const FakeQuantWeight<uint16_t> weight(spec, W, V, D);
-  using Head = detail::TiledHead<float, detail::FakeQuantRows<uint16_t>>;
+  using Rows = detail::FakeQuantRows<uint16_t>;
+  if (bf16_matmul_path() == Bf16MatmulPath::OneDnn && holds_bf16_values(h, N * D)) {
+    const int64_t C = std::max<int64_t>(1, std::min(chunk_rows, N));
+    Tensor tile16 = Tensor::empty({tr, D}, DType::BF16), hc16 = Tensor::empty({C, D}, DType::BF16);
+    return fused_ce<float>(detail::OneDnnTiledHead<Rows>{{weight},
+                                                         D,
+                                                         V,
+                                                         tr,
+                                                         tile_buf.data<float>(),
+                                                         tile16.data<uint16_t>(),
+                                                         hc16.data<uint16_t>()},
+                           h, labels, scale, N, D, V, chunk_rows, dh, dW, softcap);
+  }
+  using Head = detail::TiledHead<float, Rows>;
   return fused_ce<float>(Head{{weight}, D, V, tr, tile_buf.data<float>()}, h, labels, scale, N, D,
                          V, chunk_rows, dh, dW, softcap);
 }

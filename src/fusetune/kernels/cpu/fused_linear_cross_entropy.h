@@ -49,7 +49,8 @@ double fused_fake_quant_linear_cross_entropy(const FakeQuantSpec& spec, const T*
                                              const int32_t* labels, T scale, int64_t N, int64_t D,
                                              int64_t V, int64_t chunk_rows, T* dh, T* dW,
                                              double softcap = 0.0);
-// ... with W stored bf16 (dtype: bf16): each tile widened, then fake-quantized.
+// ... with W stored bf16 (dtype: bf16): each tile widened, then fake-quantized (and, on bf16 dot
+// products with an h that holds bf16 values, rounded to bf16 and multiplied there).
 double fused_fake_quant_bf16_linear_cross_entropy(const FakeQuantSpec& spec, const float* h,
                                                   const uint16_t* W, const int32_t* labels,
                                                   float scale, int64_t N, int64_t D, int64_t V,

@@ -32,8 +32,13 @@ void with_head(const LogProbHead<T>& head, const T* h, int64_t N, int64_t C, F&&
       const int64_t tr = nf4_tile_rows(head.V, head.D);
       Tensor tile32 = Tensor::empty({tr, head.D}, DType::F32);
       Tensor tile16 = Tensor::empty({tr, head.D}, DType::BF16);
-      return f(detail::OneDnnNF4Head{*head.nf4, head.D, head.V, tr, tile32.data<float>(),
-                                     tile16.data<uint16_t>(), hc_bf16.data<uint16_t>()});
+      return f(detail::OneDnnNF4Head{{*head.nf4},
+                                     head.D,
+                                     head.V,
+                                     tr,
+                                     tile32.data<float>(),
+                                     tile16.data<uint16_t>(),
+                                     hc_bf16.data<uint16_t>()});
     }
   }
   const int64_t tr = nf4_tile_rows(head.V, head.D);

@@ -11,6 +11,7 @@
 
 #include "fusetune/core/dtype.h"
 #include "fusetune/kernels/cpu/bf16.h"
+#include "fusetune/kernels/cpu/bf16_matmul.h"
 #include "fusetune/kernels/cpu/fake_quant.h"
 #include "fusetune/kernels/cpu/kernels.h"
 #include "fusetune/kernels/cpu/nf4.h"
@@ -98,6 +99,15 @@ using BF16Head = TiledHead<T, BF16Rows>;
 // at a time through a small buffer: a block's bf16 lands on fp32 values already read).
 void round_row_to_bf16_in_place(float* x, int64_t n);
 
+// The bf16 logit gradients of a chunk, in the first half of each fp32 row of z (round_row).
+inline const uint16_t* bf16_logit_grads(const float* z) {
+  return reinterpret_cast<const uint16_t*>(z);
+}
+
+// dW [V, D] (+)= dz^T hc on bf16 dot products, dz the chunk's bf16 logit gradients.
+void bf16_head_grad_w(const float* z, const uint16_t* hc_bf16, int64_t c, int64_t D, int64_t V,
+                      float* dW, bool accumulate);
+
 // A bf16 head on the CPU's bf16 dot products (oneDNN, bf16_matmul.h), for an h that holds bf16
 // values (holds_bf16_values: a bf16 graph's), so rounding the chunk's rows to bf16 is exact.
 // The logits come out fp32; the kernel rounds each row's logit gradient (round_row) to bf16 into
@@ -117,25 +127,55 @@ struct OneDnnBf16Head {
   static int64_t scratch_bytes(int64_t C, int64_t D, int64_t V);
 };
 
-// A frozen NF4 head (QLoRA) on the CPU's bf16 dot products, for an h that holds bf16 values:
-// each tile of rows dequantized, rounded to bf16 (nf4_bf16_matmul.h's rule) and multiplied into
-// its columns of the logits, or summed into dh from its columns of the bf16 logit gradient
-// (OneDnnBf16Head's layout). A head is formed twice per chunk, as TiledHead does.
-struct OneDnnNF4Head {
+// A head formed a tile of rows at a time (Rows: QLoRA's NF4 head, or QAT's fake-quantized head)
+// on the CPU's bf16 dot products, for an h that holds bf16 values: each tile is formed in fp32,
+// rounded to bf16 (as nf4_bf16_matmul.h rounds NF4, and as an unfused bf16 graph rounds a
+// fake-quantized weight) and multiplied into its columns of the logits, or summed into dh from
+// its columns of the bf16 logit gradient (OneDnnBf16Head's layout). A trainable head's dW is
+// dz^T h, which does not read W. A head is formed twice per chunk, as TiledHead's is.
+template <class Rows>
+struct OneDnnTiledHead {
   static constexpr bool kBf16Grad = true;
-  const NF4View& W;
+  Rows W;
   int64_t D, V, tile_rows;
   float* tile32;      // [tile_rows, D]
   uint16_t* tile16;   // [tile_rows, D]
   uint16_t* hc_bf16;  // [chunk, D]
-  void logits(const float* hc, int64_t c, float* z) const;
-  void grad_h(const float* z, int64_t c, float* dhc) const;
-  [[noreturn]] void grad_w(const float*, int64_t, float*, bool) const;  // frozen: never called
-  static void round_row(float* z_row, int64_t V) { round_row_to_bf16_in_place(z_row, V); }
-  static int64_t scratch_bytes(int64_t C, int64_t D, int64_t V);
-};
 
-// Whether Head multiplies bf16 logit gradients (OneDnnBf16Head, OneDnnNF4Head): the kernels round
+  void logits(const float* hc, int64_t c, float* z) const {
+    f32_to_bf16_array(hc, hc_bf16, c * D);
+    for (int64_t v0 = 0; v0 < V; v0 += tile_rows) {
+      const int64_t v1 = std::min(V, v0 + tile_rows);
+      form_tile(v0, v1);
+      matmul_bf16_onednn(false, true, c, v1 - v0, D, hc_bf16, tile16, z + v0, {.ldc = V});
+    }
+  }
+  void grad_h(const float* z, int64_t c, float* dhc) const {
+    for (int64_t v0 = 0; v0 < V; v0 += tile_rows) {
+      const int64_t v1 = std::min(V, v0 + tile_rows);
+      form_tile(v0, v1);
+      matmul_bf16_onednn(false, false, c, D, v1 - v0, bf16_logit_grads(z) + v0, tile16, dhc,
+                         {.lda = 2 * V, .accumulate = v0 > 0});
+    }
+  }
+  void grad_w(const float* z, int64_t c, float* dW, bool accumulate) const {
+    bf16_head_grad_w(z, hc_bf16, c, D, V, dW, accumulate);
+  }
+  static void round_row(float* z_row, int64_t n) { round_row_to_bf16_in_place(z_row, n); }
+
+ private:
+  void form_tile(int64_t v0, int64_t v1) const {
+    W(v0, v1, tile32);
+    f32_to_bf16_array(tile32, tile16, (v1 - v0) * D);
+  }
+};
+using OneDnnNF4Head = OneDnnTiledHead<NF4Rows>;
+
+// Counted scratch of a OneDnnTiledHead for chunks of up to C rows and tiles of tile_rows rows:
+// both tiles, the chunk's rows in bf16, the largest of oneDNN's scratch pads.
+int64_t onednn_tiled_head_scratch_bytes(int64_t C, int64_t D, int64_t V, int64_t tile_rows);
+
+// Whether Head multiplies bf16 logit gradients (OneDnnBf16Head, OneDnnTiledHead): the kernels round
 // each row of the chunk's gradient (or softmax) with Head::round_row before grad_h / grad_w.
 template <class Head>
 constexpr bool kBf16GradHead = requires {
