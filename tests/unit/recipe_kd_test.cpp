@@ -787,7 +787,8 @@ TEST(KdTopK, ASoftCappedTeacherTrainsFromTheTopKOfItsCappedLogits) {
 // Validation data with a top-k teacher: the validation loss takes the validation samples'
 // top-k, as training takes its own. Precomputed, they come from their own file
 // (teacher_topk_val.safetensors, keyed by dataset_val's fingerprint), computed with the
-// training file by the one teacher load; its val_loss (a partial last batch included) and
+// training file by the one teacher load (samples 40-44 of the corpus: not the training file's
+// first rows, which validation must not read); its val_loss (a partial last batch included) and
 // losses are those of the run computing the top-k from the teacher every step, to 1e-5.
 // Another dataset_val is an error naming that file.
 TEST(KdTopK, ValidationReadsItsOwnPrecomputedFile) {
@@ -796,7 +797,7 @@ TEST(KdTopK, ValidationReadsItsOwnPrecomputedFile) {
   const fs::path val_file = tmp / "topk" / "teacher_topk_val.safetensors";
   Overrides fly = {
       {"teacher_logits.top_k", "16"},          {"dataset_val._component_", "text_completion"},
-      {"dataset_val.source", corpus.string()}, {"dataset_val.split", "train[:5]"},
+      {"dataset_val.source", corpus.string()}, {"dataset_val.split", "train[40:45]"},
       {"dataset_val.packed", "false"},         {"run_val_every_n_steps", "3"}};
   Overrides pre = fly;
   pre["teacher_logits.precompute"] = "true";
@@ -815,7 +816,7 @@ TEST(KdTopK, ValidationReadsItsOwnPrecomputedFile) {
   expect_same_curve(logged_values(tmp / "pre", "val_loss"), want, "val_loss, precomputed");
   expect_same_curve(losses_of(logged_steps(tmp / "pre")), losses_of(logged_steps(tmp / "fly")),
                     "losses, precomputed");
-  pre["dataset_val.split"] = "train[:6]";
+  pre["dataset_val.split"] = "train[40:46]";
   const CliRun other =
       run_shell(run_command("knowledge_distillation_single_device", "demo/tiny_full",
                             dist_kd_overrides(tmp / "other", corpus, 4, pre)),
