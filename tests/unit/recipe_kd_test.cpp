@@ -664,21 +664,33 @@ TEST(KdRecipe, LoraAndQloraHeadStudentsTrainFusedAsUnfused) {
     expect_same_curve(losses_of(logged_steps(tmp / ("fused" + q))), want, "fused vs unfused");
   }
   // DoRA and lora_dropout on lm_head fuse too: the same curve as their logits path (dropout:
-  // the same masks, drawn from the step's seed).
+  // the same masks, drawn from the step's seed), and the same val_loss (validation runs the
+  // head without dropout, and so without the seed input).
   for (const auto& [name, key, value] : {std::tuple{"dora", "model.use_dora", "true"},
                                          std::tuple{"dropout", "model.lora_dropout", "0.2"}}) {
     SCOPED_TRACE(name);
-    const CliRun fused = run(std::string("fused_") + name,
-                             {{"compile", "true"}, {key, value}, {"max_steps_per_epoch", "3"}});
+    Overrides o = {{key, value},
+                   {"max_steps_per_epoch", "3"},
+                   {"dataset_val._component_", "text_completion"},
+                   {"dataset_val.source", corpus.string()},
+                   {"dataset_val.split", "train[:5]"},
+                   {"dataset_val.packed", "false"},
+                   {"run_val_every_n_steps", "3"}};
+    o["compile"] = "true";
+    const CliRun fused = run(std::string("fused_") + name, o);
     EXPECT_TRUE(contains(fused.out, "kd: the student's head and the teacher's head run inside"))
         << fused.out;
-    run(std::string("unfused_") + name,
-        {{"compile", "false"}, {key, value}, {"max_steps_per_epoch", "3"}});
-    const std::vector<double> want =
-        losses_of(logged_steps(tmp / (std::string("unfused_") + name)));
+    o["compile"] = "false";
+    run(std::string("unfused_") + name, o);
+    const fs::path unfused = tmp / (std::string("unfused_") + name);
+    const fs::path fused_dir = tmp / (std::string("fused_") + name);
+    const std::vector<double> want = losses_of(logged_steps(unfused));
     ASSERT_EQ(want.size(), 3u);
-    expect_same_curve(losses_of(logged_steps(tmp / (std::string("fused_") + name))), want,
+    expect_same_curve(losses_of(logged_steps(fused_dir)), want,
                       std::string(name) + ", fused vs unfused");
+    ASSERT_EQ(logged_values(unfused, "val_loss").size(), 1u);
+    expect_same_curve(logged_values(fused_dir, "val_loss"), logged_values(unfused, "val_loss"),
+                      std::string(name) + ", val_loss");
   }
 }
 
