@@ -6,8 +6,10 @@
 // untied, random-init. LoRA: q/v/o + MLP, rank 16, the head frozen; lora_head: the same plus
 // an adapter on lm_head (its A and B inside the fused kernel); full: every student weight
 // trained, the head included; topk: full, the teacher restricted to its top-64 each step
-// (teacher_logits.top_k). Forward KL, kd_ratio 0.5.
-//   bench_kd --shape L3-micro --steps 3 [--methods lora,lora_head,full,topk]
+// (teacher_logits.top_k); dora_head: lora_head with DoRA (the column scale in the kernel, the
+// head's row norms a tile at a time); dropout_head: lora_head with lora_dropout 0.1 (the
+// adapter's dropped-out input in the kernel). Forward KL, kd_ratio 0.5.
+//   bench_kd --shape L3-micro --steps 3 [--methods lora,lora_head,full,topk,dora_head,dropout_head]
 //   [--modes false,model,true]
 //   [--dtype fp32|bf16] [--threads 2]
 // bf16: both models' weights (and the LoRA adapters) stored in bf16, as `dtype: bf16` runs;
@@ -64,9 +66,19 @@ Result run(const BenchShape& shape, const std::string& method, CompileMode mode,
     o.teacher = &teacher;
     o.teacher_params = &teacher_params;
     o.kd_ratio = 0.5;
-    if (method == "lora" || method == "lora_head") {
+    if (method == "lora" || method == "lora_head" || method == "dora_head" ||
+        method == "dropout_head") {
       peft::LoraConfig lc = bench_lora_config();
-      lc.apply_to_output = method == "lora_head";  // the head adapted: A and B in the kernel
+      lc.apply_to_output = method != "lora";  // the head adapted: A and B in the kernel
+      lc.use_dora = method == "dora_head";
+      if (method == "dropout_head") {
+        lc.dropout = 0.1;
+        o.student.add_inputs = [](TensorMap& in, int64_t step, int64_t micro) {
+          Tensor seed = Tensor::empty({}, DType::I32);
+          seed.data<int32_t>()[0] = int32_t(1 + step * 16 + micro);
+          in[peft::kDropoutSeedInput] = seed;
+        };
+      }
       peft::init_adapters(params, shape.config, lc, 1, dtype);
       o.student.trainable = peft::is_adapter_param;
       o.student.llama = peft::lora_llama_options(lc);
@@ -113,8 +125,10 @@ int main(int argc, char** argv) try {
   std::vector<Result> results;
   for (const std::string& m : split(methods, ','))
     for (const std::string& c : split(modes, ',')) {
-      FT_CHECK(m == "lora" || m == "lora_head" || m == "full" || m == "topk",
-               "--methods: unknown method '" + m + "' (lora, lora_head, full, topk)");
+      FT_CHECK(m == "lora" || m == "lora_head" || m == "full" || m == "topk" || m == "dora_head" ||
+                   m == "dropout_head",
+               "--methods: unknown method '" + m +
+                   "' (lora, lora_head, full, topk, dora_head, dropout_head)");
       results.push_back(run(shape, m, parse_compile_mode(c), dtype, steps));
     }
   print_method_results(shape.name, results);

@@ -14,6 +14,7 @@
 #include "fusetune/core/dtype.h"
 #include "fusetune/kernels/cpu/divergence.h"
 #include "fusetune/kernels/cpu/fused_linear_divergence.h"
+#include "fusetune/kernels/cpu/peft_ops.h"
 #include "kernels_test_util.h"
 #include "nf4_support.h"
 
@@ -387,4 +388,176 @@ TEST(FusedDivergenceKernel, TopKOfABf16TeacherHeadIsTheDenseOneOfItsWidenedValue
                        lp_bf16.data());
   EXPECT_EQ(ids_bf16, ids_dense);
   expect_close(lp_bf16, lp_dense, 1e-6, 1e-6, "log-probs");
+}
+
+// A teacher that soft-caps its logits (Gemma 2's final_logit_softcapping = c): its top-k are
+// the ids of its largest uncapped logits (tanh is increasing) and their log-probs those of the
+// capped distribution, log softmax(c tanh(z / c)), written out here in double; in double to
+// 1e-12 and in float to float rounding (the same ids).
+TEST(FusedDivergenceKernel, TopKOfASoftCappedTeacherHasTheCappedDistributionsLogProbs) {
+  const KdProblem p;
+  const int64_t K = 6;
+  const double cap = 1.5;  // well inside the logits' range: capping changes every log-prob
+  std::vector<int32_t> ids(size_t(p.N * K)), ids32(size_t(p.N * K));
+  std::vector<double> lp(size_t(p.N * K));
+  std::vector<float> lp32(size_t(p.N * K));
+  teacher_top_k<double>(p.th.data(), p.tW.data(), nullptr, p.N, p.Dt, p.V, K, 16, ids.data(),
+                        lp.data(), cap);
+  const std::vector<float> h(p.th.begin(), p.th.end()), W(p.tW.begin(), p.tW.end());
+  teacher_top_k<float>(h.data(), W.data(), nullptr, p.N, p.Dt, p.V, K, 16, ids32.data(),
+                       lp32.data(), cap);
+  double largest_change = 0;  // from the uncapped log-probs
+  for (int64_t i = 0; i < p.N; ++i) {
+    std::vector<double> z(size_t(p.V), 0.0);
+    for (int64_t v = 0; v < p.V; ++v)
+      for (int64_t d = 0; d < p.Dt; ++d) z[v] += p.th[i * p.Dt + d] * p.tW[v * p.Dt + d];
+    std::vector<int32_t> order(size_t(p.V));
+    for (int64_t v = 0; v < p.V; ++v) order[v] = int32_t(v);
+    std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return z[a] > z[b]; });
+    double capped_sum = 0, plain_sum = 0;
+    for (double zv : z)
+      capped_sum += std::exp(cap * std::tanh(zv / cap)), plain_sum += std::exp(zv);
+    for (int64_t k = 0; k < K; ++k) {
+      const double want = cap * std::tanh(z[order[k]] / cap) - std::log(capped_sum);
+      EXPECT_EQ(ids[i * K + k], order[k]);
+      EXPECT_EQ(ids32[i * K + k], order[k]);
+      EXPECT_NEAR(lp[i * K + k], want, 1e-12);
+      EXPECT_NEAR(lp32[i * K + k], want, 2e-6);
+      largest_change =
+          std::max(largest_change, std::abs(want - (z[order[k]] - std::log(plain_sum))));
+    }
+  }
+  EXPECT_GT(largest_change, 0.1);  // the cap matters here
+}
+
+// lora_dropout and DoRA on the student's head: the LoRA term reads its own input x (the
+// dropped-out h) and DoRA scales each vocabulary column by c. Against the definition written
+// out here in double: zs = (h W^T + (x A^T) Bs^T) diag(c), the CE and the divergence of those
+// logits (divergence.h's unfused rows), and the chain rule through them:
+// dz' = dz diag(c), dc = sum_rows dz * (h W^T + (x A^T) Bs^T), dh = dz' W, dW = dz'^T h,
+// dx = (dz' Bs) A, dA = (dz' Bs)^T x, dBs = dz'^T (x A^T). 3 chunks (the last partial); each
+// of x and c alone and both.
+TEST(FusedDivergenceKernel, DropoutInputAndDoraScaleMatchTheirDefinitionInDouble) {
+  const KdProblem p;
+  const int64_t r = 3, N = p.N, V = p.V, D = p.D;
+  const std::vector<double> A = random_vec(r * D, 8, -0.7, 0.7);
+  const std::vector<double> Bs = random_vec(V * r, 9, -0.5, 0.5);
+  const std::vector<double> x = random_vec(N * D, 10, -2, 2);
+  const std::vector<double> col = random_vec(V, 11, 0.3, 1.7);
+  const DivergenceParams dp = kKinds[2];
+  const double dce = 0.4, dkd = 0.6;
+  for (const auto& [own_x, dora] : {std::pair{true, false}, {false, true}, {true, true}}) {
+    SCOPED_TRACE("own x " + std::to_string(own_x) + " dora " + std::to_string(dora));
+    const std::vector<double>& xin = own_x ? x : p.h;
+    // The pre-scale logits, the scaled ones and the teacher's.
+    std::vector<double> pre(size_t(N * V), 0.0), u(size_t(N * r), 0.0), zt(size_t(N * V), 0.0);
+    for (int64_t i = 0; i < N; ++i) {
+      for (int64_t k = 0; k < r; ++k)
+        for (int64_t d = 0; d < D; ++d) u[i * r + k] += xin[i * D + d] * A[k * D + d];
+      for (int64_t v = 0; v < V; ++v) {
+        for (int64_t d = 0; d < D; ++d) pre[i * V + v] += p.h[i * D + d] * p.W[v * D + d];
+        for (int64_t k = 0; k < r; ++k) pre[i * V + v] += u[i * r + k] * Bs[v * r + k];
+        for (int64_t d = 0; d < p.Dt; ++d) zt[i * V + v] += p.th[i * p.Dt + d] * p.tW[v * p.Dt + d];
+      }
+    }
+    std::vector<double> zs = pre;
+    if (dora)
+      for (int64_t i = 0; i < N; ++i)
+        for (int64_t v = 0; v < V; ++v) zs[i * V + v] *= col[v];
+    const double kd = divergence_sum<double>(zs.data(), zt.data(), p.labels.data(), N, V, dp);
+    std::vector<double> dz(zs.size());
+    divergence_backward<double>(dkd, zs.data(), zt.data(), p.labels.data(), dz.data(), N, V, dp);
+    double ce = 0;
+    for (int64_t i = 0; i < N; ++i) {
+      const int32_t y = p.labels[size_t(i)];
+      if (y == -100) continue;
+      double s = 0;
+      for (int64_t v = 0; v < V; ++v) s += std::exp(zs[i * V + v]);
+      ce += std::log(s) - zs[i * V + y];
+      for (int64_t v = 0; v < V; ++v)
+        dz[i * V + v] += dce * (std::exp(zs[i * V + v]) / s - (v == y ? 1.0 : 0.0));
+    }
+    std::vector<double> want_dc(size_t(V), 0.0);
+    for (int64_t i = 0; i < N; ++i)
+      for (int64_t v = 0; v < V; ++v) {
+        want_dc[v] += dz[i * V + v] * pre[i * V + v];
+        if (dora) dz[i * V + v] *= col[v];
+      }
+    std::vector<double> want_dh(size_t(N * D), 0.0), want_dW(size_t(V * D), 0.0);
+    std::vector<double> want_dx(size_t(N * D), 0.0), want_dA(size_t(r * D), 0.0);
+    std::vector<double> want_dB(size_t(V * r), 0.0), w(size_t(N * r), 0.0);
+    for (int64_t i = 0; i < N; ++i)
+      for (int64_t v = 0; v < V; ++v) {
+        for (int64_t d = 0; d < D; ++d) {
+          want_dh[i * D + d] += dz[i * V + v] * p.W[v * D + d];
+          want_dW[v * D + d] += dz[i * V + v] * p.h[i * D + d];
+        }
+        for (int64_t k = 0; k < r; ++k) {
+          w[i * r + k] += dz[i * V + v] * Bs[v * r + k];
+          want_dB[v * r + k] += dz[i * V + v] * u[i * r + k];
+        }
+      }
+    for (int64_t i = 0; i < N; ++i)
+      for (int64_t k = 0; k < r; ++k)
+        for (int64_t d = 0; d < D; ++d) {
+          (own_x ? want_dx : want_dh)[i * D + d] += w[i * r + k] * A[k * D + d];
+          want_dA[k * D + d] += w[i * r + k] * xin[i * D + d];
+        }
+    LinearDivergenceInputs<double> in{.h = p.h.data(),
+                                      .W = p.W.data(),
+                                      .D = D,
+                                      .lora_A = A.data(),
+                                      .lora_B = Bs.data(),
+                                      .lora_rank = r,
+                                      .lora_x = own_x ? x.data() : nullptr,
+                                      .col_scale = dora ? col.data() : nullptr,
+                                      .teacher_h = p.th.data(),
+                                      .teacher_W = p.tW.data(),
+                                      .teacher_D = p.Dt,
+                                      .labels = p.labels.data(),
+                                      .N = N,
+                                      .V = V,
+                                      .chunk_rows = 16,
+                                      .divergence = dp};
+    std::vector<double> dh(size_t(N * D), 7), dW(size_t(V * D), 7), dA(size_t(r * D), 7);
+    std::vector<double> dB(size_t(V * r), 7), dx(size_t(N * D), 7), dc(size_t(V), 7);
+    LinearDivergenceGrads<double> g{dce,
+                                    dkd,
+                                    dh.data(),
+                                    dW.data(),
+                                    dA.data(),
+                                    dB.data(),
+                                    own_x ? dx.data() : nullptr,
+                                    dora ? dc.data() : nullptr};
+    const std::array<double, 2> sums = fused_linear_divergence<double>(in, &g);
+    EXPECT_NEAR(sums[0], ce, 1e-10 * std::abs(ce));
+    EXPECT_NEAR(sums[1], kd, 1e-10 * std::abs(kd) + 1e-12);
+    EXPECT_EQ(fused_linear_divergence<double>(in, nullptr), sums);
+    expect_close(dh, want_dh, 1e-9, 1e-12, "dh");
+    expect_close(dW, want_dW, 1e-9, 1e-12, "dW");
+    expect_close(dA, want_dA, 1e-9, 1e-12, "dA");
+    expect_close(dB, want_dB, 1e-9, 1e-12, "dB");
+    if (own_x) expect_close(dx, want_dx, 1e-9, 1e-12, "dx");
+    if (dora) expect_close(dc, want_dc, 1e-9, 1e-12, "dc");
+  }
+}
+
+// DoRA's row norms of the merged head W + Bs A without forming it (RowInvNorm with a low-rank
+// term, the fused head's): a tile of 256 merged rows at a time, over 600 rows (a partial last
+// tile), against 1 / ||row|| of the merged matrix written out here, in double to 1e-13.
+TEST(FusedDivergenceKernel, DoraRowNormsOfTheMergedHeadTileByTile) {
+  const int64_t V = 600, D = 9, r = 3;
+  const std::vector<double> W = random_vec(V * D, 21, -1, 1), A = random_vec(r * D, 22, -1, 1);
+  const std::vector<double> Bs = random_vec(V * r, 23, -0.5, 0.5);
+  std::vector<double> got(size_t(V), 0.0);
+  row_inv_norm_low_rank<double>(W.data(), A.data(), Bs.data(), got.data(), V, D, r);
+  for (int64_t v = 0; v < V; ++v) {
+    double s = 0;
+    for (int64_t d = 0; d < D; ++d) {
+      double m = W[v * D + d];
+      for (int64_t k = 0; k < r; ++k) m += Bs[v * r + k] * A[k * D + d];
+      s += m * m;
+    }
+    EXPECT_NEAR(got[size_t(v)], 1 / std::sqrt(s), 1e-13 / std::sqrt(s)) << "row " << v;
+  }
 }

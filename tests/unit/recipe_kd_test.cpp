@@ -9,6 +9,7 @@
 #include <map>
 #include <random>
 #include <regex>
+#include <tuple>
 
 #include "checks.h"
 #include "files.h"
@@ -235,6 +236,11 @@ KdCase hooked_head_case(const ModelConfig& cfg, const DistillationLoss& l, peft:
   k.fused = build_training_graph(cfg, o);
   const Batch b = random_batch(B, T, cfg.vocab_size, 11);
   k.in = batch_inputs(b, DType::F32, 1.0 / double(b.num_valid_labels()));
+  if (c.dropout > 0) {  // one seed: the two graphs draw the same masks from it
+    Tensor seed = Tensor::empty({}, DType::I32);
+    seed.data<int32_t>()[0] = 12345;
+    k.in[peft::kDropoutSeedInput] = seed;
+  }
   TensorMap ein = k.in;
   const Tensor th = random_tensor({k.N, Dt}, DType::F32, 5, -0.6, 0.6);
   const Tensor tw = random_tensor({cfg.vocab_size, Dt}, DType::F32, 6, -0.6, 0.6);
@@ -270,6 +276,39 @@ TEST(KdStepGraph, LoraAndNf4StudentHeadsFuseAndMatchTheUnfusedGraph) {
     if (h.lora) {
       ASSERT_TRUE(k.want.count("grad:lm_head.lora_A.weight"));
       ASSERT_TRUE(k.want.count("grad:lm_head.lora_B.weight"));
+    }
+    expect_fused_matches(k.fused, k.in, k.params, k.want, k.N, cfg.vocab_size, 1e-5, 1e-4);
+  }
+}
+
+// DoRA and lora_dropout on lm_head inside the fused kernel: the head hook hands it the
+// adapter's dropped-out input (the same Dropout node, seed and salt as the LoRA hook's: the
+// same mask) and DoRA's column scale magnitude / ||W + s B A||_row. In every compile mode the
+// fused graph gives the unfused graph's loss, reports and gradients (the magnitude's, A's and
+// B's included, and through the dropout the hidden states'), untied and tied; under
+// `compile: true` no [tokens x vocab] tensor is left.
+TEST(KdStepGraph, DoraAndDropoutOnTheHeadFuseAndMatchTheUnfusedGraph) {
+  const DistillationLoss l{KdDivergence::GeneralizedJSD, 0.3, 1.5};
+  struct Head {
+    bool dora;
+    double dropout;
+    bool tied;
+  };
+  for (Head h : {Head{true, 0, false}, Head{false, 0.3, false}, Head{true, 0.3, false},
+                 Head{true, 0.3, true}}) {
+    SCOPED_TRACE("dora " + std::to_string(h.dora) + " dropout " + std::to_string(h.dropout) +
+                 " tied " + std::to_string(h.tied));
+    peft::LoraConfig c;
+    c.rank = 2;
+    c.alpha = 6;
+    c.apply_to_output = true;
+    c.use_dora = h.dora;
+    c.dropout = h.dropout;
+    const ModelConfig cfg = tiny_config(h.tied, false);
+    const KdCase k = hooked_head_case(cfg, l, c, false);
+    ASSERT_TRUE(k.want.count("grad:lm_head.lora_B.weight"));
+    if (h.dora) {
+      ASSERT_TRUE(k.want.count("grad:lm_head.lora_magnitude_vector"));
     }
     expect_fused_matches(k.fused, k.in, k.params, k.want, k.N, cfg.vocab_size, 1e-5, 1e-4);
   }
@@ -319,23 +358,9 @@ TEST(KdStepGraph, TopKTeacherFusesAndMatchesTheUnfusedGraph) {
   }
 }
 
-// A head that cannot hand its parts (DoRA or lora_dropout on lm_head) keeps the logits path.
-TEST(KdStepGraph, DoraOrDropoutOnTheHeadKeepsTheLogitsPath) {
-  peft::LoraConfig c;
-  c.apply_to_output = true;
-  EXPECT_TRUE(peft::head_parts_supported(c));
-  c.dropout = 0.1;
-  EXPECT_FALSE(peft::head_parts_supported(c));
-  c.dropout = 0;
-  c.use_dora = true;
-  EXPECT_FALSE(peft::head_parts_supported(c));
-  c.apply_to_output = false;  // DoRA elsewhere, a plain (or NF4) head: fine
-  EXPECT_TRUE(peft::head_parts_supported(c));
-}
-
 // The fused divergence has no soft-cap: a model that caps its final logits (Gemma 2), as
-// student or teacher, keeps the logits path, as do the eager modes and a head hook that cannot
-// hand its parts (DoRA or dropout on lm_head).
+// student or whole teacher (not a top-k one), keeps the logits path, as do the eager modes and a
+// head hook that cannot hand its parts (DoRA or dropout on lm_head).
 TEST(KdStepGraph, OnlyUncappedHeadsThatHandTheirPartsFuseUnderCompileTrue) {
   const ModelConfig plain = tiny_config(false, false);
   ModelConfig capped = plain;
@@ -344,6 +369,9 @@ TEST(KdStepGraph, OnlyUncappedHeadsThatHandTheirPartsFuseUnderCompileTrue) {
   EXPECT_TRUE(kd_fuses_heads(CompileMode::Full, none, plain, plain, false));
   EXPECT_FALSE(kd_fuses_heads(CompileMode::Full, none, capped, plain, false));
   EXPECT_FALSE(kd_fuses_heads(CompileMode::Full, none, plain, capped, false));
+  // A top-k teacher's cap is in its log-probs: only the student's head is in the step.
+  EXPECT_TRUE(kd_fuses_heads(CompileMode::Full, none, plain, capped, false, true));
+  EXPECT_FALSE(kd_fuses_heads(CompileMode::Full, none, capped, plain, false, true));
   EXPECT_FALSE(kd_fuses_heads(CompileMode::Model, none, plain, plain, false));
   LlamaOptions hooked;
   hooked.head = [](Builder&, Value x, const LinearSite&) { return x; };
@@ -605,9 +633,9 @@ Overrides dist_kd_overrides(const fs::path& out, const fs::path& corpus, int bat
 }
 
 // A LoRA student with an adapter on lm_head, and a QLoRA one (its head NF4, with the adapter),
-// run end to end: under `compile: true` the log says the heads are fused and the losses are
-// `compile: false`'s (the logits materialized) to 1e-5; DoRA on lm_head keeps the logits and
-// says so.
+// and LoRA students with DoRA or lora_dropout on lm_head, run end to end: under `compile: true`
+// the log says the heads are fused and the losses are `compile: false`'s (the logits
+// materialized) to 1e-5.
 TEST(KdRecipe, LoraAndQloraHeadStudentsTrainFusedAsUnfused) {
   TempDir tmp;
   const fs::path corpus = write_uneven_corpus(tmp / "data");
@@ -635,9 +663,35 @@ TEST(KdRecipe, LoraAndQloraHeadStudentsTrainFusedAsUnfused) {
     ASSERT_EQ(want.size(), 6u);
     expect_same_curve(losses_of(logged_steps(tmp / ("fused" + q))), want, "fused vs unfused");
   }
-  const CliRun dora =
-      run("dora", {{"compile", "true"}, {"model.use_dora", "true"}, {"max_steps_per_epoch", "1"}});
-  EXPECT_TRUE(contains(dora.out, "kd: the logits are materialized")) << dora.out;
+  // DoRA and lora_dropout on lm_head fuse too: the same curve as their logits path (dropout:
+  // the same masks, drawn from the step's seed), and the same val_loss (validation runs the
+  // head without dropout, and so without the seed input).
+  for (const auto& [name, key, value] : {std::tuple{"dora", "model.use_dora", "true"},
+                                         std::tuple{"dropout", "model.lora_dropout", "0.2"}}) {
+    SCOPED_TRACE(name);
+    Overrides o = {{key, value},
+                   {"max_steps_per_epoch", "3"},
+                   {"dataset_val._component_", "text_completion"},
+                   {"dataset_val.source", corpus.string()},
+                   {"dataset_val.split", "train[:5]"},
+                   {"dataset_val.packed", "false"},
+                   {"run_val_every_n_steps", "3"}};
+    o["compile"] = "true";
+    const CliRun fused = run(std::string("fused_") + name, o);
+    EXPECT_TRUE(contains(fused.out, "kd: the student's head and the teacher's head run inside"))
+        << fused.out;
+    o["compile"] = "false";
+    run(std::string("unfused_") + name, o);
+    const fs::path unfused = tmp / (std::string("unfused_") + name);
+    const fs::path fused_dir = tmp / (std::string("fused_") + name);
+    const std::vector<double> want = losses_of(logged_steps(unfused));
+    ASSERT_EQ(want.size(), 3u);
+    expect_same_curve(losses_of(logged_steps(fused_dir)), want,
+                      std::string(name) + ", fused vs unfused");
+    ASSERT_EQ(logged_values(unfused, "val_loss").size(), 1u);
+    expect_same_curve(logged_values(fused_dir, "val_loss"), logged_values(unfused, "val_loss"),
+                      std::string(name) + ", val_loss");
+  }
 }
 
 // teacher_logits (the teacher restricted to its top-16 tokens): a run that precomputes them
@@ -690,6 +744,101 @@ TEST(KdTopK, PrecomputedLogitsMatchTheOnTheFlyTopKAndResume) {
                     "resumed from the file");
 }
 
+// A teacher that soft-caps its logits (Gemma 2's final_logit_softcapping) with top-k logits:
+// its top-k log-probs are those of its capped distribution (the kernel's test checks them in
+// double: FusedDivergenceKernel.TopKOfASoftCappedTeacherHasTheCappedDistributionsLogProbs),
+// so under `compile: true` the student's head still fuses (the teacher has no head in the
+// step) and trains on `compile: false`'s losses, to 1e-5; the cap changes the KD loss.
+TEST(KdTopK, ASoftCappedTeacherTrainsFromTheTopKOfItsCappedLogits) {
+  TempDir tmp;
+  const fs::path corpus = write_uneven_corpus(tmp / "data");
+  // A random Gemma 2 teacher (its config.json: the family that reads the caps). Its logits are
+  // about 0.1: a cap of 0.05 bends every one of them; null is no cap.
+  const auto teacher_json = [&](const std::string& name, const std::string& cap) {
+    const fs::path p = tmp / (name + ".json");
+    write_text(p,
+               "{\"model_type\": \"gemma2\", \"vocab_size\": 259, \"hidden_size\": 32, "
+               "\"intermediate_size\": 64, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, "
+               "\"num_key_value_heads\": 2, \"head_dim\": 8, \"max_position_embeddings\": 256, "
+               "\"attn_logit_softcapping\": null, \"final_logit_softcapping\": " +
+                   cap + "}");
+    return p.string();
+  };
+  const auto run = [&](const std::string& name, const std::string& compile,
+                       const std::string& cap) {
+    Overrides o = dist_kd_overrides(
+        tmp / name, corpus, 4,
+        {{"teacher_logits.top_k", "16"}, {"max_steps_per_epoch", "3"}, {"compile", compile}});
+    for (const char* key : {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                            "num_attention_heads"})
+      o.erase(std::string("teacher_model.") + key);
+    o["teacher_model.config"] = teacher_json(name, cap);
+    const CliRun r =
+        run_shell(run_command("knowledge_distillation_single_device", "demo/tiny_full", o),
+                  tmp / ("s_" + name));
+    EXPECT_EQ(r.code, 0) << r.out << r.err;
+    return r;
+  };
+  const CliRun fused = run("fused", "true", "0.05");
+  EXPECT_TRUE(contains(fused.out,
+                       "kd: the student's head and the teacher's top-k run inside the fused "
+                       "divergence"))
+      << fused.out;
+  run("unfused", "false", "0.05");
+  const std::vector<double> want = logged_values(tmp / "unfused", "kd_loss");
+  ASSERT_EQ(want.size(), 3u);
+  expect_same_curve(logged_values(tmp / "fused", "kd_loss"), want, "kd_loss, fused vs unfused");
+  expect_same_curve(losses_of(logged_steps(tmp / "fused")),
+                    losses_of(logged_steps(tmp / "unfused")), "losses, fused vs unfused");
+  // The same run without the cap (the runs are deterministic: any change is the cap's). A
+  // random teacher is near uniform either way, so the change is small, but well above 1e-5.
+  run("uncapped", "true", "null");
+  EXPECT_GT(std::abs(logged_values(tmp / "uncapped", "kd_loss")[0] - want[0]), 1e-5 * want[0]);
+}
+
+// Validation data with a top-k teacher: the validation loss takes the validation samples'
+// top-k, as training takes its own. Precomputed, they come from their own file
+// (teacher_topk_val.safetensors, keyed by dataset_val's fingerprint), computed with the
+// training file by the one teacher load (samples 40-44 of the corpus: not the training file's
+// first rows, which validation must not read); its val_loss (a partial last batch included) and
+// losses are those of the run computing the top-k from the teacher every step, to 1e-5.
+// Another dataset_val is an error naming that file.
+TEST(KdTopK, ValidationReadsItsOwnPrecomputedFile) {
+  TempDir tmp;
+  const fs::path corpus = write_uneven_corpus(tmp / "data");
+  const fs::path val_file = tmp / "topk" / "teacher_topk_val.safetensors";
+  Overrides fly = {
+      {"teacher_logits.top_k", "16"},          {"dataset_val._component_", "text_completion"},
+      {"dataset_val.source", corpus.string()}, {"dataset_val.split", "train[40:45]"},
+      {"dataset_val.packed", "false"},         {"run_val_every_n_steps", "3"}};
+  Overrides pre = fly;
+  pre["teacher_logits.precompute"] = "true";
+  pre["teacher_logits.path"] = (tmp / "topk").string();
+  run_ok(run_command("knowledge_distillation_single_device", "demo/tiny_full",
+                     dist_kd_overrides(tmp / "fly", corpus, 4, fly)),
+         tmp / "s_fly");
+  const std::vector<double> want = logged_values(tmp / "fly", "val_loss");
+  ASSERT_EQ(want.size(), 2u);
+  const CliRun r = run_shell(run_command("knowledge_distillation_single_device", "demo/tiny_full",
+                                         dist_kd_overrides(tmp / "pre", corpus, 4, pre)),
+                             tmp / "s_pre");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "over 5 samples into " + val_file.string())) << r.out;
+  ASSERT_TRUE(fs::exists(val_file));
+  expect_same_curve(logged_values(tmp / "pre", "val_loss"), want, "val_loss, precomputed");
+  expect_same_curve(losses_of(logged_steps(tmp / "pre")), losses_of(logged_steps(tmp / "fly")),
+                    "losses, precomputed");
+  pre["dataset_val.split"] = "train[40:46]";
+  const CliRun other =
+      run_shell(run_command("knowledge_distillation_single_device", "demo/tiny_full",
+                            dist_kd_overrides(tmp / "other", corpus, 4, pre)),
+                tmp / "s_other");
+  EXPECT_NE(other.code, 0);
+  EXPECT_TRUE(
+      contains(other.out + other.err, val_file.string() + " was computed for another dataset"))
+      << other.out << other.err;
+}
+
 // The precomputed file is checked before training: computed for another teacher, another
 // dataset or another top_k, or corrupt (a flipped byte, cut short), the run stops with an
 // error naming the file and what differs.
@@ -734,7 +883,7 @@ TEST(KdTopK, APrecomputedFileOfAnotherRunOrCorruptIsAClearError) {
 }
 
 // teacher_logits is validated: top_k at least 1, precompute with a path (and a path only with
-// it, and no validation data), and only the forward KL (the divergence defined on the top-k
+// it; validation data allowed), and only the forward KL (the divergence defined on the top-k
 // support).
 TEST(KdTopK, TeacherLogitsKeysAreValidated) {
   const auto problems = [](const std::vector<std::string>& overrides) -> std::string {
@@ -756,13 +905,78 @@ TEST(KdTopK, TeacherLogitsKeysAreValidated) {
                        "needs teacher_logits.path"));
   EXPECT_TRUE(contains(problems({"teacher_logits.top_k=8", "teacher_logits.path=/tmp/t"}),
                        "only read with precompute: true"));
-  EXPECT_TRUE(
-      contains(problems({"teacher_logits.top_k=8", "teacher_logits.precompute=true",
-                         "teacher_logits.path=/tmp/t", "dataset_val._component_=text_completion",
-                         "dataset_val.source=v.txt"}),
-               "validation with teacher_logits.precompute is not supported"));
+  // Validation data has its own file (KdTopK.ValidationReadsItsOwnPrecomputedFile).
+  EXPECT_EQ(problems({"teacher_logits.top_k=8", "teacher_logits.precompute=true",
+                      "teacher_logits.path=/tmp/t", "dataset_val._component_=text_completion",
+                      "dataset_val.source=v.txt"}),
+            "");
   EXPECT_TRUE(contains(problems({"teacher_logits.top_k=8", "kd_loss._component_=ReverseKLLoss"}),
                        "takes kd_loss ForwardKLLoss"));
+}
+
+// A stand-in teacher's top-k for the file-writing tests: a function of each sample's index
+// and position alone (as a real teacher's is of its tokens), whatever batch it is in.
+void fake_top_k_of(const Batch& b, Tensor& ids, Tensor& logprobs, int64_t K, int64_t V) {
+  ids = Tensor::zeros({b.batch_size * b.seq_len, K}, DType::I32);
+  logprobs = Tensor::zeros({b.batch_size * b.seq_len, K}, DType::F32);
+  for (int64_t r = 0; r < b.batch_size; ++r)
+    for (int64_t t = 0; t < b.seq_len; ++t)
+      for (int64_t k = 0; k < K; ++k) {
+        const int64_t at = (r * b.seq_len + t) * K + k, s = b.items[size_t(r)];
+        ids.data<int32_t>()[at] = int32_t((s * 5 + t + k) % V);
+        logprobs.data<float>()[at] = -float(s) - 0.01f * float(t) - 0.1f * float(k);
+      }
+}
+
+// Over ranks each rank computes its share of the batches (batch k: rank k % ranks) into a
+// part file, and the merge of the parts is byte for byte the one-process file, for 2 and 3
+// ranks over 7 samples in batches of 2 (uneven shares, a short last batch); the parts are
+// deleted after. A part of another run (another top_k, another split) is refused by name.
+TEST(KdTopK, SharesOfAnyRankCountMergeIntoTheOneProcessFile) {
+  TempDir tmp;
+  constexpr int64_t K = 3, V = 11;
+  std::vector<Sample> samples;
+  for (int i = 0; i < 7; ++i) {
+    Sample s;
+    for (int t = 0; t < 1 + (i * 4) % 9; ++t) s.tokens.push_back(int32_t(1 + (i + t) % 10));
+    s.labels = s.tokens;
+    samples.push_back(s);
+  }
+  const SampleDataset d(samples, {});
+  CollateOptions collate;
+  collate.pad_multiple = 4;
+  TeacherTopKKey key;
+  key.top_k = K;
+  key.vocab_size = V;
+  key.samples = d.size();
+  key.dataset = dataset_fingerprint(d);
+  const TopKOfBatch f = [](const Batch& b, Tensor& ids, Tensor& lp) {
+    fake_top_k_of(b, ids, lp, K, V);
+  };
+  const fs::path one = tmp / "one" / "teacher_topk.safetensors";
+  write_teacher_topk(one, key, d, collate, 2, f);
+  for (const int ranks : {2, 3}) {
+    SCOPED_TRACE(std::to_string(ranks) + " ranks");
+    const fs::path merged = tmp / std::to_string(ranks) / "teacher_topk.safetensors";
+    for (int r = 0; r < ranks; ++r)
+      write_teacher_topk_part(merged, key, d, collate, 2, r, ranks, f);
+    merge_teacher_topk_parts(merged, key, 2, ranks);
+    EXPECT_EQ(fusetune::read_file(merged), fusetune::read_file(one));
+    for (int r = 0; r < ranks; ++r)
+      EXPECT_FALSE(fs::exists(teacher_topk_part_file(merged, r, ranks)));
+  }
+  const fs::path bad = tmp / "bad" / "teacher_topk.safetensors";
+  write_teacher_topk_part(bad, key, d, collate, 2, 0, 2, f);
+  TeacherTopKKey other = key;
+  other.top_k = 2;
+  write_teacher_topk_part(
+      bad, other, d, collate, 2, 1, 2,
+      [](const Batch& b, Tensor& i, Tensor& l) { fake_top_k_of(b, i, l, 2, V); });
+  EXPECT_TRUE(contains(error_of([&] { merge_teacher_topk_parts(bad, key, 2, 2); }),
+                       teacher_topk_part_file(bad, 1, 2).string() +
+                           " is not a part of this run's file (its top_k)"));
+  write_teacher_topk_part(bad, key, d, collate, 3, 1, 2, f);
+  EXPECT_TRUE(contains(error_of([&] { merge_teacher_topk_parts(bad, key, 2, 2); }), "(its rows)"));
 }
 
 // knowledge_distillation_distributed, 2 ranks x 1 thread at ZeRO-3 (the student sharded, the
@@ -808,9 +1022,10 @@ TEST(DistKd, TwoRanksMatchOneProcessAndResumeInOne) {
                     std::vector<double>(want.begin() + 3, want.end()), "resumed 2 ranks -> 1");
 }
 
-// Precomputed top-k teacher logits over 2 ranks at ZeRO-3: rank 0 computes the file while the
-// other waits for it, both train from it; the losses are one process's (its own file)
-// with the global batch, to 1e-5.
+// Precomputed top-k teacher logits over 2 ranks at ZeRO-3: each rank computes its share of
+// the batches, rank 0 merges them; the file is byte for byte the one process's (2 x 2 rows:
+// the batches of 1 x 4), and both train from it: the losses are one process's with the global
+// batch, to 1e-5.
 TEST(DistKd, PrecomputedTopKOnTwoRanksMatchesOneProcess) {
   FT_REQUIRE_MPIRUN();
   TempDir tmp;
@@ -830,7 +1045,13 @@ TEST(DistKd, PrecomputedTopKOnTwoRanksMatchesOneProcess) {
                                             "demo/tiny_full", dist_kd_overrides(two, corpus, 2, o)),
                              tmp / "s_two");
   ASSERT_EQ(r.code, 0) << r.out << r.err;
-  EXPECT_TRUE(fs::exists(tmp / "topk_two" / "teacher_topk.safetensors"));
+  EXPECT_TRUE(contains(r.out, "(2 ranks, each its share)")) << r.out;
+  const fs::path file = tmp / "topk_two" / "teacher_topk.safetensors";
+  ASSERT_TRUE(fs::exists(file));
+  EXPECT_TRUE(fusetune::read_file(file) ==
+              fusetune::read_file(tmp / "topk_one" / "teacher_topk.safetensors"))
+      << "the 2-rank file is not the one-process file";
+  EXPECT_FALSE(fs::exists(teacher_topk_part_file(file, 1, 2)));
   expect_same_curve(losses_of(logged_steps(two)), losses_of(logged_steps(ref)),
                     "2 ranks x 2 vs 1 x 4, precomputed top-8");
 }

@@ -64,12 +64,14 @@ std::string run(Graph& g, const PassOptions& opts) {
     const int64_t N = g.shape(bn.inputs[1])[0];
     const int64_t V = nf4 ? bn.attrs.shape[0] : g.shape(bn.inputs[2])[0];
     Attrs a = bn.attrs;
-    // Two [chunk, V] blocks (student and teacher) share the cross-entropy's budget; a bf16 or
-    // NF4 head re-formed tile by tile gets the tiled heads' larger one.
+    // Two [chunk, V] blocks (student and teacher; a third with DoRA's column scale, attrs.dim1:
+    // the unscaled logits its gradient reads) share the cross-entropy's budget; a bf16 or NF4
+    // head re-formed tile by tile gets the tiled heads' larger one.
     const bool tiled = nf4 || g.type(bn.inputs[2]).dtype == DType::BF16 ||
                        g.type(bn.inputs[teacher_W]).dtype == DType::BF16;
+    const int64_t blocks = a.dim1 == 1 ? 3 : 2;
     a.chunk_rows = chunk = kernels::fused_ce_chunk_rows(
-        N, V, int64_t(dtype_size(g.compute_dtype())), opts.ce_budget(tiled) / 2);
+        N, V, int64_t(dtype_size(g.compute_dtype())), opts.ce_budget(tiled) / blocks);
     g.set_region(1);
     const std::vector<Value> f =
         g.add(Op::FusedLinearDivergenceBackward, bn.inputs, a, "fused_linear_divergence");

@@ -635,8 +635,9 @@ void add_teacher_logits(Schema& s) {
                         "distribution restricted to them and renormalized)"),
                     Field::Bool("precompute")
                         .def("false")
-                        .doc("run the teacher once over the training samples into a file under "
-                             "`path` (reused when it is there) and train without loading it"),
+                        .doc("run the teacher once over the training samples (and dataset_val's) "
+                             "into files under `path` (reused when they are there) and train "
+                             "without loading it"),
                     Field::String("path").doc("the directory of the precomputed file")})
             .doc("the teacher's top-k logits (for teachers too large to run every step)"));
   s.checks.push_back([](const Config& root, const Config&, Problems& p) {
@@ -645,11 +646,6 @@ void add_teacher_logits(Schema& s) {
     if (t.boolean("precompute", false) && !t.has("path"))
       p.errors.push_back("teacher_logits.precompute: true needs teacher_logits.path (" +
                          t.where("precompute") + ")");
-    if (t.boolean("precompute", false) && root.has("dataset_val"))
-      p.errors.push_back(
-          "dataset_val: validation with teacher_logits.precompute is not supported "
-          "(the file covers the training samples only) (" +
-          root.where("dataset_val") + ")");
     if (!t.boolean("precompute", false) && t.has("path"))
       p.errors.push_back("teacher_logits.path is only read with precompute: true (" +
                          t.where("path") + ")");

@@ -67,7 +67,8 @@ enum class Op : uint8_t {
   FlashAttentionBackward,  // (q, k, v, o, lse, do [, doc_ids]) -> (dq, dk, dv)
   // PEFT adapters (peft/): LoRA dropout, DoRA's detached norm, QLoRA's NF4 base weights
   Dropout,            // (x, seed [] I32) attrs.scalar = p, attrs.start = salt; seeded mask
-  RowInvNorm,         // W [O, K] -> 1 / ||W[o, :]|| [O]; no gradient (DoRA detaches the norm)
+  RowInvNorm,         // W [O, K] (, A [r, K], Bs [O, r]) -> 1 / ||(W + Bs A)[o, :]|| [O];
+                      // no gradient (DoRA detaches the norm)
   NF4MatMul,          // (x [N, K], codes, absmax_codes, absmax_scales) -> x W^T [N, O]; W NF4
                       // attrs.shape = [O, K], attrs.scalar = absmax offset (kernels/cpu/nf4.h)
   NF4MatMulBackward,  // (dy [N, O], codes, absmax_codes, absmax_scales) -> dy W [N, K]

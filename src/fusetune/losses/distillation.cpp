@@ -84,6 +84,14 @@ KdLossOutputs build_fused_kd_loss(Builder& b, const DistillationLoss& loss, doub
     in.insert(in.end(), {teacher.hidden, teacher.head, labels});
   }
   if (head.lora_A.valid()) in.insert(in.end(), {head.lora_A, head.lora_B_scaled});
+  if (head.lora_x.valid()) {
+    a.dim0 = 1;
+    in.push_back(head.lora_x);
+  }
+  if (head.col_scale.valid()) {
+    a.dim1 = 1;
+    in.push_back(head.col_scale);
+  }
   Value sums = g.add1(Op::FusedLinearDivergence, in, a);
   KdLossOutputs out;
   out.ce_sum = b.reshape(b.slice(sums, 0, 0, 1), {});

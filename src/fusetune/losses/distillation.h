@@ -48,6 +48,8 @@ struct KdStudentHead {
   Shape nf4_shape;
   float nf4_offset = 0;
   Value lora_A, lora_B_scaled;
+  Value lora_x;     // [N, D] the LoRA term's own input (lora_dropout: dropout(h)); or none
+  Value col_scale;  // [V] DoRA's magnitude / ||W + s B A||_row; or none
 };
 
 // The teacher as the fused kernel takes it (constants): its final hidden states [N, Dt] and

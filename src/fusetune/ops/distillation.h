@@ -87,15 +87,19 @@ inline constexpr OpDesc kDivergenceBackward = {
 //   h [N, D], the student's head: W [V, D] (dense or bf16) or, when attrs.shape = [V, D] is
 //   set, an NF4 head's three I32 parts (codes, absmax codes, absmax scales; its offset's float
 //   bits in attrs.start), then teacher_h [N, Dt], teacher_W [V, Dt], labels [N], and
-//   optionally the head's LoRA term: A [r, D] and scale * B [V, r]. With attrs.len = K > 0 the
-//   teacher is its top-k instead: the two teacher inputs are its ids [N, K] I32 and their
-//   log-probs [N, K] (no teacher head; kernels/cpu/fused_linear_divergence.h).
+//   optionally the head's LoRA term: A [r, D] and scale * B [V, r], then with attrs.dim0 = 1
+//   the term's own input x [N, D] (lora_dropout: dropout(h)), with attrs.dim1 = 1 DoRA's
+//   column scale c [V]. With attrs.len = K > 0 the teacher is its top-k instead: the two
+//   teacher inputs are its ids [N, K] I32 and their log-probs [N, K] (no teacher head;
+//   kernels/cpu/fused_linear_divergence.h).
 // Outputs: the sums [2]; the backward's then dh, dW (a dense head without no_weight_grad),
-// dA and dBs (with the LoRA term).
+// dA and dBs (with the LoRA term), dx, dc (with them).
 struct LinearDivergenceLayout {
   size_t h = 0, head = 1, head_count = 1, teacher_h = 2, teacher_W = 3, labels = 4, lora = 0;
-  bool nf4 = false, has_lora = false;
+  size_t lora_x = 0, col_scale = 0;  // valid with has_lora_x, has_col_scale
+  bool nf4 = false, has_lora = false, has_lora_x = false, has_col_scale = false;
   int64_t top_k = 0;  // > 0: the teacher inputs are its top-k ids and log-probs
+  size_t extras() const { return size_t(has_lora_x) + size_t(has_col_scale); }
 };
 inline LinearDivergenceLayout linear_divergence_layout(Op op, const Attrs& a, size_t inputs) {
   LinearDivergenceLayout l;
@@ -107,7 +111,11 @@ inline LinearDivergenceLayout linear_divergence_layout(Op op, const Attrs& a, si
   l.teacher_W = l.teacher_h + 1;
   l.labels = l.teacher_W + 1;
   l.lora = l.labels + 1;
-  l.has_lora = inputs == l.lora + 2;
+  l.has_lora_x = a.dim0 == 1;
+  l.has_col_scale = a.dim1 == 1;
+  l.lora_x = l.lora + 2;
+  l.col_scale = l.lora + 2 + size_t(l.has_lora_x);
+  l.has_lora = inputs == l.lora + 2 + l.extras();
   l.top_k = a.len;
   return l;
 }
@@ -157,6 +165,8 @@ kernels::LinearDivergenceInputs<T> linear_divergence_inputs(const KernelArgs<T>&
     in.lora_A = c.X(l.lora);
     in.lora_B = c.X(l.lora + 1);
     in.lora_rank = c.in[l.lora].dim(0);
+    if (l.has_lora_x) in.lora_x = c.X(l.lora_x);
+    if (l.has_col_scale) in.col_scale = c.X(l.col_scale);
   }
   in.chunk_rows = c.a.chunk_rows;
   in.divergence = divergence_params(c.a);
@@ -165,9 +175,10 @@ kernels::LinearDivergenceInputs<T> linear_divergence_inputs(const KernelArgs<T>&
 
 inline constexpr auto kLinearDivergenceShape = [](const ShapeCheck& c) -> Types {
   const LinearDivergenceLayout l = linear_divergence_layout(c.op, c.a, c.in.size());
-  if (c.in.size() != l.lora && !l.has_lora)
-    c.fail("expects " + std::to_string(l.lora) + " inputs, or " + std::to_string(l.lora + 2) +
-           " with a LoRA term");
+  if ((c.in.size() != l.lora || l.extras() > 0) && !l.has_lora)
+    c.fail("expects " + std::to_string(l.lora) + " inputs, or " +
+           std::to_string(l.lora + 2 + l.extras()) +
+           " with a LoRA term (and its own input, DoRA's scale: attrs.dim0, dim1)");
   c.need_float(l.h);
   if (l.top_k > 0)
     c.need_i32(l.teacher_h);
@@ -204,6 +215,17 @@ inline constexpr auto kLinearDivergenceShape = [](const ShapeCheck& c) -> Types 
     if (A.size() != 2 || A[1] != hs[1] || B != Shape{W[0], A[0]})
       c.fail("expects the LoRA term's A [r, D] and B [V, r], got " + shape_str(A) + " and " +
              shape_str(B));
+    if (l.has_lora_x) {
+      c.need_float(l.lora_x);
+      if (c.S(l.lora_x) != hs)
+        c.fail("expects the LoRA term's input x like h " + shape_str(hs) + ", got " +
+               shape_str(c.S(l.lora_x)));
+    }
+    if (l.has_col_scale) {
+      c.need_float(l.col_scale);
+      if (c.S(l.col_scale) != Shape{W[0]})
+        c.fail("expects DoRA's column scale [V], got " + shape_str(c.S(l.col_scale)));
+    }
   }
   if (c.a.groups < 0 || c.a.groups > 2) c.fail("attrs.groups is not a divergence kind");
   if (!(c.a.eps > 0) || c.a.scalar < 0 || c.a.scalar > 1)
@@ -218,6 +240,8 @@ inline constexpr auto kLinearDivergenceShape = [](const ShapeCheck& c) -> Types 
     out.push_back({c.S(l.lora), c.fd});
     out.push_back({c.S(l.lora + 1), c.fd});
   }
+  if (l.has_lora_x) out.push_back({hs, c.fd});
+  if (l.has_col_scale) out.push_back({Shape{W[0]}, c.fd});
   return out;
 };
 
@@ -239,6 +263,8 @@ inline constexpr auto kLinearDivergenceKernel = []<class T>(const KernelArgs<T>&
       g.dA = c.out[o++].template data<T>();
       g.dB = c.out[o++].template data<T>();
     }
+    if (l.has_lora_x) g.d_lora_x = c.out[o++].template data<T>();
+    if (l.has_col_scale) g.d_col_scale = c.out[o++].template data<T>();
     sums = kernels::fused_linear_divergence<T>(in, &g);
   }
   c.Y[0] = T(sums[0]);
@@ -260,6 +286,8 @@ inline constexpr auto kLinearDivergenceScratch = [](const Graph& g, const Node& 
   s.student_bf16 = !l.nf4 && g.type(n.inputs[l.head]).dtype == DType::BF16;
   s.teacher_bf16 = l.top_k == 0 && g.type(n.inputs[l.teacher_W]).dtype == DType::BF16;
   s.lora_rank = l.has_lora ? g.shape(n.inputs[l.lora])[0] : 0;
+  s.lora_x = l.has_lora_x;
+  s.col_scale = l.has_col_scale;
   return kernels::fused_divergence_scratch_bytes(s);
 };
 
@@ -273,7 +301,7 @@ inline constexpr OpDesc kFusedLinearDivergence = {
     .op = Op::FusedLinearDivergence,
     .name = "fused_linear_divergence",
     .min_inputs = 5,
-    .max_inputs = 9,  // an NF4 head's 3 parts instead of W, a LoRA term's A and B
+    .max_inputs = 11,  // an NF4 head's 3 parts instead of W, a LoRA term's A, B, x and c
     .shape = kLinearDivergenceShape,
     // The teacher (its hidden states and head) is a constant: only the student's hidden
     // states and head get gradients, from one backward sweep that recomputes both chunks of
@@ -294,12 +322,15 @@ inline constexpr OpDesc kFusedLinearDivergence = {
             c.dx[l.lora] = f[o++];
             c.dx[l.lora + 1] = f[o++];
           }
+          if (l.has_lora_x) c.dx[l.lora_x] = f[o++];
+          if (l.has_col_scale) c.dx[l.col_scale] = f[o++];
         },
     .gradcheck =
         [](GradcheckCase& t) {
           // Generalized JSD at beta 0.3, temperature 2, over chunks of 2 of 5 tokens (one
           // ignored): every term of the rule, and a last chunk that is not full; the student's
-          // head with a rank-2 LoRA term (the gradients of W, A and B).
+          // head with a rank-2 LoRA term reading its own input x (lora_dropout's) and DoRA's
+          // column scale c (the gradients of h, W, A, B, x and c).
           Tensor th = Tensor::empty({5, 2}, DType::F64), tw = Tensor::empty({7, 2}, DType::F64);
           for (int64_t i = 0; i < 10; ++i) th.data<double>()[i] = 0.37 * double(i % 7) - 1;
           for (int64_t i = 0; i < 14; ++i) tw.data<double>()[i] = 0.29 * double(i % 5) - 0.6;
@@ -311,11 +342,13 @@ inline constexpr OpDesc kFusedLinearDivergence = {
           a.scalar = 0.3;
           a.eps = 2.0;
           a.chunk_rows = 2;
+          a.dim0 = a.dim1 = 1;
           return t.g.add1(Op::FusedLinearDivergence,
                           {t.param("h", {5, 3}, -2, 2), t.param("W", {7, 3}, -1, 1),
                            t.g.input("teacher_h", {5, 2}, DType::F64),
                            t.g.input("teacher_W", {7, 2}, DType::F64), labels,
-                           t.param("lora_A", {2, 3}, -1, 1), t.param("lora_B", {7, 2}, -1, 1)},
+                           t.param("lora_A", {2, 3}, -1, 1), t.param("lora_B", {7, 2}, -1, 1),
+                           t.param("lora_x", {5, 3}, -2, 2), t.param("col_scale", {7}, 0.5, 1.5)},
                           a);
         },
     .kernel = kLinearDivergenceKernel,
@@ -328,7 +361,7 @@ inline constexpr OpDesc kFusedLinearDivergenceBackward = {
     .op = Op::FusedLinearDivergenceBackward,
     .name = "fused_linear_divergence_backward",
     .min_inputs = 6,
-    .max_inputs = 10,
+    .max_inputs = 12,
     .shape = kLinearDivergenceShape,
     .no_vjp = kBackwardOp,
     .kernel = kLinearDivergenceKernel,

@@ -213,14 +213,25 @@ inline constexpr OpDesc kRMSNormBackwardAdd = {
         },
 };
 
+// RowInvNorm(W) = 1 / ||W[o, :]||; RowInvNorm(W, A, Bs) the same of W + Bs A (A [r, K],
+// Bs [O, r]: DoRA's merged weight), a tile of rows at a time: that weight is never formed.
 inline constexpr OpDesc kRowInvNorm = {
     .op = Op::RowInvNorm,
     .name = "row_inv_norm",
     .min_inputs = 1,
-    .max_inputs = 1,
+    .max_inputs = 3,
     .shape = [](const ShapeCheck& c) -> Types {
       c.need_float(0);
       if (c.S(0).size() != 2) c.fail("expects a matrix [O, K], got " + shape_str(c.S(0)));
+      if (c.in.size() == 2) c.fail("expects W, or W, A and Bs (a low-rank term)");
+      if (c.in.size() == 3) {
+        c.need_float(1);
+        c.need_float(2);
+        const Shape &W = c.S(0), &A = c.S(1), &B = c.S(2);
+        if (A.size() != 2 || A[1] != W[1] || B != Shape{W[0], A[0]})
+          c.fail("expects A [r, K] and Bs [O, r] for W " + shape_str(W) + ", got " + shape_str(A) +
+                 " and " + shape_str(B));
+      }
       return {{Shape{c.S(0)[0]}, c.fd}};
     },
     // No gradient reaches x: detached, as PEFT's DoRA detaches the weight norm.
@@ -228,7 +239,11 @@ inline constexpr OpDesc kRowInvNorm = {
     .no_gradcheck = "detached by design: its VJP is zero, not the derivative",
     .kernel =
         []<class T>(const KernelArgs<T>& c) {
-          k::row_inv_norm<T>(c.X(0), c.Y, c.in[0].dim(0), c.in[0].dim(1));
+          if (c.in.size() == 3)
+            k::row_inv_norm_low_rank<T>(c.X(0), c.X(1), c.X(2), c.Y, c.in[0].dim(0), c.in[0].dim(1),
+                                        c.in[1].dim(0));
+          else
+            k::row_inv_norm<T>(c.X(0), c.Y, c.in[0].dim(0), c.in[0].dim(1));
         },
     .keeps_f32 = [](size_t) { return true; },  // DoRA's per-row 1 / ||W + BA||
 };

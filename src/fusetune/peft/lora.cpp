@@ -44,6 +44,27 @@ Value dropout_seed(Graph& g) {
   return g.input(kDropoutSeedInput, {}, DType::I32);
 }
 
+// The adapter's input x [rows, in] under lora_dropout: the mask drawn from the step's seed and
+// the module's salt, so the fused distillation head (head_parts_hook) draws the same one.
+Value lora_dropout_input(Graph& g, Value x, const LoraConfig& c, const std::string& module) {
+  Attrs at;
+  at.scalar = c.dropout;
+  at.start = int64_t(fnv1a(module) >> 1);
+  return g.add1(Op::Dropout, {x, dropout_seed(g)}, at);
+}
+
+// DoRA's per-output scale magnitude / ||W + s B A||_row [out] (the norm detached: RowInvNorm
+// has no gradient). The merged weight is formed here, a weight-sized temporary (the fused
+// distillation head's hook takes the norms tile by tile instead).
+Value dora_column_scale(Builder& b, Value w, Value A, Value B, const LoraConfig& c,
+                        const LinearSite& site) {
+  Graph& g = b.graph();
+  Value merged = b.add(w, b.scale(b.matmul(B, A), c.scale()));  // W + s B A  [out, in]
+  Value inv_norm = g.add1(Op::RowInvNorm, {merged});
+  Value mag = g.param(site.module + ".lora_magnitude_vector", {site.out}, true);
+  return b.mul(mag, inv_norm);
+}
+
 }  // namespace
 
 void LoraConfig::validate() const {
@@ -230,12 +251,7 @@ LlamaOptions hooks_for(const LoraConfig& c, std::shared_ptr<const NF4Store> nf4,
     const int64_t rows = shape_numel(xs) / site.in;
     Value x2 = b.reshape(x, {rows, site.in});
     Value y2 = b.reshape(y, {rows, site.out});
-    if (c.dropout > 0) {
-      Attrs at;
-      at.scalar = c.dropout;
-      at.start = int64_t(fnv1a(site.module) >> 1);
-      x2 = g.add1(Op::Dropout, {x2, dropout_seed(g)}, at);
-    }
+    if (c.dropout > 0) x2 = lora_dropout_input(g, x2, c, site.module);
     Value A = g.param(site.module + ".lora_A.weight", {c.rank, site.in}, true);
     Value B = g.param(site.module + ".lora_B.weight", {site.out, c.rank}, true);
     B = mask_unadapted_rows(b, B, c, site);
@@ -243,10 +259,7 @@ LlamaOptions hooks_for(const LoraConfig& c, std::shared_ptr<const NF4Store> nf4,
     Value out = b.add(y2, b.scale(lora, c.scale()));
     if (c.use_dora) {
       FT_CHECK(w.valid(), "DoRA needs a float base weight for '" + site.weight + "'");
-      Value merged = b.add(w, b.scale(b.matmul(B, A), c.scale()));  // W + s B A  [out, in]
-      Value inv_norm = g.add1(Op::RowInvNorm, {merged});
-      Value mag = g.param(site.module + ".lora_magnitude_vector", {site.out}, true);
-      out = b.mul(out, b.mul(mag, inv_norm));
+      out = b.mul(out, dora_column_scale(b, w, A, B, c, site));
     }
     Shape os = xs;
     os.back() = site.out;
@@ -285,15 +298,9 @@ LlamaOptions base_llama_options(std::shared_ptr<const NF4Store> nf4) {
 // peft/head_parts.h (here rather than a file of its own: the unity build batches by file).
 namespace fusetune::peft {
 
-bool head_parts_supported(const LoraConfig& c) {
-  return !c.apply_to_output || (!c.use_dora && c.dropout == 0);
-}
-
 LinearFn head_parts_hook(const LoraConfig& c, std::function<const NF4Store*()> nf4,
                          std::shared_ptr<KdStudentHead> out) {
-  FT_CHECK(head_parts_supported(c),
-           "the fused distillation head takes no DoRA or lora_dropout on lm_head");
-  return [c, nf4, out](Builder& b, Value, const LinearSite& site) -> Value {
+  return [c, nf4, out](Builder& b, Value x, const LinearSite& site) -> Value {
     Graph& g = b.graph();
     *out = KdStudentHead{};
     const NF4Store* store = nf4 ? nf4() : nullptr;
@@ -307,9 +314,21 @@ LinearFn head_parts_hook(const LoraConfig& c, std::function<const NF4Store*()> n
       out->weight = g.param(site.weight, {site.out, site.in}, site.trainable);
     }
     if (c.apply_to_output) {
+      // The lora hook's graph for these parts (hooks_for): the same dropout mask, the same
+      // DoRA scale; the kernel applies them chunk by chunk.
+      if (c.dropout > 0)
+        out->lora_x = lora_dropout_input(
+            g, b.reshape(x, {shape_numel(b.shape(x)) / site.in, site.in}), c, site.module);
       out->lora_A = g.param(site.module + ".lora_A.weight", {c.rank, site.in}, true);
       Value B = g.param(site.module + ".lora_B.weight", {site.out, c.rank}, true);
       out->lora_B_scaled = b.scale(B, c.scale());
+      if (c.use_dora) {
+        FT_CHECK(out->weight.valid(), "DoRA needs a float base weight for '" + site.weight + "'");
+        // magnitude / ||W + s B A||_row, the norms a tile of merged rows at a time.
+        Value inv_norm = g.add1(Op::RowInvNorm, {out->weight, out->lora_A, out->lora_B_scaled});
+        Value mag = g.param(site.module + ".lora_magnitude_vector", {site.out}, true);
+        out->col_scale = b.mul(mag, inv_norm);
+      }
     }
     return Value{};
   };

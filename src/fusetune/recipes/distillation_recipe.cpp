@@ -76,13 +76,12 @@ void log_kd_heads(const StepContext& ctx, const ModelConfig& teacher, const KdSt
   if (!ctx.log || ctx.step.passes.mode != CompileMode::Full) return;
   const std::string t = o.teacher_top_k > 0 ? "the teacher's top-k" : "the teacher's head";
   if (kd_fuses_heads(CompileMode::Full, ctx.step.llama, ctx.model.config, teacher,
-                     bool(o.head_parts)))
+                     bool(o.head_parts), o.teacher_top_k > 0))
     ctx.log("kd: the student's head and " + t +
             " run inside the fused divergence (no [tokens x vocab] logits)");
   else
     ctx.log(
-        "kd: the logits are materialized (a soft-capped model, or DoRA / lora_dropout on "
-        "lm_head)");
+        "kd: the logits are materialized (a soft-capped student, or a head hook without parts)");
 }
 
 // The parameters of a ZeRO-3 teacher that other ranks own: taken as it loads and never read,
@@ -136,44 +135,103 @@ std::unique_ptr<dist::ShardedParams> load_teacher_share(const StepContext& ctx, 
   return shards;
 }
 
-// The teacher's top-k over the training samples from teacher_logits.path: read when the file
-// is there (the teacher is not loaded), else computed once by the teacher (rank 0 of a
-// distributed run, the others waiting for the file), written, and the teacher released.
-std::shared_ptr<const TeacherTopK> precomputed_teacher(const StepContext& ctx, const Config& tcfg,
-                                                       const TeacherLogitsOptions& topk,
-                                                       DType dtype) {
-  FT_CHECK(ctx.dataset, "teacher_logits.precompute needs the training samples");
+// The run's key for a precomputed file over `d`.
+TeacherTopKKey topk_key_of(const StepContext& ctx, const Config& tcfg,
+                           const TeacherLogitsOptions& topk, const Dataset& d) {
   TeacherTopKKey key;
   key.top_k = topk.top_k;
   key.vocab_size = ctx.model.config.vocab_size;
-  key.samples = ctx.dataset->size();
-  key.dataset = dataset_fingerprint(*ctx.dataset);
+  key.samples = d.size();
+  key.dataset = dataset_fingerprint(d);
   key.tokenizer = tokenizer_fingerprint(ctx.cfg);
   key.teacher = teacher_fingerprint(tcfg);
-  const std::filesystem::path file = topk.file();
-  const bool writer = !ctx.comm || ctx.comm->rank() == 0;
-  if (writer && !std::filesystem::exists(file)) {
-    const LoadedModel teacher = load_teacher(ctx, tcfg, dtype);
-    if (ctx.log)
-      ctx.log("teacher_logits: computing the teacher's top-" + std::to_string(topk.top_k) +
-              " over " + std::to_string(key.samples) + " samples into " + file.string());
-    write_teacher_topk(
-        file, key, *ctx.dataset, ctx.loader.collate, ctx.loader.batch_size,
-        teacher_top_k_of(teacher.config, teacher.params, topk.top_k, dtype, ctx.step.passes));
-  }
-  if (!writer) {
-    // Computing it may take longer than dist_timeout_seconds, a collective's limit: the other
-    // ranks wait for the file itself (written atomically), then meet at a barrier. A failing
-    // rank 0 exits, and the launcher stops them.
-    while (!std::filesystem::exists(file))
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  }
-  if (ctx.comm) ctx.comm->barrier("teacher_logits.precompute");
-  auto t = std::make_shared<const TeacherTopK>(TeacherTopK::load(file, key));
+  return key;
+}
+
+// Waits for `file` to appear (written atomically by another rank): computing it may take
+// longer than dist_timeout_seconds, a collective's limit. A failing rank exits, and the
+// launcher stops the others.
+void wait_for_topk_file(const std::filesystem::path& file) {
+  while (!std::filesystem::exists(file))
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+}
+
+// Computes the precomputed file over d. Over ranks each rank loads the teacher and computes
+// its share of the batches (batch k: rank k % ranks; the batches of one process with the
+// global batch) into a part file; rank 0 merges the parts into the one-process file.
+void compute_topk_file(const StepContext& ctx, const TopKOfBatch& top_k_of, const Dataset& d,
+                       const std::filesystem::path& file, const TeacherTopKKey& key) {
+  const int ranks = ctx.comm ? ctx.comm->size() : 1, rank = ctx.comm ? ctx.comm->rank() : 0;
+  const int64_t rows = ctx.loader.batch_size * ranks;
   if (ctx.log)
-    ctx.log("teacher: its top-" + std::to_string(topk.top_k) + " logits from " + file.string() +
+    ctx.log("teacher_logits: computing the teacher's top-" + std::to_string(key.top_k) + " over " +
+            std::to_string(key.samples) + " samples into " + file.string() +
+            (ranks > 1 ? " (" + std::to_string(ranks) + " ranks, each its share)" : ""));
+  if (ranks == 1) {
+    write_teacher_topk(file, key, d, ctx.loader.collate, rows, top_k_of);
+    return;
+  }
+  write_teacher_topk_part(file, key, d, ctx.loader.collate, rows, rank, ranks, top_k_of);
+  if (rank != 0) return;
+  for (int r = 0; r < ranks; ++r) wait_for_topk_file(teacher_topk_part_file(file, r, ranks));
+  merge_teacher_topk_parts(file, key, rows, ranks);
+}
+
+// The precomputed files of a run: the training samples' and, with dataset_val, the
+// validation samples' (each keyed by its own dataset's fingerprint).
+struct PrecomputedTopK {
+  std::shared_ptr<const TeacherTopK> train, val;
+};
+
+// The teacher's top-k over the training samples and the validation samples (when the run has
+// them) from teacher_logits.path: read when the files are there (the teacher is not loaded),
+// else computed once by the teacher (over ranks, each rank its share), written, and the
+// teacher released.
+PrecomputedTopK precomputed_teacher(const StepContext& ctx, const Config& tcfg,
+                                    const TeacherLogitsOptions& topk, DType dtype) {
+  FT_CHECK(ctx.dataset, "teacher_logits.precompute needs the training samples");
+  struct Wanted {
+    const Dataset* d;
+    std::filesystem::path file;
+    TeacherTopKKey key;
+  };
+  std::vector<Wanted> files{{ctx.dataset, topk.file(), topk_key_of(ctx, tcfg, topk, *ctx.dataset)}};
+  if (ctx.val_dataset)
+    files.push_back(
+        {ctx.val_dataset, topk.val_file(), topk_key_of(ctx, tcfg, topk, *ctx.val_dataset)});
+  const bool multi = ctx.comm && ctx.comm->size() > 1, writer = !multi || ctx.comm->rank() == 0;
+  // Every rank sees the same answer: a file appears only after every rank has asked.
+  std::vector<const Wanted*> missing;
+  for (const Wanted& w : files)
+    if (!std::filesystem::exists(w.file)) missing.push_back(&w);
+  if (!missing.empty()) {
+    if (multi) {
+      // Parts a stopped run left are computed again.
+      if (writer)
+        for (const Wanted* w : missing)
+          for (int r = 0; r < ctx.comm->size(); ++r)
+            std::filesystem::remove(teacher_topk_part_file(w->file, r, ctx.comm->size()));
+      ctx.comm->barrier("teacher_logits.precompute (the start)");
+    }
+    const LoadedModel teacher = load_teacher(ctx, tcfg, dtype);
+    PassOptions passes = ctx.step.passes;
+    passes.params_at_use = false;  // each rank holds the whole teacher while it computes
+    const TopKOfBatch top_k_of =
+        teacher_top_k_of(teacher.config, teacher.params, topk.top_k, dtype, passes);
+    for (const Wanted* w : missing) compute_topk_file(ctx, top_k_of, *w->d, w->file, w->key);
+  }
+  if (!writer)
+    for (const Wanted& w : files) wait_for_topk_file(w.file);
+  if (ctx.comm) ctx.comm->barrier("teacher_logits.precompute");
+  PrecomputedTopK out;
+  out.train = std::make_shared<const TeacherTopK>(TeacherTopK::load(files[0].file, files[0].key));
+  if (files.size() > 1)
+    out.val = std::make_shared<const TeacherTopK>(TeacherTopK::load(files[1].file, files[1].key));
+  if (ctx.log)
+    ctx.log("teacher: its top-" + std::to_string(topk.top_k) + " logits from " +
+            files[0].file.string() + (out.val ? " and " + files[1].file.string() : "") +
             " (not loaded)");
-  return t;
+  return out;
 }
 
 }  // namespace
@@ -184,33 +242,34 @@ TrainJob distillation_job(const Config& cfg, const std::string& recipe) {
   check_same_vocabulary(model_architecture(cfg), model_architecture(tcfg));
   const bool lora = cfg.has("model.lora_attn_modules");
   TrainJob job;
-  std::function<LinearFn(std::shared_ptr<KdStudentHead>)> head_parts;
+  std::function<LinearFn(std::shared_ptr<KdStudentHead>)> head_parts, eval_head_parts;
   if (lora) {
     LoraJob lj = lora_training_job(cfg, recipe);
     job = std::move(lj.job);
     head_parts = std::move(lj.head_parts);
+    eval_head_parts = std::move(lj.eval_head_parts);
   } else {
     job.recipe = recipe;
     job.trainable = [](const std::string&) { return true; };
   }
   const std::optional<TeacherLogitsOptions> topk =
       teacher_logits_options(cfg, model_architecture(cfg).vocab_size);
-  FT_CHECK(!topk || !topk->precompute || !cfg.has("dataset_val"),
-           cfg.where("dataset_val") +
-               ": validation with teacher_logits.precompute is not "
-               "supported (the file covers the training samples only)");
   auto teacher = std::make_shared<LoadedModel>();
   auto teacher_shards = std::make_shared<std::unique_ptr<dist::ShardedParams>>();
-  job.make_step = [teacher, teacher_shards, tcfg, head_parts, topk](const StepContext& ctx) {
+  job.make_step = [teacher, teacher_shards, tcfg, head_parts, eval_head_parts,
+                   topk](const StepContext& ctx) {
     const DType dtype = ctx.model.params.begin()->second.dtype();
     KdStepOptions o;
     o.student = ctx.step;
     o.loss = distillation_loss_from(ctx.cfg);
     o.kd_ratio = ctx.cfg.f64("kd_ratio");
     o.head_parts = head_parts;
+    o.eval_head_parts = eval_head_parts;
     if (topk) o.teacher_top_k = topk->top_k;
     if (topk && topk->precompute) {
-      o.precomputed = precomputed_teacher(ctx, tcfg, *topk, dtype);
+      const PrecomputedTopK files = precomputed_teacher(ctx, tcfg, *topk, dtype);
+      o.precomputed = files.train;
+      o.precomputed_val = files.val;
       log_kd_heads(ctx, ctx.model.config, o);
       return make_kd_step(std::move(o));
     }

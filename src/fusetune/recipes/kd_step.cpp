@@ -14,11 +14,13 @@ bool fuses_heads(const KdStepOptions& o) {
   // A precomputed teacher has no head in the step: only the student's counts.
   const ModelConfig& teacher = o.teacher ? *o.teacher : *o.student.model;
   return kd_fuses_heads(o.student.passes.mode, o.student.llama, *o.student.model, teacher,
-                        bool(o.head_parts));
+                        bool(o.head_parts), o.teacher_top_k > 0);
 }
 
 // The teacher's top-k [N, K] of its final hidden states h [N, Dt] and head (its dtype's).
-void top_k_of_hidden(const Tensor& h, const Tensor& head, int64_t K, Tensor& ids,
+// A soft-capping teacher (Gemma 2: final_logit_softcapping = cap) has the log-probs of its
+// capped logits.
+void top_k_of_hidden(const Tensor& h, const Tensor& head, int64_t K, double cap, Tensor& ids,
                      Tensor& logprobs) {
   const int64_t N = h.dim(0), D = h.dim(1), V = head.dim(0);
   ids = Tensor::empty({N, K}, DType::I32);
@@ -26,7 +28,7 @@ void top_k_of_hidden(const Tensor& h, const Tensor& head, int64_t K, Tensor& ids
   if (h.dtype() == DType::F64) {
     logprobs = Tensor::empty({N, K}, DType::F64);
     kernels::teacher_top_k<double>(h.data<double>(), head.data<double>(), nullptr, N, D, V, K,
-                                   kRows, ids.data<int32_t>(), logprobs.data<double>());
+                                   kRows, ids.data<int32_t>(), logprobs.data<double>(), cap);
     return;
   }
   const Tensor h32 = h.to(DType::F32);
@@ -34,7 +36,7 @@ void top_k_of_hidden(const Tensor& h, const Tensor& head, int64_t K, Tensor& ids
   const bool bf16 = head.dtype() == DType::BF16;
   kernels::teacher_top_k<float>(h32.data<float>(), bf16 ? nullptr : head.data<float>(),
                                 bf16 ? head.data<uint16_t>() : nullptr, N, D, V, K, kRows,
-                                ids.data<int32_t>(), logprobs.data<float>());
+                                ids.data<int32_t>(), logprobs.data<float>(), cap);
 }
 
 // Dense teacher logits [N, V] in `dtype` from its top-k: the log-probs on the ids,
@@ -79,9 +81,6 @@ class KdStep final : public TrainingStep {
       return;
     }
     FT_CHECK(o_.teacher && o_.teacher_params, "knowledge distillation needs a teacher model");
-    FT_CHECK(
-        o_.teacher_top_k == 0 || o_.teacher->final_logit_softcapping == 0,
-        "teacher_logits.top_k: a teacher that soft-caps its logits (Gemma 2) is not supported");
     FT_CHECK(o_.teacher->vocab_size == o_.student.model->vocab_size,
              "knowledge distillation: the student's and the teacher's vocabularies differ");
   }
@@ -89,7 +88,7 @@ class KdStep final : public TrainingStep {
   int64_t loss_units(const Batch& b) const override { return b.num_valid_labels(); }
 
   StepOutputs run(const Batch& b, double loss_scale, int64_t step, int64_t micro) override {
-    TensorMap in = inputs(b, loss_scale);
+    TensorMap in = inputs(b, loss_scale, o_.precomputed.get());
     if (o_.student.add_inputs) o_.student.add_inputs(in, step, micro);
     TensorMap out = student_.run(b, in, params(), &compile_s_, hook_);
     StepOutputs r;
@@ -112,7 +111,12 @@ class KdStep final : public TrainingStep {
 
   // The mixed loss summed over `b`'s unmasked labels, no gradients, no dropout.
   double evaluate(const Batch& b) override {
-    return element_as_double(eval_.run(b, inputs(b, 1.0), params(), &compile_s_).at("loss"), 0);
+    // A precomputed teacher: the validation samples' own file (their top-k, as training's).
+    FT_CHECK(!o_.precomputed || o_.precomputed_val,
+             "knowledge distillation: validation with a precomputed teacher needs the validation "
+             "samples' file");
+    const TensorMap in = inputs(b, 1.0, o_.precomputed_val.get());
+    return element_as_double(eval_.run(b, in, params(), &compile_s_).at("loss"), 0);
   }
 
   // The student's training step plus the teacher's forward (half of what a frozen model's
@@ -126,14 +130,15 @@ class KdStep final : public TrainingStep {
   }
 
  private:
-  // The batch's tensors, the loss scale and the teacher's logits for the batch.
-  TensorMap inputs(const Batch& b, double loss_scale) {
+  // The batch's tensors, the loss scale and the teacher's logits for the batch (a precomputed
+  // teacher: from `file`, the file of b's dataset).
+  TensorMap inputs(const Batch& b, double loss_scale, const TeacherTopK* file) {
     FT_CHECK(b.doc_ids.empty(),
              "knowledge distillation does not take packed batches yet (dataset.packed: false)");
     TensorMap in = batch_inputs(b);
     in["loss_scale"] = scalar_input(loss_scale, DType::F32);
     if (o_.teacher_top_k > 0) {
-      add_top_k_teacher(b, in);
+      add_top_k_teacher(b, file, in);
       return in;
     }
     TensorMap t = run_teacher(b, in);
@@ -165,13 +170,13 @@ class KdStep final : public TrainingStep {
 
   // The teacher's top-k for b (the file's, or from its forward now): to the fused kernel as
   // they are, to the unfused graph as dense logits floored outside the top-k.
-  void add_top_k_teacher(const Batch& b, TensorMap& in) {
+  void add_top_k_teacher(const Batch& b, const TeacherTopK* file, TensorMap& in) {
     Tensor ids, logprobs;
-    if (o_.precomputed)
-      o_.precomputed->batch_inputs(b, ids, logprobs);
+    if (file)
+      file->batch_inputs(b, ids, logprobs);
     else
-      top_k_of_hidden(run_teacher(b, in).at("hidden"), teacher_head(), o_.teacher_top_k, ids,
-                      logprobs);
+      top_k_of_hidden(run_teacher(b, in).at("hidden"), teacher_head(), o_.teacher_top_k,
+                      o_.teacher->final_logit_softcapping, ids, logprobs);
     const DType compute = compute_dtype(o_.student.dtype);
     if (fused_) {
       in["teacher_topk_ids"] = ids;
@@ -186,7 +191,8 @@ class KdStep final : public TrainingStep {
   // parts, the head hook records them into head_ instead of computing logits.
   LlamaOptions student_llama(bool eval) const {
     LlamaOptions l = eval && o_.student.eval_llama ? *o_.student.eval_llama : o_.student.llama;
-    if (fused_ && l.head) l.head = o_.head_parts(head_);
+    if (fused_ && l.head)
+      l.head = (eval && o_.eval_head_parts ? o_.eval_head_parts : o_.head_parts)(head_);
     return l;
   }
 
@@ -222,9 +228,10 @@ class KdStep final : public TrainingStep {
 }  // namespace
 
 bool kd_fuses_heads(CompileMode mode, const LlamaOptions& student, const ModelConfig& student_model,
-                    const ModelConfig& teacher, bool head_parts) {
+                    const ModelConfig& teacher, bool head_parts, bool teacher_top_k) {
   return mode == CompileMode::Full && (!student.head || head_parts) &&
-         student_model.final_logit_softcapping == 0 && teacher.final_logit_softcapping == 0;
+         student_model.final_logit_softcapping == 0 &&
+         (teacher_top_k || teacher.final_logit_softcapping == 0);
 }
 
 TopKOfBatch teacher_top_k_of(const ModelConfig& teacher, const TensorMap& params, int64_t top_k,
@@ -236,12 +243,13 @@ TopKOfBatch teacher_top_k_of(const ModelConfig& teacher, const TensorMap& params
       passes);
   const Tensor& head =
       params.at(teacher.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
-  return [graphs, &params, &head, top_k](const Batch& b, Tensor& ids, Tensor& logprobs) {
+  const double cap = teacher.final_logit_softcapping;
+  return [graphs, &params, &head, top_k, cap](const Batch& b, Tensor& ids, Tensor& logprobs) {
     const TensorMap all = batch_inputs(b);
     const TensorMap in{{"tokens", all.at("tokens")}, {"positions", all.at("positions")}};
     double compile_s = 0;
     top_k_of_hidden(graphs->run(b, in, ParamSource(params), &compile_s).at("hidden"), head, top_k,
-                    ids, logprobs);
+                    cap, ids, logprobs);
   };
 }
 

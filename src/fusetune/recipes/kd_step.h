@@ -33,9 +33,13 @@ struct KdStepOptions {
   // (then no teacher runs: `teacher` and `teacher_params` may be null).
   int64_t teacher_top_k = 0;
   std::shared_ptr<const TeacherTopK> precomputed;
+  // With `precomputed` and validation data (dataset_val): that data's own file.
+  std::shared_ptr<const TeacherTopK> precomputed_val;
   // For a student whose head is a hook (LoRA on lm_head, an NF4 head): a head hook that records
   // the head's parts (peft/head_parts.h), so that `compile: true` still fuses both heads.
   std::function<LinearFn(std::shared_ptr<KdStudentHead>)> head_parts;
+  // The same for validation (no lora_dropout); empty: head_parts.
+  std::function<LinearFn(std::shared_ptr<KdStudentHead>)> eval_head_parts;
 };
 
 std::unique_ptr<TrainingStep> make_kd_step(KdStepOptions opts);
@@ -48,10 +52,11 @@ TopKOfBatch teacher_top_k_of(const ModelConfig& teacher, const TensorMap& params
 
 // Whether a KD step runs both LM heads inside the fused divergence (docs/design.md §3): under
 // `compile: true`, fp32 or bf16 weights, the student's head a plain weight or a head hook that
-// can hand its parts (`head_parts`: LoRA on lm_head without DoRA or dropout, an NF4 head), and
-// neither model soft-capping its logits (Gemma 2: the fused op has no cap). The step and
+// can hand its parts (`head_parts`: LoRA on lm_head, DoRA and dropout included, an NF4 head), and
+// neither model soft-capping its logits (Gemma 2: the fused op has no cap). A top-k teacher
+// (`teacher_top_k`) has no head in the step: its cap is in its top-k log-probs. The step and
 // `fusetune plan` both ask this.
 bool kd_fuses_heads(CompileMode mode, const LlamaOptions& student, const ModelConfig& student_model,
-                    const ModelConfig& teacher, bool head_parts);
+                    const ModelConfig& teacher, bool head_parts, bool teacher_top_k = false);
 
 }  // namespace fusetune

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <string>
 
 #include "fusetune/config/schema.h"
@@ -218,46 +219,190 @@ void TeacherTopK::batch_inputs(const Batch& b, Tensor& ids, Tensor& logprobs) co
   }
 }
 
-void write_teacher_topk(const fs::path& file, const TeacherTopKKey& key, const Dataset& d,
-                        const CollateOptions& collate, int64_t rows, const TopKOfBatch& top_k_of) {
-  const int64_t K = key.top_k, n = d.size();
-  FT_CHECK(key.samples == n, "write_teacher_topk: the key's sample count is not the dataset's");
-  std::vector<int64_t> offsets{0};
-  std::string ids_bytes, lp_bytes;
-  for (int64_t s0 = 0; s0 < n; s0 += rows) {
-    std::vector<const Sample*> items;
-    for (int64_t s = s0; s < std::min(n, s0 + rows); ++s) items.push_back(&d.get(s));
-    Batch b = fusetune::collate(items, collate);
-    for (int64_t s = s0; s < std::min(n, s0 + rows); ++s) b.items.push_back(s);
-    Tensor ids, lp;
-    top_k_of(b, ids, lp);
-    const Tensor lp32 = lp.to(DType::F32);
-    for (size_t r = 0; r < items.size(); ++r) {
-      const int64_t len = std::min<int64_t>(int64_t(items[r]->tokens.size()), b.seq_len);
-      const int64_t at = int64_t(r) * b.seq_len * K;
-      ids_bytes.append(reinterpret_cast<const char*>(ids.data<int32_t>() + at),
-                       size_t(len * K) * 4);
-      lp_bytes.append(reinterpret_cast<const char*>(lp32.data<float>() + at), size_t(len * K) * 4);
-      offsets.push_back(offsets.back() + len);
-    }
+namespace {
+
+constexpr const char* kTopKPartFormat = "fusetune teacher top-k part, version 1";
+
+// Some of the file's batches, in batch order: each sample's token rows and their ids and
+// log-probs (the tensors' bytes).
+struct TopKRowBytes {
+  std::vector<int64_t> lengths;
+  std::string ids, logprobs;
+};
+
+// Batch k of the file is samples [k * rows, min(n, (k + 1) * rows)), however many ranks.
+int64_t topk_batch_first(int64_t k, int64_t rows) { return k * rows; }
+int64_t topk_batch_end(int64_t k, int64_t rows, int64_t n) { return std::min(n, (k + 1) * rows); }
+
+void append_topk_batch(TopKRowBytes& out, const Dataset& d, const CollateOptions& collate,
+                       int64_t s0, int64_t s1, int64_t K, const TopKOfBatch& top_k_of) {
+  std::vector<const Sample*> items;
+  for (int64_t s = s0; s < s1; ++s) items.push_back(&d.get(s));
+  Batch b = fusetune::collate(items, collate);
+  for (int64_t s = s0; s < s1; ++s) b.items.push_back(s);
+  Tensor ids, lp;
+  top_k_of(b, ids, lp);
+  const Tensor lp32 = lp.to(DType::F32);
+  for (size_t r = 0; r < items.size(); ++r) {
+    const int64_t len = std::min<int64_t>(int64_t(items[r]->tokens.size()), b.seq_len);
+    const int64_t at = int64_t(r) * b.seq_len * K;
+    out.ids.append(reinterpret_cast<const char*>(ids.data<int32_t>() + at), size_t(len * K) * 4);
+    out.logprobs.append(reinterpret_cast<const char*>(lp32.data<float>() + at),
+                        size_t(len * K) * 4);
+    out.lengths.push_back(len);
   }
-  const int64_t total = offsets.back();  // token rows
-  Tensor off = Tensor::empty({n + 1}, DType::I64), ids = Tensor::empty({total, K}, DType::I32);
-  Tensor lp = Tensor::empty({total, K}, DType::F32);
-  std::memcpy(off.raw(), offsets.data(), off.nbytes());
-  std::memcpy(ids.raw(), ids_bytes.data(), ids.nbytes());
-  std::memcpy(lp.raw(), lp_bytes.data(), lp.nbytes());
-  std::map<std::string, std::string> meta = {{"format", kTopKFormat},
-                                             {"top_k", std::to_string(key.top_k)},
-                                             {"vocab_size", std::to_string(key.vocab_size)},
-                                             {"samples", std::to_string(key.samples)},
-                                             {"dataset", std::to_string(key.dataset)},
-                                             {"tokenizer", std::to_string(key.tokenizer)},
-                                             {"teacher", std::to_string(key.teacher)}};
-  for (const auto& [name, x] : {std::pair{"offsets", &off}, {"ids", &ids}, {"logprobs", &lp}})
+}
+
+// The batches k = shard, shard + shards, ... of the file.
+TopKRowBytes compute_topk_share(const TeacherTopKKey& key, const Dataset& d,
+                                const CollateOptions& collate, int64_t rows, int shard, int shards,
+                                const TopKOfBatch& top_k_of) {
+  const int64_t n = d.size();
+  FT_CHECK(key.samples == n, "write_teacher_topk: the key's sample count is not the dataset's");
+  FT_CHECK(rows >= 1 && shard >= 0 && shard < shards, "write_teacher_topk: bad batch split");
+  TopKRowBytes out;
+  for (int64_t k = shard; topk_batch_first(k, rows) < n; k += shards)
+    append_topk_batch(out, d, collate, topk_batch_first(k, rows), topk_batch_end(k, rows, n),
+                      key.top_k, top_k_of);
+  return out;
+}
+
+std::map<std::string, std::string> topk_metadata(const char* format, const TeacherTopKKey& key) {
+  return {{"format", format},
+          {"top_k", std::to_string(key.top_k)},
+          {"vocab_size", std::to_string(key.vocab_size)},
+          {"samples", std::to_string(key.samples)},
+          {"dataset", std::to_string(key.dataset)},
+          {"tokenizer", std::to_string(key.tokenizer)},
+          {"teacher", std::to_string(key.teacher)}};
+}
+
+// Writes `first` (offsets or lengths, I64) and the rows' ids and log-probs, with a CRC-32C of
+// each tensor in the metadata.
+void save_topk_rows(const fs::path& file, std::map<std::string, std::string> meta,
+                    const char* first_name, const std::vector<int64_t>& first,
+                    const TopKRowBytes& rows, int64_t K) {
+  const int64_t total = int64_t(rows.ids.size() / 4) / K;  // token rows
+  Tensor f = Tensor::empty({int64_t(first.size())}, DType::I64);
+  Tensor ids = Tensor::empty({total, K}, DType::I32), lp = Tensor::empty({total, K}, DType::F32);
+  std::memcpy(f.raw(), first.data(), f.nbytes());
+  std::memcpy(ids.raw(), rows.ids.data(), ids.nbytes());
+  std::memcpy(lp.raw(), rows.logprobs.data(), lp.nbytes());
+  for (const auto& [name, x] : {std::pair{first_name, &f}, {"ids", &ids}, {"logprobs", &lp}})
     meta[std::string("crc32c_") + name] = std::to_string(crc32c(x->raw(), x->nbytes()));
   fs::create_directories(file.parent_path());
-  save_safetensors(file, {{"offsets", off}, {"ids", ids}, {"logprobs", lp}}, meta);
+  save_safetensors(file, {{first_name, f}, {"ids", ids}, {"logprobs", lp}}, meta);
+}
+
+// The one-process file from all its rows, in sample order.
+void save_topk_file(const fs::path& file, const TeacherTopKKey& key, const TopKRowBytes& all) {
+  std::vector<int64_t> offsets{0};
+  for (const int64_t len : all.lengths) offsets.push_back(offsets.back() + len);
+  save_topk_rows(file, topk_metadata(kTopKFormat, key), "offsets", offsets, all, key.top_k);
+}
+
+// A part file read back (tensors over its mapping): its samples' lengths, ids and log-probs.
+struct TopKPart {
+  Tensor lengths, ids, logprobs;
+  int64_t samples() const { return lengths.numel(); }
+  int64_t rows() const { return ids.dim(0); }
+};
+
+// Reads a part and checks it was computed for this run's key, batches and split.
+TopKPart read_topk_part(const fs::path& part, const TeacherTopKKey& key, int64_t rows, int shard,
+                        int shards) {
+  const auto bad = [&](const std::string& why) {
+    return Error("teacher_logits: " + part.string() + " is not a part of this run's file (" + why +
+                 "): delete it to compute it again");
+  };
+  std::map<std::string, std::string> want = topk_metadata(kTopKPartFormat, key);
+  want["shard"] = std::to_string(shard);
+  want["shards"] = std::to_string(shards);
+  want["rows"] = std::to_string(rows);
+  std::optional<SafetensorsFile> f;
+  try {
+    f = SafetensorsFile::open(part);
+  } catch (const Error& e) {
+    throw bad(e.what());
+  }
+  const std::map<std::string, std::string>& meta = f->metadata();
+  for (const auto& [k, v] : want)
+    if (!meta.count(k) || meta.at(k) != v) throw bad("its " + k);
+  for (const char* name : {"lengths", "ids", "logprobs"})
+    if (!f->has(name) || !meta.count(std::string("crc32c_") + name))
+      throw bad(std::string("no '") + name + "'");
+  TopKPart p{f->tensor("lengths"), f->tensor("ids"), f->tensor("logprobs")};
+  if (p.lengths.dtype() != DType::I64 || p.lengths.shape().size() != 1 ||
+      p.ids.dtype() != DType::I32 || p.ids.shape().size() != 2 || p.ids.dim(1) != key.top_k ||
+      p.logprobs.dtype() != DType::F32 || p.logprobs.shape() != p.ids.shape())
+    throw bad("tensors of the wrong dtype or shape");
+  for (const auto& [name, x] :
+       {std::pair{"lengths", &p.lengths}, {"ids", &p.ids}, {"logprobs", &p.logprobs}})
+    if (std::to_string(crc32c(x->raw(), x->nbytes())) != meta.at(std::string("crc32c_") + name))
+      throw bad("checksum mismatch");
+  return p;
+}
+
+}  // namespace
+
+void write_teacher_topk(const fs::path& file, const TeacherTopKKey& key, const Dataset& d,
+                        const CollateOptions& collate, int64_t rows, const TopKOfBatch& top_k_of) {
+  save_topk_file(file, key, compute_topk_share(key, d, collate, rows, 0, 1, top_k_of));
+}
+
+fs::path teacher_topk_part_file(const fs::path& file, int shard, int shards) {
+  return file.parent_path() / (file.stem().string() + ".part-" + std::to_string(shard) + "-of-" +
+                               std::to_string(shards) + ".safetensors");
+}
+
+void write_teacher_topk_part(const fs::path& file, const TeacherTopKKey& key, const Dataset& d,
+                             const CollateOptions& collate, int64_t rows, int shard, int shards,
+                             const TopKOfBatch& top_k_of) {
+  const TopKRowBytes share = compute_topk_share(key, d, collate, rows, shard, shards, top_k_of);
+  std::map<std::string, std::string> meta = topk_metadata(kTopKPartFormat, key);
+  meta["shard"] = std::to_string(shard);
+  meta["shards"] = std::to_string(shards);
+  meta["rows"] = std::to_string(rows);
+  save_topk_rows(teacher_topk_part_file(file, shard, shards), meta, "lengths", share.lengths, share,
+                 key.top_k);
+}
+
+void merge_teacher_topk_parts(const fs::path& file, const TeacherTopKKey& key, int64_t rows,
+                              int shards) {
+  std::vector<TopKPart> parts;
+  for (int p = 0; p < shards; ++p)
+    parts.push_back(read_topk_part(teacher_topk_part_file(file, p, shards), key, rows, p, shards));
+  const int64_t n = key.samples, row_bytes = key.top_k * 4;
+  std::vector<int64_t> sample_at(size_t(shards), 0), row_at(size_t(shards), 0);
+  TopKRowBytes all;
+  // Batch k is part k % shards's next batch.
+  for (int64_t k = 0; topk_batch_first(k, rows) < n; ++k) {
+    const size_t p = size_t(k % shards);
+    const TopKPart& part = parts[p];
+    const auto short_part = [&] {
+      return Error("teacher_logits: " + teacher_topk_part_file(file, int(p), shards).string() +
+                   " is short of its batches: delete it to compute it again");
+    };
+    const int64_t count = topk_batch_end(k, rows, n) - topk_batch_first(k, rows);
+    if (sample_at[p] + count > part.samples()) throw short_part();
+    int64_t len = 0;
+    for (int64_t i = 0; i < count; ++i) {
+      const int64_t l = part.lengths.data<int64_t>()[sample_at[p] + i];
+      all.lengths.push_back(l);
+      len += l;
+    }
+    if (len < 0 || row_at[p] + len > part.rows()) throw short_part();
+    const auto bytes_at = [&](const Tensor& x) {
+      return static_cast<const char*>(x.raw()) + row_at[p] * row_bytes;
+    };
+    all.ids.append(bytes_at(part.ids), size_t(len * row_bytes));
+    all.logprobs.append(bytes_at(part.logprobs), size_t(len * row_bytes));
+    sample_at[p] += count;
+    row_at[p] += len;
+  }
+  save_topk_file(file, key, all);
+  parts.clear();
+  for (int p = 0; p < shards; ++p) fs::remove(teacher_topk_part_file(file, p, shards));
 }
 
 }  // namespace fusetune

@@ -27,6 +27,8 @@ struct TeacherLogitsOptions {
   bool precompute = false;  // from the file at `path` (computed there when missing)
   std::filesystem::path path;
   std::filesystem::path file() const { return path / "teacher_topk.safetensors"; }
+  // The validation samples' (dataset_val), keyed by that dataset's fingerprint.
+  std::filesystem::path val_file() const { return path / "teacher_topk_val.safetensors"; }
 };
 // Empty when the config has no teacher_logits; throws naming the key when top_k is not in
 // [1, vocab_size], precompute has no path, or kd_loss is not the forward KL (the one
@@ -71,5 +73,19 @@ using TopKOfBatch = std::function<void(const Batch& b, Tensor& ids, Tensor& logp
 void write_teacher_topk(const std::filesystem::path& file, const TeacherTopKKey& key,
                         const Dataset& d, const CollateOptions& collate, int64_t rows,
                         const TopKOfBatch& top_k_of);
+
+// Over ranks (docs/distillation.md): the samples are cut into batches of `rows` as one process
+// cuts them, and batch k is computed by shard k % shards, each writing its batches to its own
+// part file (atomically). The shard owning the file then merges the parts in batch order into
+// the one-process file: the same batches through the same kernels give the same bytes.
+std::filesystem::path teacher_topk_part_file(const std::filesystem::path& file, int shard,
+                                             int shards);
+void write_teacher_topk_part(const std::filesystem::path& file, const TeacherTopKKey& key,
+                             const Dataset& d, const CollateOptions& collate, int64_t rows,
+                             int shard, int shards, const TopKOfBatch& top_k_of);
+// Reads the `shards` part files (each must be there), checks each was computed for `key`,
+// `rows` and `shards`, writes `file` and deletes the parts.
+void merge_teacher_topk_parts(const std::filesystem::path& file, const TeacherTopKKey& key,
+                              int64_t rows, int shards);
 
 }  // namespace fusetune

@@ -225,11 +225,18 @@ LoraJob lora_training_job(const Config& cfg, const std::string& recipe) {
   job.load = [run](const fs::path& dir, DType dtype) {
     return load_lora_checkpoint(*run, dir, dtype);
   };
-  LoraJob out{std::move(job), {}, {}};
-  if (peft::head_parts_supported(run->lora))
-    out.head_parts = [run](std::shared_ptr<KdStudentHead> parts) {
+  LoraJob out{std::move(job), {}, {}, {}};
+  out.head_parts = [run](std::shared_ptr<KdStudentHead> parts) {
+    return peft::head_parts_hook(
+        run->lora, [run]() -> const peft::NF4Store* { return run->nf4.get(); }, std::move(parts));
+  };
+  if (run->lora.dropout > 0)
+    out.eval_head_parts = [run](std::shared_ptr<KdStudentHead> parts) {
+      peft::LoraConfig no_dropout = run->lora;
+      no_dropout.dropout = 0;
       return peft::head_parts_hook(
-          run->lora, [run]() -> const peft::NF4Store* { return run->nf4.get(); }, std::move(parts));
+          no_dropout, [run]() -> const peft::NF4Store* { return run->nf4.get(); },
+          std::move(parts));
     };
   // The base without adapters, for the DPO reference; NF4 where `prepare` quantized it.
   out.base.linear = [run](Builder& b, Value x, const LinearSite& s) {

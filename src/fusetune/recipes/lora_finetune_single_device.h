@@ -22,9 +22,8 @@ struct LoraJob {
   TrainJob job;
   LlamaOptions base;
   // The head as parts for the fused distillation kernel (peft/head_parts.h: a head hook that
-  // records them into its argument); empty when the config's head cannot be (DoRA or dropout
-  // on lm_head).
-  std::function<LinearFn(std::shared_ptr<KdStudentHead>)> head_parts;
+  // records them into its argument), and for validation (no lora_dropout; empty: the same).
+  std::function<LinearFn(std::shared_ptr<KdStudentHead>)> head_parts, eval_head_parts;
 };
 LoraJob lora_training_job(const Config& cfg, const std::string& recipe);
 

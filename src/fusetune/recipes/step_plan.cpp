@@ -147,8 +147,9 @@ PlannedStep plan_step(const Config& cfg, const std::string& recipe, const ModelC
   const std::optional<TeacherLogitsOptions> topk =
       s.teacher ? teacher_logits_options(cfg, model.vocab_size) : std::nullopt;
   // A LoRA student's head hook hands the fused kernel its parts (peft/head_parts.h).
-  const bool head_parts = lora && !traits.qat && peft::head_parts_supported(lora_config_from(cfg));
-  if (s.teacher && kd_fuses_heads(CompileMode::Full, o.llama, model, *s.teacher, head_parts)) {
+  const bool head_parts = lora && !traits.qat;
+  if (s.teacher &&
+      kd_fuses_heads(CompileMode::Full, o.llama, model, *s.teacher, head_parts, topk.has_value())) {
     TrainingGraphOptions f = o;
     std::shared_ptr<KdStudentHead> parts;
     if (f.llama.head) {
@@ -163,7 +164,9 @@ PlannedStep plan_step(const Config& cfg, const std::string& recipe, const ModelC
   }
   // A precomputed top-k file that is there: the run trains without loading the teacher
   // (without it, the first run loads the teacher to compute it, and the plan counts it).
-  if (topk && topk->precompute && std::filesystem::exists(topk->file())) s.teacher.reset();
+  if (topk && topk->precompute && std::filesystem::exists(topk->file()) &&
+      (!cfg.has("dataset_val") || std::filesystem::exists(topk->val_file())))
+    s.teacher.reset();
   if (s.nf4)
     s.nf4_bound_graph = [model, o, lc = lora_config_from(cfg), nf4 = s.nf4]() {
       auto bound = std::make_shared<peft::NF4Store>(*nf4);

@@ -352,6 +352,7 @@ void build_step(Run& r) {
       r.pairs.get(), r.loader_options, [&logger](const std::string& line) { logger.message(line); },
       r.job.comm};
   ctx.dataset = r.dataset.get();
+  ctx.val_dataset = r.val_dataset.get();
   ctx.step.model = &r.model.config;
   ctx.step.params = &r.model.params;
   ctx.step.trainable = r.job.trainable;

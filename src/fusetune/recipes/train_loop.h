@@ -31,6 +31,7 @@ struct StepContext {
   std::function<void(const std::string&)> log;  // a line in the run's log
   dist::Communicator* comm = nullptr;           // the ranks (TrainJob::comm); null: one process
   const Dataset* dataset = nullptr;             // the training samples (GRPO: its prompt dataset)
+  const Dataset* val_dataset = nullptr;         // dataset_val's samples, when the run has them
   // For a step that updates the weights several times per loop step (TrainingStep::
   // updates_itself, PPO's mini-batches): the loop's update (clip_grad_norm, the non-finite
   // guard, the optimizer at the step's learning rate) applied to these gradients.

@@ -61,16 +61,46 @@ void lora_logits(const LinearDivergenceInputs<T>& in, const T* hs, int64_t c, T*
   gemm<T>(false, true, c, V, r, T(1), u, r, in.lora_B, r, T(1), zs, V);
 }
 
-// Its gradients from the chunk's dz [c, V]: w = dz Bs [c, r], dh_c += w A, dA += w^T hs,
+// Its gradients from the chunk's dz [c, V]: w = dz Bs [c, r], dx += w A (x: the term's
+// input rows, hs or lora_x's; dx: dh_c, or beta 0 into lora_x's own gradient), dA += w^T x,
 // dBs += dz^T u.
 template <class T>
-void lora_grads(const LinearDivergenceInputs<T>& in, const LinearDivergenceGrads<T>& g, const T* hs,
-                const T* u, const T* dz, int64_t c, T* w, T* dhc) {
+void lora_grads(const LinearDivergenceInputs<T>& in, const LinearDivergenceGrads<T>& g, const T* x,
+                const T* u, const T* dz, int64_t c, T* w, T* dx, T dx_beta) {
   const int64_t r = in.lora_rank, D = in.D, V = in.V;
   gemm<T>(false, false, c, r, V, T(1), dz, V, in.lora_B, r, T(0), w, r);
-  gemm<T>(false, false, c, D, r, T(1), w, r, in.lora_A, D, T(1), dhc, D);
-  gemm<T>(true, false, r, D, c, T(1), w, r, hs, D, T(1), g.dA, D);
+  gemm<T>(false, false, c, D, r, T(1), w, r, in.lora_A, D, dx_beta, dx, D);
+  gemm<T>(true, false, r, D, c, T(1), w, r, x, D, T(1), g.dA, D);
   gemm<T>(true, false, V, r, c, T(1), dz, V, u, r, T(1), g.dB, r);
+}
+
+// DoRA: zs := zs diag(c), keeping the unscaled block in `pre` when the gradient needs it.
+template <class T>
+void scale_columns(const T* col, int64_t c, int64_t V, T* zs, T* pre) {
+  if (pre) std::memcpy(pre, zs, sizeof(T) * size_t(c * V));
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < c; ++i)
+    for (int64_t v = 0; v < V; ++v) zs[i * V + v] *= col[v];
+}
+
+// Its gradient: dc += sum_i dz_i * pre_i, then dz := dz diag(c) (the unscaled logits').
+template <class T>
+void scale_columns_grad(const T* col, const T* pre, int64_t c, int64_t V, T* dz, T* dcol) {
+  // Blocks of columns, each summed over the rows in order: row-major reads, and the same sums
+  // whatever the thread count.
+  constexpr int64_t kCols = 512;
+#pragma omp parallel for schedule(static)
+  for (int64_t v0 = 0; v0 < V; v0 += kCols) {
+    const int64_t n = std::min(kCols, V - v0);
+    std::array<double, kCols> acc{};
+    for (int64_t i = 0; i < c; ++i)
+      for (int64_t j = 0; j < n; ++j)
+        acc[size_t(j)] += double(dz[i * V + v0 + j]) * double(pre[i * V + v0 + j]);
+    for (int64_t j = 0; j < n; ++j) dcol[v0 + j] += T(acc[size_t(j)]);
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < c; ++i)
+    for (int64_t v = 0; v < V; ++v) dz[i * V + v] *= col[v];
 }
 
 // The teacher's side of a chunk when it is its top-k: no head, its log-probs scattered.
@@ -112,6 +142,12 @@ std::array<double, 2> fused_divergence(const LinearDivergenceInputs<T>& in,
   // The LoRA term's products hs_c A^T and dz Bs, [C, r] each.
   Tensor u_buf = Tensor::empty({C, r}, dtype_of<T>());
   Tensor w_buf = Tensor::empty({g ? C : 0, r}, dtype_of<T>());
+  // The LoRA term's own input rows (lora_dropout) and their gradient; DoRA's unscaled logits.
+  const bool own_x = r && in.lora_x;
+  Tensor x_buf = Tensor::empty({own_x ? C : 0, D}, dtype_of<T>());
+  Tensor dx_buf = Tensor::empty({own_x && g ? C : 0, D}, dtype_of<T>());
+  Tensor pre_buf = Tensor::empty({in.col_scale && g ? C : 0, V}, dtype_of<T>());
+  T *xs = own_x ? x_buf.data<T>() : nullptr, *dxc = dx_buf.data<T>();
   T *zs = zs_buf.data<T>(), *zt = zt_buf.data<T>();
   T *hs = hs_buf.data<T>(), *ht = ht_buf.data<T>(), *dhc = dh_buf.data<T>();
   std::vector<int64_t> rows;
@@ -124,6 +160,8 @@ std::array<double, 2> fused_divergence(const LinearDivergenceInputs<T>& in,
       std::memset(g->dA, 0, sizeof(T) * size_t(r * D));
       std::memset(g->dB, 0, sizeof(T) * size_t(V * r));
     }
+    if (own_x) std::memset(g->d_lora_x, 0, sizeof(T) * size_t(N * D));
+    if (in.col_scale) std::memset(g->d_col_scale, 0, sizeof(T) * size_t(V));
   }
   std::array<double, 2> total{0.0, 0.0};
   for (int64_t r0 = 0; r0 < N; r0 += C) {
@@ -131,7 +169,11 @@ std::array<double, 2> fused_divergence(const LinearDivergenceInputs<T>& in,
         detail::gather_labelled_rows(in.h, in.labels, r0, std::min(N, r0 + C), D, V, rows, hs);
     if (c == 0) continue;
     student.logits(hs, c, zs);
-    if (r) lora_logits(in, hs, c, u_buf.data<T>(), zs);
+    if (own_x)
+      for (int64_t i = 0; i < c; ++i)
+        std::memcpy(xs + i * D, in.lora_x + rows[size_t(i)] * D, sizeof(T) * size_t(D));
+    if (r) lora_logits(in, own_x ? xs : hs, c, u_buf.data<T>(), zs);
+    if (in.col_scale) scale_columns(in.col_scale, c, V, zs, g ? pre_buf.data<T>() : nullptr);
     teacher_chunk_logits(in, teacher, rows, c, ht, zt);
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < c; ++i)
@@ -142,10 +184,15 @@ std::array<double, 2> fused_divergence(const LinearDivergenceInputs<T>& in,
       total[1] += row_loss[size_t(i)][1];
     }
     if (!g) continue;
+    if (in.col_scale) scale_columns_grad(in.col_scale, pre_buf.data<T>(), c, V, zs, g->d_col_scale);
     student.grad_h(zs, c, dhc);
-    if (r) lora_grads(in, *g, hs, u_buf.data<T>(), zs, c, w_buf.data<T>(), dhc);
-    for (int64_t i = 0; i < c; ++i)
+    if (r)
+      lora_grads(in, *g, own_x ? xs : hs, u_buf.data<T>(), zs, c, w_buf.data<T>(),
+                 own_x ? dxc : dhc, T(own_x ? 0 : 1));
+    for (int64_t i = 0; i < c; ++i) {
       std::memcpy(g->dh + rows[size_t(i)] * D, dhc + i * D, sizeof(T) * size_t(D));
+      if (own_x) std::memcpy(g->d_lora_x + rows[size_t(i)] * D, dxc + i * D, sizeof(T) * size_t(D));
+    }
     if (g->dW) gemm<T>(true, false, V, D, c, T(1), zs, V, hs, D, T(1), g->dW, D);
   }
   return total;
@@ -193,6 +240,8 @@ int64_t fused_divergence_scratch_bytes(const DivergenceScratchShape& s) {
   if (s.teacher_bf16) elems += bf16_tile_rows(s.V, s.teacher_D) * s.teacher_D;
   if (s.student_nf4) elems += nf4_tile_rows(s.V, s.D) * s.D;
   elems += (s.grads ? 2 : 1) * C * s.lora_rank;
+  if (s.lora_x) elems += (s.grads ? 2 : 1) * C * s.D;
+  if (s.col_scale && s.grads) elems += C * s.V;
   return elems * s.elem_bytes;
 }
 
@@ -207,9 +256,16 @@ void scatter_top_k(const int32_t* ids, const T* logprobs, int64_t K, int64_t V, 
   }
 }
 
+// z := cap * tanh(z / cap), in T as the model's softcap op computes it.
+template <class T>
+void cap_teacher_row(T* z, int64_t V, double cap) {
+  const T c = T(cap), inv = T(1) / c;
+  for (int64_t v = 0; v < V; ++v) z[v] = std::tanh(z[v] * inv) * c;
+}
+
 template <class T>
 void teacher_top_k(const T* h, const T* W, const uint16_t* W_bf16, int64_t N, int64_t D, int64_t V,
-                   int64_t K, int64_t chunk_rows, int32_t* ids, T* logprobs) {
+                   int64_t K, int64_t chunk_rows, int32_t* ids, T* logprobs, double softcap) {
   FT_CHECK(K >= 1 && K <= V, "teacher top-k: k = " + std::to_string(K) + " must be in [1, " +
                                  std::to_string(V) + "]");
   const int64_t C = std::max<int64_t>(1, std::min(chunk_rows, N));
@@ -219,12 +275,13 @@ void teacher_top_k(const T* h, const T* W, const uint16_t* W_bf16, int64_t N, in
     head.logits(h + r0 * D, c, z);
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < c; ++i) {
-      const T* zi = z + i * V;
+      T* zi = z + i * V;
       std::vector<int32_t> order(static_cast<size_t>(V));
       for (int64_t v = 0; v < V; ++v) order[size_t(v)] = int32_t(v);
       std::partial_sort(order.begin(), order.begin() + K, order.end(), [zi](int32_t a, int32_t b) {
         return zi[a] > zi[b] || (zi[a] == zi[b] && a < b);
       });
+      if (softcap > 0) cap_teacher_row(zi, V, softcap);
       const double lse = row_lse(zi, V);
       for (int64_t k = 0; k < K; ++k) {
         ids[(r0 + i) * K + k] = order[size_t(k)];
@@ -268,9 +325,9 @@ std::array<double, 2> fused_linear_divergence(const LinearDivergenceInputs<T>& i
 template void scatter_top_k<float>(const int32_t*, const float*, int64_t, int64_t, float*);
 template void scatter_top_k<double>(const int32_t*, const double*, int64_t, int64_t, double*);
 template void teacher_top_k<float>(const float*, const float*, const uint16_t*, int64_t, int64_t,
-                                   int64_t, int64_t, int64_t, int32_t*, float*);
+                                   int64_t, int64_t, int64_t, int32_t*, float*, double);
 template void teacher_top_k<double>(const double*, const double*, const uint16_t*, int64_t, int64_t,
-                                    int64_t, int64_t, int64_t, int32_t*, double*);
+                                    int64_t, int64_t, int64_t, int32_t*, double*, double);
 template std::array<double, 2> fused_linear_divergence<float>(const LinearDivergenceInputs<float>&,
                                                               const LinearDivergenceGrads<float>*);
 template std::array<double, 2> fused_linear_divergence<double>(

@@ -15,7 +15,13 @@
 // carry a LoRA term (LoRA on lm_head):
 //   zs = hs_c W^T + (hs_c A^T) Bs^T          (Bs = scale * B, [V, r]; A [r, D])
 //   dA += (dz Bs)^T hs_c,  dBs += dz^T (hs_c A^T),  dh_c += (dz Bs) A
-// chunk by chunk, so the low-rank gradients need no [tokens x vocab] tensor either.
+// chunk by chunk, so the low-rank gradients need no [tokens x vocab] tensor either. The LoRA
+// term may read its own input x instead of hs (lora_dropout: x = dropout(h), the mask drawn
+// outside the kernel), and a DoRA head scales each vocabulary column of the student's logits
+// by c = magnitude / ||W + s B A||_row (computed outside the kernel):
+//   zs = (hs_c W^T + (x_c A^T) Bs^T) diag(c)
+//   dc += sum_rows dz (zs before scaling),  then dz := dz diag(c) for the rest
+//   dx_c = (dz Bs) A (instead of adding it to dh_c),  dA += (dz Bs)^T x_c
 #include <array>
 #include <cstdint>
 
@@ -35,6 +41,8 @@ struct LinearDivergenceInputs {
   const T* lora_A = nullptr;
   const T* lora_B = nullptr;
   int64_t lora_rank = 0;
+  const T* lora_x = nullptr;                 // [N, D] the LoRA term's input (lora_dropout); null: h
+  const T* col_scale = nullptr;              // [V] DoRA's per-column scale of the student's logits
   const T* teacher_h = nullptr;              // teacher hidden [N, teacher_D]
   const T* teacher_W = nullptr;              // teacher head [V, teacher_D]
   const uint16_t* teacher_W_bf16 = nullptr;  // or that head in bf16 (T = float only)
@@ -62,6 +70,8 @@ struct LinearDivergenceGrads {
   T* dW = nullptr;  // [V, D] or nullptr
   T* dA = nullptr;  // [r, D] and [V, r]: the LoRA term's gradients (with lora_A)
   T* dB = nullptr;
+  T* d_lora_x = nullptr;     // [N, D] with lora_x: its gradient (then not in dh)
+  T* d_col_scale = nullptr;  // [V] with col_scale
 };
 
 // Returns {ce_sum, kd_sum}; grads == nullptr: forward only.
@@ -81,16 +91,22 @@ void scatter_top_k(const int32_t* ids, const T* logprobs, int64_t K, int64_t V, 
 // or W_bf16 when T = float): per row the ids of the K largest logits (ties: the lower id
 // first), in that order, into ids [N, K], and their log-probabilities log softmax(z) into
 // logprobs [N, K]. Chunks of chunk_rows rows: only a [chunk, V] block of logits exists.
+// softcap > 0 (Gemma 2's final_logit_softcapping): the teacher's logits are
+// softcap * tanh(z / softcap); its top-k are those of z (tanh is increasing, and ranking the
+// uncapped logits keeps ties that the cap's rounding would make from reordering them), and
+// its log-probs those of the capped distribution.
 template <class T>
 void teacher_top_k(const T* h, const T* W, const uint16_t* W_bf16, int64_t N, int64_t D, int64_t V,
-                   int64_t K, int64_t chunk_rows, int32_t* ids, T* logprobs);
+                   int64_t K, int64_t chunk_rows, int32_t* ids, T* logprobs, double softcap = 0);
 
 // Bytes of the counted scratch the kernel allocates: both [C, V] logits blocks, the gathered
 // hidden rows of both models, with gradients the chunk's dh, a widened tile of each bf16 or
-// NF4 head, and the LoRA term's two [C, r] products.
+// NF4 head, the LoRA term's two [C, r] products, its own input's rows (and their gradient),
+// and with DoRA's scale and gradients the chunk's unscaled logits.
 struct DivergenceScratchShape {
   int64_t chunk_rows = 1, D = 0, teacher_D = 0, V = 0, elem_bytes = 4, lora_rank = 0;
   bool grads = false, student_bf16 = false, teacher_bf16 = false, student_nf4 = false;
+  bool lora_x = false, col_scale = false;  // the LoRA term's own input, DoRA's column scale
 };
 int64_t fused_divergence_scratch_bytes(const DivergenceScratchShape& s);
 

@@ -1,6 +1,11 @@
 #include "fusetune/kernels/cpu/peft_ops.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
+
+#include "fusetune/core/tensor.h"
+#include "fusetune/kernels/cpu/kernels.h"
 
 #include "fusetune/kernels/cpu/parallel.h"
 #include "fusetune/util/mix64.h"
@@ -27,9 +32,28 @@ void row_inv_norm(const T* w, T* out, int64_t rows, int64_t cols) {
   }
 }
 
+template <class T>
+void row_inv_norm_low_rank(const T* w, const T* a, const T* bs, T* out, int64_t rows, int64_t cols,
+                           int64_t r) {
+  constexpr int64_t kTileRows = 256;
+  const int64_t tr = std::min(rows, kTileRows);
+  Tensor tile_buf = Tensor::empty({tr, cols}, dtype_of<T>());  // counted scratch
+  T* tile = tile_buf.data<T>();
+  for (int64_t r0 = 0; r0 < rows; r0 += tr) {
+    const int64_t t = std::min(tr, rows - r0);
+    std::memcpy(tile, w + r0 * cols, sizeof(T) * size_t(t * cols));
+    gemm<T>(false, false, t, cols, r, T(1), bs + r0 * r, r, a, cols, T(1), tile, cols);
+    row_inv_norm<T>(tile, out + r0, t, cols);
+  }
+}
+
 template void dropout<float>(const float*, float*, int64_t, double, uint64_t, uint64_t);
 template void dropout<double>(const double*, double*, int64_t, double, uint64_t, uint64_t);
 template void row_inv_norm<float>(const float*, float*, int64_t, int64_t);
 template void row_inv_norm<double>(const double*, double*, int64_t, int64_t);
+template void row_inv_norm_low_rank<float>(const float*, const float*, const float*, float*,
+                                           int64_t, int64_t, int64_t);
+template void row_inv_norm_low_rank<double>(const double*, const double*, const double*, double*,
+                                            int64_t, int64_t, int64_t);
 
 }  // namespace fusetune::kernels

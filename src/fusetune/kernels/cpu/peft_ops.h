@@ -16,4 +16,10 @@ void dropout(const T* x, T* out, int64_t n, double p, uint64_t seed, uint64_t sa
 template <class T>
 void row_inv_norm(const T* w, T* out, int64_t rows, int64_t cols);
 
+// The same for the merged weight w + bs a (w [rows, cols], bs [rows, r], a [r, cols]: DoRA's
+// W + s B A with bs = s B) without forming it: a tile of merged rows at a time.
+template <class T>
+void row_inv_norm_low_rank(const T* w, const T* a, const T* bs, T* out, int64_t rows, int64_t cols,
+                           int64_t r);
+
 }  // namespace fusetune::kernels
