@@ -125,7 +125,7 @@ std::string bf16_matmul_description() {
     const dnnl::version_t* v = dnnl::version();
     return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
            std::to_string(v->patch) + " (" + isa_name(dnnl::get_effective_cpu_isa()) +
-           "), fp32 accumulation" +
+           "), fp32 accumulation: matmuls, fused LM heads, NF4 and fake-quantized tiles" +
            (r == Request::OneDnn ? " (" + std::string(kEnv) + "=onednn)" : "");
   }
   return std::string("widening to fp32 for OpenBLAS (") +

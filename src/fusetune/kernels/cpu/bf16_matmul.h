@@ -23,7 +23,8 @@ Bf16MatmulPath bf16_matmul_path();
 bool cpu_has_bf16_dot_products();
 
 // One line for the run header and `fusetune plan`: the path and why, e.g.
-// "oneDNN 2.6.3 (avx512_core_bf16), fp32 accumulation" or
+// "oneDNN 2.6.3 (avx512_core_bf16), fp32 accumulation: matmuls, fused LM heads, NF4 and
+// fake-quantized tiles" or
 // "widening to fp32 for OpenBLAS (FUSETUNE_BF16_MATMUL=widening)".
 std::string bf16_matmul_description();
 

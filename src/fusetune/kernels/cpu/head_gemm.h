@@ -2,7 +2,9 @@
 // The LM head's products for one chunk of c gathered hidden rows, shared by the fused
 // linear + cross-entropy and linear + log-prob kernels: a dense W [V, D], or an NF4 or bf16 W
 // widened a tile of rows at a time (the tile is the only fp32 copy of any part of W), or a W
-// fake-quantized a tile of rows at a time (QAT: the tile is the only fake-quantized copy).
+// fake-quantized a tile of rows at a time (QAT: the tile is the only fake-quantized copy); and,
+// on the CPU's bf16 dot products, a bf16 W as stored or NF4 / fake-quantized tiles rounded to
+// bf16 (OneDnnBf16Head, OneDnnTiledHead).
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
