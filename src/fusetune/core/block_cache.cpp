@@ -1,24 +1,33 @@
 #include "fusetune/core/block_cache.h"
 
+#include <iterator>
+
 namespace fusetune::memory {
 
-void* BlockCache::take(size_t bytes) {
+void* BlockCache::take(size_t bytes, Note* note) {
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto it = blocks_.begin(); it != blocks_.end(); ++it)
-    if (it->bytes == bytes) {
-      void* p = it->ptr;
-      blocks_.erase(it);
-      kept_ -= int64_t(bytes);
-      return p;
-    }
-  return nullptr;
+  auto found = blocks_.end();
+  if (note)  // the newest block with a note: the one its owner freed last
+    for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it)
+      if (it->bytes == bytes && it->note) {
+        found = std::prev(it.base());
+        break;
+      }
+  for (auto it = blocks_.begin(); found == blocks_.end() && it != blocks_.end(); ++it)
+    if (it->bytes == bytes) found = it;
+  if (found == blocks_.end()) return nullptr;
+  void* p = found->ptr;
+  if (note) *note = std::move(found->note);
+  blocks_.erase(found);
+  kept_ -= int64_t(bytes);
+  return p;
 }
 
-bool BlockCache::keep(void* p, size_t bytes, int64_t live, int64_t bound) {
+bool BlockCache::keep(void* p, size_t bytes, int64_t live, int64_t bound, Note note) {
   if (!enabled_) return false;
   std::lock_guard<std::mutex> lock(mu_);
   if (live + kept_ + int64_t(bytes) > bound) return false;
-  blocks_.push_back({p, bytes});
+  blocks_.push_back({p, bytes, std::move(note)});
   kept_ += int64_t(bytes);
   return true;
 }

@@ -14,12 +14,29 @@ namespace {
 // Block size of the deterministic reduction: independent of the thread count.
 constexpr int64_t kReduceBlock = 8192;
 
+// Which blocks hold a row of `rows` (a gradient's row set, core/tensor.h); all when null. A
+// block outside them is all zero bits: its partial sum is +0 whether it is read or not, so
+// skipping it leaves the total bitwise the dense one.
+std::vector<uint8_t> blocks_to_read(const RowSet* rows, int64_t blocks, size_t elem_bytes) {
+  std::vector<uint8_t> read(size_t(blocks), rows ? 0 : 1);
+  if (!rows) return read;
+  const int64_t row_elems = rows->row_bytes / int64_t(elem_bytes);
+  for (int32_t r : rows->rows) {
+    const int64_t first = int64_t(r) * row_elems, last = first + row_elems - 1;
+    for (int64_t b = first / kReduceBlock; b <= last / kReduceBlock && b < blocks; ++b)
+      read[size_t(b)] = 1;
+  }
+  return read;
+}
+
 template <class T>
-double sum_squares(const T* g, int64_t n) {
+double sum_squares(const T* g, int64_t n, const RowSet* rows) {
   const int64_t blocks = (n + kReduceBlock - 1) / kReduceBlock;
   std::vector<double> partial(size_t(blocks), 0.0);
+  const std::vector<uint8_t> read = blocks_to_read(rows, blocks, sizeof(T));
 #pragma omp parallel for schedule(static) if (n >= kOptimizerParallelMin)
   for (int64_t b = 0; b < blocks; ++b) {
+    if (!read[size_t(b)]) continue;
     const int64_t begin = b * kReduceBlock, end = std::min(n, (b + 1) * kReduceBlock);
     // Eight independent accumulators: a fixed order the compiler can vectorize.
     double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -54,6 +71,15 @@ void scale_in_place(uint16_t* g, float s, int64_t n) {
   for (int64_t i = 0; i < n; ++i) g[i] = bf16::round_nearest(bf16::to_f32(g[i]) * s);
 }
 
+void scale_range(const Tensor& g, double coef, int64_t begin, int64_t n) {
+  if (g.dtype() == DType::F32)
+    scale_in_place(g.data<float>() + begin, float(coef), n);
+  else if (g.dtype() == DType::BF16)
+    scale_in_place(g.data<uint16_t>() + begin, float(coef), n);
+  else
+    scale_in_place(g.data<double>() + begin, coef, n);
+}
+
 }  // namespace
 
 double grad_sum_squares(const std::vector<ParamRef>& params) {
@@ -62,9 +88,10 @@ double grad_sum_squares(const std::vector<ParamRef>& params) {
   for (const ParamRef& p : params) {
     if (!has_grad(p)) continue;
     const Tensor& g = *p.grad;
-    total += g.dtype() == DType::F32    ? sum_squares(g.data<float>(), g.numel())
-             : g.dtype() == DType::BF16 ? sum_squares(g.data<uint16_t>(), g.numel())
-                                        : sum_squares(g.data<double>(), g.numel());
+    const RowSet* rows = g.nonzero_rows().get();
+    total += g.dtype() == DType::F32    ? sum_squares(g.data<float>(), g.numel(), rows)
+             : g.dtype() == DType::BF16 ? sum_squares(g.data<uint16_t>(), g.numel(), rows)
+                                        : sum_squares(g.data<double>(), g.numel(), rows);
   }
   return total;
 }
@@ -87,13 +114,14 @@ void clip_to_norm(const std::vector<ParamRef>& params, double max_norm, double t
   if (coef >= 1) return;
   for (const ParamRef& p : params) {
     if (!has_grad(p)) continue;
-    Tensor& g = *p.grad;
-    if (g.dtype() == DType::F32)
-      scale_in_place(g.data<float>(), float(coef), g.numel());
-    else if (g.dtype() == DType::BF16)
-      scale_in_place(g.data<uint16_t>(), float(coef), g.numel());
-    else
-      scale_in_place(g.data<double>(), coef, g.numel());
+    const Tensor& g = *p.grad;
+    if (const RowSet* rows = g.nonzero_rows().get()) {
+      // Only the rows that may be non-zero: +0 times the coefficient is +0 anyway.
+      const int64_t row_elems = rows->row_bytes / int64_t(dtype_size(g.dtype()));
+      for (int32_t r : rows->rows) scale_range(g, coef, int64_t(r) * row_elems, row_elems);
+    } else {
+      scale_range(g, coef, 0, g.numel());
+    }
   }
 }
 
