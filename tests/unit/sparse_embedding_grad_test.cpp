@@ -139,8 +139,9 @@ TEST_P(SparseEmbeddingBackward, ReusedBuffersHoldBitwiseTheDenseScatterEveryStep
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, SparseEmbeddingBackward,
-                         ::testing::Values(DType::F32, DType::BF16),
-                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+                         ::testing::Values(DType::F32, DType::BF16), [](const auto& dtype_info) {
+                           return std::string(dtype_name(dtype_info.param));
+                         });
 
 TEST(SparseEmbeddingGrad, AFreedBufferKeepsItsRowSetForTheNextReuseOnly) {
   const Shape shape = {1024, 1024};  // 4 MiB of fp32
@@ -187,7 +188,7 @@ TEST(SparseEmbeddingGrad, NormAndClippingOfARowSetAreBitwiseTheDenseOnes) {
     const double cs = clip_grad_norm(s, 0.5), cd = clip_grad_norm(d, 0.5);
     EXPECT_EQ(cs, cd);
     EXPECT_TRUE(same_bits_sparse_test(sparse, dense));
-    EXPECT_LT(grad_norm(d), 0.5 + 1e-6);
+    EXPECT_NEAR(grad_norm(d), 0.5, dt == DType::BF16 ? 1e-2 : 1e-5);  // bf16: rounded once
   }
 }
 

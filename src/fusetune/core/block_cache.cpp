@@ -4,17 +4,25 @@
 
 namespace fusetune::memory {
 
+// The block to hand out: with a note wanted, the newest block that has one (its owner freed it
+// last); otherwise, or when none has one, the oldest block, one without a note first (a note is
+// worth keeping for a request that can use it).
+std::deque<BlockCache::Block>::iterator BlockCache::pick(size_t bytes, bool want_note) {
+  if (want_note)
+    for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it)
+      if (it->bytes == bytes && it->note) return std::prev(it.base());
+  auto any = blocks_.end();
+  for (auto it = blocks_.begin(); it != blocks_.end(); ++it) {
+    if (it->bytes != bytes) continue;
+    if (!it->note) return it;
+    if (any == blocks_.end()) any = it;
+  }
+  return any;
+}
+
 void* BlockCache::take(size_t bytes, Note* note) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto found = blocks_.end();
-  if (note)  // the newest block with a note: the one its owner freed last
-    for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it)
-      if (it->bytes == bytes && it->note) {
-        found = std::prev(it.base());
-        break;
-      }
-  for (auto it = blocks_.begin(); found == blocks_.end() && it != blocks_.end(); ++it)
-    if (it->bytes == bytes) found = it;
+  const auto found = pick(bytes, note != nullptr);
   if (found == blocks_.end()) return nullptr;
   void* p = found->ptr;
   if (note) *note = std::move(found->note);

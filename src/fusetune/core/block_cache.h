@@ -39,6 +39,7 @@ class BlockCache {
     size_t bytes;
     Note note;
   };
+  std::deque<Block>::iterator pick(size_t bytes, bool want_note);
   void free_oldest();
   bool enabled_;
   Free free_;
