@@ -45,9 +45,8 @@ TEST(DataTokenizerLoad, UnknownTypeSuggestsClosest) {
   msg = error_of([&] { load_tokenizer("sentencepeice", ""); });
   EXPECT_NE(msg.find("did you mean 'sentencepiece'"), std::string::npos) << msg;
   msg = error_of([&] { load_tokenizer("wordpiece-xl-turbo", ""); });
-  EXPECT_NE(
-      msg.find("expected one of: auto, byte, hf, llama3, qwen2, qwen2_5, qwen3, sentencepiece"),
-      std::string::npos)
+  EXPECT_NE(msg.find("expected one of: auto, byte, hf, llama3, qwen2, qwen2_5, qwen3, sentencepiece"),
+            std::string::npos)
       << msg;
 }
 

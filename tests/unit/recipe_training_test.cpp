@@ -115,8 +115,8 @@ TEST(RecipeTraining, CompileModesAgree) {
 // bytes) make the micro-batches' token counts differ, so a per-micro-batch mean would not match.
 TEST(RecipeTraining, GradientAccumulationEqualsLargerBatch) {
   TempDir tmp;
-  const std::string corpus = fusetune::testing::read_text(
-      fs::path(::fusetune::testing::source_dir()) / "configs/demo/demo_corpus.txt");
+  const std::string corpus =
+      fusetune::testing::read_text(fs::path(::fusetune::testing::source_dir()) / "configs/demo/demo_corpus.txt");
   std::vector<std::string> sentences;
   for (size_t pos = 0; sentences.size() < 40;) {
     const size_t end = corpus.find(". ", pos);
