@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -102,6 +103,19 @@ Tensor gradient_on_rows(int64_t rows, int64_t cols, DType dt, const std::vector<
   return g;
 }
 
+// Each element times a random power of two in [2^-4, 2^4] (exact, in fp32 and bf16): sums of
+// squares that span 16 binades more round at most additions, so two orders differ in the bits.
+void spread_magnitudes(Tensor& g) {
+  std::mt19937 rng(17);
+  for (int64_t i = 0; i < g.numel(); ++i) {
+    const float scale = std::ldexp(1.0f, int(rng() % 9) - 4);
+    if (g.dtype() == DType::BF16)
+      g.data<uint16_t>()[i] = f32_to_bf16(bf16_to_f32(g.data<uint16_t>()[i]) * scale);
+    else
+      g.data<float>()[i] *= scale;
+  }
+}
+
 class SparseEmbeddingBackward : public ::testing::TestWithParam<DType> {};
 
 }  // namespace
@@ -165,31 +179,40 @@ TEST(SparseEmbeddingGrad, AFreedBufferKeepsItsRowSetForTheNextReuseOnly) {
   EXPECT_FALSE(Tensor::reusing_rows(shape, DType::F32).nonzero_rows());
 }
 
-// Rows of 40 elements straddle the norm's blocks of 8192 elements: a block is skipped only when
-// no touched row reaches into it.
+// Rows of 40 elements straddle the norm's blocks of 8192 elements (a block is skipped only when
+// no listed row reaches into it); rows of 13 in a table of 13013 elements end on a short block
+// whose last 5 elements the dense loop adds into its first lane, after the others.
 TEST(SparseEmbeddingGrad, NormAndClippingOfARowSetAreBitwiseTheDenseOnes) {
-  for (DType dt : {DType::F32, DType::BF16}) {
-    SCOPED_TRACE(dtype_name(dt));
-    const std::vector<int32_t> rows = {0, 204, 205, 409, 1000, 1023};
-    Tensor sparse = gradient_on_rows(1024, 40, dt, rows, 5);
-    Tensor dense = sparse.clone();
-    ASSERT_FALSE(dense.nonzero_rows());
-    Tensor value = Tensor::zeros({1024, 40}, dt);
-    const std::vector<ParamRef> s = {{"tok", &value, &sparse}}, d = {{"tok", &value, &dense}};
-    const double ns = grad_norm(s), nd = grad_norm(d);
-    EXPECT_EQ(std::memcmp(&ns, &nd, sizeof ns), 0) << ns << " vs " << nd;
-    // An independent sum: every element squared in double.
-    double want = 0;
-    for (int64_t i = 0; i < dense.numel(); ++i) {
-      const double x = element_as_double(dense, i);
-      want += x * x;
+  struct Shape2 {
+    int64_t rows, cols;
+    std::vector<int32_t> touched;
+  };
+  for (const Shape2& sh : {Shape2{1024, 40, {0, 204, 205, 409, 1000, 1023}},
+                           Shape2{1001, 13, {3, 4, 629, 630, 999, 1000}}})
+    for (DType dt : {DType::F32, DType::BF16}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " rows of " + std::to_string(sh.cols));
+      Tensor sparse = gradient_on_rows(sh.rows, sh.cols, dt, sh.touched, 5);
+      spread_magnitudes(sparse);  // so that the order of the additions shows in the bits
+      Tensor dense = sparse.clone();
+      ASSERT_FALSE(dense.nonzero_rows());
+      Tensor value = Tensor::zeros({sh.rows, sh.cols}, dt);
+      const std::vector<ParamRef> s = {{"tok", &value, &sparse}}, d = {{"tok", &value, &dense}};
+      // The sum of squares: its square root would hide a last-bit difference.
+      const double ns = grad_sum_squares(s), nd = grad_sum_squares(d);
+      EXPECT_EQ(std::memcmp(&ns, &nd, sizeof ns), 0) << ns << " vs " << nd;
+      EXPECT_EQ(grad_norm(s), grad_norm(d));
+      // An independent sum: every element squared in double.
+      double want = 0;
+      for (int64_t i = 0; i < dense.numel(); ++i) {
+        const double x = element_as_double(dense, i);
+        want += x * x;
+      }
+      EXPECT_NEAR(ns, want, 1e-12 * want);
+      const double cs = clip_grad_norm(s, 0.5), cd = clip_grad_norm(d, 0.5);
+      EXPECT_EQ(cs, cd);
+      EXPECT_TRUE(same_bits_sparse_test(sparse, dense));
+      EXPECT_NEAR(grad_norm(d), 0.5, dt == DType::BF16 ? 1e-2 : 1e-5);  // bf16: rounded once
     }
-    EXPECT_NEAR(ns * ns, want, 1e-12 * want);
-    const double cs = clip_grad_norm(s, 0.5), cd = clip_grad_norm(d, 0.5);
-    EXPECT_EQ(cs, cd);
-    EXPECT_TRUE(same_bits_sparse_test(sparse, dense));
-    EXPECT_NEAR(grad_norm(d), 0.5, dt == DType::BF16 ? 1e-2 : 1e-5);  // bf16: rounded once
-  }
 }
 
 TEST(SparseEmbeddingGrad, AccumulatedMicroBatchesAddTheUnionOfRowsBitwise) {

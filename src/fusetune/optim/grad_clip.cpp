@@ -14,29 +14,12 @@ namespace {
 // Block size of the deterministic reduction: independent of the thread count.
 constexpr int64_t kReduceBlock = 8192;
 
-// Which blocks hold a row of `rows` (a gradient's row set, core/tensor.h); all when null. A
-// block outside them is all zero bits: its partial sum is +0 whether it is read or not, so
-// skipping it leaves the total bitwise the dense one.
-std::vector<uint8_t> blocks_to_read(const RowSet* rows, int64_t blocks, size_t elem_bytes) {
-  std::vector<uint8_t> read(size_t(blocks), rows ? 0 : 1);
-  if (!rows) return read;
-  const int64_t row_elems = rows->row_bytes / int64_t(elem_bytes);
-  for (int32_t r : rows->rows) {
-    const int64_t first = int64_t(r) * row_elems, last = first + row_elems - 1;
-    for (int64_t b = first / kReduceBlock; b <= last / kReduceBlock && b < blocks; ++b)
-      read[size_t(b)] = 1;
-  }
-  return read;
-}
-
 template <class T>
-double sum_squares(const T* g, int64_t n, const RowSet* rows) {
+double sum_squares(const T* g, int64_t n) {
   const int64_t blocks = (n + kReduceBlock - 1) / kReduceBlock;
   std::vector<double> partial(size_t(blocks), 0.0);
-  const std::vector<uint8_t> read = blocks_to_read(rows, blocks, sizeof(T));
 #pragma omp parallel for schedule(static) if (n >= kOptimizerParallelMin)
   for (int64_t b = 0; b < blocks; ++b) {
-    if (!read[size_t(b)]) continue;
     const int64_t begin = b * kReduceBlock, end = std::min(n, (b + 1) * kReduceBlock);
     // Eight independent accumulators: a fixed order the compiler can vectorize.
     double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -56,6 +39,62 @@ double sum_squares(const T* g, int64_t n, const RowSet* rows) {
   double total = 0;
   for (double s : partial) total += s;
   return total;
+}
+
+// The element ranges of a row set's rows (core/tensor.h), cut at the blocks' edges, in order.
+struct BlockRange {
+  int64_t block, begin, end;
+};
+std::vector<BlockRange> ranges_of_rows(const RowSet& rows, int64_t elem_bytes, int64_t n) {
+  std::vector<BlockRange> out;
+  const int64_t row_elems = rows.row_bytes / elem_bytes;
+  for (int32_t r : rows.rows)
+    for (int64_t at = int64_t(r) * row_elems, last = std::min(n, at + row_elems); at < last;) {
+      const int64_t b = at / kReduceBlock, e = std::min(last, (b + 1) * kReduceBlock);
+      if (!out.empty() && out.back().block == b && out.back().end == at)
+        out.back().end = e;  // the next row of the same block
+      else
+        out.push_back({b, at, e});
+      at = e;
+    }
+  return out;
+}
+
+// sum_squares of a gradient that is zero outside `rows`, bitwise: every other element is +0,
+// and adding +0 to a lane (itself +0 or positive) leaves it as it is, so each lane adds the
+// listed elements in the dense loop's order (the tail of a short block into lane 0, last) and
+// skips the rest; blocks without a listed row have the partial +0, which the total skips too.
+template <class T>
+double sum_squares_of_rows(const T* g, int64_t n, const RowSet& rows) {
+  const std::vector<BlockRange> ranges = ranges_of_rows(rows, int64_t(sizeof(T)), n);
+  std::vector<size_t> starts;  // where each block's ranges begin
+  for (size_t k = 0; k < ranges.size(); ++k)
+    if (k == 0 || ranges[k].block != ranges[k - 1].block) starts.push_back(k);
+  starts.push_back(ranges.size());
+  const int64_t groups = int64_t(starts.size()) - 1;
+  std::vector<double> partial(size_t(std::max<int64_t>(groups, 0)), 0.0);
+#pragma omp parallel for schedule(static) if (groups * 256 >= kOptimizerParallelMin)
+  for (int64_t k = 0; k < groups; ++k) {
+    const int64_t begin = ranges[starts[size_t(k)]].block * kReduceBlock;
+    const int64_t end = std::min(n, begin + kReduceBlock);
+    const int64_t lanes_end = begin + (end - begin) / 8 * 8;  // the dense loop's tail after it
+    double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (size_t r = starts[size_t(k)]; r < starts[size_t(k + 1)]; ++r)
+      for (int64_t i = ranges[r].begin; i < ranges[r].end; ++i) {
+        const double x = double(bf16::load(g[i]));
+        acc[i < lanes_end ? (i - begin) % 8 : 0] += x * x;
+      }
+    partial[size_t(k)] =
+        ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  }
+  double total = 0;
+  for (double s : partial) total += s;
+  return total;
+}
+
+template <class T>
+double sum_squares(const T* g, int64_t n, const RowSet* rows) {
+  return rows ? sum_squares_of_rows(g, n, *rows) : sum_squares(g, n);
 }
 
 template <class T>
