@@ -192,6 +192,9 @@ inline TimedSteps timed_steps(const BenchShape& shape, const TrainingGraph& tg, 
     t.step_s.push_back(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - ts).count());
     t.losses.push_back(out[0].data<float>()[0]);
+    // The recipe frees the gradients after the update (train_loop's grads.clear()), so the next
+    // step's backward finds their buffers free for reuse: the same here.
+    out.clear();
   }
   return t;
 }

@@ -2,6 +2,7 @@
 // size, and the bound live + kept <= the largest live total so far.
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <vector>
 
 #include "fusetune/core/block_cache.h"
@@ -30,6 +31,26 @@ TEST(BlockCache, GivesBackOnlyABlockOfTheSameSize) {
   EXPECT_EQ(f.cache.take(4 << 20), nullptr);
   EXPECT_EQ(f.cache.bytes(), 0);
   EXPECT_TRUE(f.freed.empty());
+}
+
+// A note (what the releaser knew of the contents: an embedding gradient's rows) comes back with
+// its block to a request that asks for one, the newest first; a request that does not ask takes
+// a block without a note first, and a block handed out without its note loses it.
+TEST(BlockCache, ANoteComesBackWithItsBlockToARequestThatWantsIt) {
+  FakeBlocks f;
+  const auto note_a = std::make_shared<int>(1), note_b = std::make_shared<int>(2);
+  ASSERT_TRUE(f.cache.keep(fake(1), 4 << 20, 0, 100 << 20, note_a));
+  ASSERT_TRUE(f.cache.keep(fake(2), 4 << 20, 0, 100 << 20));
+  ASSERT_TRUE(f.cache.keep(fake(3), 4 << 20, 0, 100 << 20, note_b));
+  memory::BlockCache::Note got;
+  EXPECT_EQ(f.cache.take(4 << 20, &got), fake(3));
+  EXPECT_EQ(got, note_b);
+  EXPECT_EQ(f.cache.take(4 << 20), fake(2));  // the plain request leaves the noted block
+  EXPECT_EQ(f.cache.take(4 << 20), fake(1));  // until it is the only one
+  ASSERT_TRUE(f.cache.keep(fake(1), 4 << 20, 0, 100 << 20));
+  got = note_a;
+  EXPECT_EQ(f.cache.take(4 << 20, &got), fake(1));
+  EXPECT_EQ(got, nullptr) << "a block kept without a note hands back none";
 }
 
 TEST(BlockCache, NeverHoldsMoreThanTheBoundAllowsAndFreesTheOldestFirst) {

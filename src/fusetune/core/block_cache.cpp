@@ -1,24 +1,41 @@
 #include "fusetune/core/block_cache.h"
 
+#include <iterator>
+
 namespace fusetune::memory {
 
-void* BlockCache::take(size_t bytes) {
-  std::lock_guard<std::mutex> lock(mu_);
-  for (auto it = blocks_.begin(); it != blocks_.end(); ++it)
-    if (it->bytes == bytes) {
-      void* p = it->ptr;
-      blocks_.erase(it);
-      kept_ -= int64_t(bytes);
-      return p;
-    }
-  return nullptr;
+// The block to hand out: with a note wanted, the newest block that has one (its owner freed it
+// last); otherwise, or when none has one, the oldest block, one without a note first (a note is
+// worth keeping for a request that can use it).
+std::deque<BlockCache::Block>::iterator BlockCache::pick(size_t bytes, bool want_note) {
+  if (want_note)
+    for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it)
+      if (it->bytes == bytes && it->note) return std::prev(it.base());
+  auto any = blocks_.end();
+  for (auto it = blocks_.begin(); it != blocks_.end(); ++it) {
+    if (it->bytes != bytes) continue;
+    if (!it->note) return it;
+    if (any == blocks_.end()) any = it;
+  }
+  return any;
 }
 
-bool BlockCache::keep(void* p, size_t bytes, int64_t live, int64_t bound) {
+void* BlockCache::take(size_t bytes, Note* note) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto found = pick(bytes, note != nullptr);
+  if (found == blocks_.end()) return nullptr;
+  void* p = found->ptr;
+  if (note) *note = std::move(found->note);
+  blocks_.erase(found);
+  kept_ -= int64_t(bytes);
+  return p;
+}
+
+bool BlockCache::keep(void* p, size_t bytes, int64_t live, int64_t bound, Note note) {
   if (!enabled_) return false;
   std::lock_guard<std::mutex> lock(mu_);
   if (live + kept_ + int64_t(bytes) > bound) return false;
-  blocks_.push_back({p, bytes});
+  blocks_.push_back({p, bytes, std::move(note)});
   kept_ += int64_t(bytes);
   return true;
 }

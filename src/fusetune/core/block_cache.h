@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 
 namespace fusetune::memory {
@@ -19,10 +20,14 @@ class BlockCache {
   using Free = std::function<void(void*, size_t)>;
   BlockCache(bool enabled, Free free_block) : enabled_(enabled), free_(std::move(free_block)) {}
 
-  // A kept block of exactly `bytes`, or null.
-  void* take(size_t bytes);
+  // What the releaser knew about a block's contents (an opaque note, such as the rows of a
+  // gradient that may be non-zero: core/tensor.h), handed back with the block.
+  using Note = std::shared_ptr<const void>;
+  // A kept block of exactly `bytes`, or null. With `note`: a block that has one first, and its
+  // note (null when the block has none).
+  void* take(size_t bytes, Note* note = nullptr);
   // Keeps `p` when on and live + kept + bytes fits `bound`; false: the caller frees it.
-  bool keep(void* p, size_t bytes, int64_t live, int64_t bound);
+  bool keep(void* p, size_t bytes, int64_t live, int64_t bound, Note note = nullptr);
   // Frees the oldest kept blocks until live + kept fits `bound`.
   void fit(int64_t live, int64_t bound);
   void clear();
@@ -32,7 +37,9 @@ class BlockCache {
   struct Block {
     void* ptr;
     size_t bytes;
+    Note note;
   };
+  std::deque<Block>::iterator pick(size_t bytes, bool want_note);
   void free_oldest();
   bool enabled_;
   Free free_;

@@ -62,10 +62,12 @@ void raise_peak(std::atomic<int64_t>& peak, int64_t now) {
 
 }  // namespace
 
-void* allocate(size_t bytes) {
+void* allocate(size_t bytes) { return allocate(bytes, nullptr); }
+
+void* allocate(size_t bytes, Note* note) {
   size_t rounded = (bytes + 63) / 64 * 64;
   const bool huge = rounded >= kHugePage;
-  void* p = huge ? block_cache().take(rounded) : nullptr;
+  void* p = huge ? block_cache().take(rounded, note) : nullptr;
   if (p) ASAN_UNPOISON_MEMORY_REGION(p, rounded);
   if (!p) p = huge ? allocate_huge(rounded) : rounded ? std::aligned_alloc(64, rounded) : nullptr;
   if (rounded && !p) {
@@ -80,13 +82,15 @@ void* allocate(size_t bytes) {
   return p;
 }
 
-void release(void* ptr, size_t bytes) {
+void release(void* ptr, size_t bytes) { release(ptr, bytes, nullptr); }
+
+void release(void* ptr, size_t bytes, Note note) {
   if (!ptr) return;
   const size_t rounded = (bytes + 63) / 64 * 64;
   const int64_t live = g_current.fetch_sub(int64_t(bytes)) - int64_t(bytes);
   if (rounded >= kHugePage) {
     ASAN_POISON_MEMORY_REGION(ptr, rounded);  // kept: a use after free is still reported
-    if (block_cache().keep(ptr, rounded, live, cache_bound())) return;
+    if (block_cache().keep(ptr, rounded, live, cache_bound(), std::move(note))) return;
     ASAN_UNPOISON_MEMORY_REGION(ptr, rounded);
   }
   std::free(ptr);

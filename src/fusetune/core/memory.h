@@ -4,11 +4,19 @@
 // peak_memory_alloc (the high-water mark of live allocated bytes since the last reset).
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 namespace fusetune::memory {
 
 void* allocate(size_t bytes);  // 64-byte aligned, counted; throws fusetune::Error on failure
 void release(void* ptr, size_t bytes);
+
+// The same with a note on what a freed buffer holds: `release` keeps `note` with the buffer
+// while it is kept for reuse, and `allocate` with `note` prefers a kept buffer that has one and
+// hands its note back (null: the contents are unknown). core/tensor.h's row sets use it.
+using Note = std::shared_ptr<const void>;
+void* allocate(size_t bytes, Note* note);
+void release(void* ptr, size_t bytes, Note note);
 
 int64_t current_bytes();
 int64_t peak_bytes();

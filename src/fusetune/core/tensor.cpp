@@ -27,8 +27,16 @@ Storage::Storage(size_t bytes) : data_(memory::allocate(bytes)), bytes_(bytes), 
 Storage::Storage(void* data, size_t bytes, std::shared_ptr<const void> owner)
     : data_(data), bytes_(bytes), counted_(false), owner_(std::move(owner)) {}
 
+Storage::Storage(size_t bytes, bool reuse_known_rows)
+    : data_(nullptr), bytes_(bytes), counted_(true) {
+  memory::Note note;
+  data_ = memory::allocate(bytes, reuse_known_rows ? &note : nullptr);
+  // Every note in the block cache is a row set: only ~Storage below writes one.
+  nonzero_rows_ = std::static_pointer_cast<const RowSet>(std::move(note));
+}
+
 Storage::~Storage() {
-  if (counted_) memory::release(data_, bytes_);
+  if (counted_) memory::release(data_, bytes_, std::move(nonzero_rows_));
 }
 
 Tensor Tensor::empty(Shape shape, DType dtype) {
@@ -38,6 +46,24 @@ Tensor Tensor::empty(Shape shape, DType dtype) {
   t.dtype_ = dtype;
   t.storage_ = std::make_shared<Storage>(t.nbytes());
   return t;
+}
+
+Tensor Tensor::reusing_rows(Shape shape, DType dtype) {
+  for (auto d : shape) FT_CHECK(d >= 0, "negative dimension in shape " + shape_str(shape));
+  Tensor t;
+  t.shape_ = std::move(shape);
+  t.dtype_ = dtype;
+  t.storage_ = std::make_shared<Storage>(t.nbytes(), true);
+  return t;
+}
+
+const std::shared_ptr<const RowSet>& Tensor::nonzero_rows() const {
+  static const std::shared_ptr<const RowSet> kDense;
+  return storage_ ? storage_->nonzero_rows() : kDense;
+}
+
+void Tensor::drop_nonzero_rows() const {
+  if (storage_) storage_->set_nonzero_rows(nullptr);
 }
 
 Tensor Tensor::zeros(Shape shape, DType dtype) {

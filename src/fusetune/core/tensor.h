@@ -17,21 +17,37 @@ using Shape = std::vector<int64_t>;
 int64_t shape_numel(const Shape& s);
 std::string shape_str(const Shape& s);  // "[4, 256, 64]"
 
+// Row sparsity (docs/design.md §5): the rows of a buffer, `row_bytes` each, that may hold non-zero
+// bytes; every other row is all zero bits. An embedding's gradient carries the rows its batch
+// touched (ops/data_movement.h), so that zeroing it, its norm, its sum over ranks and the update
+// read those rows only. A writer that may write elsewhere drops it (Storage::set_nonzero_rows).
+struct RowSet {
+  int64_t row_bytes = 0;
+  std::vector<int32_t> rows;  // sorted, unique
+};
+
 class Storage {
  public:
-  explicit Storage(size_t bytes);                                        // counted, uninitialized
+  explicit Storage(size_t bytes);  // counted, uninitialized
+  // Counted, holding what a freed buffer of this size held: nonzero_rows() says which rows may
+  // be non-zero when the buffer's row set was known, else it is null (contents unknown).
+  Storage(size_t bytes, bool reuse_known_rows);
   Storage(void* data, size_t bytes, std::shared_ptr<const void> owner);  // borrowed
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
   void* data() const { return data_; }
   size_t bytes() const { return bytes_; }
+  // Null: any byte may be non-zero. A freed buffer keeps its row set while it waits for reuse.
+  const std::shared_ptr<const RowSet>& nonzero_rows() const { return nonzero_rows_; }
+  void set_nonzero_rows(std::shared_ptr<const RowSet> rows) { nonzero_rows_ = std::move(rows); }
 
  private:
   void* data_;
   size_t bytes_;
   bool counted_;
   std::shared_ptr<const void> owner_;
+  std::shared_ptr<const RowSet> nonzero_rows_;
 };
 
 class Tensor {
@@ -39,6 +55,9 @@ class Tensor {
   Tensor() = default;
   static Tensor empty(Shape shape, DType dtype);
   static Tensor zeros(Shape shape, DType dtype);
+  // Like empty(), but when it reuses a freed buffer whose row set was known, the storage's
+  // nonzero_rows() says which rows may be non-zero (so that zeroing it costs only those rows).
+  static Tensor reusing_rows(Shape shape, DType dtype);
   // Wraps bytes owned elsewhere; `owner` keeps them alive as long as the tensor lives.
   static Tensor borrow(void* data, Shape shape, DType dtype, std::shared_ptr<const void> owner);
 
@@ -60,6 +79,9 @@ class Tensor {
   Tensor clone() const;               // deep copy
   Tensor to(DType dtype) const;       // converted copy (float types <-> float types)
   void fill_zero();
+  // The storage's row set (null: dense), and dropping it before a write it would not cover.
+  const std::shared_ptr<const RowSet>& nonzero_rows() const;
+  void drop_nonzero_rows() const;
   bool shares_storage(const Tensor& o) const { return storage_ == o.storage_; }
   const std::shared_ptr<Storage>& storage() const { return storage_; }
 

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "fusetune/core/dtype.h"
+#include "fusetune/distributed/row_sparse_allreduce.h"
 #include "fusetune/util/error.h"
 
 namespace fusetune::dist {
@@ -63,6 +64,9 @@ void allreduce_gradients(Communicator& comm, const std::vector<Tensor*>& grads,
     numels.push_back(g->numel());
     dtypes.push_back(g->dtype());
   }
+  // Gradients with row sets are summed as the prefix their rows are packed into; whether one
+  // goes through a bucket is still decided by its whole size, so the bucket space is as planned.
+  std::vector<PackedRows> packed = pack_row_sets(comm, grads, what);
   const int64_t space = allreduce_buffer_elements(numels, dtypes, bucket_elements);
   Tensor buffer = space > 0 ? Tensor::empty({space}, DType::F32) : Tensor();
   float* bucket = space > 0 ? buffer.data<float>() : nullptr;
@@ -79,9 +83,11 @@ void allreduce_gradients(Communicator& comm, const std::vector<Tensor*>& grads,
     used = 0;
     pending.clear();
   };
-  for (Tensor* g : grads) {
+  for (PackedRows& p : packed) {
+    Tensor* g = &p.packed;
     const int64_t n = g->numel();
-    if (n >= bucket_elements) {
+    if (n == 0) continue;  // a row set that no rank touched
+    if (p.grad->numel() >= bucket_elements) {
       // Large: fp32 in place; bf16 through the bucket space, a bucket at a time.
       if (g->dtype() == DType::F32) {
         comm.allreduce_sum(g->data<float>(), n, what);
@@ -97,6 +103,7 @@ void allreduce_gradients(Communicator& comm, const std::vector<Tensor*>& grads,
     pending.push_back(g);
   }
   flush();
+  unpack_row_sets(packed);
 }
 
 }  // namespace fusetune::dist

@@ -4,6 +4,7 @@
 // entry and list it in the family's ops at the end of this file.
 #include <cstring>
 #include "fusetune/graph/op_desc.h"
+#include "fusetune/kernels/cpu/embedding_rows.h"
 #include "fusetune/kernels/cpu/kernels.h"
 #include "fusetune/kernels/cpu/nf4.h"
 #include "fusetune/ops/dims.h"
@@ -174,7 +175,8 @@ inline constexpr OpDesc kEmbeddingBackward = {
     .kernel =
         []<class T>(const KernelArgs<T>& c) {
           k::embedding_backward<T>(c.X(0), c.I(1), c.Y, c.in[1].numel(), c.out[0].dim(1),
-                                   c.out[0].dim(0));
+                                   c.out[0].dim(0), k::embedding_rows_to_clear(c.out[0]));
+          k::record_embedding_rows(c.out[0], c.I(1), c.in[1].numel());
         },
 };
 

@@ -52,16 +52,20 @@ bool all_zero(const P* g, int64_t n) {
 // eps > 0). An embedding table's step then costs its touched rows plus one pass over p instead
 // of four reads and three writes of every element. A row the update leaves with any non-zero
 // moment stays active; its moments decay on every step as the dense update's do.
+//
+// A gradient with a row set (core/tensor.h: an embedding's) says which rows may be non-zero, so
+// the others are known zero without reading them (`touched`, one flag per row; null: test).
 template <class T, class P, class M>
 void adamw_update(P* p, const P* g, M* m, M* v, RowShape shape, uint8_t* active,
-                  const adamw_math::Coefficients& c, const bf16::Stream& r) {
+                  const uint8_t* touched, const adamw_math::Coefficients& c,
+                  const bf16::Stream& r) {
   const adamw_math::Update<T> update(c);
   const bool idle_rows_stay = update.decay == T(1) && update.eps > T(0);
   const int64_t cols = shape.cols;
 #pragma omp parallel for schedule(static) if (shape.n >= kOptimizerParallelMin)
   for (int64_t row = 0; row < shape.rows; ++row) {
     const int64_t begin = row * cols, end = shape.end(row);
-    if (!active[row] && all_zero(g + begin, end - begin)) {
+    if (!active[row] && (touched ? !touched[row] : all_zero(g + begin, end - begin))) {
       if (idle_rows_stay) continue;
       for (int64_t i = begin; i < end; ++i) {
         T pi = bf16::load(p[i]), mi = 0, vi = 0;
@@ -82,11 +86,23 @@ void adamw_update(P* p, const P* g, M* m, M* v, RowShape shape, uint8_t* active,
   }
 }
 
+// One flag per row of `shape` for the rows `grad`'s row set names; empty when it has none (or
+// its rows are not these rows).
+std::vector<uint8_t> touched_rows(const Tensor& grad, RowShape shape) {
+  const RowSet* set = grad.nonzero_rows().get();
+  if (!set || set->row_bytes != shape.cols * int64_t(dtype_size(grad.dtype()))) return {};
+  std::vector<uint8_t> touched(size_t(shape.rows), 0);
+  for (int32_t row : set->rows) touched[size_t(row)] = 1;
+  return touched;
+}
+
 template <class T, class P, class M>
 void update_tensors(const Tensor& value, const Tensor& grad, Tensor& m, Tensor& v, uint8_t* active,
                     const adamw_math::Coefficients& c, const bf16::Stream& r) {
-  adamw_update<T>(value.data<P>(), grad.data<P>(), m.data<M>(), v.data<M>(), row_shape(value),
-                  active, c, r);
+  const RowShape shape = row_shape(value);
+  const std::vector<uint8_t> touched = touched_rows(grad, shape);
+  adamw_update<T>(value.data<P>(), grad.data<P>(), m.data<M>(), v.data<M>(), shape, active,
+                  touched.empty() ? nullptr : touched.data(), c, r);
 }
 
 // Which rows have a non-zero moment (a state loaded from a checkpoint).

@@ -16,6 +16,7 @@ class Owned final : public GradSync {
       : c_(std::move(c)), owned_(*c_.comm, *c_.trainable, *c_.trainable_numels) {
     if (c_.world > 1)
       streams_ = step.stream_gradients([this](const std::string& name, Tensor g) {
+        g.drop_nonzero_rows();  // ZeRO-2/3 reduce gradients densely (docs/design.md §8)
         owned_.hand_over(
             name, std::move(g),
             [this](const std::string& owned, Tensor sum) {
@@ -42,6 +43,7 @@ class Owned final : public GradSync {
     return out;
   }
   void add(const std::string& name, Tensor grad, size_t k) override {
+    if (c_.world > 1) grad.drop_nonzero_rows();  // reduced densely, as above
     if (!owned_.reduce(name, grad, "the gradient reduce (ZeRO-2)" + at_step_)) return;
     accumulate_gradient(*c_.grads, name, std::move(grad), k == 0);
   }

@@ -29,6 +29,8 @@ class Streamed final : public GradSync {
         return;
       }
       accumulate_gradient(*c_.grads, name, std::move(g), micro_k_ == 0);
+      // The buckets sum every row over the ranks: the gradient is dense from here.
+      c_.grads->at(name).drop_nonzero_rows();
       if (trainable_set_.count(name)) streamer_->add(name, c_.grads->at(name));
     });
   }

@@ -12,6 +12,7 @@ namespace {
 void make_first_element_inf(Tensor& g) {
   FT_CHECK(g.defined() && g.numel() > 0,
            std::string(kInfGradientAtStepEnv) + ": the gradient to poison is empty");
+  g.drop_nonzero_rows();  // element 0 may lie outside an embedding gradient's rows
   switch (g.dtype()) {
     case DType::F32:
       g.data<float>()[0] = std::numeric_limits<float>::infinity();

@@ -9,6 +9,7 @@
 #include "fusetune/graph/op_desc.h"
 #include "fusetune/kernels/cpu/bf16.h"
 #include "fusetune/kernels/cpu/bf16_matmul.h"
+#include "fusetune/kernels/cpu/embedding_rows.h"
 #include "fusetune/kernels/cpu/kernels.h"
 #include "fusetune/runtime/node_kernels.h"
 #include "fusetune/util/error.h"
@@ -245,7 +246,9 @@ void run_bf16_node_kernel(const Graph& g, const Node& n, const std::vector<Tenso
   if (n.op == Op::EmbeddingBackward && out[0].dtype() == DType::BF16) {
     const Tensor dy = in[0].dtype() == DType::BF16 ? scratch.widened(in[0]) : in[0];
     k::embedding_backward_bf16(dy.data<float>(), in[1].data<int32_t>(), out[0].data<uint16_t>(),
-                               in[1].numel(), out[0].dim(1), out[0].dim(0));
+                               in[1].numel(), out[0].dim(1), out[0].dim(0),
+                               k::embedding_rows_to_clear(out[0]));
+    k::record_embedding_rows(out[0], in[1].data<int32_t>(), in[1].numel());
     return;
   }
   std::vector<Tensor> in32(in.size()), out32(out.size());

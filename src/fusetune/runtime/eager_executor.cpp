@@ -30,7 +30,9 @@ std::vector<Tensor> EagerExecutor::run(const TensorMap& inputs, const ParamSourc
                                        const OnOutput& on_output) {
   return run_nodes(
       g_, release_at_, inputs, params,
-      [](size_t, size_t, const TensorType& t) { return Tensor::empty(t.shape, t.dtype); },
+      [this](size_t node, size_t, const TensorType& t) {
+        return fresh_output(g_.nodes()[node], t);
+      },
       on_output);
 }
 

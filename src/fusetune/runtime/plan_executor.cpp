@@ -20,7 +20,7 @@ std::vector<Tensor> PlanExecutor::run(const TensorMap& inputs, const ParamSource
       [&](size_t node, size_t k, const TensorType& t) {
         const int64_t off = plan_.offsets[node][k];
         return off >= 0 ? Tensor::borrow(base + off, t.shape, t.dtype, nullptr)
-                        : Tensor::empty(t.shape, t.dtype);
+                        : fresh_output(g_.nodes()[node], t);
       },
       on_output, NodeScratch{base + plan_.scratch_offset, plan_.scratch_bytes});
 }

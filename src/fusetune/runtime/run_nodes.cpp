@@ -18,6 +18,11 @@ std::vector<int> release_points(const Graph& g) {
   return last;
 }
 
+Tensor fresh_output(const Node& n, const TensorType& type) {
+  return n.op == Op::EmbeddingBackward ? Tensor::reusing_rows(type.shape, type.dtype)
+                                       : Tensor::empty(type.shape, type.dtype);
+}
+
 namespace {
 
 void run_kernel(const Graph& g, const Node& n, const std::vector<Tensor>& in,

@@ -19,6 +19,11 @@ std::vector<int> release_points(const Graph& g);
 
 using AllocateOutput = std::function<Tensor(size_t node, size_t output, const TensorType& type)>;
 
+// A fresh buffer for output `type` of `n` outside any arena: an embedding's gradient reuses a
+// freed buffer whose row set is known when there is one (so its backward zeroes those rows
+// only, kernels/cpu/embedding_rows.h); everything else is Tensor::empty.
+Tensor fresh_output(const Node& n, const TensorType& type);
+
 std::vector<Tensor> run_nodes(const Graph& g, const std::vector<int>& release_at,
                               const TensorMap& inputs, const ParamSource& params,
                               const AllocateOutput& allocate, const OnOutput& on_output = {},

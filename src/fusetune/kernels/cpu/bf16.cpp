@@ -47,12 +47,16 @@ bool holds_bf16_values(const float* x, int64_t n) {
 }
 
 void embedding_backward_bf16(const float* dy, const int32_t* ids, uint16_t* dtable, int64_t n,
-                             int64_t D, int64_t V) {
+                             int64_t D, int64_t V, const std::vector<int32_t>* clear_rows) {
   for (int64_t i = 0; i < n; ++i)
     FT_CHECK(ids[i] >= 0 && ids[i] < V,
              "embedding_backward: token id " + std::to_string(ids[i]) + " at position " +
                  std::to_string(i) + " is outside the vocabulary of size " + std::to_string(V));
-  std::memset(dtable, 0, sizeof(uint16_t) * size_t(V * D));  // bf16 +0
+  if (!clear_rows)
+    std::memset(dtable, 0, sizeof(uint16_t) * size_t(V * D));  // bf16 +0
+  else
+    for (int32_t r : *clear_rows)
+      std::memset(dtable + int64_t(r) * D, 0, sizeof(uint16_t) * size_t(D));
   std::vector<int64_t> order(static_cast<size_t>(n));
   std::iota(order.begin(), order.end(), int64_t(0));
   std::stable_sort(order.begin(), order.end(),

@@ -4,6 +4,7 @@
 // out. Widening is exact (bf16 is the top half of an fp32); both loops are OpenMP-parallel and
 // written so the compiler vectorizes them.
 #include <cstdint>
+#include <vector>
 
 namespace fusetune::kernels {
 
@@ -41,7 +42,9 @@ void gemm_bf16_weight(bool trans_b, int64_t M, int64_t N, int64_t K, const float
 // summed in fp32 in position order (the fp32 kernel's order, so the result is its sum rounded
 // once), written as bf16; every other row zero. No fp32 [V, D] buffer: the vocabulary is most
 // of a small model's weights (128256 x 2048 for Llama 3.2 1B: 1 GB in fp32).
+// `clear_rows`: as embedding_backward's (kernels.h).
 void embedding_backward_bf16(const float* dy, const int32_t* ids, uint16_t* dtable, int64_t n,
-                             int64_t D, int64_t V);
+                             int64_t D, int64_t V,
+                             const std::vector<int32_t>* clear_rows = nullptr);
 
 }  // namespace fusetune::kernels

@@ -2,6 +2,7 @@
 // column blocks of the table and walk all ids in order, so every dtable element is summed in
 // the same order whatever the thread count.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -35,11 +36,16 @@ void embedding_forward(const T* table, const int32_t* ids, T* out, int64_t n, in
 }
 
 template <class T>
-void embedding_backward(const T* dy, const int32_t* ids, T* dtable, int64_t n, int64_t D,
-                        int64_t V) {
+void embedding_backward(const T* dy, const int32_t* ids, T* dtable, int64_t n, int64_t D, int64_t V,
+                        const std::vector<int32_t>* clear_rows) {
   check_ids("embedding_backward", ids, n, D, V);
+  if (clear_rows) {
+    for (int32_t r : *clear_rows)
+      std::fill(dtable + int64_t(r) * D, dtable + int64_t(r + 1) * D, T(0));
+  } else {
 #pragma omp parallel for simd schedule(static) if (parallel : V * D >= detail::kParallelMin)
-  for (int64_t k = 0; k < V * D; ++k) dtable[k] = T(0);
+    for (int64_t k = 0; k < V * D; ++k) dtable[k] = T(0);
+  }
   constexpr int64_t kBlock = 128;  // columns per task (512 bytes of float)
   const int64_t nblocks = (D + kBlock - 1) / kBlock;
 #pragma omp parallel for schedule(static) if (n * D >= detail::kParallelMin && nblocks > 1)
@@ -63,8 +69,28 @@ template void embedding_forward<double>(const double*, const int32_t*, double*, 
 template void embedding_forward<uint16_t>(const uint16_t*, const int32_t*, uint16_t*, int64_t,
                                           int64_t, int64_t);
 template void embedding_backward<float>(const float*, const int32_t*, float*, int64_t, int64_t,
-                                        int64_t);
+                                        int64_t, const std::vector<int32_t>*);
 template void embedding_backward<double>(const double*, const int32_t*, double*, int64_t, int64_t,
-                                         int64_t);
+                                         int64_t, const std::vector<int32_t>*);
+
+std::vector<int32_t> embedding_touched_rows(const int32_t* ids, int64_t n) {
+  std::vector<int32_t> rows(ids, ids + n);
+  std::sort(rows.begin(), rows.end());
+  rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+  return rows;
+}
+
+bool sparse_embedding_grad_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("FUSETUNE_SPARSE_EMBEDDING_GRAD");
+    const std::string s = v ? v : "1";
+    FT_CHECK(s == "0" || s == "1",
+             "FUSETUNE_SPARSE_EMBEDDING_GRAD must be 0 (dense embedding gradients) or 1 (row sets, "
+             "the default), got '" +
+                 s + "'");
+    return s == "1";
+  }();
+  return on;
+}
 
 }  // namespace fusetune::kernels

@@ -5,6 +5,7 @@
 // same thread pool). Reductions are deterministic: the same inputs and thread count give
 // bitwise-identical results (per-thread partials are combined in a fixed order).
 #include <cstdint>
+#include <vector>
 
 namespace fusetune::kernels {
 
@@ -98,10 +99,17 @@ void nll_backward(T dloss, const int32_t* labels, T* dx, int64_t rows, int64_t V
 // Also instantiated for uint16_t (bf16 rows copied as bits).
 template <class T>
 void embedding_forward(const T* table, const int32_t* ids, T* out, int64_t n, int64_t D, int64_t V);
-// dtable = zeros; dtable[ids[i], :] += dy[i, :]. Deterministic (no atomics).
+// dtable = zeros; dtable[ids[i], :] += dy[i, :]. Deterministic (no atomics). With
+// `clear_rows`, only those rows of dtable may be non-zero on entry: only they are zeroed
+// (a reused gradient buffer: core/tensor.h's row sets), not the whole [V, D] table.
 template <class T>
-void embedding_backward(const T* dy, const int32_t* ids, T* dtable, int64_t n, int64_t D,
-                        int64_t V);
+void embedding_backward(const T* dy, const int32_t* ids, T* dtable, int64_t n, int64_t D, int64_t V,
+                        const std::vector<int32_t>* clear_rows = nullptr);
+// The rows an embedding backward writes: the ids, sorted, each once.
+std::vector<int32_t> embedding_touched_rows(const int32_t* ids, int64_t n);
+// Whether embedding gradients carry their row sets (FUSETUNE_SPARSE_EMBEDDING_GRAD, "1" by
+// default; "0" keeps every gradient dense, for before/after measurements). Read once.
+bool sparse_embedding_grad_enabled();
 
 // ---- attention helpers ----------------------------------------------------------------------
 // scores: [B, H, T, T]. Sets out[b,h,i,j] = -inf where j > i, or where doc_ids (optional,
