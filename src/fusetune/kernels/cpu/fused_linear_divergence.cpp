@@ -12,6 +12,7 @@
 
 #include "fusetune/core/tensor.h"
 #include "fusetune/kernels/cpu/bf16.h"
+#include "fusetune/kernels/cpu/bf16_matmul.h"
 #include "fusetune/kernels/cpu/head_gemm.h"
 #include "fusetune/kernels/cpu/kernels.h"
 #include "fusetune/kernels/cpu/row_softmax.h"
@@ -222,6 +223,17 @@ std::array<double, 2> fused_float(const LinearDivergenceInputs<float>& in,
     if (!in.teacher_W_bf16)
       return fused_divergence(in, student,
                               detail::DenseHead<float>{in.teacher_W, in.teacher_D, in.V}, g);
+    // The teacher only forms logits: on the CPU's bf16 dot products its bf16 head is read as
+    // stored when its hidden states hold bf16 values (fused_linear_cross_entropy.h's rule).
+    if (bf16_matmul_path() == Bf16MatmulPath::OneDnn &&
+        holds_bf16_values(in.teacher_h, in.N * in.teacher_D)) {
+      const int64_t C = std::max<int64_t>(1, std::min(in.chunk_rows, in.N));
+      Tensor ht_bf16 = Tensor::empty({C, in.teacher_D}, DType::BF16);
+      return fused_divergence(
+          in, student,
+          detail::OneDnnBf16Head{in.teacher_W_bf16, in.teacher_D, in.V, ht_bf16.data<uint16_t>()},
+          g);
+    }
     return with_bf16_head(in.teacher_W_bf16, in.teacher_D, in.V, [&](const auto& teacher) {
       return fused_divergence(in, student, teacher, g);
     });
@@ -237,12 +249,18 @@ int64_t fused_divergence_scratch_bytes(const DivergenceScratchShape& s) {
   const int64_t C = s.chunk_rows;
   int64_t elems = 2 * C * s.V + C * (s.D + s.teacher_D) + (s.grads ? C * s.D : 0);
   if (s.student_bf16) elems += bf16_tile_rows(s.V, s.D) * s.D;
-  if (s.teacher_bf16) elems += bf16_tile_rows(s.V, s.teacher_D) * s.teacher_D;
+  int64_t teacher_bytes = 0;  // the teacher's tile, or its rows in bf16 on bf16 dot products
+  if (s.teacher_bf16) {
+    teacher_bytes = bf16_tile_rows(s.V, s.teacher_D) * s.teacher_D * s.elem_bytes;
+    if (bf16_matmul_path() == Bf16MatmulPath::OneDnn)
+      teacher_bytes =
+          std::max(teacher_bytes, detail::OneDnnBf16Head::scratch_bytes(C, s.teacher_D, s.V));
+  }
   if (s.student_nf4) elems += nf4_tile_rows(s.V, s.D) * s.D;
   elems += (s.grads ? 2 : 1) * C * s.lora_rank;
   if (s.lora_x) elems += (s.grads ? 2 : 1) * C * s.D;
   if (s.col_scale && s.grads) elems += C * s.V;
-  return elems * s.elem_bytes;
+  return elems * s.elem_bytes + teacher_bytes;
 }
 
 template <class T>
