@@ -122,6 +122,10 @@ const std::vector<RecipeInfo>& recipes() {
        "scored by a frozen reward model, GAE advantages from a trained value model, "
        "torchtune's clipped PPOLoss",
        &ppo_schema(), ppo_full_finetune_single_device, kFull},
+      {"ppo_full_finetune_distributed",
+       "PPO (RLHF) of every weight over N data-parallel ranks (MPI): each rank generates and "
+       "scores its own prompts; whitening, loss means and gradients span every rank",
+       &ppo_full_distributed_schema(), ppo_full_finetune_distributed, on_ranks(kFull)},
       {"reward_model_finetune_single_device",
        "Reward model training on one device: a sequence classifier (score head) trained on "
        "preference pairs with TRL RewardTrainer's loss, saved as a Hugging Face "
