@@ -2,9 +2,11 @@
 // random weights and prompts:
 //   rollout   the responses: one per prompt, sampled (temperature 1) with the KV cache on the
 //             training weights, each prompt from its own seed (recipes/grpo_rollout.h);
-//             generated tokens/s, beside bench_decode's batch-1 and batched figures for the same
-//             shape and lengths (greedy Generator::generate over 1 row and over the prompts'
-//             rows), measured here, in the same program;
+//             generated tokens/s end to end ("gen"), beside bench_decode's batch-1 and batched
+//             decode figures for the same shape and lengths ("dec1", "decB": greedy
+//             Generator::generate over 1 row and over the prompts' rows, decode steps only) and
+//             the batched greedy generate end to end ("genB": what the rollout adds to it is
+//             sampling, its per-row seeds and the log-probs), measured here, in the same program;
 //   scoring   the forwards over the rollout's rows: the policy's (and the reference's: the same
 //             graph on a copy) log-probs, the value model's values, the reward model's scores;
 //   train     one PPO update over the rows: the policy's graph (forward, clipped policy loss,
@@ -17,6 +19,7 @@
 // Prints a table ("vs model": the train part's speed against compile: model on the same
 // shape), then one JSON line. Nothing here asserts a timing.
 #include <iostream>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -45,7 +48,7 @@ struct PpoBenchOptions {  // main()'s BenchArgs hold the defaults
 struct PpoBenchResult {
   std::string shape, mode;
   int64_t rows = 0, seq = 0, generated = 0;
-  double gen_tps = 0, decode1_tps = 0, decodeB_tps = 0;
+  double gen_tps = 0, decode1_tps = 0, decodeB_tps = 0, generateB_tps = 0;
   double policy_s = 0, value_s = 0, reward_s = 0, train_s = 0;
   int64_t peak_bytes = 0, planned_bytes = 0;
 };
@@ -75,20 +78,28 @@ std::vector<std::vector<int32_t>> ppo_bench_prompts(const ModelConfig& c,
   return prompts;
 }
 
-// Greedy decode tokens/s over `rows` of the prompts (bench_decode's measure: the second run).
-double ppo_decode_tps(Generator& gen, const std::vector<std::vector<int32_t>>& prompts,
-                      int64_t rows, int64_t new_tokens) {
+// bench_decode's figures over `rows` of the prompts, greedy: decode tokens/s (decode steps
+// only, as bench_decode prints) and end to end (prefill included, as a rollout is timed);
+// medians of steps - 1 runs after a warm-up.
+std::pair<double, double> ppo_decode_tps(Generator& gen,
+                                         const std::vector<std::vector<int32_t>>& prompts,
+                                         int64_t rows, const PpoBenchOptions& o) {
   const std::vector<std::vector<int32_t>> part(prompts.begin(), prompts.begin() + rows);
   GenerationOptions g;
-  g.max_new_tokens = new_tokens;
+  g.max_new_tokens = o.new_tokens;
   g.sampling.temperature = 0;
   gen.generate(part, g);
-  const GenerationStats s = gen.generate(part, g).stats;
-  return double(s.decode_steps) / s.decode_seconds * double(rows);
+  std::vector<double> decode, whole;
+  for (int s = 1; s < o.steps; ++s) {
+    const GenerationStats st = gen.generate(part, g).stats;
+    decode.push_back(double(st.decode_steps) / st.decode_seconds * double(rows));
+    whole.push_back(double(st.generated_tokens) / (st.prefill_seconds + st.decode_seconds));
+  }
+  return {ppo_median(decode), ppo_median(whole)};
 }
 
-// The rollout (timed on its second run: the first compiles the decode graphs) and the decode
-// figures beside it.
+// The rollout (timed after a warm-up run that compiles the decode graphs; the median of
+// steps - 1 runs) and the decode figures beside it.
 GrpoRollout ppo_timed_rollout(const ModelConfig& c, const TensorMap& params, CompileMode mode,
                               const PpoBenchOptions& o, PpoBenchResult& r) {
   const auto prompts = ppo_bench_prompts(c, o);
@@ -99,27 +110,37 @@ GrpoRollout ppo_timed_rollout(const ModelConfig& c, const TensorMap& params, Com
   g.seed = 11;
   std::vector<uint64_t> seeds;
   for (int64_t i = 0; i < o.prompts; ++i) seeds.push_back(mix64(uint64_t(i) + 1));
-  generate_rollout(gen, prompts, 1, g, seeds);
-  const auto t0 = std::chrono::steady_clock::now();
   GrpoRollout roll = generate_rollout(gen, prompts, 1, g, seeds);
-  const double s = ppo_seconds_since(t0);
-  for (const auto& comp : roll.completions) r.generated += int64_t(comp.size());
-  r.gen_tps = double(r.generated) / s;
-  r.decode1_tps = ppo_decode_tps(gen, prompts, 1, o.new_tokens);
-  r.decodeB_tps = ppo_decode_tps(gen, prompts, o.prompts, o.new_tokens);
+  std::vector<double> tps;
+  for (int s = 1; s < o.steps; ++s) {
+    const auto t0 = std::chrono::steady_clock::now();
+    roll = generate_rollout(gen, prompts, 1, g, seeds);
+    const double secs = ppo_seconds_since(t0);
+    r.generated = 0;
+    for (const auto& comp : roll.completions) r.generated += int64_t(comp.size());
+    tps.push_back(double(r.generated) / secs);
+  }
+  r.gen_tps = ppo_median(tps);
+  std::tie(r.decode1_tps, std::ignore) = ppo_decode_tps(gen, prompts, 1, o);
+  std::tie(r.decodeB_tps, r.generateB_tps) = ppo_decode_tps(gen, prompts, o.prompts, o);
   return roll;
 }
 
-// Seconds of the second run of `graphs` on b (the first compiles and allocates).
+// Seconds of a run of `graphs` on b: the median of steps - 1 runs after one that compiles and
+// allocates.
 double ppo_timed_forward(CompiledGraphs& graphs, const Batch& b, const TensorMap& in,
-                         const TensorMap& params, TensorMap* out = nullptr) {
+                         const TensorMap& params, const PpoBenchOptions& o,
+                         TensorMap* out = nullptr) {
   double compile_s = 0;
-  graphs.run(b, in, params, &compile_s);
-  const auto t0 = std::chrono::steady_clock::now();
-  TensorMap o = graphs.run(b, in, params, &compile_s);
-  const double s = ppo_seconds_since(t0);
-  if (out) *out = std::move(o);
-  return s;
+  TensorMap first = graphs.run(b, in, params, &compile_s);
+  std::vector<double> secs;
+  for (int s = 1; s < o.steps; ++s) {
+    const auto t0 = std::chrono::steady_clock::now();
+    graphs.run(b, in, params, &compile_s);
+    secs.push_back(ppo_seconds_since(t0));
+  }
+  if (out) *out = std::move(first);
+  return ppo_median(secs);
 }
 
 struct PpoBenchModels {
@@ -227,14 +248,14 @@ PpoBenchResult ppo_bench_run(const BenchShape& shape, CompileMode mode, const Pp
       },
       po, arena);
   TensorMap lp, v;
-  r.policy_s = ppo_timed_forward(score, b, bin, m.ref_params, &lp);
-  r.value_s = ppo_timed_forward(values, b, bin, m.value_params, &v);
+  r.policy_s = ppo_timed_forward(score, b, bin, m.ref_params, o, &lp);
+  r.value_s = ppo_timed_forward(values, b, bin, m.value_params, o, &v);
   TensorMap rin = bin;
   Tensor last = Tensor::zeros({b.batch_size * b.seq_len}, DType::F32);
   // Each row's last position (the time does not depend on which position is read).
   for (int64_t i = 0; i < b.batch_size; ++i) last.data<float>()[(i + 1) * b.seq_len - 1] = 1.0f;
   rin["last_token_mask"] = last;
-  r.reward_s = ppo_timed_forward(scores, b, rin, m.reward_params);
+  r.reward_s = ppo_timed_forward(scores, b, rin, m.reward_params, o);
   const TrainingGraphOptions go =
       ppo_bench_train(m, b, bin, lp.at("token_logps"), v.at("values"), po, o, r);
   r.peak_bytes = memory::peak_bytes() - base;
@@ -252,9 +273,9 @@ PpoBenchResult ppo_bench_run(const BenchShape& shape, CompileMode mode, const Pp
 }
 
 void ppo_print_table(const std::vector<PpoBenchResult>& results) {
-  std::printf("%-9s %-7s %8s %9s %9s %9s %8s %8s %8s %8s %8s %9s %9s\n", "shape", "compile",
-              "rows x T", "gen t/s", "dec1 t/s", "decB t/s", "logp s", "value s", "reward s",
-              "train s", "vs model", "peak MiB", "plan MiB");
+  std::printf("%-9s %-7s %8s %9s %9s %9s %9s %8s %8s %8s %8s %8s %9s %9s\n", "shape", "compile",
+              "rows x T", "gen t/s", "dec1 t/s", "decB t/s", "genB t/s", "logp s", "value s",
+              "reward s", "train s", "vs model", "peak MiB", "plan MiB");
   for (const PpoBenchResult& r : results) {
     std::string ratio = "-";
     for (const PpoBenchResult& m : results)
@@ -264,10 +285,11 @@ void ppo_print_table(const std::vector<PpoBenchResult>& results) {
         ratio = buf;
       }
     const std::string rows = std::to_string(r.rows) + " x " + std::to_string(r.seq);
-    std::printf("%-9s %-7s %8s %9.1f %9.1f %9.1f %8.4f %8.4f %8.4f %8.4f %8s %9.1f %9.1f\n",
+    std::printf("%-9s %-7s %8s %9.1f %9.1f %9.1f %9.1f %8.4f %8.4f %8.4f %8.4f %8s %9.1f %9.1f\n",
                 r.shape.c_str(), r.mode.c_str(), rows.c_str(), r.gen_tps, r.decode1_tps,
-                r.decodeB_tps, r.policy_s, r.value_s, r.reward_s, r.train_s, ratio.c_str(),
-                double(r.peak_bytes) / double(1 << 20), double(r.planned_bytes) / double(1 << 20));
+                r.decodeB_tps, r.generateB_tps, r.policy_s, r.value_s, r.reward_s, r.train_s,
+                ratio.c_str(), double(r.peak_bytes) / double(1 << 20),
+                double(r.planned_bytes) / double(1 << 20));
   }
 }
 
@@ -308,6 +330,7 @@ int main(int argc, char** argv) try {
                          {"gen_tokens_per_s", r.gen_tps},
                          {"decode_batch1_tokens_per_s", r.decode1_tps},
                          {"decode_batched_tokens_per_s", r.decodeB_tps},
+                         {"generate_batched_tokens_per_s", r.generateB_tps},
                          {"policy_logps_s", r.policy_s},
                          {"value_forward_s", r.value_s},
                          {"reward_forward_s", r.reward_s},

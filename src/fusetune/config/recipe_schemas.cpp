@@ -269,8 +269,8 @@ Schema build_full(bool preference = false, bool grpo = false, bool reward = fals
   return s;
 }
 
-Schema build_lora(bool preference = false, bool grpo = false) {
-  Schema s = build_full(preference, grpo);
+Schema build_lora(bool preference = false, bool grpo = false, bool reward = false) {
+  Schema s = build_full(preference, grpo, reward);
   s.recipe = "lora_finetune_single_device";
   Field model = model_field(true);
   model.add(Field::List("lora_attn_modules")
@@ -469,9 +469,8 @@ Schema build_full_dpo() {
 
 // reward_model_finetune_single_device: full fine-tuning's keys on preference pairs, the loss
 // TRL RewardTrainer's (docs/design.md §12).
-Schema build_reward() {
-  Schema s = build_full(true, false, true);
-  s.recipe = "reward_model_finetune_single_device";
+// The reward recipes' keys on `s` (full or LoRA): the loss is fixed, TRL's.
+Schema with_reward_keys(Schema s) {
   // The loss is fixed: a `loss` section is refused with the reason (check_objective).
   std::erase_if(s.fields, [](const Field& f) { return f.name == "loss"; });
   s.add(Field::Map("loss").doc(
@@ -481,6 +480,33 @@ Schema build_reward() {
             .min(0)
             .doc("TRL's: adds c * mean((r_chosen + r_rejected)^2) to the loss, which keeps the "
                  "rewards centred on 0"));
+  return s;
+}
+
+Schema build_reward() {
+  Schema s = with_reward_keys(build_full(true, false, true));
+  s.recipe = "reward_model_finetune_single_device";
+  return s;
+}
+
+// LoRA adapters on the trunk, the score head trained in full (TRL RewardTrainer with a PEFT
+// config: PEFT's SEQ_CLS task keeps `score` in modules_to_save).
+Schema build_lora_reward() {
+  Schema s = with_reward_keys(build_lora(true, false, true));
+  s.recipe = "lora_reward_model_finetune_single_device";
+  s.checks.push_back([](const Config& root, const Config&, Problems& p) {
+    bool on = false;
+    try {
+      on = root.boolean("model.apply_lora_to_output", false);
+    } catch (const Error&) {
+      return;  // the field's own check reports a non-boolean
+    }
+    if (on)
+      p.errors.push_back(
+          "config key 'model.apply_lora_to_output' is true, but a reward model has no output "
+          "head to adapt: its `score` head trains in full (" +
+          root.where("model.apply_lora_to_output") + ")");
+  });
   return s;
 }
 
@@ -803,6 +829,11 @@ const Schema& lora_grpo_schema() {
 
 const Schema& reward_model_schema() {
   static const Schema s = build_reward();
+  return s;
+}
+
+const Schema& lora_reward_model_schema() {
+  static const Schema s = build_lora_reward();
   return s;
 }
 

@@ -31,6 +31,7 @@ constexpr RecipeTraits kQatLora{.trains = true, .lora = true, .qat = true};
 constexpr RecipeTraits kFullDpo{.trains = true, .dpo = true};
 constexpr RecipeTraits kLoraDpo{.trains = true, .lora = true, .dpo = true};
 constexpr RecipeTraits kReward{.trains = true, .reward = true};
+constexpr RecipeTraits kLoraReward{.trains = true, .lora = true, .reward = true};
 constexpr RecipeTraits kInference{};
 
 // A GRPO recipe's schema with its `rewards` check (grpo_recipes.h), built once per schema.
@@ -131,6 +132,11 @@ const std::vector<RecipeInfo>& recipes() {
        "preference pairs with TRL RewardTrainer's loss, saved as a Hugging Face "
        "*ForSequenceClassification checkpoint",
        &reward_model_schema(), reward_model_finetune_single_device, kReward},
+      {"lora_reward_model_finetune_single_device",
+       "Reward model training of LoRA adapters on one device: the trunk adapted, the score "
+       "head trained in full (TRL RewardTrainer with a PEFT config); saves the merged "
+       "classifier and a PEFT adapter holding the score head",
+       &lora_reward_model_schema(), lora_reward_model_finetune_single_device, kLoraReward},
       {"reward_model_finetune_distributed",
        "Reward model training over N data-parallel ranks (MPI): the loss's mean spans every "
        "rank's pairs",
