@@ -430,6 +430,12 @@ TEST(PpoPlan, FitAdviceValidatesAndTheRunStopsBeforeLoading) {
   ASSERT_TRUE(none.closest.has_value());
   EXPECT_LE(none.closest->peak, floor);
   EXPECT_EQ(ppo_validated_peak(path, none.closest->overrides), none.closest->peak);
+  // optimizer_in_bwd (torchtune's PPO configs) needs gradient_accumulation_steps: 1: never
+  // suggested there.
+  const Config in_bwd = prepared_config(recipe, path.string(), {"optimizer_in_bwd=true"});
+  for (const FitCandidate& c : find_fitting_settings(in_bwd, recipe, model, peak - 1).fitting)
+    for (const std::string& o : c.overrides)
+      EXPECT_EQ(o.rfind("gradient_accumulation_steps=", 0), std::string::npos) << o;
   // The run: stopped before anything is loaded or written, with the advice.
   PpoFakeAvailableMemory fake(peak - 1);
   const std::string e = error_of([&] {

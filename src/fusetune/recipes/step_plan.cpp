@@ -234,8 +234,9 @@ int64_t ppo_next_divisor_below(int64_t n, int64_t d) {
 }
 
 // PPO's levers, each keeping its rules (batch_size a multiple of ppo_batch_size and of
-// forward_batch_size, ppo_batch_size of gradient_accumulation_steps): the update's micro-batch
-// smaller (more accumulation steps: the same updates), fewer rows per rollout forward (the
+// forward_batch_size, ppo_batch_size of gradient_accumulation_steps; no accumulation under
+// optimizer_in_bwd): the update's micro-batch smaller (more accumulation steps: the same
+// updates), fewer rows per rollout forward (the
 // same trajectory), then shorter responses. Its batch sizes are never changed: that would
 // change what each update trains on.
 FitAdvice find_fitting_ppo_settings(const Config& cfg, const std::string& recipe,
@@ -252,7 +253,9 @@ FitAdvice find_fitting_ppo_settings(const Config& cfg, const std::string& recipe
                        0});
   std::vector<std::string> base;  // the changes that keep the training the same
   for (const FitCandidate& c : singles) base.push_back(c.overrides[0]);
-  if (ga < ppo)
+  // optimizer_in_bwd needs gradient_accumulation_steps: 1 (torchtune's PPO configs set it).
+  const bool accumulate = !cfg.boolean("optimizer_in_bwd", false);
+  if (accumulate && ga < ppo)
     singles.push_back(
         {{"gradient_accumulation_steps=" + std::to_string(ppo_next_divisor_above(ppo, ga))},
          "smaller micro-batches of the same PPO updates",
@@ -287,7 +290,7 @@ FitAdvice find_fitting_ppo_settings(const Config& cfg, const std::string& recipe
     return true;
   };
   if (fits()) return advice;
-  while (g < ppo)
+  while (accumulate && g < ppo)
     if (g = ppo_next_divisor_above(ppo, g); fits()) return advice;
   while (f > 1)
     if (f = ppo_next_divisor_below(batch, f); fits()) return advice;
