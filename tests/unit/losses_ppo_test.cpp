@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <barrier>
 #include <cmath>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "checks.h"
@@ -65,6 +67,45 @@ TEST(PpoAdvantages, MaskedWhiteningIsItsFormula) {
   EXPECT_NEAR(wm, mean, 1e-7);
   EXPECT_NEAR(wv, 1.0, 1e-6);
   EXPECT_TRUE(contains(error_of([] { masked_whiten({1, 2}, {1, 0}); }), "at least 2"));
+}
+
+// ppo_full_finetune_distributed: two "ranks" (threads) holding the first 6 and the last 9
+// entries whiten with the sums exchanged between them (a stand-in for the all-reduce): each
+// half is the whole array's whitening, the mean and variance over both halves' masks.
+TEST(PpoAdvantages, WhiteningAcrossRanksIsTheWholeBatchsWhitening) {
+  const std::vector<double> x = ppo_test_random(15, 2, -3, 5);
+  std::vector<double> m(15, 1.0);
+  for (size_t i : {1u, 7u, 8u, 14u}) m[i] = 0;
+  const std::vector<double> whole = masked_whiten(x, m);
+  // The all-reduce: each thread posts its vector, waits for the other's, and adds it.
+  std::vector<double> posted[2];
+  std::barrier sync(2);
+  auto rank_sum = [&posted, &sync](int rank) {
+    return [&posted, &sync, rank](std::vector<double>& v) {
+      posted[rank] = v;
+      sync.arrive_and_wait();
+      for (size_t i = 0; i < v.size(); ++i) v[i] += posted[1 - rank][i];
+      sync.arrive_and_wait();  // both have read before either posts again
+    };
+  };
+  std::vector<double> half[2];
+  const size_t split = 6;
+  auto run = [&](int rank) {
+    const auto from = rank == 0 ? 0 : long(split), to = rank == 0 ? long(split) : 15L;
+    half[rank] = masked_whiten({x.begin() + from, x.begin() + to},
+                               {m.begin() + from, m.begin() + to}, rank_sum(rank));
+  };
+  std::thread other(run, 1);
+  run(0);
+  other.join();
+  std::vector<double> joined = half[0];
+  joined.insert(joined.end(), half[1].begin(), half[1].end());
+  ASSERT_EQ(joined.size(), whole.size());
+  for (size_t i = 0; i < whole.size(); ++i) EXPECT_NEAR(joined[i], whole[i], 1e-12) << i;
+  // Without the exchange each half would be whitened over itself alone.
+  EXPECT_GT(std::abs(masked_whiten({x.begin(), x.begin() + 6}, {m.begin(), m.begin() + 6})[0] -
+                     whole[0]),
+            1e-3);
 }
 
 TEST(PpoAdvantages, GaeIsADirectReverseLoopAndWhitenedOverTheResponse) {

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <sstream>
 
@@ -23,7 +24,9 @@
 #include "fusetune/tokenizers/load_tokenizer.h"
 #include "fusetune/util/error.h"
 #include "fusetune/util/fs.h"
+#include "fusetune/util/system_memory.h"
 #include "metrics_log.h"
+#include "prepared_config.h"
 #include "test_support.h"
 #include "tiny_llama.h"
 #include "token_reward_model.h"
@@ -353,5 +356,97 @@ TEST(PpoPlan, PlansTheFourModelsAndItsPeakIsTheMeasuredOne) {
     std::printf("PPO compile %s: measured %.0f B, planned %.0f B\n", mode, measured, planned);
     // Eager holds what a compiled plan frees early: its estimate is an upper bound (+7% here).
     EXPECT_NEAR(planned / measured, 1.0, std::string(mode) == "false" ? 0.10 : 0.02);
+  }
+}
+
+namespace {
+
+// FUSETUNE_AVAILABLE_MEMORY_BYTES for one scope.
+struct PpoFakeAvailableMemory {
+  explicit PpoFakeAvailableMemory(int64_t bytes) {
+    ::setenv(kAvailableMemoryEnv, std::to_string(bytes).c_str(), 1);
+  }
+  ~PpoFakeAvailableMemory() { ::unsetenv(kAvailableMemoryEnv); }
+};
+
+// The planned peak of the config at `path` with `overrides`, after validating it as `fusetune
+// run` does (a refused setting throws) and checking PPO's batch-size rules on what it reads.
+int64_t ppo_validated_peak(const fs::path& path, const std::vector<std::string>& overrides) {
+  const std::string recipe = "ppo_full_finetune_single_device";
+  const Config cfg = prepared_config(recipe, path.string(), overrides);
+  const int64_t batch = cfg.i64("batch_size"), ppo = cfg.i64("ppo_batch_size");
+  EXPECT_EQ(batch % ppo, 0) << ::testing::PrintToString(overrides);
+  EXPECT_EQ(batch % cfg.i64("forward_batch_size"), 0) << ::testing::PrintToString(overrides);
+  EXPECT_EQ(ppo % cfg.i64("gradient_accumulation_steps"), 0) << ::testing::PrintToString(overrides);
+  const PlannedStep s = plan_step(cfg, recipe, model_architecture(cfg));
+  return run_peak_bytes(s, plan_step_mode(s, s.configured_mode));
+}
+
+}  // namespace
+
+// PPO checks its memory before loading, and the fit advice keeps PPO's rules: more
+// accumulation steps only where they divide ppo_batch_size, forward_batch_size only a divisor
+// of batch_size, and never another batch_size or ppo_batch_size. Every suggestion validates and
+// plans to the peak it was offered with; a run that does not fit stops before loading.
+TEST(PpoPlan, FitAdviceValidatesAndTheRunStopsBeforeLoading) {
+  TempDir tmp;
+  const PpoFiles f = write_ppo_files(tmp.path(), ppo_byte_id('e'));
+  const fs::path path = tmp / "cfg.yaml";
+  // ppo_batch_size 6 of batch_size 12: accumulation steps 2, 3, 6; forward_batch_size 6 -> 4.
+  std::string yaml = ppo_yaml(f);
+  yaml.replace(yaml.find("batch_size: 4\n"), 14, "batch_size: 12\n");
+  yaml.replace(yaml.find("ppo_batch_size: 4\n"), 18, "ppo_batch_size: 6\n");
+  yaml.replace(yaml.find("forward_batch_size: 2\n"), 22, "forward_batch_size: 6\n");
+  write_file_atomic(path, yaml);
+  const std::string recipe = "ppo_full_finetune_single_device";
+  const Config cfg = prepared_config(recipe, path.string(), {});
+  const ModelConfig model = model_architecture(cfg);
+  const int64_t peak = ppo_validated_peak(path, {});
+  // Just under the config's peak: single changes fit.
+  const FitAdvice some = find_fitting_settings(cfg, recipe, model, peak - 1);
+  ASSERT_FALSE(some.fitting.empty());
+  bool accumulation = false;
+  for (const FitCandidate& c : some.fitting) {
+    EXPECT_EQ(ppo_validated_peak(path, c.overrides), c.peak);
+    EXPECT_LT(c.peak, peak);
+    for (const std::string& o : c.overrides) {
+      EXPECT_EQ(o.rfind("batch_size=", 0), std::string::npos) << o;
+      EXPECT_EQ(o.rfind("ppo_batch_size=", 0), std::string::npos) << o;
+      accumulation |= o == "gradient_accumulation_steps=2";
+    }
+  }
+  EXPECT_TRUE(accumulation) << "a smaller micro-batch of the same updates";
+  // Everything together (the search's last combination) fits in its own peak; with no memory
+  // the smallest combination tried is named. Both validate.
+  const std::vector<std::string> all = {"compile=true", "enable_activation_checkpointing=true",
+                                        "gradient_accumulation_steps=6", "forward_batch_size=1",
+                                        "max_generated_tokens=1"};
+  const int64_t floor = ppo_validated_peak(path, all);
+  const FitAdvice combined = find_fitting_settings(cfg, recipe, model, floor);
+  ASSERT_EQ(combined.fitting.size(), 1u);
+  EXPECT_EQ(ppo_validated_peak(path, combined.fitting[0].overrides), combined.fitting[0].peak);
+  const FitAdvice none = find_fitting_settings(cfg, recipe, model, 1);
+  EXPECT_TRUE(none.fitting.empty());
+  ASSERT_TRUE(none.closest.has_value());
+  EXPECT_LE(none.closest->peak, floor);
+  EXPECT_EQ(ppo_validated_peak(path, none.closest->overrides), none.closest->peak);
+  // optimizer_in_bwd (torchtune's PPO configs) needs gradient_accumulation_steps: 1: never
+  // suggested there.
+  const Config in_bwd = prepared_config(recipe, path.string(), {"optimizer_in_bwd=true"});
+  for (const FitCandidate& c : find_fitting_settings(in_bwd, recipe, model, peak - 1).fitting)
+    for (const std::string& o : c.overrides)
+      EXPECT_EQ(o.rfind("gradient_accumulation_steps=", 0), std::string::npos) << o;
+  // The run: stopped before anything is loaded or written, with the advice.
+  PpoFakeAvailableMemory fake(peak - 1);
+  const std::string e = error_of([&] {
+    cli::cmd_run({recipe, "--config", path.string(), "output_dir=" + (tmp / "run").string()});
+  });
+  EXPECT_TRUE(contains(e, "this run would not fit in memory")) << e;
+  EXPECT_TRUE(contains(e, "gradient_accumulation_steps=2")) << e;
+  EXPECT_FALSE(fs::exists(tmp / "run"));
+  // Batch sizes that do not divide are refused by validation already.
+  for (const char* bad : {"forward_batch_size=5", "gradient_accumulation_steps=4"}) {
+    const std::string v = error_of([&] { prepared_config(recipe, path.string(), {bad}); });
+    EXPECT_TRUE(contains(v, std::string(bad).substr(0, std::string(bad).find('=')))) << v;
   }
 }

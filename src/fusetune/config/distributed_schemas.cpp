@@ -151,6 +151,34 @@ const Schema& lora_grpo_distributed_schema() {
   return s;
 }
 
+namespace {
+
+Schema ppo_distributed() {
+  Schema s = distributed(ppo_schema(), "ppo_full_finetune_distributed");
+  s.checks.push_back([](const Config& root, const Config&, Problems& p) {
+    if (root.has("zero_stage") && root.node("zero_stage").IsScalar() &&
+        root.node("zero_stage").Scalar() == "3")
+      p.errors.push_back(
+          "zero_stage 3 shards the parameters, and PPO generates its responses on whole "
+          "parameters: use zero_stage 0, 1 or 2 (" +
+          root.where("zero_stage") + ")");
+    if (set_true(root, "optimizer_in_bwd"))
+      p.errors.push_back(
+          "optimizer_in_bwd: true would update each parameter with this rank's gradient alone; "
+          "ppo_full_finetune_distributed sums each PPO update's gradients over the ranks first: "
+          "set optimizer_in_bwd: false (" +
+          root.where("optimizer_in_bwd") + ")");
+  });
+  return s;
+}
+
+}  // namespace
+
+const Schema& ppo_full_distributed_schema() {
+  static const Schema s = ppo_distributed();
+  return s;
+}
+
 const Schema& reward_model_distributed_schema() {
   static const Schema s =
       distributed(reward_model_schema(), "reward_model_finetune_distributed", true);

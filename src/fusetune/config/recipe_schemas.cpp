@@ -269,8 +269,8 @@ Schema build_full(bool preference = false, bool grpo = false, bool reward = fals
   return s;
 }
 
-Schema build_lora(bool preference = false, bool grpo = false) {
-  Schema s = build_full(preference, grpo);
+Schema build_lora(bool preference = false, bool grpo = false, bool reward = false) {
+  Schema s = build_full(preference, grpo, reward);
   s.recipe = "lora_finetune_single_device";
   Field model = model_field(true);
   model.add(Field::List("lora_attn_modules")
@@ -469,9 +469,8 @@ Schema build_full_dpo() {
 
 // reward_model_finetune_single_device: full fine-tuning's keys on preference pairs, the loss
 // TRL RewardTrainer's (docs/design.md §12).
-Schema build_reward() {
-  Schema s = build_full(true, false, true);
-  s.recipe = "reward_model_finetune_single_device";
+// The reward recipes' keys on `s` (full or LoRA): the loss is fixed, TRL's.
+Schema with_reward_keys(Schema s) {
   // The loss is fixed: a `loss` section is refused with the reason (check_objective).
   std::erase_if(s.fields, [](const Field& f) { return f.name == "loss"; });
   s.add(Field::Map("loss").doc(
@@ -481,6 +480,33 @@ Schema build_reward() {
             .min(0)
             .doc("TRL's: adds c * mean((r_chosen + r_rejected)^2) to the loss, which keeps the "
                  "rewards centred on 0"));
+  return s;
+}
+
+Schema build_reward() {
+  Schema s = with_reward_keys(build_full(true, false, true));
+  s.recipe = "reward_model_finetune_single_device";
+  return s;
+}
+
+// LoRA adapters on the trunk, the score head trained in full (TRL RewardTrainer with a PEFT
+// config: PEFT's SEQ_CLS task keeps `score` in modules_to_save).
+Schema build_lora_reward() {
+  Schema s = with_reward_keys(build_lora(true, false, true));
+  s.recipe = "lora_reward_model_finetune_single_device";
+  s.checks.push_back([](const Config& root, const Config&, Problems& p) {
+    bool on = false;
+    try {
+      on = root.boolean("model.apply_lora_to_output", false);
+    } catch (const Error&) {
+      return;  // the field's own check reports a non-boolean
+    }
+    if (on)
+      p.errors.push_back(
+          "config key 'model.apply_lora_to_output' is true, but a reward model has no output "
+          "head to adapt: its `score` head trains in full (" +
+          root.where("model.apply_lora_to_output") + ")");
+  });
   return s;
 }
 
@@ -554,15 +580,38 @@ Field ppo_model_field(const char* name, bool classifier) {
   return m.req();
 }
 
+// PPO's batch sizes divide each other: batch_size by ppo_batch_size (the updates' rows) and by
+// forward_batch_size (the rollout's forwards), ppo_batch_size by gradient_accumulation_steps.
+void check_ppo_batch_sizes(const Config& root, const Config&, Problems& p) {
+  auto positive = [&root](const char* key, int64_t def) -> std::optional<int64_t> {
+    if (!root.has(key)) return def;
+    const std::optional<int64_t> v =
+        root.node(key).IsScalar() ? parse_int(root.node(key).Scalar()) : std::optional<int64_t>{};
+    return v && *v >= 1 ? v : std::nullopt;  // else the field's own check reports it
+  };
+  const auto batch = positive("batch_size", 1), ppo = positive("ppo_batch_size", 1),
+             fwd = positive("forward_batch_size", 1),
+             ga = positive("gradient_accumulation_steps", 1);
+  auto divides = [&root, &p](const char* big, std::optional<int64_t> b, const char* small,
+                             std::optional<int64_t> s) {
+    if (b && s && *b % *s != 0)
+      p.errors.push_back(std::string(big) + " (" + std::to_string(*b) +
+                         ") must be exactly divisible by " + small + " (" + std::to_string(*s) +
+                         ") (" + root.where(root.has(small) ? small : big) + ")");
+  };
+  divides("batch_size", batch, "ppo_batch_size", ppo);
+  divides("batch_size", batch, "forward_batch_size", fwd);
+  divides("ppo_batch_size", ppo, "gradient_accumulation_steps", ga);
+}
+
 // ppo_full_finetune_single_device: the training loop's keys without `model` (policy_model
 // instead), four checkpointers, the rollout's and PPO's keys (torchtune's names).
 Schema build_ppo() {
   Schema s = build_full(false, false, false, true);
   s.recipe = "ppo_full_finetune_single_device";
   std::erase_if(s.fields, [](const Field& f) {
-    // memory_check: `fusetune plan` does not cover PPO yet, so there is nothing to check with.
     return f.name == "model" || f.name == "dataset_val" || f.name == "run_val_every_n_steps" ||
-           f.name == "batch_size_val" || f.name == "memory_check";
+           f.name == "batch_size_val";
   });
   s.field("batch_size").doc("prompts per trajectory (one rollout, then its PPO updates)");
   // torchtune's PPO has no epochs key: it runs num_steps // batch_size steps, over as many
@@ -615,6 +664,7 @@ Schema build_ppo() {
             .def("false")
             .values({"false"})
             .doc("only false: torchtune's recipe reads it but never whitens the rewards"));
+  s.checks.push_back(check_ppo_batch_sizes);
   return s;
 }
 
@@ -775,6 +825,11 @@ const Schema& lora_grpo_schema() {
 
 const Schema& reward_model_schema() {
   static const Schema s = build_reward();
+  return s;
+}
+
+const Schema& lora_reward_model_schema() {
+  static const Schema s = build_lora_reward();
   return s;
 }
 

@@ -37,6 +37,8 @@ const Schema& qat_lora_schema();
 // reward_model_finetune_single_device: full_finetune's keys on preference pairs (dataset kind
 // preference, no loss section) plus center_rewards_coefficient.
 const Schema& reward_model_schema();
+// lora_reward_model_finetune_single_device: the LoRA recipe's keys with the reward loss's.
+const Schema& lora_reward_model_schema();
 
 // ppo_full_finetune_single_device: full_finetune's keys without `model` and validation, plus
 // policy_model, reward_and_value_model, the ref_policy / value / reward checkpointers and the

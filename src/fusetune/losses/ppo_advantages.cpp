@@ -7,13 +7,16 @@
 namespace fusetune {
 namespace {
 
-double ppo_masked_mean(const std::vector<double>& x, const std::vector<double>& mask) {
-  double s = 0, n = 0;
+// The masked sum of x and the mask's count, summed over the ranks when sum_over_ranks is set.
+std::vector<double> ppo_masked_sums(const std::vector<double>& x, const std::vector<double>& mask,
+                                    const PpoRankSum& sum_over_ranks) {
+  std::vector<double> s = {0, 0};
   for (size_t i = 0; i < x.size(); ++i) {
-    s += x[i] * mask[i];
-    n += mask[i];
+    s[0] += x[i] * mask[i];
+    s[1] += mask[i];
   }
-  return s / (n + 1e-8);
+  if (sum_over_ranks) sum_over_ranks(s);
+  return s;
 }
 
 }  // namespace
@@ -41,8 +44,8 @@ PpoRewards ppo_rewards(const std::vector<double>& scores, const std::vector<doub
 }
 
 PpoAdvantages ppo_advantages(const std::vector<double>& values, const std::vector<double>& rewards,
-                             double gamma, double lmbda, const std::vector<double>& mask,
-                             int64_t W) {
+                             double gamma, double lmbda, const std::vector<double>& mask, int64_t W,
+                             const PpoRankSum& sum_over_ranks) {
   FT_CHECK(W >= 1 && values.size() % size_t(W) == 0 && rewards.size() == values.size() &&
                mask.size() == values.size(),
            "ppo_advantages: inconsistent sizes");
@@ -60,23 +63,25 @@ PpoAdvantages ppo_advantages(const std::vector<double>& values, const std::vecto
   PpoAdvantages out;
   out.returns.resize(values.size());
   for (size_t k = 0; k < values.size(); ++k) out.returns[k] = adv[k] + values[k];
-  out.advantages = masked_whiten(adv, mask);
+  out.advantages = masked_whiten(adv, mask, sum_over_ranks);
   for (size_t k = 0; k < values.size(); ++k)
     if (mask[k] == 0) out.advantages[k] = 0;
   return out;
 }
 
-std::vector<double> masked_whiten(const std::vector<double>& x, const std::vector<double>& mask) {
+std::vector<double> masked_whiten(const std::vector<double>& x, const std::vector<double>& mask,
+                                  const PpoRankSum& sum_over_ranks) {
   FT_CHECK(x.size() == mask.size(), "masked_whiten: inconsistent sizes");
-  double n = 0;
-  for (double m : mask) n += m;
+  const std::vector<double> sums = ppo_masked_sums(x, mask, sum_over_ranks);
+  const double n = sums[1];
   FT_CHECK(n >= 2, "PPO whitens the advantages over the response tokens, and this rollout has " +
                        std::to_string(int64_t(n)) +
                        " (give batch_size or max_generated_tokens room for at least 2)");
-  const double mean = ppo_masked_mean(x, mask);
+  const double mean = sums[0] / (n + 1e-8);
   std::vector<double> sq(x.size());
   for (size_t i = 0; i < x.size(); ++i) sq[i] = (x[i] - mean) * (x[i] - mean);
-  const double var = ppo_masked_mean(sq, mask) * n / (n - 1);  // Bessel's correction
+  const double sq_sum = ppo_masked_sums(sq, mask, sum_over_ranks)[0];
+  const double var = sq_sum / (n + 1e-8) * n / (n - 1);  // Bessel's correction
   const double inv = 1.0 / std::sqrt(var + 1e-8);
   std::vector<double> out(x.size());
   for (size_t i = 0; i < x.size(); ++i) out[i] = (x[i] - mean) * inv + mean;

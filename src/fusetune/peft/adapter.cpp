@@ -97,6 +97,13 @@ void save_peft_adapter(const fs::path& dir, const LoraConfig& c, const TensorMap
     if (is_adapter_param(name)) names.push_back(name);
   std::sort(names.begin(), names.end());
   FT_CHECK(!names.empty(), "save_peft_adapter: no adapter parameters to save");
+  // A sequence classifier's head trains in full beside the adapters: saved as PEFT's SEQ_CLS
+  // task saves it (modules_to_save: score, the whole tensor under its own name).
+  if (model && model->num_labels > 0 && params.count(kScoreWeight)) {
+    j["task_type"] = "SEQ_CLS";
+    j["modules_to_save"] = nlohmann::json::array({"score"});
+    names.push_back(kScoreWeight);
+  }
   for (const auto& n : names)
     tensors.push_back({peft_key(model, n), params.at(n).dtype() == DType::F32
                                                ? params.at(n)
@@ -116,6 +123,7 @@ Adapter load_peft_adapter(const fs::path& dir, const ModelConfig& model) {
     return j.at(key);
   };
   Adapter a;
+  bool with_score = false;  // modules_to_save: [score]
   try {
     FT_CHECK(need("peft_type").get<std::string>() == "LORA",
              cfg_path.string() + ": peft_type is '" + j.at("peft_type").get<std::string>() +
@@ -139,6 +147,13 @@ Adapter load_peft_adapter(const fs::path& dir, const ModelConfig& model) {
                                                                               cfg_path.string()));
     if (j.contains("base_model_name_or_path") && j.at("base_model_name_or_path").is_string())
       a.base_model_name_or_path = j.at("base_model_name_or_path").get<std::string>();
+    if (j.contains("modules_to_save") && j.at("modules_to_save").is_array())
+      for (const auto& m : j.at("modules_to_save")) {
+        FT_CHECK(m.is_string() && m.get<std::string>() == "score" && model.num_labels > 0,
+                 cfg_path.string() + ": modules_to_save " + j.at("modules_to_save").dump() +
+                     " is not supported (only a sequence classifier's `score`)");
+        with_score = true;
+      }
   } catch (const nlohmann::json::exception& e) {
     throw Error(cfg_path.string() + ": " + e.what());
   }
@@ -157,6 +172,16 @@ Adapter load_peft_adapter(const fs::path& dir, const ModelConfig& model) {
                                       ", expected " + shape_str(want));
       a.tensors[n] = t.to(DType::F32);
     }
+  if (with_score) {
+    const std::string key = peft_key(&model, kScoreWeight);
+    keys.insert(key);
+    FT_CHECK(st.has(key), st.path() + ": missing tensor '" + key + "' (modules_to_save: score)");
+    Tensor t = st.tensor(key);
+    FT_CHECK(t.shape() == (Shape{model.num_labels, model.hidden_size}),
+             st.path() + ": tensor '" + key + "' is " + shape_str(t.shape()) + ", expected " +
+                 shape_str(Shape{model.num_labels, model.hidden_size}));
+    a.tensors[kScoreWeight] = t.to(DType::F32);
+  }
   for (const std::string& n : st.names())
     FT_CHECK(keys.count(n), st.path() + ": unexpected tensor '" + printable(n) +
                                 "' (not an adapter of the targeted layers)");

@@ -4,7 +4,9 @@
 //                              target_modules (HF names), use_dora, bias "none",
 //                              base_model_name_or_path
 //   adapter_model.safetensors  "base_model.model." + our names
-// and merging an adapter into its base weights.
+// and merging an adapter into its base weights. A sequence classifier's adapter (the LoRA
+// reward model) also holds its `score` head, trained in full: task_type SEQ_CLS,
+// modules_to_save ["score"], the tensor "base_model.model.score.weight", as PEFT saves it.
 #include <filesystem>
 #include <string>
 
@@ -12,9 +14,13 @@
 
 namespace fusetune::peft {
 
+inline const std::string kScoreWeight = "score.weight";
+
 struct Adapter {
   LoraConfig config;
-  TensorMap tensors;  // our names (model.layers.0.self_attn.q_proj.lora_A.weight ...), F32
+  // our names (model.layers.0.self_attn.q_proj.lora_A.weight ...), F32; with
+  // modules_to_save: [score], also kScoreWeight
+  TensorMap tensors;
   std::string base_model_name_or_path;
 };
 

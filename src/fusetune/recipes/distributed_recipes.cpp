@@ -2,12 +2,14 @@
 
 #include <cstdio>
 #include <exception>
+#include <functional>
 
 #include "fusetune/distributed/communicator.h"
 #include "fusetune/recipes/distillation_recipe.h"
 #include "fusetune/recipes/dpo_recipes.h"
 #include "fusetune/recipes/grpo_recipes.h"
 #include "fusetune/recipes/lora_finetune_single_device.h"
+#include "fusetune/recipes/ppo_recipe.h"
 #include "fusetune/recipes/qat_recipes.h"
 #include "fusetune/recipes/reward_recipes.h"
 #include "fusetune/recipes/train_loop.h"
@@ -16,10 +18,12 @@
 namespace fusetune {
 namespace {
 
-int run_ranks(const Config& cfg, TrainJob job) {
+// `make_job` is given the number of ranks (PPO's num_steps counts the prompts of all of them).
+int run_ranks(const Config& cfg, const std::function<TrainJob(int world)>& make_job) {
   // A second thread calls MPI only for overlap_grad_allreduce: only then MPI_THREAD_MULTIPLE.
   auto comm = dist::Communicator::from_environment(cfg.f64("dist_timeout_seconds", 300),
                                                    cfg.boolean("overlap_grad_allreduce", false));
+  TrainJob job = make_job(comm->size());
   job.comm = comm.get();
   try {
     return run_training(cfg, job);
@@ -31,6 +35,10 @@ int run_ranks(const Config& cfg, TrainJob job) {
     std::fflush(stdout);
     comm->abort(1);
   }
+}
+
+int run_ranks(const Config& cfg, TrainJob job) {
+  return run_ranks(cfg, [&job](int) { return std::move(job); });
 }
 
 }  // namespace
@@ -70,6 +78,11 @@ int grpo_full_finetune_distributed(const Config& cfg) {
 
 int lora_grpo_finetune_distributed(const Config& cfg) {
   return run_ranks(cfg, lora_grpo_job(cfg, "lora_grpo_finetune_distributed"));
+}
+
+int ppo_full_finetune_distributed(const Config& cfg) {
+  return run_ranks(
+      cfg, [&cfg](int world) { return ppo_job(cfg, "ppo_full_finetune_distributed", world); });
 }
 
 int reward_model_finetune_distributed(const Config& cfg) {

@@ -23,6 +23,10 @@ int full_dpo_distributed(const Config& cfg);
 // is all-reduced as DPO's is.
 int grpo_full_finetune_distributed(const Config& cfg);
 int lora_grpo_finetune_distributed(const Config& cfg);
+// PPO: each rank makes and trains the trajectory of its own prompts (seeded by their dataset
+// indices); the whitening, the losses' masked means and the step line span every rank's rows
+// (ppo_step.h), and the gradients of each PPO update are summed over the ranks.
+int ppo_full_finetune_distributed(const Config& cfg);
 // The reward model (reward_recipes.h): its loss is a mean over pairs too.
 int reward_model_finetune_distributed(const Config& cfg);
 // Knowledge distillation: each rank runs the frozen teacher (whole on every rank, at every

@@ -57,7 +57,7 @@ void check_ppo_architecture(const Config& cfg, const std::string& section, const
 // A classifier of one score from `section` (value or reward model), in `dtype`.
 HFCheckpoint load_ppo_classifier(const Config& cfg, const std::string& section, DType dtype,
                                  const ModelConfig& policy) {
-  FT_CHECK(cfg.has(section), "ppo_full_finetune_single_device needs " + section +
+  FT_CHECK(cfg.has(section), "the PPO recipes need " + section +
                                  " (checkpoint_dir, checkpoint_files): a classifier of one score");
   const Config c = cfg.sub(section);
   const std::string dir = c.str("checkpoint_dir");
@@ -188,6 +188,8 @@ PpoStepOptions ppo_options(const StepContext& ctx, const Tokenizer& tok) {
   o.pad_id = tok.pad_id();
   o.value_prefix = kPpoValuePrefix;
   o.apply_update = ctx.apply_update;
+  o.optimizer_in_bwd = cfg.boolean("optimizer_in_bwd", false);
+  o.comm = ctx.comm;
   return o;
 }
 
@@ -202,19 +204,22 @@ LoadedModel ppo_policy_only(const LoadedModel& m) {
 
 }  // namespace
 
-TrainJob ppo_job(const Config& cfg, const std::string& recipe) {
+TrainJob ppo_job(const Config& cfg, const std::string& recipe, int world) {
   TrainJob job;
   job.recipe = recipe;
   job.trainable = [](const std::string&) { return true; };
   auto models = std::make_shared<PpoModels>();
   job.load_model = [&cfg, models](DType dtype) { return load_ppo_models(cfg, dtype, *models); };
-  // torchtune's counts: num_steps prompts in all, batch_size per step; the step splits its
-  // mini-batches in gradient_accumulation_steps itself.
-  job.adjust_settings = [&cfg](TrainSettings& s) {
-    const int64_t steps = cfg.i64("num_steps") / cfg.i64("batch_size");
+  // torchtune's counts: num_steps prompts in all, batch_size per step (per rank: batch_size x
+  // world prompts a step); the step splits its mini-batches in gradient_accumulation_steps
+  // itself.
+  job.adjust_settings = [&cfg, world](TrainSettings& s) {
+    const int64_t per_step = cfg.i64("batch_size") * world;
+    const int64_t steps = cfg.i64("num_steps") / per_step;
+    const std::string ranks = world > 1 ? " x " + std::to_string(world) + " ranks" : "";
     FT_CHECK(steps >= 1, "num_steps (" + cfg.str("num_steps") + ") must be at least batch_size (" +
-                             cfg.str("batch_size") +
-                             "): it counts prompts, num_steps // batch_size steps");
+                             cfg.str("batch_size") + ranks +
+                             "): it counts prompts, num_steps // (batch_size" + ranks + ") steps");
     s.num_steps = steps;
     s.grad_accum = 1;
   };

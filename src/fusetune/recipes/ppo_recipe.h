@@ -19,7 +19,9 @@ namespace fusetune {
 
 int ppo_full_finetune_single_device(const Config& cfg);
 
-TrainJob ppo_job(const Config& cfg, const std::string& recipe);
+// `world`: the number of data-parallel ranks (ppo_full_finetune_distributed); num_steps counts
+// the prompts of all of them, batch_size x world a step.
+TrainJob ppo_job(const Config& cfg, const std::string& recipe, int world = 1);
 
 // The prefix of the value model's parameters among the trained ones.
 inline const std::string kPpoValuePrefix = "value_model.";

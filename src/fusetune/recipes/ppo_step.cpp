@@ -122,8 +122,10 @@ class PpoStep final : public TrainingStep {
       }
     }
     StepOutputs r;
-    const double n = double(st.updates);
-    r.loss = st.loss / n;
+    // Each rank's statistics are its share of the global ones (global counts): the loop sums
+    // sums and counts over the ranks, so each rank counts 1 / world of the updates.
+    const double n = double(st.updates) / world();
+    r.loss = st.loss / double(st.updates);
     r.metrics = t.metrics;
     r.metrics.push_back({"policy_loss", st.policy_loss, n});
     r.metrics.push_back({"value_loss", st.value_loss, n});
@@ -134,6 +136,7 @@ class PpoStep final : public TrainingStep {
   }
 
   bool stream_gradients(GradientHook hook) override {
+    if (!o_.optimizer_in_bwd) return false;
     hook_ = std::move(hook);
     return true;
   }
@@ -156,6 +159,13 @@ class PpoStep final : public TrainingStep {
   }
 
  private:
+  double world() const { return o_.comm ? double(o_.comm->size()) : 1.0; }
+
+  // Sums `v` over the ranks in place (nothing on one process).
+  void sum_over_ranks(std::vector<double>& v, const std::string& what) const {
+    if (o_.comm && o_.comm->size() > 1) o_.comm->allreduce_sum(v.data(), int64_t(v.size()), what);
+  }
+
   double temperature() const {
     const double t = o_.generation.sampling.temperature;
     return t > 0 ? t : 1.0;  // greedy rollouts are scored at temperature 1
@@ -249,7 +259,7 @@ class PpoStep final : public TrainingStep {
                        const std::vector<double>& kl_reward, double gen_s);
   void update(const PpoTrajectory& t, const std::vector<int64_t>& mini, PpoStats& st);
   void micro_step(const PpoTrajectory& t, const std::vector<int64_t>& rows, PpoStats& st,
-                  TensorMap& grads, bool first);
+                  TensorMap& grads, bool first, const double* counts);
 
   PpoStepOptions o_;
   std::shared_ptr<SharedArena> arena_ = std::make_shared<SharedArena>();
@@ -356,7 +366,10 @@ std::unique_ptr<PpoTrajectory> PpoStep::prepare(const Batch& prompts, int64_t st
   // Step 4: rewards, advantages and returns.
   const PpoRewards r =
       ppo_rewards(t->scores, t->logps, t->ref_logps, o_.kl_coeff, t->score_index, t->W);
-  const PpoAdvantages a = ppo_advantages(t->values, r.rewards, o_.gamma, o_.lmbda, t->mask, t->W);
+  const std::string what = "the advantage whitening all-reduce at step " + std::to_string(step + 1);
+  const PpoAdvantages a =
+      ppo_advantages(t->values, r.rewards, o_.gamma, o_.lmbda, t->mask, t->W,
+                     [this, &what](std::vector<double>& v) { sum_over_ranks(v, what); });
   t->advantages = a.advantages;
   t->returns = a.returns;
   rollout_metrics(*t, r.kl, r.kl_reward, gen_s);
@@ -375,7 +388,7 @@ void PpoStep::rollout_metrics(PpoTrajectory& t, const std::vector<double>& kl,
                {"rlhf_reward", scores + klr_sum, rows},
                {"kl", kl_sum, rows},
                {"kl_reward", klr_sum, rows},
-               {"num_stop_tokens", padded, 1.0},
+               {"num_stop_tokens", padded, 1.0 / world()},  // a count over every rank's rows
                {"response_lengths", double(t.response_tokens), rows},
                {"gen_tokens_per_s", double(t.response_tokens), gen_s}};
 }
@@ -383,10 +396,23 @@ void PpoStep::rollout_metrics(PpoTrajectory& t, const std::vector<double>& kl,
 // One optimizer update over the mini-batch's rows, gradient_accumulation_steps micro-batches.
 void PpoStep::update(const PpoTrajectory& t, const std::vector<int64_t>& mini, PpoStats& st) {
   const int64_t micro = o_.ppo_batch_size / o_.gradient_accumulation_steps;
+  // Per micro-batch: its response tokens, value positions and cells, over every rank's k-th
+  // micro-batch (the masked means' denominators).
+  std::vector<double> counts;
+  for (int64_t j = 0; j < o_.ppo_batch_size; j += micro) {
+    double valid = 0, value_valid = 0;
+    for (int64_t r = j; r < j + micro; ++r)
+      for (int64_t k = 0; k < t.W; ++k) {
+        valid += t.mask[size_t(mini[size_t(r)] * t.W + k)];
+        value_valid += t.value_mask[size_t(mini[size_t(r)] * t.W + k)];
+      }
+    counts.insert(counts.end(), {valid, value_valid, double(micro * t.W)});
+  }
+  sum_over_ranks(counts, "the PPO micro-batch token counts all-reduce");
   TensorMap grads;
   for (int64_t j = 0; j < o_.ppo_batch_size; j += micro) {
     const std::vector<int64_t> rows(mini.begin() + j, mini.begin() + j + micro);
-    micro_step(t, rows, st, grads, j == 0);
+    micro_step(t, rows, st, grads, j == 0, &counts[size_t(3 * (j / micro))]);
   }
   ++st.updates;
   if (hook_) return;  // optimizer_in_bwd: already applied during the backward
@@ -395,25 +421,24 @@ void PpoStep::update(const PpoTrajectory& t, const std::vector<int64_t>& mini, P
   o_.apply_update(std::move(list));
 }
 
+// `counts`: the global micro-batch's response tokens, value positions and cells (update()).
 void PpoStep::micro_step(const PpoTrajectory& t, const std::vector<int64_t>& rows, PpoStats& st,
-                         TensorMap& grads, bool first) {
+                         TensorMap& grads, bool first, const double* counts) {
   const Batch mb = ppo_select_rows(t.batch, rows);
   const int64_t T = mb.seq_len, W = t.W, n = mb.batch_size;
   const double ga = double(o_.gradient_accumulation_steps);
-  // Per-position inputs, and the masked means' counts.
+  const double valid = counts[0], value_valid = counts[1], cells = counts[2];
+  // Per-position inputs.
   std::vector<double> old_lp(size_t(n * T), 0.0), adv(old_lp), tw(old_lp), old_v(old_lp),
       ret(old_lp), vw(old_lp);
-  double valid = 0, value_valid = 0;
-  for (int64_t k = 0; k < n * W; ++k) {
-    valid += t.mask[size_t(rows[size_t(k / W)] * W + k % W)];
-    value_valid += t.value_mask[size_t(rows[size_t(k / W)] * W + k % W)];
-  }
+  double local_valid = 0;
   for (int64_t j = 0; j < n; ++j) {
     const int64_t i = rows[size_t(j)];
     for (int64_t k = 0; k < W; ++k) {
       const size_t e = size_t(i * W + k);
       const auto p = size_t(t.pos(i, k) - i * t.batch.seq_len + j * T);
       if (t.mask[e] != 0) {
+        local_valid += 1;
         old_lp[p] = t.logps[e];
         adv[p] = t.advantages[e];
         tw[p] = 1.0 / (valid + 1e-8) / ga;
@@ -460,9 +485,9 @@ void PpoStep::micro_step(const PpoTrajectory& t, const std::vector<int64_t>& row
     const double d = element_as_double(lp, int64_t(p)) - old_lp[p];
     kl += 0.5 * d * d;
   }
-  // torchtune's padded log-probs are 1.0 in both: a ratio of 1 and no KL there.
-  const double cells = double(n * W);
-  st.ratios += (ratio_sum + (cells - valid)) / cells / ga;
+  // torchtune's padded log-probs are 1.0 in both: a ratio of 1 and no KL there (this rank's
+  // padded cells, over the global micro-batch's).
+  st.ratios += (ratio_sum + (double(n * W) - local_valid)) / cells / ga;
   st.clipfrac += clipped / (valid + 1e-8) / ga;
   st.approx_kl += kl / cells / ga;
 }

@@ -22,6 +22,12 @@
 // The value model's parameters sit in the policy's TensorMap under `value_prefix`, so the one
 // optimizer (and its checkpoint) covers both.
 //
+// On ranks (`comm`, ppo_full_finetune_distributed): each rank makes and trains the trajectory of
+// its own prompts; what PPO takes over the batch spans every rank's rows: the whitening's
+// masked mean and variance, the masked means of a micro-batch's losses (the global micro-batch:
+// every rank's k-th, whose gradients the loop sums), the step line's statistics. Every rank
+// shuffles its rows with the same permutation (seeded by the seed, the step and the epoch).
+//
 // Metrics (torchtune's names): scores, rlhf_reward (scores + the KL reward summed per row),
 // kl and kl_reward (summed per row), num_stop_tokens (rows padded after a stop token),
 // response_lengths (tokens, the stop token included); over the updates: policy_loss,
@@ -33,6 +39,7 @@
 #include <utility>
 #include <vector>
 
+#include "fusetune/distributed/communicator.h"
 #include "fusetune/generation/generator.h"
 #include "fusetune/losses/ppo.h"
 #include "fusetune/recipes/sft_step.h"
@@ -63,6 +70,11 @@ struct PpoStepOptions {
   int32_t pad_id = 0;
   int64_t pad_to = 8;      // rollout rows are padded to a multiple of this many tokens
   PpoUpdate apply_update;  // the loop's update (unused under optimizer_in_bwd)
+  // optimizer_in_bwd: the loop's hook updates each parameter during the backward. Only then
+  // does the step take a gradient hook (stream_gradients): ZeRO-2's reduce-as-you-go hook
+  // would skip the update's clip and optimizer, so on ranks the gradients go to apply_update.
+  bool optimizer_in_bwd = false;
+  dist::Communicator* comm = nullptr;  // the ranks; null: one process
 };
 
 std::unique_ptr<TrainingStep> make_ppo_step(PpoStepOptions opts);

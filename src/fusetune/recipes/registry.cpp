@@ -31,6 +31,7 @@ constexpr RecipeTraits kQatLora{.trains = true, .lora = true, .qat = true};
 constexpr RecipeTraits kFullDpo{.trains = true, .dpo = true};
 constexpr RecipeTraits kLoraDpo{.trains = true, .lora = true, .dpo = true};
 constexpr RecipeTraits kReward{.trains = true, .reward = true};
+constexpr RecipeTraits kLoraReward{.trains = true, .lora = true, .reward = true};
 constexpr RecipeTraits kInference{};
 
 // A GRPO recipe's schema with its `rewards` check (grpo_recipes.h), built once per schema.
@@ -122,11 +123,20 @@ const std::vector<RecipeInfo>& recipes() {
        "scored by a frozen reward model, GAE advantages from a trained value model, "
        "torchtune's clipped PPOLoss",
        &ppo_schema(), ppo_full_finetune_single_device, kFull},
+      {"ppo_full_finetune_distributed",
+       "PPO (RLHF) of every weight over N data-parallel ranks (MPI): each rank generates and "
+       "scores its own prompts; whitening, loss means and gradients span every rank",
+       &ppo_full_distributed_schema(), ppo_full_finetune_distributed, on_ranks(kFull)},
       {"reward_model_finetune_single_device",
        "Reward model training on one device: a sequence classifier (score head) trained on "
        "preference pairs with TRL RewardTrainer's loss, saved as a Hugging Face "
        "*ForSequenceClassification checkpoint",
        &reward_model_schema(), reward_model_finetune_single_device, kReward},
+      {"lora_reward_model_finetune_single_device",
+       "Reward model training of LoRA adapters on one device: the trunk adapted, the score "
+       "head trained in full (TRL RewardTrainer with a PEFT config); saves the merged "
+       "classifier and a PEFT adapter holding the score head",
+       &lora_reward_model_schema(), lora_reward_model_finetune_single_device, kLoraReward},
       {"reward_model_finetune_distributed",
        "Reward model training over N data-parallel ranks (MPI): the loss's mean spans every "
        "rank's pairs",

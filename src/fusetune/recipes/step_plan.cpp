@@ -220,8 +220,95 @@ peft::ParameterCount count_step_parameters(const PlannedStep& s) {
   return c;
 }
 
+namespace {
+
+// The smallest divisor of n above d (n itself at most).
+int64_t ppo_next_divisor_above(int64_t n, int64_t d) {
+  for (int64_t k = d + 1; k < n; ++k)
+    if (n % k == 0) return k;
+  return n;
+}
+
+// The largest divisor of n below d (1 at least).
+int64_t ppo_next_divisor_below(int64_t n, int64_t d) {
+  for (int64_t k = d - 1; k > 1; --k)
+    if (n % k == 0) return k;
+  return 1;
+}
+
+// PPO's levers, each keeping its rules (batch_size a multiple of ppo_batch_size and of
+// forward_batch_size, ppo_batch_size of gradient_accumulation_steps; no accumulation under
+// optimizer_in_bwd): the update's micro-batch smaller (more accumulation steps: the same
+// updates), fewer rows per rollout forward (the
+// same trajectory), then shorter responses. Its batch sizes are never changed: that would
+// change what each update trains on.
+FitAdvice find_fitting_ppo_settings(const Config& cfg, const std::string& recipe,
+                                    const ModelConfig& model, int64_t available) {
+  const int64_t batch = cfg.i64("batch_size"), ppo = cfg.i64("ppo_batch_size");
+  const int64_t ga = cfg.i64("gradient_accumulation_steps", 1);
+  const int64_t fwd = cfg.i64("forward_batch_size"), gen = cfg.i64("max_generated_tokens");
+  std::vector<FitCandidate> singles;
+  if (parse_compile_mode(cfg.str("compile", "false")) != CompileMode::Full)
+    singles.push_back({{"compile=true"}, "compile model, loss and backward as one graph", 0});
+  if (!cfg.boolean("enable_activation_checkpointing", false))
+    singles.push_back({{"enable_activation_checkpointing=true"},
+                       "recompute layer activations in the backward",
+                       0});
+  std::vector<std::string> base;  // the changes that keep the training the same
+  for (const FitCandidate& c : singles) base.push_back(c.overrides[0]);
+  // optimizer_in_bwd needs gradient_accumulation_steps: 1 (torchtune's PPO configs set it).
+  const bool accumulate = !cfg.boolean("optimizer_in_bwd", false);
+  if (accumulate && ga < ppo)
+    singles.push_back(
+        {{"gradient_accumulation_steps=" + std::to_string(ppo_next_divisor_above(ppo, ga))},
+         "smaller micro-batches of the same PPO updates",
+         0});
+  if (fwd > 1)
+    singles.push_back({{"forward_batch_size=" + std::to_string(ppo_next_divisor_below(batch, fwd))},
+                       "fewer rows per rollout forward; the same trajectory",
+                       0});
+  if (gen > 1)
+    singles.push_back(
+        {{"max_generated_tokens=" + std::to_string(gen / 2)}, "half the longest response", 0});
+  FitAdvice advice;
+  for (FitCandidate& c : singles) {
+    c.peak = configured_peak(cfg, c.overrides, recipe, model);
+    if (c.peak <= available) advice.fitting.push_back(c);
+  }
+  if (!advice.fitting.empty()) return advice;
+  // Combined: the changes that keep the training the same, then ever smaller micro-batches
+  // and rollout forwards, then shorter responses; the first combination that fits.
+  int64_t g = ga, f = fwd, n = gen;
+  auto fits = [&]() {
+    FitCandidate c{base, "combined", 0};
+    if (g != ga) c.overrides.push_back("gradient_accumulation_steps=" + std::to_string(g));
+    if (f != fwd) c.overrides.push_back("forward_batch_size=" + std::to_string(f));
+    if (n != gen) c.overrides.push_back("max_generated_tokens=" + std::to_string(n));
+    if (c.overrides.empty()) return false;
+    c.peak = configured_peak(cfg, c.overrides, recipe, model);
+    if (!advice.closest || c.peak < advice.closest->peak) advice.closest = c;
+    if (c.peak > available) return false;
+    advice.fitting.push_back(c);
+    advice.closest.reset();
+    return true;
+  };
+  if (fits()) return advice;
+  while (accumulate && g < ppo)
+    if (g = ppo_next_divisor_above(ppo, g); fits()) return advice;
+  while (f > 1)
+    if (f = ppo_next_divisor_below(batch, f); fits()) return advice;
+  while (n > 1)
+    if (n /= 2; fits()) return advice;
+  if (optimizer_state_ratio(cfg).min_8bit_numel == 0)
+    advice.hint = "(beyond this list: optimizer: AdamW8bit; or a smaller ppo_batch_size)";
+  return advice;
+}
+
+}  // namespace
+
 FitAdvice find_fitting_settings(const Config& cfg, const std::string& recipe,
                                 const ModelConfig& model, int64_t available) {
+  if (is_ppo_recipe(recipe)) return find_fitting_ppo_settings(cfg, recipe, model, available);
   const RecipeTraits& traits = recipe_traits(recipe);
   // The single changes, in the documented order.
   std::vector<FitCandidate> singles;
@@ -316,9 +403,7 @@ std::string format_fit_advice(const FitAdvice& advice, int64_t available) {
 }
 
 std::string check_run_fits_memory(const Config& cfg, const std::string& recipe) {
-  // PPO: `fusetune plan` plans it, but the fit advice would change batch sizes PPO constrains
-  // (batch_size, ppo_batch_size, forward_batch_size): no check before its run yet.
-  if (!cfg.boolean("memory_check", true) || is_ppo_recipe(recipe)) return "";
+  if (!cfg.boolean("memory_check", true)) return "";
   const std::optional<AvailableMemory> available = available_memory();
   if (!available) return "";
   ModelConfig model;
@@ -327,9 +412,18 @@ std::string check_run_fits_memory(const Config& cfg, const std::string& recipe) 
   } catch (const Error&) {
     return "";  // loading the model reports what is wrong with it
   }
-  const PlannedStep s = plan_step(cfg, recipe, model, true);
-  const ModePlan p = plan_step_mode(s, s.configured_mode);
-  const int64_t peak = run_peak_bytes(s, p);
+  std::optional<PlannedStep> planned;
+  int64_t peak = 0;
+  try {
+    planned = plan_step(cfg, recipe, model, true);
+    peak = run_peak_bytes(*planned, plan_step_mode(*planned, planned->configured_mode));
+  } catch (const Error&) {
+    // PPO's value and reward models (not classifiers of one score, no config.json): loading
+    // them reports what is wrong, naming the key.
+    if (!is_ppo_recipe(recipe)) throw;
+    return "";
+  }
+  const PlannedStep& s = *planned;
   if (peak <= available->bytes)
     return format_bytes(double(peak)) + (s.seq_len_known ? "" : " (no max_seq_len: a floor)") +
            " of " + format_bytes(double(available->bytes)) + " available (" + available->source +

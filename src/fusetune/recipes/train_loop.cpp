@@ -95,6 +95,9 @@ struct Run {
   std::unique_ptr<TrainingStep> step;
   std::optional<int64_t> test_only_inf_at;
   std::unique_ptr<GradSync> sync;
+  // A step that updates itself (PPO): its updates' clipped gradient norms in this loop step.
+  double inside_norm_sum = 0;
+  int64_t inside_norms = 0;
 };
 
 // What one optimizer step did, for the log and the non-finite guard.
@@ -464,12 +467,21 @@ void apply_update(Run& r, StepResult& s, bool inside_step = false) {
 }
 
 // StepContext::apply_update: one update inside the step (TrainingStep::updates_itself) with
-// its gradients, through the loop's clip, guard and optimizer.
+// its gradients, summed over the ranks as a loop step's are (ZeRO-2: reduced into their
+// owners, in name order on every rank), through the loop's clip, guard and optimizer.
 void apply_update_inside_step(Run& r, std::vector<std::pair<std::string, Tensor>> grads) {
-  for (auto& [name, g] : grads) accumulate_gradient(r.grads, name, std::move(g), true);
+  std::sort(grads.begin(), grads.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (auto& [name, g] : grads) r.sync->add(name, std::move(g), 0);
+  r.sync->end_micro_batches();
+  if (r.job.comm && r.world > 1) r.sync->reduce();
   StepResult s;
   s.loss = 0;
   apply_update(r, s, /*inside_step=*/true);
+  if (s.grad_norm) {
+    r.inside_norm_sum += *s.grad_norm;
+    ++r.inside_norms;
+  }
 }
 
 // One optimizer step: its micro-batches' forward and backward, the gradients accumulated and
@@ -506,6 +518,10 @@ StepResult train_step(Run& r, const std::string& at_step) {
   }
   s.compile_s = r.step->take_compile_seconds();
   apply_update(r, s);
+  // A step that updated itself logs its updates' mean gradient norm (clip_grad_norm).
+  if (r.inside_norms > 0) s.grad_norm = r.inside_norm_sum / double(r.inside_norms);
+  r.inside_norm_sum = 0;
+  r.inside_norms = 0;
   return s;
 }
 
