@@ -50,7 +50,7 @@ std::vector<int32_t> ids_of_step(int s, int64_t n, int64_t V) {
   return ids;
 }
 
-Tensor random_tensor(Shape shape, DType dt, uint32_t seed) {
+Tensor random_grad_tensor(Shape shape, DType dt, uint32_t seed) {
   Tensor t = Tensor::empty(std::move(shape), dt);
   std::mt19937 rng(seed);
   std::normal_distribution<float> nd(0, 1);
@@ -89,7 +89,7 @@ Tensor dense_scatter(const Tensor& dy, const std::vector<int32_t>& ids, int64_t 
 Tensor gradient_on_rows(int64_t rows, int64_t cols, DType dt, const std::vector<int32_t>& touched,
                         uint32_t seed, bool with_rows = true) {
   Tensor g = Tensor::zeros({rows, cols}, dt);
-  const Tensor r = random_tensor({rows, cols}, dt, seed);
+  const Tensor r = random_grad_tensor({rows, cols}, dt, seed);
   const size_t row_bytes = size_t(cols) * dtype_size(dt);
   for (int32_t row : touched)
     std::memcpy(static_cast<char*>(g.raw()) + row * row_bytes,
@@ -138,7 +138,7 @@ TEST_P(SparseEmbeddingBackward, ReusedBuffersHoldBitwiseTheDenseScatterEveryStep
       const std::vector<int32_t> step_ids = ids_of_step(s, n, V);
       Tensor ids_t = Tensor::empty({n}, DType::I32);
       std::copy(step_ids.begin(), step_ids.end(), ids_t.data<int32_t>());
-      const Tensor dy_t = random_tensor({n, D}, dt, uint32_t(100 + s));
+      const Tensor dy_t = random_grad_tensor({n, D}, dt, uint32_t(100 + s));
       if (s == 3) {  // the freed buffer taken by someone else and dirtied: its row set is gone
         Tensor other = Tensor::empty({V, D}, dt);
         std::memset(other.raw(), 0x3f, other.nbytes());
@@ -245,7 +245,7 @@ TEST(SparseEmbeddingGrad, AdamWWithRowSetsIsBitwiseTheDenseUpdateOverSteps) {
     AdamWOptions o;
     o.weight_decay = wd;
     AdamW sparse_opt(o), dense_opt(o);
-    Tensor ps = random_tensor({96, 16}, DType::F32, 1), pd = ps.clone();
+    Tensor ps = random_grad_tensor({96, 16}, DType::F32, 1), pd = ps.clone();
     const std::vector<std::vector<int32_t>> steps = {{0, 1, 2, 40}, {50, 51}, {1, 95}, {}};
     for (size_t s = 0; s < steps.size(); ++s) {
       Tensor gs = gradient_on_rows(96, 16, DType::F32, steps[s], uint32_t(40 + s));
