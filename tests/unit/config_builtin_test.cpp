@@ -122,9 +122,9 @@ TEST(RecipeRegistry, FindRecipe) {
             "lora_dpo_distributed, full_dpo_distributed, knowledge_distillation_distributed, "
             "grpo_full_finetune_single_device, lora_grpo_finetune_single_device, "
             "grpo_full_finetune_distributed, lora_grpo_finetune_distributed, "
-            "ppo_full_finetune_single_device, "
-            "reward_model_finetune_single_device, reward_model_finetune_distributed, generate, "
-            "eval");
+            "ppo_full_finetune_single_device, ppo_full_finetune_distributed, "
+            "reward_model_finetune_single_device, lora_reward_model_finetune_single_device, "
+            "reward_model_finetune_distributed, generate, eval");
 }
 
 TEST(RecipeSchemas, LossesAndDatasetsBelongToTheirRecipes) {
