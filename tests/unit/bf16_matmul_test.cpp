@@ -149,6 +149,34 @@ double row_logits(const std::vector<float>& h, int64_t n, int64_t D, int64_t V, 
   return mx + std::log(sum);
 }
 
+// A [rows, cols] weight of N(0, sd) values quantized to NF4 (QLoRA's base), and its dequantized
+// fp32 values.
+struct Nf4Weight {
+  int64_t rows, cols;
+  std::vector<int32_t> codes, absmax;
+  std::vector<float> scales;
+  float offset = 0;
+  Nf4Weight(int64_t r, int64_t c, uint64_t seed, float sd) : rows(r), cols(c) {
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<float> nd(0.0f, sd);
+    std::vector<float> w(static_cast<size_t>(r * c));
+    for (float& v : w) v = nd(rng);
+    const kernels::NF4Sizes sz = kernels::nf4_sizes(r * c);
+    codes.resize(size_t(sz.code_words));
+    absmax.resize(size_t(sz.absmax_words));
+    scales.resize(size_t(sz.scales));
+    kernels::nf4_quantize(w.data(), r * c, codes.data(), absmax.data(), scales.data(), &offset);
+  }
+  kernels::NF4View view() const {
+    return {codes.data(), absmax.data(), scales.data(), offset, rows, cols};
+  }
+  std::vector<float> dequantized() const {
+    std::vector<float> out(static_cast<size_t>(rows * cols));
+    kernels::nf4_dequantize_rows(view(), 0, rows, out.data());
+    return out;
+  }
+};
+
 #define SKIP_WITHOUT_BF16_DOT_PRODUCTS()                                                 \
   if (!kernels::cpu_has_bf16_dot_products())                                             \
   GTEST_SKIP() << "this CPU has no bf16 dot products: oneDNN is never chosen here (the " \
@@ -364,20 +392,10 @@ TEST(Bf16Nf4Matmul, WeightTilesMultiplyAsBf16) {
   ScopedPath path("onednn");
   const int64_t O = 600, K = 1024, N = 37;  // nf4_tile_rows(600, 1024) = 256: three tiles
   ASSERT_EQ(kernels::nf4_tile_rows(O, K), 256);
-  std::mt19937_64 rng(5);
-  std::normal_distribution<float> nd(0.0f, 0.05f);
-  std::vector<float> w(size_t(O * K));
-  for (float& v : w) v = nd(rng);
-  const kernels::NF4Sizes sz = kernels::nf4_sizes(O * K);
-  std::vector<int32_t> codes(size_t(sz.code_words)), absmax(size_t(sz.absmax_words));
-  std::vector<float> scales(size_t(sz.scales));
-  float offset = 0;
-  kernels::nf4_quantize(w.data(), O * K, codes.data(), absmax.data(), scales.data(), &offset);
-  const kernels::NF4View view{codes.data(), absmax.data(), scales.data(), offset, O, K};
-  std::vector<float> deq(w.size());
-  kernels::nf4_dequantize_rows(view, 0, O, deq.data());
-  std::vector<uint16_t> wb(w.size());
-  kernels::f32_to_bf16_array(deq.data(), wb.data(), O * K);
+  const Nf4Weight nf4(O, K, 5, 0.05f);
+  const kernels::NF4View view = nf4.view();
+  std::vector<uint16_t> wb(size_t(O * K));
+  kernels::f32_to_bf16_array(nf4.dequantized().data(), wb.data(), O * K);
   const std::vector<uint16_t> xb = random_bf16(N * K, 21), dyb = random_bf16(N * O, 22);
   std::vector<float> x(xb.size()), dy(dyb.size()), y(size_t(N * O), NAN), dx(size_t(N * K), NAN);
   kernels::bf16_to_f32_array(xb.data(), x.data(), N * K);
@@ -403,17 +421,9 @@ TEST(Bf16FusedHead, Nf4HeadOnBf16DotProductsMeetsTheDefinition) {
   ScopedPath path("onednn");
   const int64_t N = 40, D = 1024, V = 700, chunk = 16;  // nf4_tile_rows(700, 1024) = 256
   const float scale = 0.1f;
-  std::mt19937_64 rng(9);
-  std::normal_distribution<float> nd(0.0f, 0.02f);
-  std::vector<float> w32(size_t(V * D));
-  for (float& v : w32) v = nd(rng);
-  const kernels::NF4Sizes sz = kernels::nf4_sizes(V * D);
-  std::vector<int32_t> codes(size_t(sz.code_words)), absmax(size_t(sz.absmax_words));
-  std::vector<float> scales(size_t(sz.scales)), deq(w32.size());
-  float offset = 0;
-  kernels::nf4_quantize(w32.data(), V * D, codes.data(), absmax.data(), scales.data(), &offset);
-  const kernels::NF4View W{codes.data(), absmax.data(), scales.data(), offset, V, D};
-  kernels::nf4_dequantize_rows(W, 0, V, deq.data());
+  const Nf4Weight nf4(V, D, 9, 0.02f);
+  const kernels::NF4View W = nf4.view();
+  const std::vector<float> deq = nf4.dequantized();
   auto w = [&](int64_t v, int64_t d) {
     return double(bf16_to_f32(f32_to_bf16(deq[size_t(v * D + d)])));
   };

@@ -236,6 +236,19 @@ int64_t ppo_next_divisor_below(int64_t n, int64_t d) {
   return 1;
 }
 
+// The changes that save memory without changing what is trained: compile: true, then
+// activation checkpointing (each only when not already set).
+std::vector<FitCandidate> memory_only_fit_changes(const Config& cfg) {
+  std::vector<FitCandidate> singles;
+  if (parse_compile_mode(cfg.str("compile", "false")) != CompileMode::Full)
+    singles.push_back({{"compile=true"}, "compile model, loss and backward as one graph", 0});
+  if (!cfg.boolean("enable_activation_checkpointing", false))
+    singles.push_back({{"enable_activation_checkpointing=true"},
+                       "recompute layer activations in the backward",
+                       0});
+  return singles;
+}
+
 // PPO's levers, each keeping its rules (batch_size a multiple of ppo_batch_size and of
 // forward_batch_size, ppo_batch_size of gradient_accumulation_steps; no accumulation under
 // optimizer_in_bwd): the update's micro-batch smaller (more accumulation steps: the same
@@ -247,13 +260,7 @@ FitAdvice find_fitting_ppo_settings(const Config& cfg, const std::string& recipe
   const int64_t batch = cfg.i64("batch_size"), ppo = cfg.i64("ppo_batch_size");
   const int64_t ga = cfg.i64("gradient_accumulation_steps", 1);
   const int64_t fwd = cfg.i64("forward_batch_size"), gen = cfg.i64("max_generated_tokens");
-  std::vector<FitCandidate> singles;
-  if (parse_compile_mode(cfg.str("compile", "false")) != CompileMode::Full)
-    singles.push_back({{"compile=true"}, "compile model, loss and backward as one graph", 0});
-  if (!cfg.boolean("enable_activation_checkpointing", false))
-    singles.push_back({{"enable_activation_checkpointing=true"},
-                       "recompute layer activations in the backward",
-                       0});
+  std::vector<FitCandidate> singles = memory_only_fit_changes(cfg);
   std::vector<std::string> base;  // the changes that keep the training the same
   for (const FitCandidate& c : singles) base.push_back(c.overrides[0]);
   // optimizer_in_bwd needs gradient_accumulation_steps: 1 (torchtune's PPO configs set it).
@@ -311,13 +318,7 @@ FitAdvice find_fitting_settings(const Config& cfg, const std::string& recipe,
   if (is_ppo_recipe(recipe)) return find_fitting_ppo_settings(cfg, recipe, model, available);
   const RecipeTraits& traits = recipe_traits(recipe);
   // The single changes, in the documented order.
-  std::vector<FitCandidate> singles;
-  if (parse_compile_mode(cfg.str("compile", "false")) != CompileMode::Full)
-    singles.push_back({{"compile=true"}, "compile model, loss and backward as one graph", 0});
-  if (!cfg.boolean("enable_activation_checkpointing", false))
-    singles.push_back({{"enable_activation_checkpointing=true"},
-                       "recompute layer activations in the backward",
-                       0});
+  std::vector<FitCandidate> singles = memory_only_fit_changes(cfg);
   // (The QAT recipes fake-quantize a float base: no NF4.)
   if (traits.lora && !traits.qat && !cfg.boolean("model.quantize_base", false))
     singles.push_back({{"model.quantize_base=true"}, "QLoRA: the frozen base stored as NF4", 0});
