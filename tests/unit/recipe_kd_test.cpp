@@ -109,8 +109,31 @@ struct KdCase {
   std::map<std::string, Tensor> want;
   int64_t N = 0;
 };
+// The batch and the teacher's width of kd_case and hooked_head_case.
+constexpr int64_t kKdB = 3, kKdT = 12, kKdTeacherDim = 24;
+
+// k's inputs (a random batch, plus `extra`, plus a random teacher's hidden states and head, in
+// dtype) and the unfused graph `eager`'s outputs on them by name, its teacher's logits formed
+// from the same teacher.
+void add_inputs_and_expected(KdCase& k, const ModelConfig& cfg, const TrainingGraph& eager,
+                             DType dtype, const TensorMap& extra = {}) {
+  const Batch b = random_batch(kKdB, kKdT, cfg.vocab_size, 11);
+  k.in = batch_inputs(b, DType::F32, 1.0 / double(b.num_valid_labels()));
+  for (const auto& [name, t] : extra) k.in[name] = t;
+  TensorMap ein = k.in;
+  const Tensor th = random_tensor({k.N, kKdTeacherDim}, DType::F32, 5, -0.6, 0.6).to(dtype);
+  const Tensor tw =
+      random_tensor({cfg.vocab_size, kKdTeacherDim}, DType::F32, 6, -0.6, 0.6).to(dtype);
+  k.in["teacher_hidden"] = th;
+  k.in["teacher_head"] = tw;
+  ein["teacher_logits"] = teacher_logits_of(th.to(DType::F32), tw.to(DType::F32)).to(dtype);
+  k.want =
+      by_name(eager.graph,
+              compile_graph(eager.graph, {.mode = CompileMode::None}).executor->run(ein, k.params));
+}
+
 KdCase kd_case(const ModelConfig& cfg, const DistillationLoss& l, bool frozen, DType dtype) {
-  const int64_t B = 3, T = 12, Dt = 24;
+  const int64_t B = kKdB, T = kKdT, Dt = kKdTeacherDim;
   KdCase k;
   k.N = B * T;
   TrainingGraphOptions o;
@@ -123,17 +146,7 @@ KdCase kd_case(const ModelConfig& cfg, const DistillationLoss& l, bool frozen, D
   o.loss = fused_distillation_loss_builder(l, 0.4, Dt);
   k.fused = build_training_graph(cfg, o);
   k.params = init_parameters(graph_parameters(eager.graph), 7, dtype, 0.3);
-  const Batch b = random_batch(B, T, cfg.vocab_size, 11);
-  k.in = batch_inputs(b, DType::F32, 1.0 / double(b.num_valid_labels()));
-  TensorMap ein = k.in;
-  const Tensor th = random_tensor({k.N, Dt}, DType::F32, 5, -0.6, 0.6).to(dtype);
-  const Tensor tw = random_tensor({cfg.vocab_size, Dt}, DType::F32, 6, -0.6, 0.6).to(dtype);
-  k.in["teacher_hidden"] = th;
-  k.in["teacher_head"] = tw;
-  ein["teacher_logits"] = teacher_logits_of(th.to(DType::F32), tw.to(DType::F32)).to(dtype);
-  k.want =
-      by_name(eager.graph,
-              compile_graph(eager.graph, {.mode = CompileMode::None}).executor->run(ein, k.params));
+  add_inputs_and_expected(k, cfg, eager, dtype);
   return k;
 }
 
@@ -209,7 +222,7 @@ TEST(KdStepGraph, Bf16HeadsFuseAndMatchTheUnfusedBf16Graph) {
 // the head's parts (peft::head_parts_hook). Same teacher and inputs as kd_case.
 KdCase hooked_head_case(const ModelConfig& cfg, const DistillationLoss& l, peft::LoraConfig c,
                         bool nf4_head) {
-  const int64_t B = 3, T = 12, Dt = 24;
+  const int64_t B = kKdB, T = kKdT, Dt = kKdTeacherDim;
   KdCase k;
   k.N = B * T;
   TrainingGraphOptions o;
@@ -234,22 +247,13 @@ KdCase hooked_head_case(const ModelConfig& cfg, const DistillationLoss& l, peft:
       c, [nf4]() -> const peft::NF4Store* { return nf4.get(); }, parts);
   o.loss = fused_distillation_loss_builder(l, 0.4, Dt, parts);
   k.fused = build_training_graph(cfg, o);
-  const Batch b = random_batch(B, T, cfg.vocab_size, 11);
-  k.in = batch_inputs(b, DType::F32, 1.0 / double(b.num_valid_labels()));
+  TensorMap extra;
   if (c.dropout > 0) {  // one seed: the two graphs draw the same masks from it
     Tensor seed = Tensor::empty({}, DType::I32);
     seed.data<int32_t>()[0] = 12345;
-    k.in[peft::kDropoutSeedInput] = seed;
+    extra[peft::kDropoutSeedInput] = seed;
   }
-  TensorMap ein = k.in;
-  const Tensor th = random_tensor({k.N, Dt}, DType::F32, 5, -0.6, 0.6);
-  const Tensor tw = random_tensor({cfg.vocab_size, Dt}, DType::F32, 6, -0.6, 0.6);
-  k.in["teacher_hidden"] = th;
-  k.in["teacher_head"] = tw;
-  ein["teacher_logits"] = teacher_logits_of(th, tw);
-  k.want =
-      by_name(eager.graph,
-              compile_graph(eager.graph, {.mode = CompileMode::None}).executor->run(ein, k.params));
+  add_inputs_and_expected(k, cfg, eager, DType::F32, extra);
   return k;
 }
 
