@@ -34,6 +34,24 @@ struct KdProblem {
   }
 };
 
+// The problem's inputs: its labels and sizes, h and th (null: no teacher head, as with a top-k
+// teacher) in T, `dp`; each test sets the heads it varies.
+template <class T>
+LinearDivergenceInputs<T> problem_inputs(const KdProblem& p, const T* h, const T* th,
+                                         const DivergenceParams& dp, int64_t chunk = 16) {
+  LinearDivergenceInputs<T> in;
+  in.h = h;
+  in.D = p.D;
+  in.teacher_h = th;
+  in.teacher_D = th ? p.Dt : 0;
+  in.labels = p.labels.data();
+  in.N = p.N;
+  in.V = p.V;
+  in.chunk_rows = chunk;
+  in.divergence = dp;
+  return in;
+}
+
 // The unfused reference in double: z = h W^T for both models, then per row the CE from its
 // definition and the divergence (with its gradient) from divergence.h's unfused kernels.
 struct Reference {
@@ -83,17 +101,9 @@ Fused<T> run_fused(const KdProblem& p, const DivergenceParams& dp, double dce, d
                    int64_t chunk, bool grads, bool frozen_head) {
   const std::vector<T> h(p.h.begin(), p.h.end()), W(p.W.begin(), p.W.end());
   const std::vector<T> th(p.th.begin(), p.th.end()), tW(p.tW.begin(), p.tW.end());
-  const LinearDivergenceInputs<T> in{.h = h.data(),
-                                     .W = W.data(),
-                                     .D = p.D,
-                                     .teacher_h = th.data(),
-                                     .teacher_W = tW.data(),
-                                     .teacher_D = p.Dt,
-                                     .labels = p.labels.data(),
-                                     .N = p.N,
-                                     .V = p.V,
-                                     .chunk_rows = chunk,
-                                     .divergence = dp};
+  LinearDivergenceInputs<T> in = problem_inputs<T>(p, h.data(), th.data(), dp, chunk);
+  in.W = W.data();
+  in.teacher_W = tW.data();
   Fused<T> f;
   f.dh.assign(size_t(p.N * p.D), T(7));  // the kernel overwrites every element
   f.dW.assign(size_t(p.V * p.D), T(7));
@@ -177,15 +187,7 @@ TEST(FusedDivergenceKernel, Bf16HeadsMatchTheDensePathOnTheirWidenedValues) {
   const std::vector<float> W = widened(W16), tW = widened(tW16);
   const std::vector<float> h(p.h.begin(), p.h.end()), th(p.th.begin(), p.th.end());
   const auto run = [&](bool student_bf16, bool teacher_bf16) {
-    LinearDivergenceInputs<float> in{.h = h.data(),
-                                     .D = p.D,
-                                     .teacher_h = th.data(),
-                                     .teacher_D = p.Dt,
-                                     .labels = p.labels.data(),
-                                     .N = p.N,
-                                     .V = p.V,
-                                     .chunk_rows = 16,
-                                     .divergence = dp};
+    LinearDivergenceInputs<float> in = problem_inputs<float>(p, h.data(), th.data(), dp);
     if (student_bf16)
       in.W_bf16 = W16.data();
     else
@@ -238,16 +240,8 @@ TEST(FusedDivergenceKernel, LoraTermAndNf4HeadMatchTheMergedDenseHeadInDouble) {
           for (int64_t d = 0; d < p.D; ++d)
             for (int64_t k = 0; k < r; ++k) merged.W[v * p.D + d] += Bs[v * r + k] * A[k * p.D + d];
       const Reference ref = reference(merged, dp, 0.4, 0.6);
-      LinearDivergenceInputs<double> in{.h = p.h.data(),
-                                        .D = p.D,
-                                        .teacher_h = p.th.data(),
-                                        .teacher_W = p.tW.data(),
-                                        .teacher_D = p.Dt,
-                                        .labels = p.labels.data(),
-                                        .N = p.N,
-                                        .V = p.V,
-                                        .chunk_rows = 16,
-                                        .divergence = dp};
+      LinearDivergenceInputs<double> in = problem_inputs<double>(p, p.h.data(), p.th.data(), dp);
+      in.teacher_W = p.tW.data();
       if (nf4)
         in.W_nf4 = &view;
       else
@@ -342,17 +336,11 @@ TEST(FusedDivergenceKernel, TopKTeacherMatchesTheRestrictedForwardKlInDouble) {
           want_dh[i * p.D + d] += dz[i * p.V + v] * p.W[v * p.D + d];
           want_dW[v * p.D + d] += dz[i * p.V + v] * p.h[i * p.D + d];
         }
-    const LinearDivergenceInputs<double> in{.h = p.h.data(),
-                                            .W = p.W.data(),
-                                            .D = p.D,
-                                            .teacher_topk_ids = ids.data(),
-                                            .teacher_topk_logprobs = lp.data(),
-                                            .teacher_top_k = K,
-                                            .labels = p.labels.data(),
-                                            .N = p.N,
-                                            .V = p.V,
-                                            .chunk_rows = 16,
-                                            .divergence = dp};
+    LinearDivergenceInputs<double> in = problem_inputs<double>(p, p.h.data(), nullptr, dp);
+    in.W = p.W.data();
+    in.teacher_topk_ids = ids.data();
+    in.teacher_topk_logprobs = lp.data();
+    in.teacher_top_k = K;
     std::vector<double> dh(size_t(p.N * p.D), 7), dW(size_t(p.V * p.D), 7);
     LinearDivergenceGrads<double> g{dce, dkd, dh.data(), dW.data()};
     const std::array<double, 2> sums = fused_linear_divergence<double>(in, &g);
@@ -503,22 +491,14 @@ TEST(FusedDivergenceKernel, DropoutInputAndDoraScaleMatchTheirDefinitionInDouble
           (own_x ? want_dx : want_dh)[i * D + d] += w[i * r + k] * A[k * D + d];
           want_dA[k * D + d] += w[i * r + k] * xin[i * D + d];
         }
-    LinearDivergenceInputs<double> in{.h = p.h.data(),
-                                      .W = p.W.data(),
-                                      .D = D,
-                                      .lora_A = A.data(),
-                                      .lora_B = Bs.data(),
-                                      .lora_rank = r,
-                                      .lora_x = own_x ? x.data() : nullptr,
-                                      .col_scale = dora ? col.data() : nullptr,
-                                      .teacher_h = p.th.data(),
-                                      .teacher_W = p.tW.data(),
-                                      .teacher_D = p.Dt,
-                                      .labels = p.labels.data(),
-                                      .N = N,
-                                      .V = V,
-                                      .chunk_rows = 16,
-                                      .divergence = dp};
+    LinearDivergenceInputs<double> in = problem_inputs<double>(p, p.h.data(), p.th.data(), dp);
+    in.W = p.W.data();
+    in.teacher_W = p.tW.data();
+    in.lora_A = A.data();
+    in.lora_B = Bs.data();
+    in.lora_rank = r;
+    in.lora_x = own_x ? x.data() : nullptr;
+    in.col_scale = dora ? col.data() : nullptr;
     std::vector<double> dh(size_t(N * D), 7), dW(size_t(V * D), 7), dA(size_t(r * D), 7);
     std::vector<double> dB(size_t(V * r), 7), dx(size_t(N * D), 7), dc(size_t(V), 7);
     LinearDivergenceGrads<double> g{dce,
