@@ -103,9 +103,9 @@ TEST(PpoAdvantages, WhiteningAcrossRanksIsTheWholeBatchsWhitening) {
   ASSERT_EQ(joined.size(), whole.size());
   for (size_t i = 0; i < whole.size(); ++i) EXPECT_NEAR(joined[i], whole[i], 1e-12) << i;
   // Without the exchange each half would be whitened over itself alone.
-  EXPECT_GT(std::abs(masked_whiten({x.begin(), x.begin() + 6}, {m.begin(), m.begin() + 6})[0] -
-                     whole[0]),
-            1e-3);
+  EXPECT_GT(
+      std::abs(masked_whiten({x.begin(), x.begin() + 6}, {m.begin(), m.begin() + 6})[0] - whole[0]),
+      1e-3);
 }
 
 TEST(PpoAdvantages, GaeIsADirectReverseLoopAndWhitenedOverTheResponse) {

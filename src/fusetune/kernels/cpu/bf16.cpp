@@ -37,7 +37,9 @@ void f32_to_bf16_array(const float* x, uint16_t* out, int64_t n) {
 
 bool holds_bf16_values(const float* x, int64_t n) {
   uint32_t low = 0;
-#pragma omp parallel for simd reduction(| : low) schedule(static) if (parallel : n >= detail::kParallelMin)
+#pragma omp parallel for simd reduction(|                                    \
+                                        : low) schedule(static) if (parallel \
+                                                                    : n >= detail::kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     uint32_t bits;
     std::memcpy(&bits, x + i, 4);
