@@ -262,10 +262,11 @@ void decode_table(const std::vector<int>& threads) {
   const bool native = k::cpu_has_bf16_dot_products();
   std::printf(
       "\ndecode y = x W^T, GB/s of W read: fp32 = W fp32, sgemm; widening = W bf16 "
-      "widened by tiles + sgemm; oneDNN = x, W bf16 (%s); gemv = decode_gemv_bf16_weight\n",
+      "widened by tiles + sgemm; oneDNN = x, W bf16 (%s); gemv = decode_gemv_bf16_weight; amx = "
+      "decode_gemv_bf16_amx (x bf16, AMX tiles)\n",
       native ? "bf16 dot products" : "not run");
-  std::printf("%-24s %3s %6s %6s %7s %9s %9s %9s %9s %10s %9s %9s\n", "shape", "M", "N", "K",
-              "threads", "fp32", "widening", "oneDNN", "gemv", "gemv/fp32", "nf4 tiled",
+  std::printf("%-24s %3s %6s %6s %7s %9s %9s %9s %9s %9s %10s %9s %9s\n", "shape", "M", "N", "K",
+              "threads", "fp32", "widening", "oneDNN", "gemv", "amx", "gemv/fp32", "nf4 tiled",
               "nf4 gemv");
   struct DecodeShape {
     const char* what;
@@ -277,7 +278,7 @@ void decode_table(const std::vector<int>& threads) {
       {"TinyLlama gate/up", 5632, 2048}, {"TinyLlama down", 2048, 5632},
       {"TinyLlama head", 32000, 2048},   {"1B gate/up", 8192, 2048}};
   for (const DecodeShape& s : shapes)
-    for (int64_t M : {1, 4, 8}) {
+    for (int64_t M : {1, 4, 8, 16}) {
       const auto X = filled(static_cast<size_t>(M * s.K), 1e-2f);
       const auto W = filled(static_cast<size_t>(s.N * s.K), 1e-2f);
       std::vector<uint16_t> X16(X.size()), W16(W.size()), Y16(static_cast<size_t>(M * s.N));
@@ -309,6 +310,10 @@ void decode_table(const std::vector<int>& threads) {
         const double gemv = best_ms([&] {
           k::decode_gemv_bf16_weight(M, s.N, s.K, X.data(), false, W16.data(), Y.data(), false);
         });
+        const double dot = k::amx_tiles_usable() ? best_ms([&] {
+          k::decode_gemv_bf16_amx(M, s.N, s.K, X16.data(), W16.data(), Y16.data(), true);
+        })
+                                                 : 0.0;
         const double nf4_tiled = best_ms([&] {  // nf4_matmul's path for more rows
           std::vector<float> t(size_t(k::nf4_tile_rows(s.N, s.K) * s.K));
           for (int64_t r0 = 0; r0 < s.N; r0 += k::nf4_tile_rows(s.N, s.K)) {
@@ -324,11 +329,12 @@ void decode_table(const std::vector<int>& threads) {
         auto gbs = [](double bytes, double ms) {
           return ms > 0 ? bytes / (ms * 1e-3) * 1e-9 : 0.0;
         };
-        std::printf("%-24s %3lld %6lld %6lld %7d %9.1f %9.1f %9.1f %9.1f %9.2fx %9.1f %9.1f\n",
-                    s.what, static_cast<long long>(M), static_cast<long long>(s.N),
-                    static_cast<long long>(s.K), th, gbs(w32, f32), gbs(w16, widen),
-                    gbs(w16, onednn), gbs(w16, gemv), f32 / gemv, gbs(nf4_bytes, nf4_tiled),
-                    gbs(nf4_bytes, nf4_gemv));
+        std::printf(
+            "%-24s %3lld %6lld %6lld %7d %9.1f %9.1f %9.1f %9.1f %9.1f %9.2fx %9.1f %9.1f\n",
+            s.what, static_cast<long long>(M), static_cast<long long>(s.N),
+            static_cast<long long>(s.K), th, gbs(w32, f32), gbs(w16, widen), gbs(w16, onednn),
+            gbs(w16, gemv), gbs(w16, dot), f32 / gemv, gbs(nf4_bytes, nf4_tiled),
+            gbs(nf4_bytes, nf4_gemv));
         std::fflush(stdout);
       }
     }

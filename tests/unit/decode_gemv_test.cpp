@@ -229,3 +229,93 @@ TEST(Nf4DecodeGemv, Nf4MatmulTakesItForDecodeRowsOnly) {
   std::vector<float> many(size_t(17 * 40));
   EXPECT_FALSE(kernels::decode_gemv_nf4_weight(17, q.view(), x.data(), many.data()));
 }
+
+namespace {
+
+// y = x W^T on AMX tiles for x, W bf16 (decode_gemv_bf16_amx), y fp32 or bf16.
+std::vector<float> amx_product(const std::vector<uint16_t>& X, const std::vector<uint16_t>& W,
+                               int64_t M, int64_t N, int64_t K, bool y_bf16) {
+  std::vector<float> y(size_t(M * N));
+  std::vector<uint16_t> y16(y.size());
+  kernels::decode_gemv_bf16_amx(M, N, K, X.data(), W.data(), y_bf16 ? (void*)y16.data() : y.data(),
+                                y_bf16);
+  if (y_bf16)
+    for (size_t i = 0; i < y.size(); ++i) y[i] = bf16_to_f32(y16[i]);
+  return y;
+}
+
+}  // namespace
+
+// Rows 1..16, weight rows around the 16-row tile and the 64-row step, K around the 32-element
+// piece: every output within the fp32 summation bound of the fp64 sum (bf16 x bf16 products
+// are exact in fp32; a bf16 output is rounded once more).
+TEST(Bf16DecodeAmx, MatchesTheFp64Reference) {
+  if (!kernels::amx_tiles_usable()) GTEST_SKIP() << "no AMX tiles on this CPU";
+  for (int64_t M : {1, 3, 4, 8, 13, 16})
+    for (int64_t N : {1, 15, 16, 17, 64, 65, 130})
+      for (int64_t K : {1, 31, 32, 33, 96, 100}) {
+        const auto X = random_bf16_values(M * K, 31 + M), W = random_bf16_values(N * K, 37 + K);
+        const std::vector<float> x32 = widened(X), w32 = widened(W);
+        for (bool y_bf16 : {false, true}) {
+          const std::vector<float> y = amx_product(X, W, M, N, K, y_bf16);
+          for (int64_t m = 0; m < M; ++m)
+            for (int64_t n = 0; n < N; ++n) {
+              double exact = 0, scale = 0;
+              for (int64_t k = 0; k < K; ++k) {
+                const double p = double(x32[size_t(m * K + k)]) * w32[size_t(n * K + k)];
+                exact += p;
+                scale += std::abs(p);
+              }
+              const double sum_tol = double(K) * kUnitRoundoff * scale;
+              const double tol =
+                  y_bf16 ? sum_tol * (1 + kBf16HalfUlp) + kBf16HalfUlp * std::abs(exact) : sum_tol;
+              ASSERT_NEAR(y[size_t(m * N + n)], exact, tol)
+                  << "M=" << M << " N=" << N << " K=" << K << " at (" << m << ", " << n << ")";
+            }
+        }
+      }
+}
+
+// A row's outputs are the same bits whichever rows share its batch and on any thread count,
+// so a sequence's logits do not depend on the other sequences being decoded beside it.
+TEST(Bf16DecodeAmx, ARowsBitsDependOnNeitherTheBatchNorTheThreads) {
+  if (!kernels::amx_tiles_usable()) GTEST_SKIP() << "no AMX tiles on this CPU";
+  const int64_t M = 16, N = 1000, K = 2080;  // big enough to go parallel; a 64-row step split
+  const auto X = random_bf16_values(M * K, 41), W = random_bf16_values(N * K, 43);
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(2);
+  const std::vector<float> all = amx_product(X, W, M, N, K, false);
+  omp_set_num_threads(1);
+  const std::vector<float> all_one_thread = amx_product(X, W, M, N, K, false);
+  omp_set_num_threads(threads);
+  EXPECT_EQ(all, all_one_thread);
+  for (int64_t m : {0, 5, 15}) {
+    const std::vector<uint16_t> row(X.begin() + m * K, X.begin() + (m + 1) * K);
+    const std::vector<float> alone = amx_product(row, W, 1, N, K, false);
+    EXPECT_EQ(alone, std::vector<float>(all.begin() + m * N, all.begin() + (m + 1) * N))
+        << "row " << m;
+  }
+}
+
+// A bf16 graph's decode product of 4 to 16 rows reaches the tiles where the CPU has them on the
+// oneDNN path; the widening path keeps the FMA loop.
+TEST(Bf16DecodeAmx, DecodeShapedMatmulsReachIt) {
+  if (!kernels::amx_tiles_usable()) GTEST_SKIP() << "no AMX tiles on this CPU";
+  const int64_t M = 8, N = 70, K = 96;
+  const auto X = random_bf16_values(M * K, 45), W = random_bf16_values(N * K, 46);
+  const std::vector<float> want = amx_product(X, W, M, N, K, false);
+  std::vector<float> fma(want.size());
+  kernels::decode_gemv_bf16_weight(M, N, K, X.data(), true, W.data(), fma.data(), false);
+  for (const char* path : {"auto", "widening"}) {
+    const GemvPathOverride scoped(path);
+    Tensor a = Tensor::empty({M, K}, DType::BF16), b = Tensor::empty({N, K}, DType::BF16);
+    Tensor c = Tensor::empty({M, N}, DType::F32);
+    std::copy(X.begin(), X.end(), a.data<uint16_t>());
+    std::copy(W.begin(), W.end(), b.data<uint16_t>());
+    ASSERT_TRUE(kernels::matmul_bf16_native(false, true, a, b, c)) << path;
+    // "auto" is the oneDNN path unless oneDNN is told to see no bf16 (Bf16Paths.*).
+    const bool tiles = kernels::bf16_matmul_path() == kernels::Bf16MatmulPath::OneDnn;
+    EXPECT_EQ(std::vector<float>(c.data<float>(), c.data<float>() + M * N), tiles ? want : fma)
+        << path;
+  }
+}

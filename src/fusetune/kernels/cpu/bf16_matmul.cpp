@@ -217,6 +217,11 @@ bool matmul_bf16_native(bool trans_a, bool trans_b, const Tensor& a, const Tenso
            "matmul_bf16_native: operand shapes do not match");
   const bool onednn = bf16_matmul_path() == Bf16MatmulPath::OneDnn;
   const bool decode_rows = !trans_a && trans_b && M <= kDecodeGemvMaxRows;  // a decode's x W^T
+  if (decode_rows && onednn && M >= kDecodeAmxMinRows && amx_tiles_usable()) {
+    decode_gemv_bf16_amx(M, N, K, a.data<uint16_t>(), b.data<uint16_t>(), c.raw(),
+                         c.dtype() == DType::BF16);
+    return true;
+  }
   if (decode_rows && (!onednn || M <= kDecodeGemvRowsBeforeOneDnn)) {
     decode_gemv_bf16_weight(M, N, K, a.data<uint16_t>(), true, b.data<uint16_t>(), c.raw(),
                             c.dtype() == DType::BF16);

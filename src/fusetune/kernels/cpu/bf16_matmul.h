@@ -53,10 +53,11 @@ int64_t matmul_bf16_onednn_scratch_bytes(bool trans_a, bool trans_b, int64_t M, 
                                          int64_t K, const Bf16MatmulLayout& layout);
 
 // The runtime's entry for an unbatched matmul node of two bf16 operands (leading dimensions
-// all 1): a decode step's x W^T (at most kDecodeGemvRowsBeforeOneDnn rows of x on the oneDNN
-// path, kDecodeGemvMaxRows on the widening one) runs through decode_gemv_bf16_weight, anything
-// else through oneDNN when the path is oneDNN; returns true when it ran, otherwise does
-// nothing and returns false (the caller widens).
+// all 1): a decode step's x W^T runs through decode_gemv_bf16_amx on the oneDNN path where
+// the CPU has AMX tiles (kDecodeAmxMinRows to kDecodeGemvMaxRows rows of x), else through
+// decode_gemv_bf16_weight (at most kDecodeGemvRowsBeforeOneDnn rows on the oneDNN path,
+// kDecodeGemvMaxRows on the widening one); anything else through oneDNN when the path is
+// oneDNN. Returns true when it ran, otherwise does nothing and returns false (the caller widens).
 bool matmul_bf16_native(bool trans_a, bool trans_b, const Tensor& a, const Tensor& b, Tensor& c);
 
 }  // namespace fusetune::kernels

@@ -48,14 +48,7 @@ void decode_gemv(int64_t M, int64_t N, int64_t K, const float* x, const Rows& w,
         gemv_rows_dot<1>(x, M, K, w, n0 + j, one);
         for (int64_t m = 0; m < M; ++m) acc[m * nb + j] = one[m];
       }
-    for (int64_t m = 0; m < M; ++m)
-      for (int64_t j = 0; j < nb; ++j) {
-        const float v = acc[m * nb + j];
-        if (y_bf16)
-          static_cast<uint16_t*>(y)[m * N + n0 + j] = f32_to_bf16(v);
-        else
-          static_cast<float*>(y)[m * N + n0 + j] = v;
-      }
+    store_gemv_block(acc, nb, M, N, n0, nb, y, y_bf16);
   }
 }
 

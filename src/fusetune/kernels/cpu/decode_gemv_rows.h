@@ -9,11 +9,26 @@
 #include <cstdint>
 #include <cstring>
 
+#include "fusetune/core/dtype.h"
 #include "fusetune/kernels/cpu/nf4.h"
 
 namespace fusetune::kernels {
 
 inline constexpr int kGemvLanes = 16;  // one AVX-512 register of fp32 (two AVX2 ones)
+
+// Writes a block's sums acc [M, ld] (its first nb columns) to y's columns n0.. (y [M, N], fp32 or
+// bf16 rounded once).
+inline void store_gemv_block(const float* acc, int64_t ld, int64_t M, int64_t N, int64_t n0,
+                             int64_t nb, void* y, bool y_bf16) {
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t j = 0; j < nb; ++j) {
+      const float v = acc[m * ld + j];
+      if (y_bf16)
+        static_cast<uint16_t*>(y)[m * N + n0 + j] = f32_to_bf16(v);
+      else
+        static_cast<float*>(y)[m * N + n0 + j] = v;
+    }
+}
 
 inline float gemv_widen(uint16_t v) {
   const uint32_t bits = uint32_t(v) << 16;
