@@ -6,7 +6,8 @@
 //             decode figures for the same shape and lengths ("dec1", "decB": greedy
 //             Generator::generate over 1 row and over the prompts' rows, decode steps only) and
 //             the batched greedy generate end to end ("genB": what the rollout adds to it is
-//             sampling, its per-row seeds and the log-probs), measured here, in the same program;
+//             sampling with per-row seeds; like PpoStep it records no log-probs, its old
+//             log-probs coming from the scoring forward), measured here, in the same program;
 //   scoring   the forwards over the rollout's rows: the policy's (and the reference's: the same
 //             graph on a copy) log-probs, the value model's values, the reward model's scores;
 //   train     one PPO update over the rows: the policy's graph (forward, clipped policy loss,
