@@ -494,6 +494,8 @@ TEST(PpoPlan, PerRankPlanCountsTheFourModelsAndListsOnlyAcceptedStages) {
                      "2", "output_dir=" + (tmp / "o").string(), keys[0]});
   const std::string out = ::testing::internal::GetCapturedStdout();
   EXPECT_EQ(rc, 0) << out;
+  // batch_size counts prompts, as the config says it (the planned step is a micro-batch of 2).
+  EXPECT_TRUE(contains(out, "(compile: false; batch_size 4 per rank, global batch 8)")) << out;
   for (const char* row : {"\n0  ", "\n1  ", "\n2  "}) EXPECT_TRUE(contains(out, row)) << out;
   EXPECT_FALSE(contains(out, "\n3  ")) << out;
   EXPECT_FALSE(contains(out, "gathered")) << out;

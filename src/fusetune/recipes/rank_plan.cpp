@@ -143,11 +143,13 @@ std::string format_rank_plans(const PlannedStep& s, const ModePlan& p, int ranks
                               const std::map<int, std::string>& refused) {
   std::string out;
   char line[512];
+  // batch_size as the config says it: GRPO's and PPO's count prompts (the planned step's rows
+  // are GRPO's completions, PPO's micro-batch).
+  const int64_t batch = s.grpo ? s.grpo->prompts : s.ppo ? s.ppo->prompts : s.options.batch_size;
   std::snprintf(line, sizeof line,
                 "per-rank peak with --nproc_per_node %d (compile: %s; batch_size %lld per rank, "
                 "global batch %lld):\n",
-                ranks, compile_mode_name(p.mode), (long long)(s.options.batch_size),
-                (long long)(s.options.batch_size * ranks));
+                ranks, compile_mode_name(p.mode), (long long)batch, (long long)(batch * ranks));
   out += line;
   std::snprintf(line, sizeof line, "%-10s %14s %14s %14s %14s  %s\n", "zero_stage", "rank 0",
                 "largest rank", "optim state", "comm buffers", "peak at (rank 0)");
