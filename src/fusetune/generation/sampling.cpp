@@ -78,13 +78,14 @@ std::vector<double> sampling_distribution(const double* logits, int64_t vocab,
     return p;
   }
   // The whole vocabulary, summed in id order; without a nucleus, no ranking at all.
-  std::vector<double> w(static_cast<size_t>(vocab));
   double sum = 0;
-  for (int64_t id = 0; id < vocab; ++id) sum += (w[size_t(id)] = weight(id));
   if (o.top_p >= 1) {
-    for (int64_t id = 0; id < vocab; ++id) p[size_t(id)] = w[size_t(id)] / sum;
+    for (int64_t id = 0; id < vocab; ++id) sum += (p[size_t(id)] = weight(id));
+    for (int64_t id = 0; id < vocab; ++id) p[size_t(id)] /= sum;
     return p;
   }
+  std::vector<double> w(static_cast<size_t>(vocab));
+  for (int64_t id = 0; id < vocab; ++id) sum += (w[size_t(id)] = weight(id));
   // The nucleus is usually a small part of the vocabulary: rank 256 candidates, 8x more
   // while they hold less than top_p.
   for (int64_t count = std::min<int64_t>(256, vocab);; count = std::min(vocab, count * 8))
