@@ -1,9 +1,9 @@
 // GRPO's step broken into its parts, per shape and compile mode, on seeded random weights and
 // prompts: the rollout (recipes/grpo_rollout.h: grpo_samples completions per prompt with the
-// KV cache on the training weights; generated tokens/s), the reference's forward-only scoring
-// of the rollout (models/grpo_graph.h; the policy's old log-probs cost the same), and the train
-// part: the joint graph of the model, the clipped GRPO loss with its k3 KL and the backward,
-// plus AdamW (what GrpoStep::run does per micro-batch).
+// KV cache on the training weights, a seed per prompt as GrpoStep gives; generated tokens/s), the
+// reference's forward-only scoring of the rollout (models/grpo_graph.h; the policy's old log-probs
+// cost the same), and the train part: the joint graph of the model, the clipped GRPO loss with its
+// k3 KL and the backward, plus AdamW (what GrpoStep::run does per micro-batch).
 //   bench_grpo --shapes tiny,L3-micro [--prompts 2] [--samples 4] [--prompt-tokens 16]
 //   [--new-tokens 32] [--steps 3] [--modes false,model,true] [--threads N]
 // Prints a table (train tok/s counts every position of the rollout's rows; "vs model" is the
@@ -19,6 +19,7 @@
 #include "fusetune/models/grpo_graph.h"
 #include "fusetune/recipes/grpo_rollout.h"
 #include "fusetune/recipes/training_step.h"
+#include "fusetune/util/mix64.h"
 #include "fusetune/util/strings.h"
 #include "step_runner.h"
 
@@ -67,9 +68,12 @@ GrpoRollout timed_rollout(const BenchShape& shape, const TensorMap& params, Comp
   g.max_new_tokens = o.new_tokens;
   g.sampling = {1.0, 0, 1.0};
   g.seed = 11;
-  generate_rollout(gen, prompts, o.samples, g);
+  // A seed per prompt, as GrpoStep gives (each row then samples on its own, in parallel).
+  std::vector<uint64_t> seeds;
+  for (int64_t i = 0; i < o.prompts; ++i) seeds.push_back(mix64(uint64_t(i) + 1));
+  generate_rollout(gen, prompts, o.samples, g, seeds);
   const auto t0 = std::chrono::steady_clock::now();
-  GrpoRollout roll = generate_rollout(gen, prompts, o.samples, g);
+  GrpoRollout roll = generate_rollout(gen, prompts, o.samples, g, seeds);
   const double s = seconds_since(t0);
   for (const auto& c : roll.completions) r.generated += int64_t(c.size());
   r.gen_tokens_per_s = double(r.generated) / s;

@@ -6,7 +6,9 @@
 //             decode figures for the same shape and lengths ("dec1", "decB": greedy
 //             Generator::generate over 1 row and over the prompts' rows, decode steps only) and
 //             the batched greedy generate end to end ("genB": what the rollout adds to it is
-//             sampling, its per-row seeds and the log-probs), measured here, in the same program;
+//             sampling with per-row seeds; like PpoStep it records no log-probs, its old
+//             log-probs coming from the scoring forward), measured here, in the same program,
+//             the rollout and the batched greedy generate in turn (the same load on both);
 //   scoring   the forwards over the rollout's rows: the policy's (and the reference's: the same
 //             graph on a copy) log-probs, the value model's values, the reward model's scores;
 //   train     one PPO update over the rows: the policy's graph (forward, clipped policy loss,
@@ -78,28 +80,24 @@ std::vector<std::vector<int32_t>> ppo_bench_prompts(const ModelConfig& c,
   return prompts;
 }
 
-// bench_decode's figures over `rows` of the prompts, greedy: decode tokens/s (decode steps
-// only, as bench_decode prints) and end to end (prefill included, as a rollout is timed);
-// medians of steps - 1 runs after a warm-up.
-std::pair<double, double> ppo_decode_tps(Generator& gen,
+// One greedy generate over the first `rows` prompts: bench_decode's figures, decode tokens/s
+// (decode steps only, as bench_decode prints) and end to end (prefill included, as a rollout
+// is timed).
+std::pair<double, double> ppo_greedy_tps(Generator& gen,
                                          const std::vector<std::vector<int32_t>>& prompts,
                                          int64_t rows, const PpoBenchOptions& o) {
   const std::vector<std::vector<int32_t>> part(prompts.begin(), prompts.begin() + rows);
   GenerationOptions g;
   g.max_new_tokens = o.new_tokens;
   g.sampling.temperature = 0;
-  gen.generate(part, g);
-  std::vector<double> decode, whole;
-  for (int s = 1; s < o.steps; ++s) {
-    const GenerationStats st = gen.generate(part, g).stats;
-    decode.push_back(double(st.decode_steps) / st.decode_seconds * double(rows));
-    whole.push_back(double(st.generated_tokens) / (st.prefill_seconds + st.decode_seconds));
-  }
-  return {ppo_median(decode), ppo_median(whole)};
+  const GenerationStats st = gen.generate(part, g).stats;
+  return {double(st.decode_steps) / st.decode_seconds * double(rows),
+          double(st.generated_tokens) / (st.prefill_seconds + st.decode_seconds)};
 }
 
-// The rollout (timed after a warm-up run that compiles the decode graphs; the median of
-// steps - 1 runs) and the decode figures beside it.
+// The rollout and the batched greedy generate over the same prompts, timed in turn (after a
+// warm-up of each that compiles the decode graphs), so that both see the same load: medians
+// of steps - 1 runs each; then the 1-row decode.
 GrpoRollout ppo_timed_rollout(const ModelConfig& c, const TensorMap& params, CompileMode mode,
                               const PpoBenchOptions& o, PpoBenchResult& r) {
   const auto prompts = ppo_bench_prompts(c, o);
@@ -111,7 +109,8 @@ GrpoRollout ppo_timed_rollout(const ModelConfig& c, const TensorMap& params, Com
   std::vector<uint64_t> seeds;
   for (int64_t i = 0; i < o.prompts; ++i) seeds.push_back(mix64(uint64_t(i) + 1));
   GrpoRollout roll = generate_rollout(gen, prompts, 1, g, seeds);
-  std::vector<double> tps;
+  ppo_greedy_tps(gen, prompts, o.prompts, o);
+  std::vector<double> tps, decode, whole;
   for (int s = 1; s < o.steps; ++s) {
     const auto t0 = std::chrono::steady_clock::now();
     roll = generate_rollout(gen, prompts, 1, g, seeds);
@@ -119,10 +118,17 @@ GrpoRollout ppo_timed_rollout(const ModelConfig& c, const TensorMap& params, Com
     r.generated = 0;
     for (const auto& comp : roll.completions) r.generated += int64_t(comp.size());
     tps.push_back(double(r.generated) / secs);
+    const auto [d, w] = ppo_greedy_tps(gen, prompts, o.prompts, o);
+    decode.push_back(d);
+    whole.push_back(w);
   }
   r.gen_tps = ppo_median(tps);
-  std::tie(r.decode1_tps, std::ignore) = ppo_decode_tps(gen, prompts, 1, o);
-  std::tie(r.decodeB_tps, r.generateB_tps) = ppo_decode_tps(gen, prompts, o.prompts, o);
+  r.decodeB_tps = ppo_median(decode);
+  r.generateB_tps = ppo_median(whole);
+  ppo_greedy_tps(gen, prompts, 1, o);
+  std::vector<double> one;
+  for (int s = 1; s < o.steps; ++s) one.push_back(ppo_greedy_tps(gen, prompts, 1, o).first);
+  r.decode1_tps = ppo_median(one);
   return roll;
 }
 

@@ -4,7 +4,9 @@
 // the three compile modes, and the sampler against hand-computed distributions.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <random>
 
 #include "fusetune/compile/compiler.h"
@@ -285,6 +287,41 @@ TEST(Sampling, TemperatureTopKTopPMatchAHandComputedDistribution) {
   }
   // Greedy: the first of the largest.
   EXPECT_EQ(sampling_distribution(logits.data(), 5, {0.0, 0, 1.0})[1], 1.0);
+}
+
+// Over a vocabulary larger than the first candidates the nucleus ranks (256), with tied logits:
+// top-k and top-p keep the tokens a full stable sort by logit keeps, as torchtune's sort does.
+TEST(Sampling, TopKAndTopPOverALargeVocabularyKeepAFullSortsTokens) {
+  const int64_t V = 3000;
+  std::vector<double> logits(static_cast<size_t>(V));
+  for (int64_t i = 0; i < V; ++i) logits[size_t(i)] = double((i * 7919) % 401) / 100.0;
+  std::vector<int64_t> order(static_cast<size_t>(V));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return logits[size_t(a)] > logits[size_t(b)]; });
+  const double mx = logits[size_t(order[0])];
+  for (const SamplingOptions o : {SamplingOptions{0.8, 300, 1.0}, SamplingOptions{0.8, 0, 0.9},
+                                  SamplingOptions{0.8, 1000, 0.5}}) {
+    const int64_t k = o.top_k > 0 ? o.top_k : V;
+    double z = 0;
+    for (int64_t r = 0; r < k; ++r) z += std::exp((logits[size_t(order[size_t(r)])] - mx) / 0.8);
+    std::vector<double> expect(static_cast<size_t>(V), 0.0);
+    double above = 0, kept = 0;
+    for (int64_t r = 0; r < k && above < o.top_p; ++r) {
+      const auto id = size_t(order[size_t(r)]);
+      expect[id] = std::exp((logits[id] - mx) / 0.8) / z;
+      above += expect[id];
+      kept += expect[id];
+    }
+    const std::vector<double> p = sampling_distribution(logits.data(), V, o);
+    int64_t survivors = 0;
+    for (int64_t i = 0; i < V; ++i) {
+      EXPECT_NEAR(p[size_t(i)], expect[size_t(i)] / kept, 1e-12) << "token " << i;
+      EXPECT_EQ(p[size_t(i)] > 0, expect[size_t(i)] > 0) << "token " << i;
+      survivors += p[size_t(i)] > 0;
+    }
+    EXPECT_GT(survivors, o.top_k > 0 ? 200 : 300);  // past the first 256 candidates
+  }
 }
 
 TEST(Sampling, DrawsFollowTheDistribution) {

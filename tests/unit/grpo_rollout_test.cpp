@@ -3,6 +3,9 @@
 // against the scoring graph the training step uses (models/grpo_graph.h).
 #include <gtest/gtest.h>
 
+#include <omp.h>
+
+#include <algorithm>
 #include <cmath>
 
 #include "fusetune/compile/compiler.h"
@@ -45,7 +48,8 @@ TEST(GrpoRollout, RecordedLogProbsAreTheScoringGraphsWithinFp32Rounding) {
     // The log-probs of the distribution sampled from: logits / temperature.
     const double temperature = mode == CompileMode::Full ? 0.7 : 1.0;
     Generator gen(m.cfg, m.params, {}, mode, DType::F32);
-    const GrpoRollout r = generate_rollout(gen, kPrompts, 3, sampling(5, temperature));
+    const GrpoRollout r =
+        generate_rollout(gen, kPrompts, 3, sampling(5, temperature), {}, RolloutLogps::Record);
     ASSERT_EQ(r.completions.size(), 6u);
     const Batch b = rollout_batch(r, 0, 4);
     PassOptions po;
@@ -69,7 +73,7 @@ TEST(GrpoRollout, RecordedLogProbsAreTheScoringGraphsWithinFp32Rounding) {
 TEST(GrpoRollout, IsSeededAndReadsTheTrainingWeightsInPlace) {
   TinyPolicy m;
   Generator gen(m.cfg, m.params, {}, CompileMode::Full, DType::F32);
-  const GrpoRollout a = generate_rollout(gen, kPrompts, 4, sampling(9));
+  const GrpoRollout a = generate_rollout(gen, kPrompts, 4, sampling(9), {}, RolloutLogps::Record);
   EXPECT_EQ(generate_rollout(gen, kPrompts, 4, sampling(9)).completions, a.completions);
   // The samples of one prompt differ from each other (one sampler draws them in turn).
   EXPECT_NE(a.completions[0], a.completions[1]);
@@ -77,7 +81,7 @@ TEST(GrpoRollout, IsSeededAndReadsTheTrainingWeightsInPlace) {
   // next: it holds no copy of the weights.
   Tensor& head = m.params.at("lm_head.weight");
   for (int64_t i = 0; i < head.numel(); ++i) head.data<float>()[i] *= 3.0f;
-  const GrpoRollout c = generate_rollout(gen, kPrompts, 4, sampling(9));
+  const GrpoRollout c = generate_rollout(gen, kPrompts, 4, sampling(9), {}, RolloutLogps::Record);
   EXPECT_NE(c.logps, a.logps);
 }
 
@@ -100,6 +104,33 @@ TEST(GrpoRollout, PerPromptSeedsMakeAPromptsCompletionsIndependentOfItsBatch) {
   EXPECT_NE(all.completions[3], all.completions[4]);
   EXPECT_NE(generate_rollout(gen, {prompts[1]}, 3, sampling(9), {203}).completions,
             second.completions);
+}
+
+// The recipes' rollout (per-prompt seeds, rows sampled and scored in parallel) is the same,
+// tokens and log-probs bitwise, on one thread and on several; without RolloutLogps::Record it
+// records no log-prob.
+TEST(GrpoRollout, IsBitwiseTheSameForAnyThreadCountAndSkipsLogProbsUnlessAsked) {
+  TinyPolicy m;
+  m.cfg.vocab_size = 16411;  // rows long enough to be split among threads
+  m.params = init_parameters(graph_parameters(build_logits_graph(m.cfg, 1, 4, DType::F32)), 7,
+                             DType::F32, 0.5);
+  Generator gen(m.cfg, m.params, {}, CompileMode::Full, DType::F32);
+  const std::vector<std::vector<int32_t>> prompts = {{3, 7, 1, 20}, {11, 5, 9, 4}, {6, 6, 2, 8}};
+  GenerationOptions o = sampling(9);
+  o.sampling.top_p = 0.9;
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const GrpoRollout one = generate_rollout(gen, prompts, 3, o, {1, 2, 3}, RolloutLogps::Record);
+  omp_set_num_threads(std::max(2, threads));
+  const GrpoRollout many = generate_rollout(gen, prompts, 3, o, {1, 2, 3}, RolloutLogps::Record);
+  omp_set_num_threads(threads);
+  EXPECT_EQ(many.completions, one.completions);
+  EXPECT_EQ(many.logps, one.logps);
+  ASSERT_EQ(one.logps.size(), 9u);
+  for (size_t i = 0; i < 9; ++i) EXPECT_EQ(one.logps[i].size(), one.completions[i].size());
+  const GrpoRollout skipped = generate_rollout(gen, prompts, 3, o, {1, 2, 3});
+  EXPECT_EQ(skipped.completions, one.completions);
+  EXPECT_TRUE(skipped.logps.empty());
 }
 
 TEST(GrpoRollout, BatchLabelsTheCompletionTokensOnly) {

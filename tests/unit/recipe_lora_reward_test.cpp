@@ -16,6 +16,7 @@
 #include "fusetune/cli/command.h"
 #include "fusetune/io/hf_checkpoint.h"
 #include "fusetune/io/safetensors.h"
+#include "fusetune/recipes/recipe_setup.h"
 #include "fusetune/util/fs.h"
 #include "metrics_log.h"
 #include "test_support.h"
@@ -142,4 +143,108 @@ TEST(LoraRewardRecipe, ResumesBitwiseFromItsAdapterAndScore) {
   const std::string e = error_of(
       [&] { run_lora_reward(tmp / "cfg.yaml", tmp / "bad", {"model.apply_lora_to_output=true"}); });
   EXPECT_TRUE(contains(e, "model.apply_lora_to_output")) << e;
+}
+
+namespace {
+
+// The merged classifier written out here from the LoRA run's PEFT adapter and the causal base
+// (each adapted projection W + (alpha / r) B A in double, `score` as trained); with `deltas`
+// false, the base's projections unchanged (only the score head trained).
+void write_merged_by_hand(const fs::path& base, const fs::path& adapter_dir, const fs::path& dir,
+                          bool deltas) {
+  HFCheckpoint causal = load_hf_checkpoint_owned(base, {}, DType::F32);
+  LoadedModel m;
+  m.config = causal.config;
+  for (auto& [name, t] : causal.tensors) m.params[name] = t.clone();
+  to_sequence_classifier(m, 1, 1, 0.02);
+  const nlohmann::json ac = nlohmann::json::parse(read_file(adapter_dir / "adapter_config.json"));
+  const double scale = ac.at("lora_alpha").get<double>() / ac.at("r").get<double>();
+  SafetensorsFile adapter = SafetensorsFile::open(adapter_dir / "adapter_model.safetensors");
+  const std::string prefix = "base_model.model.", a_suffix = ".lora_A.weight";
+  m.params.at("score.weight") = adapter.tensor(prefix + "score.weight").to(DType::F32);
+  for (const std::string& name : adapter.names()) {
+    if (!deltas || name.size() < a_suffix.size() ||
+        name.compare(name.size() - a_suffix.size(), a_suffix.size(), a_suffix) != 0)
+      continue;
+    const std::string module =
+        name.substr(prefix.size(), name.size() - prefix.size() - a_suffix.size());
+    const Tensor A = adapter.tensor(name).to(DType::F32);
+    const Tensor B = adapter.tensor(prefix + module + ".lora_B.weight").to(DType::F32);
+    Tensor& W = m.params.at(module + ".weight");
+    const int64_t out_dim = W.dim(0), in_dim = W.dim(1), r = A.dim(0);
+    for (int64_t o = 0; o < out_dim; ++o)
+      for (int64_t i = 0; i < in_dim; ++i) {
+        double ba = 0;
+        for (int64_t k = 0; k < r; ++k)
+          ba += double(B.data<float>()[o * r + k]) * double(A.data<float>()[k * in_dim + i]);
+        float& w = W.data<float>()[o * in_dim + i];
+        w = float(double(w) + scale * ba);
+      }
+  }
+  NamedTensors tensors;
+  for (const auto& [name, shape] : expected_parameters(m.config))
+    tensors.push_back({name, m.params.at(name)});
+  save_hf_checkpoint(dir, m.config, tensors);
+}
+
+// One PPO step of the tiny policy against the value and reward models in `classifier`; returns
+// the step's scores, value loss and loss.
+std::vector<double> ppo_step_one_with(const fs::path& policy, const fs::path& classifier,
+                                      const fs::path& tmp, const std::string& name) {
+  std::string prompts;
+  for (int i = 0; i < 4; ++i) prompts += "Answer " + std::to_string(i) + ":\n\n";
+  write_file_atomic(tmp / "prompts.txt", prompts);
+  std::ostringstream s;
+  s << "policy_model:\n  _component_: torchtune.models.llama2.llama2\n"
+    << "reward_and_value_model:\n  _component_: torchtune.models.llama2.llama2_classifier\n"
+    << "  num_classes: 1\n"
+    << "checkpointer:\n  checkpoint_dir: " << policy.string() << "\n"
+    << "ref_policy_checkpointer:\n  checkpoint_dir: " << policy.string() << "\n"
+    << "value_checkpointer:\n  checkpoint_dir: " << classifier.string() << "\n"
+    << "  model_type: REWARD\n"
+    << "reward_checkpointer:\n  checkpoint_dir: " << classifier.string() << "\n"
+    << "  model_type: REWARD\n"
+    << "tokenizer:\n  _component_: byte\n  max_seq_len: 10\n"
+    << "dataset:\n  _component_: text_completion\n  source: " << (tmp / "prompts.txt").string()
+    << "\n  add_eos: false\n"
+    << "seed: 3\nshuffle: false\nbatch_size: 4\nnum_steps: 4\nppo_epochs: 1\nppo_batch_size: 4\n"
+    << "gradient_accumulation_steps: 1\nforward_batch_size: 4\nmax_generated_tokens: 4\n"
+    << "temperature: 1.0\nkl_coeff: 0.05\n"
+    << "optimizer:\n  _component_: AdamW\n  lr: 1e-3\n  weight_decay: 0.0\n"
+    << "compile: false\nnum_threads: 1\nlog_every_n_steps: 1\nlog_peak_memory_stats: false\n";
+  const fs::path cfg = tmp / (name + ".yaml"), out = tmp / name;
+  write_file_atomic(cfg, s.str());
+  EXPECT_EQ(cli::cmd_run({"ppo_full_finetune_single_device", "--config", cfg.string(),
+                          "output_dir=" + out.string()}),
+            0);
+  std::vector<double> step;
+  for (const char* key : {"scores", "value_loss", "loss"}) {
+    const std::vector<double> v = logged_values(out, key);
+    step.push_back(v.empty() ? std::nan("") : v[0]);
+  }
+  return step;
+}
+
+}  // namespace
+
+// PPO straight on the LoRA reward model's output directory (its merged classifier beside the
+// PEFT adapter and recipe state) as value and reward model: the step-1 score, value loss and
+// loss are those of a PPO run on the classifier merged here by hand from the adapter, and not
+// those of the base with the trained score head alone (the LoRA deltas reach PPO's models).
+TEST(LoraRewardRecipe, PpoLoadsTheMergedClassifierAsValueAndRewardModel) {
+  TempDir tmp;
+  const fs::path base = write_tiny_checkpoint(tmp.path());
+  write_lora_reward_pairs(tmp / "pairs.json");
+  write_file_atomic(tmp / "cfg.yaml", lora_reward_yaml(base, tmp / "pairs.json"));
+  ASSERT_EQ(run_lora_reward(tmp / "cfg.yaml", tmp / "rm", {"epochs=1"}), 0);
+  const fs::path trained = tmp / "rm" / "epoch_0";
+  write_merged_by_hand(base, trained, tmp / "by_hand", true);
+  write_merged_by_hand(base, trained, tmp / "score_only", false);
+  const std::vector<double> lora = ppo_step_one_with(base, trained, tmp.path(), "ppo_lora");
+  const std::vector<double> hand = ppo_step_one_with(base, tmp / "by_hand", tmp.path(), "ppo_hand");
+  const std::vector<double> bare =
+      ppo_step_one_with(base, tmp / "score_only", tmp.path(), "ppo_bare");
+  for (size_t i = 0; i < 3; ++i)
+    EXPECT_NEAR(lora[i], hand[i], 1e-5 * (1 + std::abs(hand[i]))) << "metric " << i;
+  EXPECT_GT(std::abs(lora[0] - bare[0]), 1e-3) << "the adapters changed the score";
 }

@@ -3,7 +3,7 @@
 // models, the byte tokenizer, prompts written here. The first (single) update's ratio is
 // exactly 1, the three compile modes agree, resume continues bitwise, a hand-made reward model
 // (its score is how close the last token is to one token) is raised by training, and bad inputs
-// are named.
+// are named; the per-rank plan of the distributed recipe counts the four models.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -19,6 +19,7 @@
 #include "fusetune/config/recipe_schemas.h"
 #include "fusetune/config/schema.h"
 #include "fusetune/io/hf_checkpoint.h"
+#include "fusetune/recipes/rank_plan.h"
 #include "fusetune/recipes/recipe_setup.h"
 #include "fusetune/recipes/step_plan.h"
 #include "fusetune/tokenizers/load_tokenizer.h"
@@ -449,4 +450,57 @@ TEST(PpoPlan, FitAdviceValidatesAndTheRunStopsBeforeLoading) {
     const std::string v = error_of([&] { prepared_config(recipe, path.string(), {bad}); });
     EXPECT_TRUE(contains(v, std::string(bad).substr(0, std::string(bad).find('=')))) << v;
   }
+}
+
+// `fusetune plan ppo_full_finetune_distributed --nproc_per_node 2` (recipes/rank_plan.h): each
+// rank holds what the single-device plan holds (the policy, its reference, the value and reward
+// models, the trajectory), the optimizer-state shards of ZeRO-1 add up to the state of both
+// trained models (the value model's is partitioned with the policy's), and the table offers
+// only the stages the recipe accepts (not ZeRO-3, which PPO refuses).
+TEST(PpoPlan, PerRankPlanCountsTheFourModelsAndListsOnlyAcceptedStages) {
+  TempDir tmp;
+  const PpoFiles f = write_ppo_files(tmp.path(), ppo_byte_id('e'));
+  const fs::path path = tmp / "cfg.yaml";
+  write_file_atomic(path, ppo_yaml(f));
+  const std::vector<std::string> keys = {"gradient_accumulation_steps=2"};
+  const auto planned = [&](const std::string& recipe) {
+    const Config cfg = prepared_config(recipe, path.string(), keys);
+    return plan_step(cfg, recipe, model_architecture(cfg));
+  };
+  const PlannedStep single = planned("ppo_full_finetune_single_device");
+  const ModePlan one = plan_step_mode(single, single.configured_mode);
+  const PlannedStep s = planned("ppo_full_finetune_distributed");
+  const ModePlan p = plan_step_mode(s, s.configured_mode);
+  EXPECT_EQ(p.memory.parameters, one.memory.parameters);  // the four models' weights
+  // One rank at stage 0 is the single-device run.
+  EXPECT_GE(plan_rank_peak(s, p, 1, 0, 0).bytes, run_peak_bytes(single, one));
+  for (int stage : {0, 1, 2}) {
+    int64_t state = 0;
+    for (int r = 0; r < 2; ++r) {
+      const RankPeak peak = plan_rank_peak(s, p, 2, r, stage);
+      state += peak.optimizer_state;
+      EXPECT_GE(peak.bytes, one.memory.parameters + peak.optimizer_state + one.memory.activations)
+          << "stage " << stage << " rank " << r;
+      // PPO's step holds every gradient of policy and value between its micro-batches.
+      EXPECT_GE(peak.bytes, one.memory.parameters + peak.optimizer_state + 2 * one.memory.gradients)
+          << "stage " << stage << " rank " << r;
+    }
+    EXPECT_EQ(state, stage == 0 ? 2 * one.memory.optimizer_state : one.memory.optimizer_state)
+        << "stage " << stage;
+  }
+  ::testing::internal::CaptureStdout();
+  const int rc =
+      cli::cmd_plan({"ppo_full_finetune_distributed", "--config", path.string(), "--nproc_per_node",
+                     "2", "output_dir=" + (tmp / "o").string(), keys[0]});
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  EXPECT_EQ(rc, 0) << out;
+  // batch_size counts prompts, as the config says it (the planned step is a micro-batch of 2).
+  EXPECT_TRUE(contains(out, "(compile: false; batch_size 4 per rank, global batch 8)")) << out;
+  for (const char* row : {"\n0  ", "\n1  ", "\n2  "}) EXPECT_TRUE(contains(out, row)) << out;
+  EXPECT_FALSE(contains(out, "\n3  ")) << out;
+  EXPECT_FALSE(contains(out, "gathered")) << out;
+  EXPECT_TRUE(contains(out,
+                       "zero_stage 3 is refused: zero_stage 3 shards the parameters, and "
+                       "PPO generates its responses on whole parameters"))
+      << out;
 }

@@ -1,12 +1,15 @@
 // fusetune plan [RECIPE] --config CONFIG [key=value ...]: what each compile mode would run and
 // how much memory its step would hold, predicted without training.
 #include <cstdio>
+#include <map>
+#include <string>
 
 #include "fusetune/cli/args.h"
 #include "fusetune/cli/command.h"
 #include "fusetune/compile/compiler.h"
 #include "fusetune/compile/plan_report.h"
 #include "fusetune/config/builtin_configs.h"
+#include "fusetune/config/schema.h"
 #include "fusetune/kernels/cpu/bf16_matmul.h"
 #include "fusetune/losses/preference.h"
 #include "fusetune/metrics/format.h"
@@ -70,6 +73,20 @@ void print_reference_forward(const PlannedStep& step, const ModelConfig& model, 
   }
   std::printf(" (activations + workspace%s)\n\n",
               traits.lora ? "" : "; plus a frozen copy of the parameters");
+}
+
+// The ZeRO stages this recipe refuses with this config, each with the check's error: the
+// config validated with zero_stage set to it (ZeRO-3 for GRPO and PPO, which generate on
+// whole parameters; ZeRO-2/3 with bf16).
+std::map<int, std::string> refused_zero_stages(const Config& cfg, const std::string& recipe) {
+  std::map<int, std::string> refused;
+  for (int stage = 0; stage <= 3; ++stage) {
+    Config c = cfg;  // copy on write
+    c.set("zero_stage", YAML::Node(stage));
+    const Problems p = check_config(c, *find_recipe(recipe).schema);
+    if (!p.errors.empty()) refused[stage] = p.errors.front();
+  }
+  return refused;
 }
 
 }  // namespace
@@ -144,7 +161,9 @@ int cmd_plan(const std::vector<std::string>& argv) {
   const ModePlan& mine = plans[configured == CompileMode::None    ? 0
                                : configured == CompileMode::Model ? 1
                                                                   : 2];
-  if (nproc) std::printf("%s\n", format_rank_plans(step, mine, nproc).c_str());
+  if (nproc)
+    std::printf("%s\n",
+                format_rank_plans(step, mine, nproc, refused_zero_stages(cfg, recipe)).c_str());
   // The verdict: this machine's available memory against each mode's peak.
   const std::optional<AvailableMemory> available = available_memory();
   const std::string fit_header =

@@ -370,7 +370,7 @@ void check_objective(const Config& root, bool preference, Problems& p, bool grpo
     }
     return;
   }
-  const std::string loss = component("loss", "cross_entropy");
+  const std::string loss = component("loss", ppo ? "PPOLoss" : "cross_entropy");
   if (ppo) {
     check_ppo_objective(root, loss, component("dataset", ""), p);
     return;
@@ -619,6 +619,8 @@ Schema build_ppo() {
   s.field("epochs").def("1000000").doc(
       "passes over the dataset (default: as many as num_steps needs, as torchtune's PPO)");
   s.field("gradient_accumulation_steps").doc("micro-batches per PPO update (of ppo_batch_size)");
+  // PPOLoss is the one loss PPO trains with: a config without `loss` gets it, with its defaults.
+  s.field("loss").default_comp("PPOLoss").doc("PPOLoss (torchtune.rlhf.loss.PPOLoss), the default");
   s.add(ppo_model_field("policy_model", false)
             .doc("the policy: trained, read by checkpointer; its reference by "
                  "ref_policy_checkpointer"));

@@ -29,6 +29,32 @@ std::vector<double> logits_row(const Tensor& logits, int64_t b) {
   return row;
 }
 
+// The next token of every unfinished row of logits [B, V] (-1 for a finished row). A row
+// with its own sampler (row seeds) draws independently of the others, so those rows (and
+// greedy ones, which draw nothing) are chosen in parallel: the same tokens for any thread
+// count. One shared sampler draws the rows in turn.
+std::vector<int32_t> generator_choose_tokens(const Tensor& logits,
+                                             const std::vector<std::string>& finish_reason,
+                                             std::vector<Sampler>& samplers, bool greedy) {
+  const int64_t B = logits.dim(0);
+  std::vector<int32_t> chosen(static_cast<size_t>(B), -1);
+  const auto choose = [&](int64_t b) {
+    if (!finish_reason[size_t(b)].empty()) return;
+    const std::vector<double> row = logits_row(logits, b);
+    Sampler& sampler = samplers[samplers.size() == 1 ? 0 : size_t(b)];
+    chosen[size_t(b)] = sampler.next(row.data(), int64_t(row.size()));
+  };
+  if (samplers.size() == 1 && !greedy) {
+    for (int64_t b = 0; b < B; ++b) choose(b);
+    return chosen;
+  }
+  // Small vocabularies: a row's work is less than what waking a thread team costs.
+  constexpr int64_t kParallelVocab = 16384;
+#pragma omp parallel for schedule(dynamic, 1) if (B > 1 && logits.dim(1) >= kParallelVocab)
+  for (int64_t b = 0; b < B; ++b) choose(b);
+  return chosen;
+}
+
 }  // namespace
 
 Generator::Generator(const ModelConfig& cfg, const TensorMap& params, LlamaOptions llama,
@@ -141,12 +167,13 @@ GenerationResult Generator::generate(const std::vector<std::vector<int32_t>>& pr
     (first ? r.stats.prefill_seconds : r.stats.decode_seconds) += seconds_since(t0);
     if (!first) ++r.stats.decode_steps;
     first = false;
+    const std::vector<int32_t> chosen =
+        generator_choose_tokens(logits, r.finish_reason, samplers, o.sampling.temperature == 0);
+    if (on_chosen) on_chosen(logits, chosen);
     for (int64_t b = 0; b < B; ++b) {
       int32_t id = 0;  // what a finished row is fed (its output is never read)
-      if (r.finish_reason[size_t(b)].empty()) {
-        const std::vector<double> row = logits_row(logits, b);
-        Sampler& sampler = samplers[o.row_seeds.empty() ? 0 : size_t(b)];
-        id = sampler.next(row.data(), int64_t(row.size()));
+      if (chosen[size_t(b)] >= 0) {
+        id = chosen[size_t(b)];
         r.tokens[size_t(b)].push_back(id);
         ++r.stats.generated_tokens;
         if (on_token) on_token(b, id);

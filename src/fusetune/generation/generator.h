@@ -65,6 +65,10 @@ class Generator {
 
   // Called with every run's logits [B, V] (tests compare the cache against a recomputation).
   std::function<void(const Tensor& logits)> on_logits;
+  // Called once each run's tokens are chosen, with its logits [B, V] and per row the token
+  // chosen from them (-1 for a row that had finished): GRPO's rollout reads each chosen
+  // token's log-prob here, as the logits arrive, and keeps no copy of them.
+  std::function<void(const Tensor& logits, const std::vector<int32_t>& chosen)> on_chosen;
 
  private:
   Executor& step(int64_t batch, int64_t tokens, int64_t cache_len, double* compile_seconds);

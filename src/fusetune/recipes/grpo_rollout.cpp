@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "fusetune/util/error.h"
 #include "fusetune/util/mix64.h"
@@ -9,22 +10,45 @@
 namespace fusetune {
 namespace {
 
-// log softmax(logits[row] / t)[token], accumulated in double.
+// log softmax(logits[row] / t)[token] in one streaming pass over the row: a running max and
+// the sum of exp below it, rescaled when the max grows; fp32 (or bf16) reads, double sums.
 double rollout_token_logp(const Tensor& logits, int64_t row, int32_t token, double t) {
-  const int64_t V = logits.shape()[1];
-  const float* z = logits.data<float>() + row * V;
-  double mx = double(z[0]) / t;
-  for (int64_t v = 1; v < V; ++v) mx = std::max(mx, double(z[v]) / t);
-  double s = 0;
-  for (int64_t v = 0; v < V; ++v) s += std::exp(double(z[v]) / t - mx);
-  return double(z[token]) / t - mx - std::log(s);
+  const int64_t V = logits.dim(1);
+  const bool f32 = logits.dtype() == DType::F32;
+  const float* z = f32 ? logits.data<float>() + row * V : nullptr;
+  const auto at = [&](int64_t v) {
+    return (f32 ? double(z[v]) : element_as_double(logits, row * V + v)) / t;
+  };
+  double mx = at(0), sum = 1;
+  for (int64_t v = 1; v < V; ++v) {
+    const double x = at(v);
+    if (x > mx) {
+      sum = sum * std::exp(mx - x) + 1;
+      mx = x;
+    } else {
+      sum += std::exp(x - mx);
+    }
+  }
+  return at(token) - mx - std::log(sum);
+}
+
+// Appends each chosen token's log-prob to its row's list, the rows in parallel (each row's
+// sum is one thread's, in one order: the same values for any thread count).
+void record_rollout_logps(const Tensor& logits, const std::vector<int32_t>& chosen, double t,
+                          std::vector<std::vector<double>>& logps) {
+  const auto rows = int64_t(chosen.size());
+  constexpr int64_t kParallelVocab = 16384;  // below, a row costs less than a thread team
+#pragma omp parallel for schedule(dynamic, 1) if (rows > 1 && logits.dim(1) >= kParallelVocab)
+  for (int64_t b = 0; b < rows; ++b)
+    if (chosen[size_t(b)] >= 0)
+      logps[size_t(b)].push_back(rollout_token_logp(logits, b, chosen[size_t(b)], t));
 }
 
 }  // namespace
 
 GrpoRollout generate_rollout(Generator& generator, const std::vector<std::vector<int32_t>>& prompts,
                              int64_t samples, const GenerationOptions& o,
-                             const std::vector<uint64_t>& prompt_seeds) {
+                             const std::vector<uint64_t>& prompt_seeds, RolloutLogps logps) {
   FT_CHECK(samples >= 1, "grpo_samples must be >= 1");
   FT_CHECK(prompt_seeds.empty() || prompt_seeds.size() == prompts.size(),
            "generate_rollout: one seed per prompt");
@@ -36,30 +60,23 @@ GrpoRollout generate_rollout(Generator& generator, const std::vector<std::vector
       if (!prompt_seeds.empty())
         go.row_seeds.push_back(mix64(prompt_seeds[p] + uint64_t(s + 1) * kMix64Gamma));
     }
-  // Each run's logits [rows, V]; run k chose every unfinished row's k-th token.
-  std::vector<Tensor> runs;
-  generator.on_logits = [&runs](const Tensor& logits) {
-    if (logits.dtype() == DType::F32) {
-      runs.push_back(logits.clone());
-      return;
-    }
-    // A bf16 model's logits, widened (each value exact in fp32).
-    Tensor f = Tensor::empty({logits.dim(0), logits.dim(1)}, DType::F32);
-    for (int64_t i = 0; i < f.numel(); ++i)
-      f.data<float>()[i] = float(element_as_double(logits, i));
-    runs.push_back(std::move(f));
-  };
-  const double t = o.sampling.temperature > 0 ? o.sampling.temperature : 1.0;
-  GenerationResult g = generator.generate(r.prompts, go);
-  generator.on_logits = nullptr;
-  r.completions = std::move(g.tokens);
-  for (size_t b = 0; b < r.completions.size(); ++b) {
-    r.stopped.push_back(g.finish_reason[b] == "stop");
-    std::vector<double> lp;
-    for (size_t k = 0; k < r.completions[b].size(); ++k)
-      lp.push_back(rollout_token_logp(runs.at(k), int64_t(b), r.completions[b][k], t));
-    r.logps.push_back(std::move(lp));
+  if (logps == RolloutLogps::Record) {
+    r.logps.resize(r.prompts.size());
+    const double t = o.sampling.temperature > 0 ? o.sampling.temperature : 1.0;
+    generator.on_chosen = [&r, t](const Tensor& logits, const std::vector<int32_t>& chosen) {
+      record_rollout_logps(logits, chosen, t, r.logps);
+    };
   }
+  GenerationResult g;
+  try {
+    g = generator.generate(r.prompts, go);
+  } catch (...) {
+    generator.on_chosen = nullptr;
+    throw;
+  }
+  generator.on_chosen = nullptr;
+  r.completions = std::move(g.tokens);
+  for (const std::string& reason : g.finish_reason) r.stopped.push_back(reason == "stop");
   return r;
 }
 

@@ -12,7 +12,8 @@
 //              one; ZeRO-2 the owned ones) + (stages 1, 2) the staging bucket of the parameter
 //              broadcast (distributed/sharded_optimizer.h).
 // Full DPO adds the reference model's frozen copy of the parameters on every rank (stages
-// 0-2; stage 3 shards it).
+// 0-2; stage 3 shards it); GRPO's and PPO's frozen models are in the step's plan already
+// (grpo_plan.h, ppo_plan.h), and PPO's value model shares the optimizer and its partition.
 // ZeRO-2 with a step that hands its gradients over during the backward (streams_gradients):
 // each gradient is reduced as it is handed over and freed unless this rank owns it, so the
 // step graph is replayed with those gradients freed after their node (compile/
@@ -22,6 +23,7 @@
 // backward's peak is stage 1's. ZeRO-3: zero3_rank_plan.h.
 #include <cstdint>
 #include <initializer_list>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -48,7 +50,9 @@ RankPeak plan_rank_peak(const PlannedStep& s, const ModePlan& p, int ranks, int 
                         int zero_stage);
 
 // The text `fusetune plan --nproc_per_node N` prints: per stage 0-3, rank 0's peak and the
-// largest rank's, with the moment it happens.
-std::string format_rank_plans(const PlannedStep& s, const ModePlan& p, int ranks);
+// largest rank's, with the moment it happens. A stage in `refused` (stage -> why: the config
+// check's error with that zero_stage) gets that line instead of a row.
+std::string format_rank_plans(const PlannedStep& s, const ModePlan& p, int ranks,
+                              const std::map<int, std::string>& refused = {});
 
 }  // namespace fusetune

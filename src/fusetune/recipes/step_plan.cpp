@@ -186,7 +186,8 @@ PassOptions step_pass_options(const PlannedStep& s, CompileMode mode) {
 }
 
 bool streams_gradients(const PlannedStep& s) {
-  return !s.preference && !recipe_traits(s.recipe).reward;
+  // PPO hands its gradients over at each update, after its micro-batches (ppo_step.h).
+  return !s.preference && !recipe_traits(s.recipe).reward && !s.ppo;
 }
 
 ModePlan plan_step_mode(const PlannedStep& s, CompileMode mode, bool ordinary) {
