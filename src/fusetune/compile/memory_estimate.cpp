@@ -61,6 +61,10 @@ MemoryBreakdown estimate_step_memory(const Graph& g, const MemoryPlan* plan,
   // Replay the step's allocations in node order, as the executors make them.
   const std::vector<int> last = last_uses(g);
   std::vector<int64_t> held(nodes.size(), 0);
+  // A fused head's kept logits (held from its forward to its backward, outside the arena) are
+  // the kernel's working block, as the scratch they replace was: workspace, not activations.
+  std::vector<int64_t> kept(nodes.size(), 0);
+  int64_t kept_live = 0;
   std::vector<std::vector<int>> freed_after(nodes.size());  // buffers whose last reader is node i
   for (size_t j = 0; j < nodes.size(); ++j)
     if (last[j] >= 0 && last[j] != INT_MAX) freed_after[size_t(last[j])].push_back(int(j));
@@ -77,6 +81,8 @@ MemoryBreakdown estimate_step_memory(const Graph& g, const MemoryPlan* plan,
         if (!plan || plan->offsets[i][k] < 0) held[i] += int64_t(n.outputs[k].nbytes());
       live += held[i];
       if (is_gradient[i]) gradients_held += held[i];
+      if (n.outputs.size() > 3 && is_kept_head_logits(n, 3))
+        kept_live += kept[i] = int64_t(n.outputs[3].nbytes());
     }
     if (is_gathered[i]) {
       // Bound even when unread (then kept to the end of the step, as the executors do).
@@ -98,12 +104,22 @@ MemoryBreakdown estimate_step_memory(const Graph& g, const MemoryPlan* plan,
     if (leaf || is_view_op(n.op) || last[i] < 0) scratch = 0;
     if (live - gathered_live + scratch > peak) {
       gradients_at_peak = gradients_held;
-      m.workspace = scratch;  // the scratch held at the peak, not the largest anywhere
+      m.workspace = scratch + kept_live;  // the scratch held at the peak, not the largest anywhere
       m.peak_node = int(i);
     }
     peak = std::max(peak, live - gathered_live + scratch);
+    // The kept logits go after their one reader, the head's backward (graph.h).
+    for (const Value& v : n.inputs)
+      if (kept[size_t(v.node)] > 0 && is_kept_head_logits(nodes[size_t(v.node)], v.index)) {
+        live -= kept[size_t(v.node)];
+        held[size_t(v.node)] -= kept[size_t(v.node)];
+        kept_live -= kept[size_t(v.node)];
+        kept[size_t(v.node)] = 0;
+      }
     for (int j : freed_after[i]) {
       live -= held[size_t(j)];
+      kept_live -= kept[size_t(j)];
+      kept[size_t(j)] = 0;
       if (is_gathered[size_t(j)] && held[size_t(j)] > 0) {
         gathered_live -= held[size_t(j)];
         --gathered_count[held[size_t(j)]];
