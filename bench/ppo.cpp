@@ -233,9 +233,9 @@ TrainingGraphOptions ppo_bench_train(PpoBenchModels& m, const Batch& b, const Te
     for (auto& [name, g] : vgrads) refs.push_back({"value." + name, &m.value_params.at(name), &g});
     opt.step(refs, 1e-5);
     const double t3 = ppo_now();
+    step_s.push_back(t3 - t0);
     grads.clear();  // freed here, as the recipe frees them after its update
     vgrads.clear();
-    step_s.push_back(ppo_seconds_since(t0));
     policy_s.push_back(t1 - t0);
     value_s.push_back(t2 - t1);
     adamw_s.push_back(t3 - t2);
