@@ -17,9 +17,14 @@
 //   peak      the process's peak over all of it, against `fusetune plan`'s PPO estimate
 //             (recipes/ppo_plan.h) for the same shapes and mode.
 //   bench_ppo --shapes tiny,L3-micro [--prompts 4] [--prompt-tokens 16] [--new-tokens 32]
-//   [--steps 3] [--modes false,model,true]
+//   [--steps 3] [--modes false,model,true] [--cpu-time 1] [--keep-logits 0]
 // Prints a table ("vs model": the train part's speed against compile: model on the same
-// shape), then one JSON line. Nothing here asserts a timing.
+// shape), the train part's own parts (the policy's graph, the value model's, AdamW), then one
+// JSON line. `--cpu-time 1` times with the process's CPU seconds instead of wall seconds (with
+// `--threads 1`, the time it ran: steadier on a machine that other work shares);
+// `--keep-logits 0` makes the fused head's backward recompute the logits (PassOptions::
+// keep_head_logits: the before of that change); FUSETUNE_PROFILE=1 prints the op profile of each
+// mode's timed train steps. Nothing here asserts a timing.
 #include <iostream>
 #include <tuple>
 
@@ -33,6 +38,7 @@
 #include "fusetune/recipes/grpo_rollout.h"
 #include "fusetune/recipes/ppo_plan.h"
 #include "fusetune/recipes/training_step.h"
+#include "fusetune/runtime/op_profile.h"
 #include "fusetune/util/mix64.h"
 #include "fusetune/util/strings.h"
 #include "step_runner.h"
@@ -45,6 +51,7 @@ namespace {
 struct PpoBenchOptions {  // main()'s BenchArgs hold the defaults
   int64_t prompts = 0, prompt_tokens = 0, new_tokens = 0;
   int steps = 0;
+  bool keep_head_logits = true;  // --keep-logits 0: the fused head's backward recomputes them
 };
 
 struct PpoBenchResult {
@@ -52,12 +59,23 @@ struct PpoBenchResult {
   int64_t rows = 0, seq = 0, generated = 0;
   double gen_tps = 0, decode1_tps = 0, decodeB_tps = 0, generateB_tps = 0;
   double policy_s = 0, value_s = 0, reward_s = 0, train_s = 0;
+  double train_policy_s = 0, train_value_s = 0, train_adamw_s = 0;  // the train part's parts
   int64_t peak_bytes = 0, planned_bytes = 0;
 };
 
-double ppo_seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+bool g_ppo_cpu_time = false;  // --cpu-time 1
+
+// Wall seconds, or with --cpu-time the process's CPU seconds.
+double ppo_now() {
+  if (!g_ppo_cpu_time)
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
 }
+
+double ppo_seconds_since(double t0) { return ppo_now() - t0; }
 
 double ppo_median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -112,7 +130,7 @@ GrpoRollout ppo_timed_rollout(const ModelConfig& c, const TensorMap& params, Com
   ppo_greedy_tps(gen, prompts, o.prompts, o);
   std::vector<double> tps, decode, whole;
   for (int s = 1; s < o.steps; ++s) {
-    const auto t0 = std::chrono::steady_clock::now();
+    const double t0 = ppo_now();
     roll = generate_rollout(gen, prompts, 1, g, seeds);
     const double secs = ppo_seconds_since(t0);
     r.generated = 0;
@@ -141,7 +159,7 @@ double ppo_timed_forward(CompiledGraphs& graphs, const Batch& b, const TensorMap
   TensorMap first = graphs.run(b, in, params, &compile_s);
   std::vector<double> secs;
   for (int s = 1; s < o.steps; ++s) {
-    const auto t0 = std::chrono::steady_clock::now();
+    const double t0 = ppo_now();
     graphs.run(b, in, params, &compile_s);
     secs.push_back(ppo_seconds_since(t0));
   }
@@ -205,22 +223,38 @@ TrainingGraphOptions ppo_bench_train(PpoBenchModels& m, const Batch& b, const Te
   vin["returns"] = ppo_bench_f32(ret);
   vin["value_weights"] = ppo_bench_f32(w);
   AdamW opt(AdamWOptions{});
-  std::vector<double> step_s;
+  std::vector<double> step_s, policy_s, value_s, adamw_s;
   double compile_s = 0;
   for (int s = 0; s < o.steps; ++s) {
-    const auto t0 = std::chrono::steady_clock::now();
+    if (s == 1) op_profile::reset();  // the first step compiles and allocates
+    const double t0 = ppo_now();
     std::vector<std::pair<std::string, Tensor>> grads =
         gradients_of(policy.run(b, pin, m.policy_params, &compile_s));
+    const double t1 = ppo_now();
     std::vector<ParamRef> refs;
     for (auto& [name, g] : grads) refs.push_back({name, &m.policy_params.at(name), &g});
     std::vector<std::pair<std::string, Tensor>> vgrads =
         gradients_of(value.run(b, vin, m.value_params, &compile_s));
+    const double t2 = ppo_now();
     for (auto& [name, g] : vgrads) refs.push_back({"value." + name, &m.value_params.at(name), &g});
     opt.step(refs, 1e-5);
-    step_s.push_back(ppo_seconds_since(t0));
+    const double t3 = ppo_now();
+    step_s.push_back(t3 - t0);
+    grads.clear();  // freed here, as the recipe frees them after its update
+    vgrads.clear();
+    policy_s.push_back(t1 - t0);
+    value_s.push_back(t2 - t1);
+    adamw_s.push_back(t3 - t2);
   }
-  step_s.erase(step_s.begin());  // the first step compiles and allocates
+  if (op_profile::enabled())  // FUSETUNE_PROFILE=1: where the timed train steps' time went
+    std::printf("%s %s, train steps 2-%d:\n%s\n", r.shape.c_str(), r.mode.c_str(), o.steps,
+                op_profile::report().c_str());
+  for (auto* v : {&step_s, &policy_s, &value_s, &adamw_s})
+    v->erase(v->begin());  // the first step compiles and allocates
   r.train_s = ppo_median(step_s);
+  r.train_policy_s = ppo_median(policy_s);
+  r.train_value_s = ppo_median(value_s);
+  r.train_adamw_s = ppo_median(adamw_s);
   return go;
 }
 
@@ -231,6 +265,7 @@ PpoBenchResult ppo_bench_run(const BenchShape& shape, CompileMode mode, const Pp
   const int64_t base = memory::current_bytes();
   PassOptions po;
   po.mode = mode;
+  po.keep_head_logits = o.keep_head_logits;
   memory::reset_peak();
   PpoBenchModels m = ppo_bench_models(shape.config);
   const Batch b = rollout_batch(ppo_timed_rollout(m.policy, m.policy_params, mode, o, r), 0, 8);
@@ -297,6 +332,11 @@ void ppo_print_table(const std::vector<PpoBenchResult>& results) {
                 ratio.c_str(), double(r.peak_bytes) / double(1 << 20),
                 double(r.planned_bytes) / double(1 << 20));
   }
+  std::printf("\n%-9s %-7s %9s %9s %9s %9s\n", "shape", "compile", "train s", "policy s", "value s",
+              "adamw s");
+  for (const PpoBenchResult& r : results)
+    std::printf("%-9s %-7s %9.4f %9.4f %9.4f %9.4f\n", r.shape.c_str(), r.mode.c_str(), r.train_s,
+                r.train_policy_s, r.train_value_s, r.train_adamw_s);
 }
 
 }  // namespace
@@ -308,17 +348,23 @@ int main(int argc, char** argv) try {
                         {"prompts", "4"},
                         {"prompt-tokens", "16"},
                         {"new-tokens", "32"},
-                        {"steps", "3"}});
+                        {"steps", "3"},
+                        {"cpu-time", "0"},
+                        {"keep-logits", "1"}});
   PpoBenchOptions o;
   o.prompts = args.i64("prompts");
   o.prompt_tokens = args.i64("prompt-tokens");
   o.new_tokens = args.i64("new-tokens");
   o.steps = int(args.i64("steps"));
+  FT_CHECK(args.str("cpu-time") == "0" || args.str("cpu-time") == "1",
+           "--cpu-time must be 0 (wall seconds) or 1 (the process's CPU seconds)");
+  g_ppo_cpu_time = args.str("cpu-time") == "1";
+  o.keep_head_logits = args.i64("keep-logits") != 0;
   FT_CHECK(o.steps >= 2, "--steps must be >= 2 (the first step is not timed)");
   FT_CHECK(o.prompts >= 1 && o.new_tokens >= 2, "--prompts >= 1 and --new-tokens >= 2");
-  std::printf("%lld prompts, %lld prompt + up to %lld new tokens; %d threads\n\n",
+  std::printf("%lld prompts, %lld prompt + up to %lld new tokens; %d threads; %s seconds\n\n",
               (long long)o.prompts, (long long)o.prompt_tokens, (long long)o.new_tokens,
-              omp_get_max_threads());
+              omp_get_max_threads(), g_ppo_cpu_time ? "CPU" : "wall");
   std::vector<PpoBenchResult> results;
   for (const std::string& s : args.list("shapes"))
     for (const std::string& c : args.list("modes")) {
@@ -341,6 +387,9 @@ int main(int argc, char** argv) try {
                          {"value_forward_s", r.value_s},
                          {"reward_forward_s", r.reward_s},
                          {"train_s", r.train_s},
+                         {"train_policy_s", r.train_policy_s},
+                         {"train_value_s", r.train_value_s},
+                         {"train_adamw_s", r.train_adamw_s},
                          {"peak_bytes", r.peak_bytes},
                          {"planned_bytes", r.planned_bytes}});
   std::printf("%s\n", j.dump().c_str());

@@ -6,12 +6,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <vector>
 
 #include "checks.h"
 #include "fusetune/compile/compiler.h"
+#include "fusetune/core/memory.h"
 #include "fusetune/losses/grpo.h"
 #include "fusetune/losses/grpo_normalization.h"
 #include "fusetune/models/grpo_graph.h"
@@ -270,10 +272,14 @@ TEST(GrpoStep, RolloutLogProbsAreTheTrainingGraphsAndCompileModesAgree) {
         Graph run = run_passes(tg.graph, po, nullptr);
         EXPECT_EQ(count_ops(run, Op::FusedLinearLogProbs), 1);
         EXPECT_EQ(count_ops(run, Op::FusedLinearLogProbsBackward), 1);
+        // The one [tokens x vocab] tensor is the one chunk's logits, kept for the backward.
         for (const Node& n : run.nodes())
-          for (const TensorType& t : n.outputs)
-            EXPECT_FALSE(t.shape.size() == 2 && t.shape[0] == N && t.shape[1] == cfg.vocab_size)
+          for (size_t k = 0; k < n.outputs.size(); ++k) {
+            const TensorType& t = n.outputs[k];
+            EXPECT_FALSE(!is_kept_head_logits(n, k) && t.shape.size() == 2 && t.shape[0] == N &&
+                         t.shape[1] == cfg.vocab_size)
                 << op_name(n.op) << " materializes [tokens x vocab] under compile: true";
+          }
         EXPECT_EQ(count_ops(run_passes(score, po, nullptr), Op::FusedLinearLogProbs), 1);
       }
     }
@@ -282,6 +288,72 @@ TEST(GrpoStep, RolloutLogProbsAreTheTrainingGraphsAndCompileModesAgree) {
         EXPECT_LT(max_rel_diff(outs[m][k], outs[0][k]), k == 0 ? 1e-5 : 1e-4)
             << "mode " << m << " output " << tg.graph.outputs()[k].first;
   }
+}
+
+// The fused head's kept logits (one chunk: the forward hands them to the backward instead of
+// the backward recomputing them) give the recomputing step's bits; they are held outside the
+// arena (allocated and freed around the head, as the scratch they replace); several chunks
+// keep nothing and materialize no [tokens x vocab] tensor.
+TEST(GrpoStep, KeptHeadLogitsGiveTheRecomputingStepsBits) {
+  const ModelConfig cfg = tiny_config(false, false);
+  const int64_t rows = 4, T = 8, N = rows * T;
+  TrainingGraphOptions o;
+  o.batch_size = rows;
+  o.seq_len = T;
+  o.loss = grpo_loss_builder(GrpoLoss{GrpoLossType::GRPO, 0.2, 0.2, 0.1, 1.0});
+  const TrainingGraph tg = build_training_graph(cfg, o);
+  const TensorMap params = init_parameters(graph_parameters(tg.graph), 5, DType::F32, 0.3);
+  const Batch b = completion_batch(rows, T, cfg.vocab_size, 12);
+  TensorMap in = batch_inputs(b, DType::F32, 1.0);
+  Tensor a = Tensor::empty({N}, DType::F32), w = Tensor::empty({N}, DType::F32);
+  Tensor old_lp = Tensor::empty({N}, DType::F32);
+  for (int64_t i = 0; i < N; ++i) {
+    a.data<float>()[i] = (i / T) % 2 ? 0.6f : -0.9f;
+    w.data<float>()[i] = b.labels[size_t(i)] != kIgnoreIndex ? 1.0f / float(N) : 0.0f;
+    old_lp.data<float>()[i] = -3.5f - 0.05f * float(i % 7);  // ratios on both clip sides
+  }
+  in["advantages"] = a;
+  in["token_weights"] = w;
+  in["old_logps"] = old_lp;
+  in["ref_logps"] = old_lp;
+  auto kept_nodes = [](const Graph& g) {
+    int kept = 0;
+    for (const Node& n : g.nodes()) kept += n.op == Op::FusedLinearLogProbs && n.attrs.keep_logits;
+    return kept;
+  };
+  std::vector<std::vector<Tensor>> outs;
+  std::vector<int64_t> arenas, peaks;
+  for (bool keep : {true, false}) {
+    PassOptions po;
+    po.keep_head_logits = keep;
+    EXPECT_EQ(kept_nodes(run_passes(tg.graph, po, nullptr)), keep ? 1 : 0);
+    CompiledStep c = compile_graph(tg.graph, po);
+    arenas.push_back(c.arena_bytes);
+    c.executor->run(in, params);  // the first run allocates the arena
+    const int64_t base = memory::current_bytes();
+    memory::reset_peak();
+    outs.push_back(c.executor->run(in, params));
+    peaks.push_back(memory::peak_bytes() - base);
+  }
+  EXPECT_EQ(arenas[0], arenas[1]) << "the kept logits are not in the arena";
+  // Freed after the backward, they cost no more than the scratch block they replace (held to
+  // the end of the step, they would sit beside the trunk's gradients).
+  EXPECT_LE(peaks[0], peaks[1]);
+  for (size_t k = 0; k < outs[0].size(); ++k) {
+    EXPECT_EQ(outs[0][k].nbytes(), outs[1][k].nbytes());
+    EXPECT_EQ(std::memcmp(outs[0][k].raw(), outs[1][k].raw(), outs[0][k].nbytes()), 0)
+        << "output " << tg.graph.outputs()[k].first;
+  }
+  // Chunks of fewer rows than N: nothing kept, no [tokens x vocab] tensor.
+  PassOptions small;
+  small.ce_chunk_budget_bytes = (N / 2) * cfg.vocab_size * 4;
+  const Graph run = run_passes(tg.graph, small, nullptr);
+  EXPECT_EQ(count_ops(run, Op::FusedLinearLogProbsBackward), 1);
+  EXPECT_EQ(kept_nodes(run), 0);
+  for (const Node& n : run.nodes())
+    for (const TensorType& t : n.outputs)
+      EXPECT_FALSE(t.shape.size() == 2 && t.shape[0] == N && t.shape[1] == cfg.vocab_size)
+          << op_name(n.op) << " materializes [tokens x vocab] in chunks";
 }
 
 TEST(GrpoStep, WholeStepGradientsMatchFiniteDifferencesInFloat64) {

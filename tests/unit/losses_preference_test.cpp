@@ -138,6 +138,48 @@ TEST(FusedLinearLogProbs, BackwardMatchesFiniteDifferencesOverSeveralChunks) {
   check_log_probs_backward(0);
 }
 
+// One chunk (N <= chunk_rows): the forward may form its logits in a buffer it hands to the
+// backward, which then skips their recomputation; every output is the recomputing route's bits.
+TEST(FusedLinearLogProbs, KeptLogitsGiveTheRecomputingBackwardsBitsInOneChunk) {
+  LogProbProblem p(3);
+  std::vector<double> g(p.N);
+  for (int64_t i = 0; i < p.N; ++i) g[i] = 0.2 + 0.1 * double(i % 3) - (i % 2 ? 0.5 : 0.0);
+  const kernels::LogProbHead<double> head{p.W.data(), nullptr, p.V, p.D};
+  for (int64_t chunk : {p.N, p.N + 5}) {
+    std::vector<double> logp(p.N), lse(p.N), zsum(p.N), dh(p.N * p.D), dW(p.V * p.D);
+    kernels::fused_linear_log_probs<double>(p.h.data(), p.labels.data(), head, p.N, chunk,
+                                            logp.data(), lse.data(), zsum.data());
+    kernels::fused_linear_log_probs_backward<double>(
+        p.h.data(), p.labels.data(), lse.data(), g.data(), head, p.N, chunk, dh.data(), dW.data());
+    std::vector<double> z(p.N * p.V, -7.0), logp2(p.N), lse2(p.N), zsum2(p.N);
+    std::vector<double> dh2(p.N * p.D, 5.0), dW2(p.V * p.D, 5.0);
+    kernels::fused_linear_log_probs<double>(p.h.data(), p.labels.data(), head, p.N, chunk,
+                                            logp2.data(), lse2.data(), zsum2.data(), nullptr,
+                                            z.data());
+    EXPECT_EQ(logp2, logp);
+    EXPECT_EQ(lse2, lse);
+    EXPECT_EQ(zsum2, zsum);
+    // The kept rows are the labelled rows' logits, in order.
+    for (int64_t i = 0, row = 0; i < p.N; ++i) {
+      if (p.labels[i] == -100) continue;
+      for (int64_t v = 0; v < p.V; ++v)
+        EXPECT_NEAR(z[row * p.V + v], p.logit(p.h, p.W, i, v), 1e-12) << i << " " << v;
+      ++row;
+    }
+    kernels::fused_linear_log_probs_backward<double>(p.h.data(), p.labels.data(), lse.data(),
+                                                     g.data(), head, p.N, chunk, dh2.data(),
+                                                     dW2.data(), z.data());
+    EXPECT_EQ(dh2, dh) << "chunk " << chunk;
+    EXPECT_EQ(dW2, dW) << "chunk " << chunk;
+  }
+  // Several chunks cannot keep their logits (each chunk's would be overwritten by the next).
+  std::vector<double> z(p.N * p.V), logp(p.N), lse(p.N), zsum(p.N);
+  EXPECT_THROW(kernels::fused_linear_log_probs<double>(p.h.data(), p.labels.data(), head, p.N,
+                                                       p.N - 1, logp.data(), lse.data(),
+                                                       zsum.data(), nullptr, z.data()),
+               Error);
+}
+
 // Gemma 2's final-logit soft-cap inside the kernels (|z| reaches about 3: a cap of 0.8 bites),
 // the frozen route's E_p[W] included.
 TEST(FusedLinearLogProbs, SoftcappedLogitsBackwardMatchesFiniteDifferences) {
@@ -442,11 +484,15 @@ TEST(PreferenceStep, CompileModesAgreeOnEveryLossAndNoLogitsExistWhenCompiled) {
               if (n.op == Op::FusedLinearLogProbsBackward) {
                 EXPECT_EQ(n.attrs.no_weight_grad, frozen_head) << l.name();
               }
+            // Beyond the one chunk's logits that a trained head keeps for its backward (every
+            // row fits one chunk here), no [tokens x vocab] tensor.
             for (const Node& n : run.nodes())
-              for (const TensorType& t : n.outputs)
-                EXPECT_FALSE(t.shape.size() == 2 && t.shape[0] == 2 * B * T &&
-                             t.shape[1] == cfg.vocab_size)
+              for (size_t k = 0; k < n.outputs.size(); ++k) {
+                const TensorType& t = n.outputs[k];
+                EXPECT_FALSE(!is_kept_head_logits(n, k) && t.shape.size() == 2 &&
+                             t.shape[0] == 2 * B * T && t.shape[1] == cfg.vocab_size)
                     << op_name(n.op) << " materializes [tokens x vocab] under compile: true";
+              }
           }
         }
         for (size_t m = 1; m < outs.size(); ++m)

@@ -80,6 +80,16 @@ std::optional<Match> match_at(const Graph& g, const std::vector<std::vector<int>
   return m;
 }
 
+// Whether the forward hands its logits to the backward instead of the backward recomputing
+// them (one GEMM of the head's three in the backward): when the head trains and is dense and
+// uncapped, every row fits one chunk (so the kept logits are the chunk the forward formed in
+// scratch anyway, and only the loss's few per-token nodes run while they are held) and the
+// graph computes in its stored dtype (a bf16 graph would round them).
+bool keeps_logits(const Graph& g, const Match& m, bool tiled, int64_t rows, int64_t chunk_rows) {
+  return m.lsb >= 0 && m.dw >= 0 && m.cap < 0 && !tiled && g.nodes()[m.matmul].op == Op::MatMul &&
+         rows <= chunk_rows && g.float_dtype() == g.compute_dtype();
+}
+
 }  // namespace
 
 std::string run(Graph& g, const PassOptions& opts) {
@@ -117,6 +127,8 @@ std::string run(Graph& g, const PassOptions& opts) {
     // A frozen head (no dW reader) with a backward: the forward also keeps E_p[W] per row and
     // the backward needs no GEMM (kernels/cpu/fused_linear_log_probs.h).
     at.no_weight_grad = m->lsb >= 0 && m->dw < 0;
+    at.keep_logits =
+        opts.keep_head_logits && keeps_logits(g, *m, tiled, g.shape(h)[0], at.chunk_rows);
     g.set_region(1);
     const std::vector<Value> f = g.add(Op::FusedLinearLogProbs, fin, at, "fused_linear_log_probs");
     std::unordered_map<int, double> keys{{f[0].node, double(m->gather)}};
@@ -125,6 +137,7 @@ std::string run(Graph& g, const PassOptions& opts) {
       const Value dlogp = g.nodes()[lsb.inputs[1].node].inputs[0];
       std::vector<Value> bin{at.no_weight_grad ? f[3] : h, labels, f[1], dlogp};
       bin.insert(bin.end(), head.begin(), head.end());
+      if (at.keep_logits) bin.push_back(f[3]);
       g.set_backward(true);
       const std::vector<Value> b =
           g.add(Op::FusedLinearLogProbsBackward, bin, at, "fused_linear_log_probs_backward");

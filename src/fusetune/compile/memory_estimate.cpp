@@ -12,6 +12,39 @@
 
 namespace fusetune {
 
+namespace {
+
+// A fused head's kept logits (graph.h), held from its forward to their one reader, the head's
+// backward, outside the arena: the kernel's working block, as the scratch they replace was, so
+// counted as workspace, not activations.
+struct EstimateKeptLogits {
+  std::vector<int64_t> bytes;  // per node: its kept logits still held
+  int64_t live = 0;
+  explicit EstimateKeptLogits(size_t nodes) : bytes(nodes, 0) {}
+  void produced(const Node& n, size_t i) {
+    if (n.outputs.size() > 3 && is_kept_head_logits(n, 3))
+      live += bytes[i] = int64_t(n.outputs[3].nbytes());
+  }
+  // After node n has run: the bytes of the kept logits it read, freed (and taken off `held`).
+  int64_t release_read_by(const Graph& g, const Node& n, std::vector<int64_t>& held) {
+    int64_t freed = 0;
+    for (const Value& v : n.inputs) {
+      const auto j = size_t(v.node);
+      if (bytes[j] == 0 || !is_kept_head_logits(g.nodes()[j], v.index)) continue;
+      held[j] -= bytes[j];
+      freed += bytes[j];
+      forget(j);
+    }
+    return freed;
+  }
+  void forget(size_t j) {
+    live -= bytes[j];
+    bytes[j] = 0;
+  }
+};
+
+}  // namespace
+
 GradientFreed all_gradients() {
   return [](const std::string&) { return true; };
 }
@@ -61,6 +94,7 @@ MemoryBreakdown estimate_step_memory(const Graph& g, const MemoryPlan* plan,
   // Replay the step's allocations in node order, as the executors make them.
   const std::vector<int> last = last_uses(g);
   std::vector<int64_t> held(nodes.size(), 0);
+  EstimateKeptLogits kept(nodes.size());
   std::vector<std::vector<int>> freed_after(nodes.size());  // buffers whose last reader is node i
   for (size_t j = 0; j < nodes.size(); ++j)
     if (last[j] >= 0 && last[j] != INT_MAX) freed_after[size_t(last[j])].push_back(int(j));
@@ -77,6 +111,7 @@ MemoryBreakdown estimate_step_memory(const Graph& g, const MemoryPlan* plan,
         if (!plan || plan->offsets[i][k] < 0) held[i] += int64_t(n.outputs[k].nbytes());
       live += held[i];
       if (is_gradient[i]) gradients_held += held[i];
+      kept.produced(n, i);
     }
     if (is_gathered[i]) {
       // Bound even when unread (then kept to the end of the step, as the executors do).
@@ -98,12 +133,14 @@ MemoryBreakdown estimate_step_memory(const Graph& g, const MemoryPlan* plan,
     if (leaf || is_view_op(n.op) || last[i] < 0) scratch = 0;
     if (live - gathered_live + scratch > peak) {
       gradients_at_peak = gradients_held;
-      m.workspace = scratch;  // the scratch held at the peak, not the largest anywhere
+      m.workspace = scratch + kept.live;  // the scratch held at the peak, not the largest anywhere
       m.peak_node = int(i);
     }
     peak = std::max(peak, live - gathered_live + scratch);
+    live -= kept.release_read_by(g, n, held);
     for (int j : freed_after[i]) {
       live -= held[size_t(j)];
+      kept.forget(size_t(j));
       if (is_gathered[size_t(j)] && held[size_t(j)] > 0) {
         gathered_live -= held[size_t(j)];
         --gathered_count[held[size_t(j)]];

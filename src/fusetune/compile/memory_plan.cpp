@@ -116,6 +116,9 @@ MemoryPlan plan_memory_once(const Graph& g, int dynamic_region, bool in_place) {
     if (leaf || is_view_op(n.op) || last[i] == INT_MAX || last[i] < 0) continue;
     if (dynamic_region >= 0 && n.region == dynamic_region) continue;
     for (size_t k = 0; k < n.outputs.size(); ++k) {
+      // A fused head's kept logits are allocated and freed around the head (graph.h): a slot
+      // in the arena would hold them for the whole step and beside every graph sharing it.
+      if (is_kept_head_logits(n, k)) continue;
       const int64_t bytes = (int64_t(n.outputs[k].nbytes()) + 63) / 64 * 64;
       int group = -1;
       // Output 0 may take over an input's group when this node is that buffer's last reader.

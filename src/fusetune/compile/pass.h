@@ -27,6 +27,10 @@ struct PassOptions {
   int64_t ce_budget(bool tiled_head) const {
     return tiled_head ? tiled_head_ce_chunk_budget_bytes : ce_chunk_budget_bytes;
   }
+  // The fused log-prob head's forward hands its logits to the backward when every row fits one
+  // chunk (compile/fuse_linear_log_probs.h): one GEMM of three spared, bitwise the same
+  // (off: to measure or test the recomputing backward).
+  bool keep_head_logits = true;
   bool activation_checkpointing = false;  // enable_activation_checkpointing (any mode)
   // Generic passes, on by default in compiled modes (off: to measure or test the others).
   bool eliminate_copies = true;

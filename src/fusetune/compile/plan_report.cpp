@@ -39,13 +39,14 @@ ModePlan plan_mode(const Graph& g, const PassOptions& opts,
                         " tokens (logits, log-probs and their gradients never materialized)");
     if (n.op == Op::FusedLinearLogProbs || n.op == Op::FusedLinearLogProbsBackward) {
       const size_t head = n.op == Op::FusedLinearLogProbs ? 2 : 4;
-      const bool nf4 = n.inputs.size() == head + 3;
-      p.fused.push_back(std::string(op_name(n.op)) + ": h " + shape_str(run.shape(n.inputs[0])) +
-                        " x W " +
-                        (nf4 ? shape_str(n.attrs.shape) + " (NF4, dequantized tile by tile)"
-                             : shape_str(run.shape(n.inputs[head]))) +
-                        ", chunks of " + std::to_string(n.attrs.chunk_rows) +
-                        " tokens (label log-probs without a [tokens x vocab] tensor)");
+      const bool nf4 = !n.attrs.keep_logits && n.inputs.size() == head + 3;
+      p.fused.push_back(
+          std::string(op_name(n.op)) + ": h " + shape_str(run.shape(n.inputs[0])) + " x W " +
+          (nf4 ? shape_str(n.attrs.shape) + " (NF4, dequantized tile by tile)"
+               : shape_str(run.shape(n.inputs[head]))) +
+          ", chunks of " + std::to_string(n.attrs.chunk_rows) +
+          (n.attrs.keep_logits ? " tokens (one chunk: the forward's logits kept for the backward)"
+                               : " tokens (label log-probs without a [tokens x vocab] tensor)"));
     }
     if (n.op == Op::FlashAttention || n.op == Op::FlashAttentionBackward) {
       const bool fwd = n.op == Op::FlashAttention;

@@ -36,6 +36,7 @@ struct Attrs {
   Shape shape;
   int64_t chunk_rows = 0;       // FusedLinearCrossEntropy: tokens per chunk
   bool no_weight_grad = false;  // FusedLinearCrossEntropy: W is frozen (no dW output)
+  bool keep_logits = false;     // FusedLinearLogProbs*: the forward hands its logits on (op.h)
   // Gemma 2's options (docs/design.md §1): keys a query sees, counting itself (CausalMask,
   // FlashAttention*, KVCacheAttention; 0 = every earlier key), and a soft-cap cap * tanh(s / cap)
   // of the attention scores or of the fused heads' logits (0 = none).
@@ -57,6 +58,13 @@ struct Node {
   int layer = -1;          // decoder layer the node computes (forward or backward), -1 outside
   bool backward = false;   // emitted by autodiff
 };
+
+// A fused log-prob head's kept logits (FusedLinearLogProbs with attrs.keep_logits, output 3):
+// one chunk's [N, V] block, read by the head's backward alone. The memory plan leaves it out of
+// the arena and the executors free it after that reader, as the scratch block it replaces.
+inline bool is_kept_head_logits(const Node& n, size_t output) {
+  return n.op == Op::FusedLinearLogProbs && n.attrs.keep_logits && output == 3;
+}
 
 class Graph {
  public:

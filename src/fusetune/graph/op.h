@@ -105,10 +105,14 @@ enum class Op : uint8_t {
   // attrs.shape = [V, D], attrs.scalar). attrs.chunk_rows; attrs.softcap caps the logits.
   FusedLinearLogProbs,  // (h [N,D], labels [N], head...) -> (logp [N], lse [N], zsum [N]):
                         // label log-prob, logsumexp and sum of logits of each row (0 at y = -100);
-                        // attrs.no_weight_grad (a frozen head with a backward): also E_p[W] [N,D]
+                        // attrs.no_weight_grad (a frozen head with a backward): also E_p[W] [N,D];
+                        // attrs.keep_logits (a dense trained head, N <= chunk_rows): also the
+                        // one chunk's logits [N,V], which the backward takes instead of a GEMM
   FusedLinearLogProbsBackward,  // (x, labels, lse, dlogp [N], head...): x = h -> (dh [N,D],
                                 // dW [V,D]; no dW for an NF4 head), or with attrs.no_weight_grad
-                                // x = the forward's E_p[W] -> (dh) without recomputing logits
+                                // x = the forward's E_p[W] -> (dh) without recomputing logits;
+                                // attrs.keep_logits: (..., W, the forward's logits), which it
+                                // overwrites (its only reader)
   // Generation (generation/): attention of new queries against a KV cache that the op itself
   // extends. The caches are graph inputs bound to the same tensors on every run (the decode
   // session's state); writing into them is the only in-place effect of any op.

@@ -232,21 +232,25 @@ inline constexpr auto kFusedLinearLogProbsScratch = [](const Graph& g, const Nod
   const int64_t elem = int64_t(dtype_size(g.compute_dtype()));
   const bool bwd = n.op == Op::FusedLinearLogProbsBackward;
   const size_t head = bwd ? 4 : 2;
-  const bool nf4 = n.inputs.size() == head + 3;
+  const bool nf4 = !n.attrs.keep_logits && n.inputs.size() == head + 3;
   const bool tiled = nf4 || g.type(n.inputs[head]).dtype == DType::BF16;
   const int64_t D = g.shape(n.inputs[0])[1];
   const int64_t V = nf4 ? n.attrs.shape[0] : g.shape(n.inputs[head])[0];
   const int64_t C = std::max<int64_t>(1, std::min(n.attrs.chunk_rows, g.shape(n.inputs[0])[0]));
   return kernels::fused_log_probs_scratch_bytes(
       C, D, V, elem, tiled, bwd, n.attrs.no_weight_grad,
-      bf16_head_products(g, nf4, !nf4 && g.type(n.inputs[head]).dtype == DType::BF16));
+      bf16_head_products(g, nf4, !nf4 && g.type(n.inputs[head]).dtype == DType::BF16),
+      n.attrs.keep_logits);
 };
 
 // The shape rule of FusedLinearLogProbs, FusedLinearLogProbsBackward.
 inline constexpr auto kFusedLinearLogProbsShape = [](const ShapeCheck& c) -> Types {
   const bool fwd = c.op == Op::FusedLinearLogProbs;
-  const size_t head = fwd ? 2 : 4;  // index of the first head input
-  const bool nf4 = c.in.size() == head + 3;
+  const size_t head = fwd ? 2 : 4;    // index of the first head input
+  const bool keep = c.a.keep_logits;  // a dense head; the backward's last input is the logits
+  const bool nf4 = !keep && c.in.size() == head + 3;
+  if (keep && (c.a.no_weight_grad || c.in.size() != head + (fwd ? 1 : 2)))
+    c.fail("keep_logits needs a trained dense head (and the backward the forward's logits)");
   c.need_float(0);
   c.need_i32(1);
   Shape w = nf4 ? c.a.shape : c.S(head);
@@ -261,10 +265,15 @@ inline constexpr auto kFusedLinearLogProbsShape = [](const ShapeCheck& c) -> Typ
   const Shape rows{c.S(0)[0]};
   if (c.S(1) != rows) c.fail("labels must be [N]");
   if (fwd && c.a.no_weight_grad) return {{rows, c.fd}, {rows, c.fd}, {rows, c.fd}, {c.S(0), c.fd}};
+  const Shape logits{c.S(0)[0], w[0]};
+  if (keep && c.S(0)[0] > std::max<int64_t>(1, c.a.chunk_rows))
+    c.fail("keep_logits needs every row in one chunk");
+  if (fwd && keep) return {{rows, c.fd}, {rows, c.fd}, {rows, c.fd}, {logits, c.fd}};
   if (fwd) return {{rows, c.fd}, {rows, c.fd}, {rows, c.fd}};
   c.need_float(2);
   c.need_float(3);
   if (c.S(2) != rows || c.S(3) != rows) c.fail("lse and dlogp must be [N]");
+  if (keep && c.S(head + 1) != logits) c.fail("the kept logits must be [N, V]");
   if (nf4 || c.a.no_weight_grad) return {{c.S(0), c.fd}};
   return {{c.S(0), c.fd}, {w, c.fd}};
 };
@@ -273,7 +282,9 @@ inline constexpr auto kFusedLinearLogProbsShape = [](const ShapeCheck& c) -> Typ
 inline constexpr auto kFusedLinearLogProbsKernel = []<class T>(const KernelArgs<T>& c) {
   const bool fwd = c.n.op == Op::FusedLinearLogProbs;
   const size_t hi = fwd ? 2 : 4;  // the head's first input
-  const bool nf4 = c.in.size() == hi + 3;
+  const bool keep =
+      c.a.keep_logits;  // the logits: the forward's output 3, the backward's last input
+  const bool nf4 = !keep && c.in.size() == hi + 3;
   k::NF4View w{};
   k::LogProbHead<T> head;
   head.D = c.in[0].dim(1);
@@ -293,13 +304,16 @@ inline constexpr auto kFusedLinearLogProbsKernel = []<class T>(const KernelArgs<
   if (fwd)
     k::fused_linear_log_probs<T>(c.X(0), c.I(1), head, c.in[0].dim(0), c.a.chunk_rows, c.Y,
                                  c.out[1].template data<T>(), c.out[2].template data<T>(),
-                                 c.a.no_weight_grad ? c.out[3].template data<T>() : nullptr);
+                                 c.a.no_weight_grad ? c.out[3].template data<T>() : nullptr,
+                                 keep ? c.out[3].template data<T>() : nullptr);
   else if (c.a.no_weight_grad)  // x = E_p[W] of the forward
     k::fused_linear_log_probs_backward_frozen<T>(c.I(1), c.X(0), c.X(3), head, c.in[0].dim(0), c.Y);
   else
     k::fused_linear_log_probs_backward<T>(c.X(0), c.I(1), c.X(2), c.X(3), head, c.in[0].dim(0),
                                           c.a.chunk_rows, c.Y,
-                                          c.out.size() > 1 ? c.out[1].template data<T>() : nullptr);
+                                          c.out.size() > 1 ? c.out[1].template data<T>() : nullptr,
+                                          // Overwritten with dz: the backward is its only reader.
+                                          keep ? const_cast<T*>(c.X(hi + 1)) : nullptr);
 };
 
 inline constexpr OpDesc kFusedLinearLogProbs = {
@@ -321,7 +335,7 @@ inline constexpr OpDesc kFusedLinearLogProbsBackward = {
     .op = Op::FusedLinearLogProbsBackward,
     .name = "fused_linear_log_probs_backward",
     .min_inputs = 5,
-    .max_inputs = 7,  // x, labels, lse, dlogp, then W or an NF4 head's three
+    .max_inputs = 7,  // x, labels, lse, dlogp, then W (and the kept logits) or an NF4 head's three
     .shape = kFusedLinearLogProbsShape,
     .no_vjp = kBackwardOp,
     .kernel = kFusedLinearLogProbsKernel,

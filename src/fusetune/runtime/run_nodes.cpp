@@ -98,6 +98,11 @@ std::vector<Tensor> run_nodes(const Graph& g, const std::vector<int>& release_at
       if (release_at[v.node] == int(i) ||
           (on_output && kept[v.node] == 0 && last_reader[v.node] == int(i)))
         values[v.node].clear();
+    // A fused head's kept logits go with their one reader, the head's backward (graph.h), though
+    // the forward's other outputs (its log-probs: a graph output) stay.
+    for (const Value& v : n.inputs)
+      if (is_kept_head_logits(nodes[v.node], v.index) && !values[v.node].empty())
+        values[v.node][v.index] = Tensor();
     if (on_output && !outputs_at[i].empty()) {
       for (size_t k : outputs_at[i]) {
         const int index = g.outputs()[k].second.index;

@@ -49,17 +49,27 @@ void with_head(const LogProbHead<T>& head, const T* h, int64_t N, int64_t C, F&&
     f(detail::BF16Head<T>{{head.bf16, head.D}, head.D, head.V, tr, tile.data<T>()});
 }
 
+// The kept logits are one chunk of a dense, uncapped head (the pass only asks for them then).
+template <class T>
+void check_kept_logits(const T* logits, const LogProbHead<T>& head, int64_t N, int64_t C) {
+  FT_CHECK(!logits || (head.W && head.softcap == 0 && N <= C),
+           "fused_linear_log_probs: kept logits need a dense, uncapped head and one chunk (" +
+               std::to_string(N) + " rows, chunks of " + std::to_string(C) + ")");
+}
+
 }  // namespace
 
 template <class T>
 void fused_linear_log_probs(const T* h, const int32_t* labels, const LogProbHead<T>& head,
-                            int64_t N, int64_t chunk_rows, T* logp, T* lse, T* zsum, T* expect) {
+                            int64_t N, int64_t chunk_rows, T* logp, T* lse, T* zsum, T* expect,
+                            T* logits) {
   const int64_t D = head.D, V = head.V;
   const int64_t C = std::max<int64_t>(1, std::min(chunk_rows, N));
-  Tensor z_buf = Tensor::empty({C, V}, dtype_of<T>());
+  check_kept_logits(logits, head, N, C);
+  Tensor z_buf = logits ? Tensor() : Tensor::empty({C, V}, dtype_of<T>());
   Tensor hc_buf = Tensor::empty({C, D}, dtype_of<T>());
   Tensor ec_buf = expect ? Tensor::empty({C, D}, dtype_of<T>()) : Tensor();
-  T* z = z_buf.data<T>();
+  T* z = logits ? logits : z_buf.data<T>();
   T* hc = hc_buf.data<T>();
   std::fill(logp, logp + N, T(0));
   std::fill(lse, lse + N, T(0));
@@ -137,13 +147,14 @@ void fused_linear_log_probs_backward_frozen(const int32_t* labels, const T* expe
 template <class T>
 void fused_linear_log_probs_backward(const T* h, const int32_t* labels, const T* lse,
                                      const T* dlogp, const LogProbHead<T>& head, int64_t N,
-                                     int64_t chunk_rows, T* dh, T* dW) {
+                                     int64_t chunk_rows, T* dh, T* dW, T* logits) {
   const int64_t D = head.D, V = head.V;
   const int64_t C = std::max<int64_t>(1, std::min(chunk_rows, N));
-  Tensor z_buf = Tensor::empty({C, V}, dtype_of<T>());
+  check_kept_logits(logits, head, N, C);
+  Tensor z_buf = logits ? Tensor() : Tensor::empty({C, V}, dtype_of<T>());
   Tensor hc_buf = Tensor::empty({C, D}, dtype_of<T>());
   Tensor dhc_buf = Tensor::empty({C, D}, dtype_of<T>());
-  T* z = z_buf.data<T>();
+  T* z = logits ? logits : z_buf.data<T>();
   T* hc = hc_buf.data<T>();
   T* dhc = dhc_buf.data<T>();
   std::memset(dh, 0, sizeof(T) * size_t(N * D));
@@ -156,7 +167,8 @@ void fused_linear_log_probs_backward(const T* h, const int32_t* labels, const T*
       const int64_t c =
           detail::gather_labelled_rows(h, labels, r0, std::min(N, r0 + C), D, V, rows, hc);
       if (c == 0) continue;
-      W.logits(hc, c, z);
+      // The forward's logits of the same gathered rows (one chunk) are these bits.
+      if (!logits) W.logits(hc, c, z);
 #pragma omp parallel for schedule(static)
       for (int64_t i = 0; i < c; ++i) {
         T* zi = z + i * V;
@@ -190,12 +202,13 @@ void fused_linear_log_probs_backward(const T* h, const int32_t* labels, const T*
 }
 
 int64_t fused_log_probs_scratch_bytes(int64_t chunk_rows, int64_t D, int64_t V, int64_t elem_bytes,
-                                      bool tiled, bool backward, bool frozen,
-                                      Bf16HeadProducts bf16) {
+                                      bool tiled, bool backward, bool frozen, Bf16HeadProducts bf16,
+                                      bool kept_logits) {
   if (backward && frozen) return tiled ? D * elem_bytes : 0;  // one widened label row
-  // The logits block and the gathered rows; the trainable backward's dh rows, or the frozen
-  // forward's E_p[W] rows.
-  int64_t elems = chunk_rows * V + chunk_rows * D + ((backward || frozen) ? chunk_rows * D : 0);
+  // The logits block (unless kept) and the gathered rows; the trainable backward's dh rows, or
+  // the frozen forward's E_p[W] rows.
+  int64_t elems = (kept_logits ? 0 : chunk_rows * V) + chunk_rows * D +
+                  ((backward || frozen) ? chunk_rows * D : 0);
   const int64_t tile = tiled ? nf4_tile_rows(V, D) * D * elem_bytes : 0;
   return elems * elem_bytes +
          std::max(tile, bf16_head_products_scratch_bytes(bf16, chunk_rows, D, V));
@@ -203,12 +216,12 @@ int64_t fused_log_probs_scratch_bytes(int64_t chunk_rows, int64_t D, int64_t V, 
 
 #define FT_FUSED_LOGP(T)                                                                         \
   template void fused_linear_log_probs<T>(const T*, const int32_t*, const LogProbHead<T>&,       \
-                                          int64_t, int64_t, T*, T*, T*, T*);                     \
+                                          int64_t, int64_t, T*, T*, T*, T*, T*);                 \
   template void fused_linear_log_probs_backward_frozen<T>(const int32_t*, const T*, const T*,    \
                                                           const LogProbHead<T>&, int64_t, T*);   \
   template void fused_linear_log_probs_backward<T>(const T*, const int32_t*, const T*, const T*, \
                                                    const LogProbHead<T>&, int64_t, int64_t, T*,  \
-                                                   T*);
+                                                   T*, T*);
 FT_FUSED_LOGP(float)
 FT_FUSED_LOGP(double)
 #undef FT_FUSED_LOGP

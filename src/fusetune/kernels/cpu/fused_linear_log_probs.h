@@ -34,17 +34,21 @@ struct LogProbHead {
 // expect != nullptr (a frozen head whose backward will only need dh): also
 // expect[r, :] = sum_v softmax(z_r)_v W[v, :] = E_p[W] [N, D] (0 at ignored rows), one more
 // GEMM per chunk here that spares the backward its recomputation of the logits.
+// logits != nullptr (a dense, uncapped head whose N rows fit one chunk, N <= chunk_rows): the
+// chunk's logits are formed there ([N, V]: the labelled rows first, in order; the rest is
+// unspecified) instead of in scratch, for the backward to take instead of recomputing them.
 template <class T>
 void fused_linear_log_probs(const T* h, const int32_t* labels, const LogProbHead<T>& head,
                             int64_t N, int64_t chunk_rows, T* logp, T* lse, T* zsum,
-                            T* expect = nullptr);
+                            T* expect = nullptr, T* logits = nullptr);
 
 // The general backward (the head trains: recompute each chunk's logits, then dh and dW).
-// dW == nullptr: no weight gradient.
+// dW == nullptr: no weight gradient. logits != nullptr: the forward's (see above), taken
+// instead of recomputed (one GEMM less) and overwritten with dz; bitwise the same results.
 template <class T>
 void fused_linear_log_probs_backward(const T* h, const int32_t* labels, const T* lse,
                                      const T* dlogp, const LogProbHead<T>& head, int64_t N,
-                                     int64_t chunk_rows, T* dh, T* dW);
+                                     int64_t chunk_rows, T* dh, T* dW, T* logits = nullptr);
 
 // The backward of a frozen head from the forward's E_p[W]: no logits at all, since
 //   dh_r = dlogp_r (W[y_r] - E_p[W]_r)     (dz W with dz = dlogp (onehot(y) - softmax(z)))
@@ -52,12 +56,14 @@ template <class T>
 void fused_linear_log_probs_backward_frozen(const int32_t* labels, const T* expect, const T* dlogp,
                                             const LogProbHead<T>& head, int64_t N, T* dh);
 
-// Bytes of counted scratch the kernels allocate: the [C, V] logits block and the gathered
-// rows [C, D] (trainable backward: and their gradient; frozen forward: their E_p[W]), plus
-// the NF4 or bf16 tile, or on bf16 dot products (bf16) the larger of that tile and what they take
-// there (bf16_head_products.h); the frozen backward only one dequantized NF4 row.
+// Bytes of counted scratch the kernels allocate: the [C, V] logits block (not with
+// `kept_logits`: the forward's logits are a tensor of the graph) and the gathered rows [C, D]
+// (trainable backward: and their gradient; frozen forward: their E_p[W]), plus the NF4 or bf16
+// tile, or on bf16 dot products (bf16) the larger of that tile and what they take there
+// (bf16_head_products.h); the frozen backward only one dequantized NF4 row.
 int64_t fused_log_probs_scratch_bytes(int64_t chunk_rows, int64_t D, int64_t V, int64_t elem_bytes,
                                       bool tiled, bool backward, bool frozen,
-                                      Bf16HeadProducts bf16 = Bf16HeadProducts::None);
+                                      Bf16HeadProducts bf16 = Bf16HeadProducts::None,
+                                      bool kept_logits = false);
 
 }  // namespace fusetune::kernels
