@@ -284,6 +284,9 @@ TEST(GrpoRecipe, SchemaRefusesOtherObjectivesAndAcceptsItsKeys) {
   ce.replace(ce.find(grpo_loss), grpo_loss.size(), "loss:\n  _component_: cross_entropy\n");
   EXPECT_NE(errors_of(grpo_full_schema(), ce).find("GRPOSimpleLoss or GRPOLoss"), std::string::npos)
       << errors_of(grpo_full_schema(), ce);
+  std::string no_loss = good;  // no loss section: GRPOSimpleLoss, GRPO's default
+  no_loss.erase(no_loss.find(grpo_loss), grpo_loss.size());
+  EXPECT_EQ(errors_of(grpo_full_schema(), no_loss), "");
   const std::string sft = tiny_config_yaml("tokenizer:\n  _component_: byte\n");
   EXPECT_EQ(errors_of(full_finetune_schema(), sft), "");
   EXPECT_NE(errors_of(full_finetune_schema(), sft + "loss:\n  _component_: GRPOSimpleLoss\n")
@@ -347,4 +350,11 @@ TEST(GrpoLossConfig, TorchtunesAndTrlsLossesReadTheirKeys) {
   EXPECT_EQ(d.epsilon_high, 0.28);
   EXPECT_FALSE(loss("loss:\n  _component_: GRPOLoss\n").needs_reference());  // beta 0
   EXPECT_THROW(loss("loss:\n  _component_: DPOLoss\n"), Error);
+  // No loss section: GRPOSimpleLoss with torchtune's defaults (kl_coeff 0.1, epsilon 0.1), and
+  // the schema accepts it (it once read the missing section as cross_entropy and refused it).
+  const GrpoLoss none = loss("");
+  EXPECT_EQ(none.type, GrpoLossType::GRPO);
+  EXPECT_EQ(none.beta, 0.1);
+  EXPECT_EQ(none.epsilon, 0.1);
+  EXPECT_TRUE(none.needs_reference());
 }

@@ -370,7 +370,9 @@ void check_objective(const Config& root, bool preference, Problems& p, bool grpo
     }
     return;
   }
-  const std::string loss = component("loss", ppo ? "PPOLoss" : "cross_entropy");
+  const std::string loss = component("loss", ppo    ? "PPOLoss"
+                                             : grpo ? "GRPOSimpleLoss"
+                                                    : "cross_entropy");
   if (ppo) {
     check_ppo_objective(root, loss, component("dataset", ""), p);
     return;
@@ -519,6 +521,12 @@ Schema build_grpo(bool lora) {
     s.add(component_section("ref_checkpointer")
               .doc("the frozen reference model of the KL penalty, usually the starting weights "
                    "(not read when the KL weight is 0)"));
+  // A config without `loss` trains with torchtune's GRPOSimpleLoss (its dev configs name it).
+  s.field("loss")
+      .default_comp("GRPOSimpleLoss")
+      .doc(
+          "GRPOSimpleLoss (torchtune.dev.grpo.loss.GRPOSimpleLoss, the default) or GRPOLoss (TRL's "
+          "loss_type variants)");
   s.add(Field::Int("grpo_samples").def("4").min(2).doc("completions sampled per prompt (a group)"));
   s.add(Field::Int("max_generated_tokens").def("64").min(1).doc("longest completion"));
   add_sampling_fields(s);

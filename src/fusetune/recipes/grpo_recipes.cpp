@@ -82,8 +82,10 @@ Schema with_rewards_check(const Schema& schema) {
 }
 
 GrpoLoss grpo_loss_from(const Config& cfg) {
-  const std::string kind = canonical_component(cfg, "loss");
-  const Config c = cfg.sub("loss");
+  // No `loss` section: torchtune's GRPOSimpleLoss with its defaults (the GRPO schemas' default).
+  const bool given = cfg.has("loss");
+  const std::string kind = given ? canonical_component(cfg, "loss") : "GRPOSimpleLoss";
+  const Config c = given ? cfg.sub("loss") : Config::from_string("{}\n", "GRPOSimpleLoss");
   GrpoLoss l;
   if (kind == "GRPOSimpleLoss") {
     l.beta = c.f64("kl_coeff", 0.1);
