@@ -21,6 +21,20 @@ std::string tiny_dpo_lora_yaml() {
          "  lora_alpha: 8\n";
 }
 
+std::string tiny_ppo_models_yaml(const std::filesystem::path& policy,
+                                 const std::filesystem::path& value,
+                                 const std::filesystem::path& reward, bool reward_type) {
+  const std::string type = reward_type ? "  model_type: REWARD\n" : "";
+  return "policy_model:\n  _component_: torchtune.models.llama2.llama2\n"
+         "reward_and_value_model:\n  _component_: torchtune.models.llama2.llama2_classifier\n"
+         "  num_classes: 1\n"
+         "checkpointer:\n  checkpoint_dir: " +
+         policy.string() + "\nref_policy_checkpointer:\n  checkpoint_dir: " + policy.string() +
+         "\nvalue_checkpointer:\n  checkpoint_dir: " + value.string() + "\n" + type +
+         "reward_checkpointer:\n  checkpoint_dir: " + reward.string() + "\n" + type +
+         "tokenizer:\n  _component_: byte\n  max_seq_len: 10\n";
+}
+
 std::string tiny_config_yaml(const std::string& tokenizer) {
   return "output_dir: /tmp/out\nmodel:\n  init: random\n  vocab_size: 259\n  hidden_size: 64\n"
          "  intermediate_size: 176\n  num_hidden_layers: 2\n  num_attention_heads: 4\n"
@@ -30,8 +44,8 @@ std::string tiny_config_yaml(const std::string& tokenizer) {
          "optimizer:\n  _component_: AdamW\n  lr: 1e-3\n";
 }
 
-std::filesystem::path write_tiny_checkpoint(const std::filesystem::path& dir,
-                                            int64_t hidden_size, int64_t intermediate_size) {
+std::filesystem::path write_tiny_checkpoint(const std::filesystem::path& dir, int64_t hidden_size,
+                                            int64_t intermediate_size) {
   std::filesystem::create_directories(dir / "arch");
   write_text(dir / "arch" / "config.json", nlohmann::json({{"architectures", {"LlamaForCausalLM"}},
                                                            {"model_type", "llama"},

@@ -22,6 +22,14 @@ std::string tiny_dpo_lora_yaml();
 // in that order (error messages name lines).
 std::string tiny_config_yaml(const std::string& tokenizer);
 
+// A PPO config's models for tiny Llama checkpoints: the policy and its frozen reference from
+// `policy`, the value and reward models (torchtune's llama2_classifier, one class) from those
+// classifier directories (with model_type REWARD where `reward_type`), the byte tokenizer with
+// 10 tokens at most. One key a line; the recipe's other sections follow it.
+std::string tiny_ppo_models_yaml(const std::filesystem::path& policy,
+                                 const std::filesystem::path& value,
+                                 const std::filesystem::path& reward, bool reward_type);
+
 // A tiny Llama (2 layers, 4 heads, 2 kv heads, byte vocabulary 259, 128 positions, untied
 // head; by default width 32 and intermediate 64) as a random fp32 checkpoint, written by
 // `fusetune init-checkpoint --seed 3` to dir/ckpt (dir/arch holds its config.json); returns

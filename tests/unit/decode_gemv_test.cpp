@@ -105,6 +105,19 @@ class GemvPathOverride {
   bool had_ = false;
 };
 
+// x W^T through a bf16 graph's MatMul route (kernels::matmul_bf16_native), x and W bf16, y fp32;
+// empty when the route declines.
+std::vector<float> native_route_product(const std::vector<uint16_t>& X,
+                                        const std::vector<uint16_t>& W, int64_t M, int64_t N,
+                                        int64_t K) {
+  Tensor a = Tensor::empty({M, K}, DType::BF16), b = Tensor::empty({N, K}, DType::BF16);
+  Tensor c = Tensor::empty({M, N}, DType::F32);
+  std::copy(X.begin(), X.end(), a.data<uint16_t>());
+  std::copy(W.begin(), W.end(), b.data<uint16_t>());
+  if (!kernels::matmul_bf16_native(false, true, a, b, c)) return {};
+  return std::vector<float>(c.data<float>(), c.data<float>() + M * N);
+}
+
 }  // namespace
 
 TEST(Bf16DecodeGemv, MatchesTheFp64ReferenceForEveryOperandType) {
@@ -148,17 +161,11 @@ TEST(Bf16DecodeGemv, DecodeShapedMatmulsReachIt) {
   EXPECT_EQ(got, want) << "gemm_bf16_weight";
   for (const char* path : {"widening", "auto"}) {
     const GemvPathOverride scoped(path);
-    Tensor a = Tensor::empty({M, K}, DType::BF16), b = Tensor::empty({N, K}, DType::BF16);
-    Tensor c = Tensor::empty({M, N}, DType::F32);
-    std::copy(X.begin(), X.end(), a.data<uint16_t>());
-    std::copy(W.begin(), W.end(), b.data<uint16_t>());
-    ASSERT_TRUE(kernels::matmul_bf16_native(false, true, a, b, c)) << path;
-    EXPECT_EQ(std::vector<float>(c.data<float>(), c.data<float>() + M * N), want) << path;
+    EXPECT_EQ(native_route_product(X, W, M, N, K), want) << path;
   }
-  Tensor a = Tensor::empty({17, K}, DType::BF16), b = Tensor::empty({N, K}, DType::BF16);
-  Tensor c = Tensor::empty({17, N}, DType::F32);
   const GemvPathOverride scoped("widening");
-  EXPECT_FALSE(kernels::matmul_bf16_native(false, true, a, b, c)) << "17 rows: a GEMM";
+  EXPECT_TRUE(native_route_product(random_bf16_values(17 * K, 7), W, 17, N, K).empty())
+      << "17 rows: a GEMM";
 }
 
 namespace {
@@ -308,14 +315,8 @@ TEST(Bf16DecodeAmx, DecodeShapedMatmulsReachIt) {
   kernels::decode_gemv_bf16_weight(M, N, K, X.data(), true, W.data(), fma.data(), false);
   for (const char* path : {"auto", "widening"}) {
     const GemvPathOverride scoped(path);
-    Tensor a = Tensor::empty({M, K}, DType::BF16), b = Tensor::empty({N, K}, DType::BF16);
-    Tensor c = Tensor::empty({M, N}, DType::F32);
-    std::copy(X.begin(), X.end(), a.data<uint16_t>());
-    std::copy(W.begin(), W.end(), b.data<uint16_t>());
-    ASSERT_TRUE(kernels::matmul_bf16_native(false, true, a, b, c)) << path;
     // "auto" is the oneDNN path unless oneDNN is told to see no bf16 (Bf16Paths.*).
     const bool tiles = kernels::bf16_matmul_path() == kernels::Bf16MatmulPath::OneDnn;
-    EXPECT_EQ(std::vector<float>(c.data<float>(), c.data<float>() + M * N), tiles ? want : fma)
-        << path;
+    EXPECT_EQ(native_route_product(X, W, M, N, K), tiles ? want : fma) << path;
   }
 }

@@ -60,14 +60,7 @@ fs::path write_dist_ppo_config(const fs::path& dir) {
     text += std::string(starts[i % 4]) + " " + std::to_string(i) + "\n\n";
   write_file_atomic(dir / "prompts.txt", text);
   std::ostringstream s;
-  s << "policy_model:\n  _component_: torchtune.models.llama2.llama2\n"
-    << "reward_and_value_model:\n  _component_: torchtune.models.llama2.llama2_classifier\n"
-    << "  num_classes: 1\n"
-    << "checkpointer:\n  checkpoint_dir: " << policy.string() << "\n"
-    << "ref_policy_checkpointer:\n  checkpoint_dir: " << policy.string() << "\n"
-    << "value_checkpointer:\n  checkpoint_dir: " << value.string() << "\n"
-    << "reward_checkpointer:\n  checkpoint_dir: " << reward.string() << "\n"
-    << "tokenizer:\n  _component_: byte\n  max_seq_len: 10\n"
+  s << tiny_ppo_models_yaml(policy, value, reward, false)
     << "dataset:\n  _component_: text_completion\n  source: " << (dir / "prompts.txt").string()
     << "\n  add_eos: false\n"
     << "seed: 3\nshuffle: true\nnum_steps: 12\nppo_epochs: 2\ngradient_accumulation_steps: 1\n"

@@ -195,16 +195,7 @@ std::vector<double> ppo_step_one_with(const fs::path& policy, const fs::path& cl
   for (int i = 0; i < 4; ++i) prompts += "Answer " + std::to_string(i) + ":\n\n";
   write_file_atomic(tmp / "prompts.txt", prompts);
   std::ostringstream s;
-  s << "policy_model:\n  _component_: torchtune.models.llama2.llama2\n"
-    << "reward_and_value_model:\n  _component_: torchtune.models.llama2.llama2_classifier\n"
-    << "  num_classes: 1\n"
-    << "checkpointer:\n  checkpoint_dir: " << policy.string() << "\n"
-    << "ref_policy_checkpointer:\n  checkpoint_dir: " << policy.string() << "\n"
-    << "value_checkpointer:\n  checkpoint_dir: " << classifier.string() << "\n"
-    << "  model_type: REWARD\n"
-    << "reward_checkpointer:\n  checkpoint_dir: " << classifier.string() << "\n"
-    << "  model_type: REWARD\n"
-    << "tokenizer:\n  _component_: byte\n  max_seq_len: 10\n"
+  s << tiny_ppo_models_yaml(policy, classifier, classifier, true)
     << "dataset:\n  _component_: text_completion\n  source: " << (tmp / "prompts.txt").string()
     << "\n  add_eos: false\n"
     << "seed: 3\nshuffle: false\nbatch_size: 4\nnum_steps: 4\nppo_epochs: 1\nppo_batch_size: 4\n"
