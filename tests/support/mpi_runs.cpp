@@ -6,7 +6,9 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <sstream>
+#include <string>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -20,6 +22,22 @@ void set_mpi_test_environment() {
   ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
   ::setenv("OMP_NUM_THREADS", "1", 1);
   ::setenv("ASAN_OPTIONS", "detect_leaks=0", 1);
+  // Open MPI's session directory defaults to /tmp/ompi.HOST.UID, shared by every mpirun on the
+  // machine: one run's cleanup can remove it while a concurrent test's mpirun (ctest -j) is
+  // creating its own session inside it ("mkdir ... /tmp/ompi.HOST.0/pid.N: No such file or
+  // directory", orte_init failed). Each test process gets its own base, removed at exit.
+  static const std::filesystem::path base =
+      std::filesystem::temp_directory_path() / ("fusetune-ompi-" + std::to_string(::getpid()));
+  static const bool made = [] {
+    std::filesystem::create_directories(base);
+    std::atexit([] {
+      std::error_code ignored;
+      std::filesystem::remove_all(base, ignored);
+    });
+    return true;
+  }();
+  (void)made;
+  ::setenv("OMPI_MCA_orte_tmpdir_base", base.c_str(), 1);
 }
 
 void run_ok(const std::string& cmd, const std::filesystem::path& scratch) {

@@ -27,7 +27,8 @@ bool have_mpirun();
 
 // Inherited by mpirun and the ranks: Open MPI refuses root without these; one OpenMP thread
 // per rank (2 ranks x 1 thread on a 2-core machine); no leak report from Open MPI's
-// allocations when the binary is sanitized.
+// allocations when the binary is sanitized; Open MPI's session files under a directory of this
+// test process's own (concurrent tests' mpiruns raced in the shared default).
 void set_mpi_test_environment();
 
 // Runs a command line that must succeed (its output in the failure message).
