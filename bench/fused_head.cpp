@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_clock.h"
 #include "fusetune/compile/pass.h"
 #include "fusetune/kernels/cpu/bf16.h"
 #include "fusetune/kernels/cpu/bf16_matmul.h"
@@ -39,12 +40,7 @@ std::vector<std::string> g_bf16_rows;  // the bf16 table, printed after the fp32
 
 // Wall seconds, or with --cpu-time the process's CPU seconds (with one thread, the time it ran:
 // a steadier figure on a machine that other work shares, though caches are still shared).
-double now_seconds() {
-  if (!g_cpu_time) return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
-}
+double now_seconds() { return fusetune::bench::bench_clock_seconds(g_cpu_time); }
 
 double best_seconds(const std::function<void()>& fn) {
   fn();  // warm-up: first touch of the buffers and the scratch

@@ -44,25 +44,10 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-Tensor f32(const std::vector<float>& v) {
-  Tensor t = Tensor::empty({int64_t(v.size())}, DType::F32);
-  std::copy(v.begin(), v.end(), t.data<float>());
-  return t;
-}
-
 // The rollout, timed on its second run (the first compiles the decode graphs).
 GrpoRollout timed_rollout(const BenchShape& shape, const TensorMap& params, CompileMode mode,
                           const Options& o, Result& r) {
-  std::mt19937_64 rng(7);
-  std::vector<std::vector<int32_t>> prompts(size_t(o.prompts));
-  for (auto& p : prompts)
-    for (int64_t t = 0; t < o.prompt_tokens; ++t)
-      p.push_back(int32_t(rng() % uint64_t(shape.config.vocab_size)));
+  const auto prompts = random_prompts(o.prompts, o.prompt_tokens, shape.config.vocab_size);
   Generator gen(shape.config, params, {}, mode, DType::F32);
   GenerationOptions g;
   g.max_new_tokens = o.new_tokens;
@@ -118,9 +103,9 @@ Result run(const BenchShape& shape, CompileMode mode, const Options& o) {
     const std::vector<float> mask = completion_mask(b);
     std::vector<float> adv(static_cast<size_t>(N));
     for (int64_t i = 0; i < N; ++i) adv[size_t(i)] = (i / b.seq_len) % 2 ? 0.7f : -0.7f;
-    in["advantages"] = f32(adv);
+    in["advantages"] = f32_tensor(adv);
     in["token_weights"] =
-        f32(grpo_token_weights(GrpoLossType::GRPO, mask, b.batch_size, b.seq_len, {}));
+        f32_tensor(grpo_token_weights(GrpoLossType::GRPO, mask, b.batch_size, b.seq_len, {}));
     AdamW opt(AdamWOptions{});
     std::vector<double> step_s;
     for (int s = 0; s < o.steps; ++s) {

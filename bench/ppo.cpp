@@ -66,37 +66,9 @@ struct PpoBenchResult {
 bool g_ppo_cpu_time = false;  // --cpu-time 1
 
 // Wall seconds, or with --cpu-time the process's CPU seconds.
-double ppo_now() {
-  if (!g_ppo_cpu_time)
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
-}
+double ppo_now() { return bench_clock_seconds(g_ppo_cpu_time); }
 
 double ppo_seconds_since(double t0) { return ppo_now() - t0; }
-
-double ppo_median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-Tensor ppo_bench_f32(const std::vector<float>& v) {
-  Tensor t = Tensor::empty({int64_t(v.size())}, DType::F32);
-  std::copy(v.begin(), v.end(), t.data<float>());
-  return t;
-}
-
-std::vector<std::vector<int32_t>> ppo_bench_prompts(const ModelConfig& c,
-                                                    const PpoBenchOptions& o) {
-  std::mt19937_64 rng(7);
-  std::vector<std::vector<int32_t>> prompts(size_t(o.prompts));
-  for (auto& p : prompts)
-    for (int64_t t = 0; t < o.prompt_tokens; ++t)
-      p.push_back(int32_t(rng() % uint64_t(c.vocab_size)));
-  return prompts;
-}
 
 // One greedy generate over the first `rows` prompts: bench_decode's figures, decode tokens/s
 // (decode steps only, as bench_decode prints) and end to end (prefill included, as a rollout
@@ -118,7 +90,7 @@ std::pair<double, double> ppo_greedy_tps(Generator& gen,
 // of steps - 1 runs each; then the 1-row decode.
 GrpoRollout ppo_timed_rollout(const ModelConfig& c, const TensorMap& params, CompileMode mode,
                               const PpoBenchOptions& o, PpoBenchResult& r) {
-  const auto prompts = ppo_bench_prompts(c, o);
+  const auto prompts = random_prompts(o.prompts, o.prompt_tokens, c.vocab_size);
   Generator gen(c, params, {}, mode, DType::F32);
   GenerationOptions g;
   g.max_new_tokens = o.new_tokens;
@@ -140,13 +112,13 @@ GrpoRollout ppo_timed_rollout(const ModelConfig& c, const TensorMap& params, Com
     decode.push_back(d);
     whole.push_back(w);
   }
-  r.gen_tps = ppo_median(tps);
-  r.decodeB_tps = ppo_median(decode);
-  r.generateB_tps = ppo_median(whole);
+  r.gen_tps = median(tps);
+  r.decodeB_tps = median(decode);
+  r.generateB_tps = median(whole);
   ppo_greedy_tps(gen, prompts, 1, o);
   std::vector<double> one;
   for (int s = 1; s < o.steps; ++s) one.push_back(ppo_greedy_tps(gen, prompts, 1, o).first);
-  r.decode1_tps = ppo_median(one);
+  r.decode1_tps = median(one);
   return roll;
 }
 
@@ -164,7 +136,7 @@ double ppo_timed_forward(CompiledGraphs& graphs, const Batch& b, const TensorMap
     secs.push_back(ppo_seconds_since(t0));
   }
   if (out) *out = std::move(first);
-  return ppo_median(secs);
+  return median(secs);
 }
 
 struct PpoBenchModels {
@@ -217,11 +189,11 @@ TrainingGraphOptions ppo_bench_train(PpoBenchModels& m, const Batch& b, const Te
   TensorMap pin = bin, vin = bin;
   pin["loss_scale"] = vin["loss_scale"] = scalar_input(1.0, DType::F32);
   pin["old_logps"] = logps;
-  pin["advantages"] = ppo_bench_f32(adv);
-  pin["token_weights"] = ppo_bench_f32(w);
+  pin["advantages"] = f32_tensor(adv);
+  pin["token_weights"] = f32_tensor(w);
   vin["old_values"] = values;
-  vin["returns"] = ppo_bench_f32(ret);
-  vin["value_weights"] = ppo_bench_f32(w);
+  vin["returns"] = f32_tensor(ret);
+  vin["value_weights"] = f32_tensor(w);
   AdamW opt(AdamWOptions{});
   std::vector<double> step_s, policy_s, value_s, adamw_s;
   double compile_s = 0;
@@ -251,10 +223,10 @@ TrainingGraphOptions ppo_bench_train(PpoBenchModels& m, const Batch& b, const Te
                 op_profile::report().c_str());
   for (auto* v : {&step_s, &policy_s, &value_s, &adamw_s})
     v->erase(v->begin());  // the first step compiles and allocates
-  r.train_s = ppo_median(step_s);
-  r.train_policy_s = ppo_median(policy_s);
-  r.train_value_s = ppo_median(value_s);
-  r.train_adamw_s = ppo_median(adamw_s);
+  r.train_s = median(step_s);
+  r.train_policy_s = median(policy_s);
+  r.train_value_s = median(value_s);
+  r.train_adamw_s = median(adamw_s);
   return go;
 }
 

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_clock.h"
 #include "fusetune/compile/compiler.h"
 #include "fusetune/compile/memory_plan.h"
 #include "fusetune/core/memory.h"
@@ -27,6 +28,23 @@
 #include "fusetune/util/error.h"
 
 namespace fusetune::bench {
+
+// A 1-D fp32 tensor holding v (a step's per-token input).
+inline Tensor f32_tensor(const std::vector<float>& v) {
+  Tensor t = Tensor::empty({int64_t(v.size())}, DType::F32);
+  std::copy(v.begin(), v.end(), t.data<float>());
+  return t;
+}
+
+// `count` prompts of `tokens` ids below `vocab`, seeded (the RL benches' rollouts).
+inline std::vector<std::vector<int32_t>> random_prompts(int64_t count, int64_t tokens,
+                                                        int64_t vocab, uint64_t seed = 7) {
+  std::mt19937_64 rng(seed);
+  std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(count));
+  for (auto& p : prompts)
+    for (int64_t t = 0; t < tokens; ++t) p.push_back(int32_t(rng() % uint64_t(vocab)));
+  return prompts;
+}
 
 struct BenchShape {
   std::string name;
