@@ -24,24 +24,6 @@ using namespace fusetune;
 using namespace fusetune::testing;
 namespace fs = std::filesystem;
 
-namespace {
-
-// stories260K as a classifier of one score in `dir`; with a target, the hand-made reward.
-void write_stories_classifier(const fs::path& assets, const fs::path& dir, int32_t target) {
-  HFCheckpoint ck = load_hf_checkpoint_owned(assets / "stories260K", {}, DType::F32);
-  LoadedModel m;
-  m.config = ck.config;
-  for (auto& [name, t] : ck.tensors) m.params[name] = t.clone();
-  to_sequence_classifier(m, 1, 7, 0.02);
-  if (target >= 0) make_token_reward(m, target, 0.25);
-  NamedTensors tensors;
-  for (const auto& [name, shape] : expected_parameters(m.config))
-    tensors.push_back({name, m.params.at(name)});
-  save_hf_checkpoint(dir, m.config, tensors);
-}
-
-}  // namespace
-
 TEST(Stories260KPpo, RaisesAHandMadeRewardModelsScore) {
   FT_REQUIRE_ASSET("stories260K/model.safetensors");
   FT_REQUIRE_ASSET("datasets/tinystories_197k.txt");
@@ -50,8 +32,9 @@ TEST(Stories260KPpo, RaisesAHandMadeRewardModelsScore) {
   const std::string tok_path = (assets / "stories260K/tokenizer.json").string();
   const auto tok = load_tokenizer("hf", tok_path);
   const int32_t happy = tok->encode(" happy", false, false).back();
-  write_stories_classifier(assets, tmp / "value", -1);
-  write_stories_classifier(assets, tmp / "reward", happy);
+  write_classifier_checkpoint(assets / "stories260K", tmp / "value", 7);
+  write_classifier_checkpoint(assets / "stories260K", tmp / "reward", 7, 1,
+                              [happy](LoadedModel& m) { make_token_reward(m, happy, 0.25); });
   Config c = load_config("stories260K/ppo_single_device");
   const std::string model = (assets / "stories260K").string();
   c.apply_overrides({"output_dir=" + (tmp / "run").string(), "tokenizer.path=" + tok_path,

@@ -31,29 +31,14 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The causal checkpoint at `causal` as a one-score classifier in `dir`; `target` >= 0 makes it
-// the hand-made reward model (closeness of the last token to `target`).
-fs::path dist_ppo_classifier(const fs::path& causal, const fs::path& dir, int32_t target) {
-  HFCheckpoint ck = load_hf_checkpoint_owned(causal, {}, DType::F32);
-  LoadedModel m;
-  m.config = ck.config;
-  for (auto& [name, t] : ck.tensors) m.params[name] = t.clone();
-  to_sequence_classifier(m, 1, 5, 0.02);
-  if (target >= 0) make_token_reward(m, target, 0.5);
-  NamedTensors tensors;
-  for (const auto& [name, shape] : expected_parameters(m.config))
-    tensors.push_back({name, m.params.at(name)});
-  save_hf_checkpoint(dir, m.config, tensors);
-  return dir;
-}
-
 // The tiny policy, its value and reward models, 16 prompts and the config (4 prompts a step in
 // all: batch_size is set per run).
 fs::path write_dist_ppo_config(const fs::path& dir) {
   const fs::path policy = write_tiny_checkpoint(dir);
   const int32_t e = load_tokenizer("byte", "")->encode("e", false, false).at(0);
-  const fs::path value = dist_ppo_classifier(policy, dir / "value", -1);
-  const fs::path reward = dist_ppo_classifier(policy, dir / "reward", e);
+  const fs::path value = write_classifier_checkpoint(policy, dir / "value", 5);
+  const fs::path reward = write_classifier_checkpoint(
+      policy, dir / "reward", 5, 1, [e](LoadedModel& m) { make_token_reward(m, e, 0.5); });
   std::string text;
   const char* starts[] = {"Once upon a time", "The cat sat", "A dog ran", "She said"};
   for (int i = 0; i < 16; ++i)

@@ -21,6 +21,7 @@
 #include "metrics_log.h"
 #include "test_support.h"
 #include "tiny_llama.h"
+#include "token_reward_model.h"
 
 using namespace fusetune;
 using namespace fusetune::testing;
@@ -147,16 +148,9 @@ TEST(LoraRewardRecipe, ResumesBitwiseFromItsAdapterAndScore) {
 
 namespace {
 
-// The merged classifier written out here from the LoRA run's PEFT adapter and the causal base
-// (each adapted projection W + (alpha / r) B A in double, `score` as trained); with `deltas`
-// false, the base's projections unchanged (only the score head trained).
-void write_merged_by_hand(const fs::path& base, const fs::path& adapter_dir, const fs::path& dir,
-                          bool deltas) {
-  HFCheckpoint causal = load_hf_checkpoint_owned(base, {}, DType::F32);
-  LoadedModel m;
-  m.config = causal.config;
-  for (auto& [name, t] : causal.tensors) m.params[name] = t.clone();
-  to_sequence_classifier(m, 1, 1, 0.02);
+// The LoRA run's PEFT adapter merged into the classifier m by hand: `score` as trained, and
+// with `deltas` each adapted projection W + (alpha / r) B A in double.
+void merge_adapter_by_hand(LoadedModel& m, const fs::path& adapter_dir, bool deltas) {
   const nlohmann::json ac = nlohmann::json::parse(read_file(adapter_dir / "adapter_config.json"));
   const double scale = ac.at("lora_alpha").get<double>() / ac.at("r").get<double>();
   SafetensorsFile adapter = SafetensorsFile::open(adapter_dir / "adapter_model.safetensors");
@@ -181,10 +175,15 @@ void write_merged_by_hand(const fs::path& base, const fs::path& adapter_dir, con
         w = float(double(w) + scale * ba);
       }
   }
-  NamedTensors tensors;
-  for (const auto& [name, shape] : expected_parameters(m.config))
-    tensors.push_back({name, m.params.at(name)});
-  save_hf_checkpoint(dir, m.config, tensors);
+}
+
+// The merged classifier written out here from the LoRA run's PEFT adapter and the causal base
+// (each adapted projection W + (alpha / r) B A in double, `score` as trained); with `deltas`
+// false, the base's projections unchanged (only the score head trained).
+void write_merged_by_hand(const fs::path& base, const fs::path& adapter_dir, const fs::path& dir,
+                          bool deltas) {
+  write_classifier_checkpoint(
+      base, dir, 1, 1, [&](LoadedModel& m) { merge_adapter_by_hand(m, adapter_dir, deltas); });
 }
 
 // One PPO step of the tiny policy against the value and reward models in `classifier`; returns

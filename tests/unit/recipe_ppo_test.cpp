@@ -38,23 +38,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The causal checkpoint at `causal` as a classifier of `labels` scores in `dir` (a fresh score
-// head), after `edit`.
-fs::path write_ppo_classifier(const fs::path& causal, const fs::path& dir, int64_t labels = 1,
-                              const std::function<void(LoadedModel&)>& edit = {}) {
-  HFCheckpoint ck = load_hf_checkpoint_owned(causal, {}, DType::F32);
-  LoadedModel m;
-  m.config = ck.config;
-  for (auto& [name, t] : ck.tensors) m.params[name] = t.clone();
-  to_sequence_classifier(m, labels, 5, 0.02);
-  if (edit) edit(m);
-  NamedTensors tensors;
-  for (const auto& [name, shape] : expected_parameters(m.config))
-    tensors.push_back({name, m.params.at(name)});
-  save_hf_checkpoint(dir, m.config, tensors);
-  return dir;
-}
-
 struct PpoFiles {
   fs::path policy, value, reward, prompts;
 };
@@ -62,9 +45,10 @@ struct PpoFiles {
 PpoFiles write_ppo_files(const fs::path& dir, int32_t target) {
   PpoFiles f;
   f.policy = write_tiny_checkpoint(dir);
-  f.value = write_ppo_classifier(f.policy, dir / "value");
-  f.reward = write_ppo_classifier(f.policy, dir / "reward", 1,
-                                  [target](LoadedModel& m) { make_token_reward(m, target, 0.5); });
+  f.value = write_classifier_checkpoint(f.policy, dir / "value", 5);
+  f.reward = write_classifier_checkpoint(f.policy, dir / "reward", 5, 1, [target](LoadedModel& m) {
+    make_token_reward(m, target, 0.5);
+  });
   f.prompts = dir / "prompts.txt";
   std::string text;
   const char* starts[] = {"Once upon a time", "The cat sat", "A dog ran", "She said",
@@ -268,7 +252,7 @@ TEST(PpoRecipe, BadInputsAreNamed) {
   TempDir tmp;
   const PpoFiles f = write_ppo_files(tmp.path(), ppo_byte_id('e'));
   write_file_atomic(tmp / "cfg.yaml", ppo_yaml(f));
-  const fs::path labels2 = write_ppo_classifier(f.policy, tmp / "two_labels", 2);
+  const fs::path labels2 = write_classifier_checkpoint(f.policy, tmp / "two_labels", 5, 2);
   auto run_error = [&](std::vector<std::string> keys) {
     keys.insert(keys.begin(), "output_dir=" + (tmp / "bad").string());
     keys.insert(keys.begin(),
