@@ -72,6 +72,12 @@ std::vector<LoggedStep> logged_steps(const std::filesystem::path& output_dir) {
   return steps;
 }
 
+double mean_of(const std::vector<double>& v, size_t from, size_t to) {
+  double s = 0;
+  for (size_t i = from; i < to; ++i) s += v.at(i);
+  return s / double(to - from);
+}
+
 std::vector<double> losses_of(const std::vector<LoggedStep>& steps) {
   std::vector<double> v;
   for (const auto& s : steps) v.push_back(s.loss);

@@ -44,4 +44,7 @@ std::vector<LoggedStep> logged_steps(const std::filesystem::path& output_dir);
 
 std::vector<double> losses_of(const std::vector<LoggedStep>& steps);
 
+// The mean of logged values [from, to) (a curve's first and last steps, compared).
+double mean_of(const std::vector<double>& v, size_t from, size_t to);
+
 }  // namespace fusetune::testing

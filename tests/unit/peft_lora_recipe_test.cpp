@@ -57,12 +57,6 @@ int run_recipe(const fs::path& config, std::vector<std::string> overrides) {
   return cli::cmd_run(args);
 }
 
-double mean(const std::vector<double>& v, size_t from, size_t to) {
-  double s = 0;
-  for (size_t i = from; i < to; ++i) s += v[i];
-  return s / double(to - from);
-}
-
 }  // namespace
 
 TEST(LoraRecipe, LoraDoraQloraLowerTheLossAndSavePeftAdapters) {
@@ -87,7 +81,7 @@ TEST(LoraRecipe, LoraDoraQloraLowerTheLossAndSavePeftAdapters) {
     ASSERT_EQ(run_recipe(tmp / "cfg.yaml", c.overrides), 0) << c.name;
     auto losses = logged_values(out, "loss");
     ASSERT_EQ(losses.size(), 12u) << c.name;
-    EXPECT_LT(mean(losses, 9, 12), mean(losses, 0, 3) - 0.1) << c.name;
+    EXPECT_LT(mean_of(losses, 9, 12), mean_of(losses, 0, 3) - 0.1) << c.name;
     const fs::path ep = out / "epoch_0";
     EXPECT_TRUE(fs::exists(ep / "adapter_model.safetensors")) << c.name;
     EXPECT_TRUE(fs::exists(ep / "adapter_config.json")) << c.name;
@@ -156,7 +150,8 @@ TEST(LoraRecipe, QloraWithNf4EmbeddingAndHeadTrainsMergesAndResumes) {
           << mode;
       auto losses = logged_values(out, "loss");
       ASSERT_EQ(losses.size(), 12u) << mode;
-      EXPECT_LT(mean(losses, 9, 12), mean(losses, 0, 3) - 0.1) << "tied " << tied << " " << mode;
+      EXPECT_LT(mean_of(losses, 9, 12), mean_of(losses, 0, 3) - 0.1)
+          << "tied " << tied << " " << mode;
       const fs::path ep = out / "epoch_0";
       // The adapter: only the targeted layers' lora_A/B (q, v, o, gate, up, down x 2 layers).
       SafetensorsFile ad = SafetensorsFile::open(ep / "adapter_model.safetensors");

@@ -63,12 +63,6 @@ int run_lora_reward(const fs::path& cfg, const fs::path& out,
   return cli::cmd_run(args);
 }
 
-double lora_reward_mean(const std::vector<double>& v, size_t from, size_t to) {
-  double s = 0;
-  for (size_t i = from; i < to; ++i) s += v[i];
-  return s / double(to - from);
-}
-
 }  // namespace
 
 TEST(LoraRewardRecipe, LearnsAndSavesTheMergedClassifierAndTheScoreInTheAdapter) {
@@ -82,8 +76,8 @@ TEST(LoraRewardRecipe, LearnsAndSavesTheMergedClassifierAndTheScoreInTheAdapter)
   const std::vector<double> acc = logged_values(out, "accuracy");
 
   ASSERT_EQ(acc.size(), 12u);
-  EXPECT_GT(lora_reward_mean(acc, 9, 12), lora_reward_mean(acc, 0, 3) + 0.2);
-  EXPECT_EQ(lora_reward_mean(acc, 9, 12), 1.0);
+  EXPECT_GT(mean_of(acc, 9, 12), mean_of(acc, 0, 3) + 0.2);
+  EXPECT_EQ(mean_of(acc, 9, 12), 1.0);
   // The adapter: PEFT's SEQ_CLS layout, `score` in modules_to_save.
   const fs::path ck = out / "epoch_2";
   const nlohmann::json ac = nlohmann::json::parse(read_file(ck / "adapter_config.json"));
