@@ -310,7 +310,7 @@ void decode_table(const std::vector<int>& threads) {
         const double gemv = best_ms([&] {
           k::decode_gemv_bf16_weight(M, s.N, s.K, X.data(), false, W16.data(), Y.data(), false);
         });
-        const double dot = k::amx_tiles_usable() ? best_ms([&] {
+        const double amx = k::amx_tiles_usable() ? best_ms([&] {
           k::decode_gemv_bf16_amx(M, s.N, s.K, X16.data(), W16.data(), Y16.data(), true);
         })
                                                  : 0.0;
@@ -333,7 +333,7 @@ void decode_table(const std::vector<int>& threads) {
             "%-24s %3lld %6lld %6lld %7d %9.1f %9.1f %9.1f %9.1f %9.1f %9.2fx %9.1f %9.1f\n",
             s.what, static_cast<long long>(M), static_cast<long long>(s.N),
             static_cast<long long>(s.K), th, gbs(w32, f32), gbs(w16, widen), gbs(w16, onednn),
-            gbs(w16, gemv), gbs(w16, dot), f32 / gemv, gbs(nf4_bytes, nf4_tiled),
+            gbs(w16, gemv), gbs(w16, amx), f32 / gemv, gbs(nf4_bytes, nf4_tiled),
             gbs(nf4_bytes, nf4_gemv));
         std::fflush(stdout);
       }

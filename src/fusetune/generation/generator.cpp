@@ -48,9 +48,7 @@ std::vector<int32_t> generator_choose_tokens(const Tensor& logits,
     for (int64_t b = 0; b < B; ++b) choose(b);
     return chosen;
   }
-  // Small vocabularies: a row's work is less than what waking a thread team costs.
-  constexpr int64_t kParallelVocab = 16384;
-#pragma omp parallel for schedule(dynamic, 1) if (B > 1 && logits.dim(1) >= kParallelVocab)
+#pragma omp parallel for schedule(dynamic, 1) if (B > 1 && logits.dim(1) >= kParallelRowsMinVocab)
   for (int64_t b = 0; b < B; ++b) choose(b);
   return chosen;
 }

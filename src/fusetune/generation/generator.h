@@ -24,6 +24,11 @@
 
 namespace fusetune {
 
+// The vocabulary from which a decode step's per-row work over the logits (sampling, a chosen
+// token's log-prob) runs the rows in parallel: below it a row costs less than waking a thread
+// team.
+inline constexpr int64_t kParallelRowsMinVocab = 16384;
+
 struct GenerationOptions {
   int64_t max_new_tokens = 300;
   SamplingOptions sampling;

@@ -37,8 +37,8 @@ double rollout_token_logp(const Tensor& logits, int64_t row, int32_t token, doub
 void record_rollout_logps(const Tensor& logits, const std::vector<int32_t>& chosen, double t,
                           std::vector<std::vector<double>>& logps) {
   const auto rows = int64_t(chosen.size());
-  constexpr int64_t kParallelVocab = 16384;  // below, a row costs less than a thread team
-#pragma omp parallel for schedule(dynamic, 1) if (rows > 1 && logits.dim(1) >= kParallelVocab)
+#pragma omp parallel for schedule(dynamic, \
+                                  1) if (rows > 1 && logits.dim(1) >= kParallelRowsMinVocab)
   for (int64_t b = 0; b < rows; ++b)
     if (chosen[size_t(b)] >= 0)
       logps[size_t(b)].push_back(rollout_token_logp(logits, b, chosen[size_t(b)], t));

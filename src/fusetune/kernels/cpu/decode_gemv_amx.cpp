@@ -88,8 +88,6 @@ FT_AMX_TARGET void amx_tile(const uint16_t* w, int64_t K, const uint32_t* xt, in
 FT_AMX_TARGET void amx_begin(const TileConfig& c) { _tile_loadconfig(&c); }
 FT_AMX_TARGET void amx_end() { _tile_release(); }
 
-float widened(uint16_t v) { return bf16_to_f32(v); }
-
 // Adds the products past K's last full piece to sums [rows, M] of weight rows from n0, then
 // writes them to y's columns n0.. (one fixed order per output).
 void finish_rows(const float* sums, int64_t rows, int64_t n0, int64_t M, int64_t N, int64_t K,
@@ -99,7 +97,7 @@ void finish_rows(const float* sums, int64_t rows, int64_t n0, int64_t M, int64_t
     for (int64_t j = 0; j < rows; ++j) {
       float s = sums[j * M + m];
       for (int64_t k = k_tail; k < K; ++k)
-        s = std::fma(widened(x[m * K + k]), widened(w[(n0 + j) * K + k]), s);
+        s = std::fma(gemv_widen(x[m * K + k]), gemv_widen(w[(n0 + j) * K + k]), s);
       if (y_bf16)
         static_cast<uint16_t*>(y)[m * N + n0 + j] = f32_to_bf16(s);
       else
@@ -153,7 +151,7 @@ void decode_gemv_bf16_amx(int64_t M, int64_t N, int64_t K, const uint16_t* x, co
           for (int64_t m = 0; m < M; ++m) {
             float s2 = 0.0f;
             for (int64_t k = 0; k < K / kTileK * kTileK; ++k)
-              s2 = std::fma(widened(x[m * K + k]), widened(w[(n0 + j) * K + k]), s2);
+              s2 = std::fma(gemv_widen(x[m * K + k]), gemv_widen(w[(n0 + j) * K + k]), s2);
             sums[j * M + m] = s2;
           }
       }
