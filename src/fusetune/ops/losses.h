@@ -282,8 +282,8 @@ inline constexpr auto kFusedLinearLogProbsShape = [](const ShapeCheck& c) -> Typ
 inline constexpr auto kFusedLinearLogProbsKernel = []<class T>(const KernelArgs<T>& c) {
   const bool fwd = c.n.op == Op::FusedLinearLogProbs;
   const size_t hi = fwd ? 2 : 4;  // the head's first input
-  const bool keep =
-      c.a.keep_logits;  // the logits: the forward's output 3, the backward's last input
+  // Kept logits: the forward's output 3, the backward's last input.
+  const bool keep = c.a.keep_logits;
   const bool nf4 = !keep && c.in.size() == hi + 3;
   k::NF4View w{};
   k::LogProbHead<T> head;
