@@ -283,6 +283,13 @@ TEST(Bf16DecodeAmx, MatchesTheFp64Reference) {
       }
 }
 
+TEST(Bf16DecodeAmx, MoreRowsThanADecodeStepIsRefused) {
+  if (!kernels::amx_tiles_usable()) GTEST_SKIP() << "no AMX tiles on this CPU";
+  std::vector<uint16_t> x(17 * 32), w(2 * 32);
+  std::vector<float> y(17 * 2);
+  EXPECT_ANY_THROW(kernels::decode_gemv_bf16_amx(17, 2, 32, x.data(), w.data(), y.data(), false));
+}
+
 // A row's outputs are the same bits whichever rows share its batch and on any thread count,
 // so a sequence's logits do not depend on the other sequences being decoded beside it.
 TEST(Bf16DecodeAmx, ARowsBitsDependOnNeitherTheBatchNorTheThreads) {
